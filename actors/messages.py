@@ -1,0 +1,242 @@
+"""The chat message an agent's memory stores: the union of the reference systems' models.
+
+A :class:`Message` is a frozen msgspec Struct. It carries what AgentScope, MARSYS
+and Forge messages carry (role, content as text or structure, speaker name, tool
+calls and tool results, agent-to-agent calls, attachments, metadata, a timestamp
+and a unique time-ordered id) plus an optional ``importance`` and the ``tokens``
+count the memory actor caches when the message is added.
+
+Wire compatibility: messages live in Redis streams and snapshots for a long time.
+New fields go last, with defaults; a field's type never changes.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any, Final, Literal, get_args
+
+import msgspec
+
+from actors.errors import MemoryInputError
+from runtime.ids import new_id
+from runtime.tokens import TokenCounter
+
+__all__ = (
+    "ROLES",
+    "Message",
+    "Role",
+    "ToolCall",
+    "count_tokens",
+    "decode_message",
+    "decode_messages",
+    "encode_message",
+    "encode_messages",
+)
+
+Role = Literal["system", "user", "assistant", "tool", "agent_call", "agent_response"]
+ROLES: Final[frozenset[str]] = frozenset(get_args(Role))
+
+#: OpenAI accepts ``name`` only when it matches this; other characters become ``_``.
+_NAME_BAD_CHARS = re.compile(r"[^a-zA-Z0-9_-]")
+_NAME_MAX = 64
+
+
+class ToolCall(msgspec.Struct, frozen=True):
+    """One function call an assistant message asks for.
+
+    Args:
+        id: the call's id; the ``tool`` message with the result carries it as
+            ``tool_call_id``.
+        name: the function's name.
+        arguments: the arguments as a JSON string, as the model produced them.
+    """
+
+    id: str
+    name: str
+    arguments: str = "{}"
+
+    def to_openai(self) -> dict[str, Any]:
+        """Return the call as an OpenAI ``tool_calls`` entry."""
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        }
+
+
+class Message(msgspec.Struct, frozen=True, kw_only=True):
+    """One message in an agent's memory.
+
+    Args:
+        role: system, user, assistant, tool, agent_call (another agent asks this
+            one) or agent_response (this agent answers another).
+        content: text, or structured content (a dict, or a list of OpenAI content
+            parts); may be None only on an assistant message with tool calls.
+        id: unique and time-ordered; made for you.
+        name: the speaker (agent or user name; for a tool result, the tool's name).
+        tool_calls: the calls an assistant message asks for.
+        tool_call_id: on a ``tool`` message, the id of the call it answers.
+        url: links to attachments (images, files, pages).
+        metadata: JSON-able tags, such as ``{"important": True, "category": "fact"}``.
+            ``pinned: True`` keeps a message out of compression.
+        importance: 0..1, optional; ``important()`` and core memory use it.
+        timestamp: seconds since the epoch; now by default.
+        tokens: the cached token count; set by the memory actor on add (-1: not yet).
+
+    Raises:
+        MemoryInputError: (a ``ValueError``) a field is invalid for the role.
+    """
+
+    role: Role
+    content: str | dict[str, Any] | list[Any] | None = None
+    id: str = msgspec.field(default_factory=new_id)
+    name: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    url: tuple[str, ...] = ()
+    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+    importance: float | None = None
+    timestamp: float = msgspec.field(default_factory=time.time)
+    tokens: int = -1
+
+    def __post_init__(self) -> None:
+        # msgspec does not type-check __init__ arguments, only decoded input, so the
+        # checks a user can trip from Python live here (they run on decode too).
+        if self.role not in ROLES:
+            raise MemoryInputError(f"role must be one of {sorted(ROLES)}, got {self.role!r}")
+        if not isinstance(self.content, str | dict | list | None):
+            raise MemoryInputError(
+                f"content must be text, a dict, a list of parts or None, "
+                f"got {type(self.content).__name__}"
+            )
+        if not isinstance(self.id, str) or not self.id:
+            raise MemoryInputError("id must be a non-empty string")
+        if self.tool_calls and self.role != "assistant":
+            raise MemoryInputError(f"only assistant messages carry tool_calls, not {self.role}")
+        if self.role == "tool" and not self.tool_call_id:
+            raise MemoryInputError("a tool message needs the tool_call_id of the call it answers")
+        if self.role != "tool" and self.tool_call_id is not None:
+            raise MemoryInputError(f"tool_call_id belongs on tool messages, not {self.role}")
+        if self.content is None and not self.tool_calls:
+            raise MemoryInputError(f"a {self.role} message without tool calls needs content")
+        if self.importance is not None and not 0.0 <= self.importance <= 1.0:
+            raise MemoryInputError(f"importance must be within 0..1, got {self.importance}")
+        if not isinstance(self.metadata, dict):
+            raise MemoryInputError("metadata must be a dict")
+        seen: set[str] = set()
+        for call in self.tool_calls:
+            if not isinstance(call, ToolCall):
+                raise MemoryInputError("tool_calls must hold ToolCall values")
+            if call.id in seen:
+                raise MemoryInputError(f"tool call id {call.id!r} appears twice")
+            seen.add(call.id)
+
+    # -- views ---------------------------------------------------------------
+
+    def text(self) -> str:
+        """Return the content as plain text (JSON for a dict, text parts joined)."""
+        content = self.content
+        if isinstance(content, str):
+            return content
+        if content is None:
+            return ""
+        if isinstance(content, list):
+            parts = []
+            for part in content:
+                if isinstance(part, dict) and part.get("type") == "text":
+                    parts.append(str(part.get("text", "")))
+                elif isinstance(part, str):
+                    parts.append(part)
+            return "\n".join(parts)
+        return msgspec.json.encode(content).decode()
+
+    def searchable_text(self) -> str:
+        """Return everything a text search should look at: name, content, tool calls."""
+        pieces = [self.text()]
+        if self.name:
+            pieces.append(self.name)
+        for call in self.tool_calls:
+            pieces.append(call.name)
+            pieces.append(call.arguments)
+        return "\n".join(pieces)
+
+    @property
+    def pinned(self) -> bool:
+        """True when the message is marked ``metadata["pinned"]`` (never compressed)."""
+        return bool(self.metadata.get("pinned"))
+
+    def to_openai(self) -> dict[str, Any]:
+        """Return the message as an OpenAI Chat Completions message.
+
+        Roles map as MARSYS maps them: ``agent_call`` becomes a ``user`` message
+        prefixed with the caller, ``agent_response`` becomes ``assistant``. Structured
+        dict content becomes JSON text; a ``name`` is kept where OpenAI accepts it.
+        """
+        role = self.role
+        content: Any = self.content
+        if isinstance(content, dict):
+            content = msgspec.json.encode(content).decode()
+        if role == "agent_call":
+            caller = self.name or str(self.metadata.get("caller", "agent"))
+            out: dict[str, Any] = {
+                "role": "user",
+                "content": f"[Request from {caller}]: {self.text()}",
+            }
+            return out
+        if role == "tool":
+            return {"role": "tool", "content": self.text(), "tool_call_id": self.tool_call_id}
+        out = {"role": "assistant" if role == "agent_response" else role, "content": content}
+        if self.name:
+            out["name"] = _NAME_BAD_CHARS.sub("_", self.name)[:_NAME_MAX]
+        if self.tool_calls:
+            out["tool_calls"] = [call.to_openai() for call in self.tool_calls]
+        return out
+
+    def with_tokens(self, tokens: int) -> Message:
+        """Return a copy with the token count cached."""
+        return msgspec.structs.replace(self, tokens=tokens)
+
+
+def count_tokens(message: Message, counter: TokenCounter) -> int:
+    """Return the tokens ``message`` costs in a request, as it is rendered for OpenAI."""
+    return counter.count_message(message.to_openai())
+
+
+_encoder: Final = msgspec.msgpack.Encoder()
+_decoder: Final = msgspec.msgpack.Decoder(Message)
+_list_decoder: Final = msgspec.msgpack.Decoder(list[Message])
+
+
+def encode_message(message: Message) -> bytes:
+    """Encode a message as msgpack."""
+    return _encoder.encode(message)
+
+
+def decode_message(data: bytes) -> Message:
+    """Decode and validate a msgpack message.
+
+    Raises:
+        MemoryInputError: the bytes are not a valid message (the reason is named).
+    """
+    try:
+        return _decoder.decode(data)
+    except msgspec.DecodeError as exc:
+        raise MemoryInputError(f"invalid message: {exc}") from exc
+
+
+def encode_messages(messages: list[Message]) -> bytes:
+    """Encode a list of messages as msgpack."""
+    return _encoder.encode(messages)
+
+
+def decode_messages(data: bytes) -> list[Message]:
+    """Decode and validate a msgpack list of messages.
+
+    Raises:
+        MemoryInputError: the bytes are not a valid list of messages.
+    """
+    try:
+        return _list_decoder.decode(data)
+    except msgspec.DecodeError as exc:
+        raise MemoryInputError(f"invalid message list: {exc}") from exc

@@ -1,0 +1,138 @@
+"""The actor base class, its context, and references to actors."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+
+from runtime.errors import ActormemError
+
+if TYPE_CHECKING:
+    from runtime._runtime import Runtime
+
+__all__ = ("Actor", "ActorContext", "ActorRef", "split_address")
+
+R = TypeVar("R")
+
+
+def split_address(address: str) -> tuple[str, str]:
+    """Split ``"kind/key"`` into its kind and key.
+
+    Raises:
+        ValueError: the address has no ``/``, or an empty kind or key.
+    """
+    kind, sep, key = address.partition("/")
+    if not sep or not kind or not key:
+        raise ValueError(f"an actor address is 'kind/key', got {address!r}")
+    return kind, key
+
+
+class ActorContext:
+    """What an actor knows of the world: its address and its runtime.
+
+    Attributes:
+        address: ``"kind/key"``.
+        kind: the registered kind (``memory``, ``pool``, ...).
+        key: the actor's key within its kind (an agent's name, say).
+        runtime: the runtime hosting the actor.
+    """
+
+    __slots__ = ("address", "key", "kind", "runtime")
+
+    def __init__(self, runtime: Runtime, address: str) -> None:
+        self.runtime = runtime
+        self.address = address
+        self.kind, self.key = split_address(address)
+
+    def ref(self, address: str) -> ActorRef[Any]:
+        """Return a reference to another actor."""
+        return self.runtime.ref(address)
+
+    def pipe(
+        self,
+        work: Callable[[], Awaitable[Any]],
+        to: str | None = None,
+        wrap: Callable[[Any, BaseException | None], Any] | None = None,
+    ) -> None:
+        """Run ``work`` in the background and tell its outcome to an actor (self by default).
+
+        The actor keeps serving its mailbox meanwhile (Akka's ``pipeTo``). ``wrap``
+        turns ``(result, error)`` into the message that is sent; without it the
+        result itself is sent and an error is only logged.
+        """
+        self.runtime.pipe(work, to or self.address, wrap)
+
+
+class Actor:
+    """Base of every actor: subclass it and implement :meth:`receive`.
+
+    An actor handles one message at a time, in mailbox order; its state needs no
+    locks. An idle actor is just this object: no task waits on its behalf.
+
+    Class attributes:
+        expected_errors: exceptions that are answers, not crashes (bad input, say):
+            they fail the ask that caused them and do not count as a restart.
+    """
+
+    expected_errors: ClassVar[tuple[type[BaseException], ...]] = (ActormemError,)
+
+    def __init__(self, ctx: ActorContext) -> None:
+        self.ctx = ctx
+
+    async def on_start(self) -> None:
+        """Called once before the first message (after a reset, too)."""
+
+    async def on_stop(self) -> None:
+        """Called when the actor stops (runtime shutdown or restart intensity)."""
+
+    async def receive(self, message: Any) -> Any:
+        """Handle one message; the return value is the reply when it was an ask."""
+        raise NotImplementedError
+
+
+class ActorRef(Generic[R]):
+    """A handle on an actor at an address; cheap to make, safe to keep.
+
+    Sending never needs the actor to exist yet: the runtime activates it from its
+    registered kind on the first message.
+    """
+
+    __slots__ = ("address", "runtime")
+
+    def __init__(self, runtime: Runtime, address: str) -> None:
+        self.runtime = runtime
+        self.address = address
+
+    def __repr__(self) -> str:
+        return f"ActorRef({self.address!r})"
+
+    async def tell(self, message: Any) -> None:
+        """Send ``message``; wait while the mailbox is full (backpressure).
+
+        Raises:
+            ActorStoppedError, ActorNotFoundError, RuntimeClosedError.
+        """
+        await self.runtime.tell(self.address, message)
+
+    def tell_nowait(self, message: Any) -> None:
+        """Send ``message`` now or raise; never waits.
+
+        Raises:
+            MailboxFullError: the mailbox is full; nothing was enqueued.
+            ActorStoppedError, ActorNotFoundError, RuntimeClosedError.
+        """
+        self.runtime.tell_nowait(self.address, message)
+
+    async def ask(self, message: Any, timeout: float | None = None) -> Any:
+        """Send ``message`` and return the actor's reply.
+
+        Args:
+            timeout: seconds to wait (the runtime's ``ask_timeout`` by default).
+
+        Raises:
+            AskTimeoutError: no reply within ``timeout``.
+            HandlerError: the handler crashed on this message.
+            ActorStoppedError: the actor stopped before answering.
+            Any error in the actor's ``expected_errors`` that the handler raised.
+        """
+        return await self.runtime.ask(self.address, message, timeout)

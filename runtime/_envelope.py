@@ -1,0 +1,53 @@
+"""The envelope every message travels in (internal), and the reply to an ask.
+
+An envelope carries a typed message (a ``msgspec.Struct``) to an address. It is a
+msgspec Struct itself, so the Redis transport encodes it as msgpack, while the
+in-process transport hands the same object over without encoding.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+__all__ = ("Envelope", "Reply")
+
+
+class Envelope(msgspec.Struct, kw_only=True):
+    """A message on its way to one actor.
+
+    Attributes:
+        recipient: the actor's address, ``"kind/key"``.
+        body: the message itself.
+        id: unique per command (exactly-once effects key on it).
+        sender: the sending actor's address, if an actor sent it.
+        reply_to: where the reply goes (a client's reply inbox), for asks.
+        correlation: matches the reply to the waiting ask.
+        deadline: wall-clock time after which nobody waits for the reply any more.
+    """
+
+    recipient: str
+    body: Any
+    id: str = ""
+    sender: str | None = None
+    reply_to: str | None = None
+    correlation: int | None = None
+    deadline: float | None = None
+
+
+class Reply:
+    """The answer to an ask: a value, or the error the handler raised.
+
+    In process ``error`` is the exception object itself; a transport that crosses
+    processes sends the error's type name and text and rebuilds an error from them.
+    """
+
+    __slots__ = ("correlation", "error", "value")
+
+    def __init__(
+        self, correlation: int, value: Any = None, error: BaseException | None = None
+    ) -> None:
+        self.correlation = correlation
+        self.value = value
+        self.error = error

@@ -1,0 +1,632 @@
+"""The runtime: actor cells, dispatchers, supervision, asks and shutdown.
+
+How it runs (DESIGN.md, "Cheap actors"): every address that has received a
+message has a *cell* (the actor object, a mailbox created only while it holds
+mail, a ``scheduled`` flag). A cell with mail sits once in the ready queue; a
+few dispatcher tasks take cells from it and run up to ``throughput`` messages of
+each, one at a time. So an idle actor is a small object, not a parked task, and
+one actor never runs two messages at once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+from typing import Any, Final, Literal
+
+import anyio
+import anyio.lowlevel
+import msgspec
+import structlog
+
+from runtime._actor import Actor, ActorContext, ActorRef, split_address
+from runtime._envelope import Envelope, Reply
+from runtime.config import RuntimeConfig, SupervisionConfig
+from runtime.errors import (
+    ActorError,
+    ActorNotFoundError,
+    ActorStoppedError,
+    AskTimeoutError,
+    HandlerError,
+    MailboxFullError,
+    RuntimeClosedError,
+)
+from runtime.transports.base import Transport
+from runtime.transports.memory import InProcessTransport
+
+__all__ = ("ActorFactory", "Runtime", "RuntimeStats")
+
+log = structlog.get_logger("actormem.runtime")
+
+ActorFactory = Callable[[ActorContext], Actor]
+
+#: How long each actor's ``on_stop`` may take at shutdown.
+_STOP_HOOK_TIMEOUT: Final = 5.0
+#: How often the shutdown drain looks whether everything is quiet.
+_DRAIN_POLL: Final = 0.002
+
+
+class RuntimeStats(msgspec.Struct, frozen=True, kw_only=True):
+    """A snapshot of the runtime's counters.
+
+    Attributes:
+        actors: addresses that have a cell (activated or stopped).
+        active: actors whose object is alive.
+        stopped: actors stopped by supervision.
+        processed: messages handled since start.
+        failures: handler crashes (not counting expected errors).
+        rejected: messages answered with an expected error (bad input).
+        restarts: restarts done by supervision.
+        mailbox_depth: messages waiting in all mailboxes.
+        max_mailbox_depth: the deepest mailbox now.
+        pending_asks: asks waiting for a reply.
+    """
+
+    actors: int
+    active: int
+    stopped: int
+    processed: int
+    failures: int
+    rejected: int
+    restarts: int
+    mailbox_depth: int
+    max_mailbox_depth: int
+    pending_asks: int
+
+
+class _Kind:
+    __slots__ = ("factory", "mailbox_size", "name", "supervision")
+
+    def __init__(
+        self, name: str, factory: ActorFactory, supervision: SupervisionConfig, mailbox_size: int
+    ) -> None:
+        self.name = name
+        self.factory = factory
+        self.supervision = supervision
+        self.mailbox_size = mailbox_size
+
+
+class _Cell:
+    """One actor's slot: small while idle (no task, no mailbox deque)."""
+
+    __slots__ = ("actor", "address", "kind", "mailbox", "restarts", "scheduled", "space", "stopped")
+
+    def __init__(self, address: str, kind: _Kind) -> None:
+        self.address = address
+        self.kind = kind
+        self.actor: Actor | None = None
+        self.mailbox: deque[Envelope] | None = None
+        self.scheduled = False
+        self.stopped: str | None = None
+        self.restarts: deque[float] | None = None
+        self.space: anyio.Event | None = None
+
+
+class _Slot:
+    __slots__ = ("event", "reply")
+
+    def __init__(self) -> None:
+        self.event = anyio.Event()
+        self.reply: Reply | None = None
+
+
+class Runtime:
+    """Hosts actors: an async context manager that owns one anyio task group.
+
+    Register actor kinds, then talk to actors by address (``"kind/key"``); an actor
+    is created from its kind on its first message.
+
+    Args:
+        config: the runtime section of the config (defaults if omitted).
+        transport: how envelopes travel; in-process by default.
+
+    Example::
+
+        async with Runtime() as rt:
+            rt.register("echo", Echo)
+            assert await rt.ref("echo/a").ask("hi") == "hi"
+    """
+
+    def __init__(
+        self, config: RuntimeConfig | None = None, *, transport: Transport | None = None
+    ) -> None:
+        self.config = config or RuntimeConfig()
+        self.transport: Transport = transport or InProcessTransport()
+        self._kinds: dict[str, _Kind] = {}
+        self._cells: dict[str, _Cell] = {}
+        self._ready: deque[_Cell] = deque()
+        self._pending: dict[int, _Slot] = {}
+        self._correlation = itertools.count(1)
+        self._state: Literal["new", "open", "closing", "closed"] = "new"
+        self._tg: Any = None
+        self._wakeup: anyio.Event | None = None
+        self._busy = 0
+        self._pipes = 0
+        self._unyielded = 0
+        self._processed = 0
+        self._failures = 0
+        self._rejected = 0
+        self._restarts = 0
+
+    # -- lifecycle -----------------------------------------------------------
+
+    async def __aenter__(self) -> Runtime:
+        if self._state != "new":
+            raise RuntimeError("a Runtime can be opened only once")
+        self._state = "closing"  # nothing may be sent until the transport is up
+        self._wakeup = anyio.Event()
+        tg = anyio.create_task_group()
+        await tg.__aenter__()
+        self._tg = tg
+        try:
+            for _ in range(self.config.dispatchers):
+                await tg.start(self._dispatch_loop)
+            await self.transport.open(self)
+        except BaseException as exc:
+            tg.cancel_scope.cancel()
+            self._state = "closed"
+            await tg.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+        self._state = "open"
+        log.debug("runtime_opened", transport=self.transport.name)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop: drain mailboxes (up to ``drain_timeout``), stop actors, fail what is left.
+
+        Every ask still waiting afterwards fails with :class:`RuntimeClosedError`;
+        nothing hangs. Idempotent.
+        """
+        if self._state in ("new", "closed") or self._tg is None:
+            self._state = "closed"
+            return
+        self._state = "closing"
+        with anyio.move_on_after(self.config.drain_timeout, shield=True):
+            while self._ready or self._busy or self._pipes:  # noqa: ASYNC110 (a bounded poll at shutdown)
+                await anyio.sleep(_DRAIN_POLL)
+        self._state = "closed"
+        tg, self._tg = self._tg, None
+        tg.cancel_scope.cancel()
+        try:
+            # The task group must be left in the scope it was entered in, so this
+            # await is not shielded; the cancelled children end at once.
+            await tg.__aexit__(None, None, None)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._stop_actors()
+                with anyio.move_on_after(_STOP_HOOK_TIMEOUT):
+                    await self.transport.aclose()
+            self._fail_leftovers()
+        log.debug("runtime_closed", processed=self._processed)
+
+    async def _stop_actors(self) -> None:
+        for cell in self._cells.values():
+            actor = cell.actor
+            if actor is not None and type(actor).on_stop is not Actor.on_stop:
+                await self._call_stop_hook(cell, actor)
+
+    async def _call_stop_hook(self, cell: _Cell, actor: Actor) -> None:
+        with anyio.move_on_after(_STOP_HOOK_TIMEOUT, shield=True):
+            try:
+                await actor.on_stop()
+            except Exception:
+                log.exception("actor_stop_hook_failed", actor=cell.address)
+
+    def _fail_leftovers(self) -> None:
+        for cell in self._cells.values():
+            if cell.mailbox:
+                for env in cell.mailbox:
+                    self._fail_envelope(
+                        env,
+                        RuntimeClosedError(
+                            f"runtime shut down before {cell.address} handled "
+                            f"{type(env.body).__name__}"
+                        ),
+                    )
+                cell.mailbox = None
+            if cell.space is not None:
+                cell.space.set()
+        self._ready.clear()
+        for correlation, slot in list(self._pending.items()):
+            slot.reply = Reply(correlation, error=RuntimeClosedError("runtime shut down"))
+            slot.event.set()
+        self._pending.clear()
+
+    def _check_open(self) -> None:
+        if self._state != "open" and self._state != "closing":
+            raise RuntimeClosedError(
+                "the runtime is not open (use 'async with Runtime(...) as rt')"
+                if self._state == "new"
+                else "the runtime is closed"
+            )
+
+    @property
+    def is_open(self) -> bool:
+        """True between ``__aenter__`` and the start of shutdown."""
+        return self._state == "open"
+
+    # -- registry --------------------------------------------------------------
+
+    def register(
+        self,
+        kind: str,
+        factory: ActorFactory,
+        *,
+        supervision: SupervisionConfig | None = None,
+        mailbox_size: int | None = None,
+    ) -> None:
+        """Register an actor kind: addresses ``kind/<key>`` are served by ``factory``.
+
+        Args:
+            kind: the kind's name (no ``/``).
+            factory: called with an :class:`ActorContext` to make the actor.
+            supervision: this kind's restart policy (the config's by default).
+            mailbox_size: this kind's mailbox bound (the config's by default).
+
+        Raises:
+            ValueError: the kind's name is empty or holds a ``/``, or is taken.
+        """
+        if not kind or "/" in kind:
+            raise ValueError(f"an actor kind is a name without '/', got {kind!r}")
+        if kind in self._kinds:
+            raise ValueError(f"actor kind {kind!r} is already registered")
+        size = mailbox_size if mailbox_size is not None else self.config.mailbox_size
+        if size < 1:
+            raise ValueError(f"mailbox_size must be >= 1, got {size}")
+        self._kinds[kind] = _Kind(kind, factory, supervision or self.config.supervision, size)
+
+    def has_kind(self, kind: str) -> bool:
+        """True when ``kind`` is registered here."""
+        return kind in self._kinds
+
+    def ref(self, address: str) -> ActorRef[Any]:
+        """Return a reference to the actor at ``address`` (``"kind/key"``).
+
+        Raises:
+            ValueError: the address is not ``kind/key``.
+        """
+        split_address(address)
+        return ActorRef(self, address)
+
+    # -- sending -----------------------------------------------------------------
+
+    async def tell(self, address: str, message: Any) -> None:
+        """Send ``message`` to ``address``, waiting while its mailbox is full."""
+        self._check_open()
+        await self.transport.send(Envelope(recipient=address, body=message))
+        # A producer whose sends never block would otherwise never let the
+        # dispatchers run until every mailbox was full.
+        self._unyielded += 1
+        if self._unyielded >= self.config.throughput:
+            self._unyielded = 0
+            await anyio.lowlevel.checkpoint()
+
+    def tell_nowait(self, address: str, message: Any) -> None:
+        """Send ``message`` to ``address`` now, or raise :class:`MailboxFullError`."""
+        self._check_open()
+        self.transport.send_nowait(Envelope(recipient=address, body=message))
+
+    async def ask(self, address: str, message: Any, timeout: float | None = None) -> Any:
+        """Send ``message`` to ``address`` and return the reply (see :meth:`ActorRef.ask`)."""
+        self._check_open()
+        limit = self.config.ask_timeout if timeout is None else timeout
+        correlation = next(self._correlation)
+        slot = _Slot()
+        self._pending[correlation] = slot
+        env = Envelope(
+            recipient=address,
+            body=message,
+            correlation=correlation,
+            deadline=time.time() + limit,
+        )
+        try:
+            with anyio.fail_after(limit):
+                await self.transport.send(env)
+                await slot.event.wait()
+        except TimeoutError:
+            raise AskTimeoutError(
+                address, f"no reply to {type(message).__name__} within {limit:g}s"
+            ) from None
+        finally:
+            self._pending.pop(correlation, None)
+        reply = slot.reply
+        assert reply is not None
+        if reply.error is not None:
+            raise reply.error
+        return reply.value
+
+    def pipe(
+        self,
+        work: Callable[[], Awaitable[Any]],
+        to: str,
+        wrap: Callable[[Any, BaseException | None], Any] | None = None,
+    ) -> None:
+        """Run ``work`` in the runtime's task group and tell its outcome to ``to``.
+
+        See :meth:`ActorContext.pipe`.
+        """
+        self._check_open()
+        self._tg.start_soon(self._run_pipe, work, to, wrap)
+
+    async def _run_pipe(
+        self,
+        work: Callable[[], Awaitable[Any]],
+        to: str,
+        wrap: Callable[[Any, BaseException | None], Any] | None,
+    ) -> None:
+        self._pipes += 1
+        try:
+            result: Any = None
+            error: BaseException | None = None
+            try:
+                result = await work()
+            except Exception as exc:
+                error = exc
+            if wrap is not None:
+                message = wrap(result, error)
+            elif error is not None:
+                log.error("pipe_failed", to=to, exc_info=error)
+                return
+            else:
+                message = result
+            if message is not None:
+                try:
+                    await self.tell(to, message)
+                except (ActorError, RuntimeClosedError) as exc:
+                    log.warning("pipe_undelivered", to=to, reason=str(exc))
+        finally:
+            self._pipes -= 1
+
+    # -- the transport's host side ------------------------------------------------
+
+    def _cell(self, address: str) -> _Cell:
+        cell = self._cells.get(address)
+        if cell is None:
+            kind_name = address.partition("/")[0]
+            kind = self._kinds.get(kind_name)
+            if kind is None:
+                raise ActorNotFoundError(address, f"no actor kind {kind_name!r} is registered")
+            split_address(address)
+            cell = self._cells[address] = _Cell(address, kind)
+        return cell
+
+    def deliver_nowait(self, envelope: Envelope) -> None:
+        """Put ``envelope`` into its local mailbox, or raise :class:`MailboxFullError`."""
+        cell = self._cells.get(envelope.recipient) or self._cell(envelope.recipient)
+        if cell.stopped is not None:
+            raise ActorStoppedError(cell.address, cell.stopped)
+        mailbox = cell.mailbox
+        if mailbox is None:
+            mailbox = cell.mailbox = deque()
+        elif len(mailbox) >= cell.kind.mailbox_size:
+            raise MailboxFullError(
+                cell.address, f"mailbox full ({cell.kind.mailbox_size} messages waiting)"
+            )
+        mailbox.append(envelope)
+        if not cell.scheduled:
+            cell.scheduled = True
+            self._ready.append(cell)
+            wakeup = self._wakeup
+            if wakeup is not None and not wakeup.is_set():
+                wakeup.set()
+
+    async def deliver(self, envelope: Envelope) -> None:
+        """Put ``envelope`` into its local mailbox, waiting while the mailbox is full."""
+        while True:
+            cell = self._cells.get(envelope.recipient) or self._cell(envelope.recipient)
+            mailbox = cell.mailbox
+            if mailbox is None or len(mailbox) < cell.kind.mailbox_size or cell.stopped:
+                self.deliver_nowait(envelope)
+                return
+            if cell.space is None:
+                cell.space = anyio.Event()
+            await cell.space.wait()
+
+    def resolve(self, reply: Reply) -> None:
+        """Hand ``reply`` to the ask waiting for it; a late reply is dropped."""
+        slot = self._pending.pop(reply.correlation, None)
+        if slot is None:
+            log.debug("reply_dropped", correlation=reply.correlation)
+            return
+        slot.reply = reply
+        slot.event.set()
+
+    async def _send_reply(self, env: Envelope, reply: Reply) -> None:
+        if env.reply_to is None:
+            self.resolve(reply)
+        else:
+            await self.transport.reply(env, reply)
+
+    def _fail_envelope(self, env: Envelope, error: BaseException) -> None:
+        if env.correlation is None:
+            return
+        if env.reply_to is None:
+            self.resolve(Reply(env.correlation, error=error))
+        else:
+            self._tg_or_none_reply(env, Reply(env.correlation, error=error))
+
+    def _tg_or_none_reply(self, env: Envelope, reply: Reply) -> None:
+        tg = self._tg
+        if tg is not None:
+            tg.start_soon(self.transport.reply, env, reply)
+
+    # -- dispatching -----------------------------------------------------------------
+
+    async def _dispatch_loop(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        task_status.started()
+        ready = self._ready
+        throughput = self.config.throughput
+        since_yield = 0
+        while True:
+            if not ready:
+                since_yield = 0
+                wakeup = self._wakeup
+                assert wakeup is not None
+                if wakeup.is_set():
+                    wakeup = self._wakeup = anyio.Event()
+                await wakeup.wait()
+                continue
+            cell = ready.popleft()
+            self._busy += 1
+            try:
+                since_yield += await self._run_cell(cell)
+            finally:
+                self._busy -= 1
+            if since_yield >= throughput:
+                # Handlers that never suspend would otherwise starve every other task.
+                since_yield = 0
+                await anyio.lowlevel.checkpoint()
+
+    async def _run_cell(self, cell: _Cell) -> int:
+        """Run up to ``throughput`` messages of one actor; return how many ran."""
+        handled = 0
+        with structlog.contextvars.bound_contextvars(actor=cell.address):
+            actor = cell.actor
+            mailbox = cell.mailbox
+            limit = self.config.throughput
+            while mailbox and handled < limit and cell.stopped is None:
+                if actor is None:
+                    actor = await self._activate(cell, mailbox[0])
+                    if actor is None:
+                        break
+                env = mailbox.popleft()
+                space = cell.space
+                if space is not None:
+                    cell.space = None
+                    space.set()
+                handled += 1
+                try:
+                    value = await actor.receive(env.body)
+                except actor.expected_errors as exc:
+                    self._rejected += 1
+                    if env.correlation is not None:
+                        await self._send_reply(env, Reply(env.correlation, error=exc))
+                    else:
+                        log.warning(
+                            "actor_rejected_message",
+                            message=type(env.body).__name__,
+                            reason=str(exc),
+                        )
+                    continue
+                except Exception as exc:
+                    await self._on_failure(cell, env, exc)
+                    actor = cell.actor
+                    continue
+                if env.correlation is not None:
+                    await self._send_reply(env, Reply(env.correlation, value))
+        self._processed += handled
+        if cell.stopped is None and cell.mailbox:
+            self._ready.append(cell)
+        else:
+            cell.scheduled = False
+            if not cell.mailbox:
+                cell.mailbox = None
+        return handled
+
+    async def _activate(self, cell: _Cell, first: Envelope) -> Actor | None:
+        """Make the actor from its kind and start it; a failure counts as a crash."""
+        try:
+            actor = cell.kind.factory(ActorContext(self, cell.address))
+            await actor.on_start()
+        except Exception as exc:
+            assert cell.mailbox is not None
+            cell.mailbox.popleft()
+            await self._on_failure(cell, first, exc)
+            return None
+        cell.actor = actor
+        return actor
+
+    async def _on_failure(self, cell: _Cell, env: Envelope, exc: Exception) -> None:
+        """Supervision: log, answer the asker, then resume, reset or stop the actor."""
+        self._failures += 1
+        body = type(env.body).__name__
+        log.error("actor_handler_failed", message=body, msg_id=env.id or None, exc_info=exc)
+        if env.correlation is not None:
+            error = HandlerError(cell.address, f"{body} failed: {type(exc).__name__}: {exc}")
+            error.__cause__ = exc
+            await self._send_reply(env, Reply(env.correlation, error=error))
+        policy = cell.kind.supervision
+        now = time.monotonic()
+        restarts = cell.restarts
+        if restarts is None:
+            restarts = cell.restarts = deque()
+        while restarts and restarts[0] <= now - policy.within_seconds:
+            restarts.popleft()
+        if policy.strategy == "stop":
+            await self._stop_cell(cell, f"stopped after a failure in {body} (strategy 'stop')")
+            return
+        if len(restarts) >= policy.max_restarts:
+            await self._stop_cell(
+                cell,
+                f"stopped: more than {policy.max_restarts} restarts within "
+                f"{policy.within_seconds:g}s (last failure: {type(exc).__name__}: {exc})",
+            )
+            return
+        restarts.append(now)
+        self._restarts += 1
+        if policy.strategy == "reset" and cell.actor is not None:
+            old, cell.actor = cell.actor, None
+            if type(old).on_stop is not Actor.on_stop:
+                await self._call_stop_hook(cell, old)
+        log.warning("actor_restarted", strategy=policy.strategy, restarts_in_period=len(restarts))
+
+    async def _stop_cell(self, cell: _Cell, reason: str) -> None:
+        cell.stopped = reason
+        actor, cell.actor = cell.actor, None
+        if actor is not None and type(actor).on_stop is not Actor.on_stop:
+            await self._call_stop_hook(cell, actor)
+        pending, cell.mailbox = cell.mailbox, None
+        for env in pending or ():
+            self._fail_envelope(env, ActorStoppedError(cell.address, reason))
+        if cell.space is not None:
+            cell.space.set()
+            cell.space = None
+        log.error("actor_stopped", reason=reason)
+
+    # -- introspection ------------------------------------------------------------------
+
+    def stats(self) -> RuntimeStats:
+        """Return a snapshot of the counters (cheap enough to poll for a progress bar)."""
+        depth = 0
+        deepest = 0
+        active = 0
+        stopped = 0
+        for cell in self._cells.values():
+            if cell.mailbox:
+                n = len(cell.mailbox)
+                depth += n
+                deepest = max(deepest, n)
+            if cell.actor is not None:
+                active += 1
+            if cell.stopped is not None:
+                stopped += 1
+        return RuntimeStats(
+            actors=len(self._cells),
+            active=active,
+            stopped=stopped,
+            processed=self._processed,
+            failures=self._failures,
+            rejected=self._rejected,
+            restarts=self._restarts,
+            mailbox_depth=depth,
+            max_mailbox_depth=deepest,
+            pending_asks=len(self._pending),
+        )
+
+    def stop_reason(self, address: str) -> str | None:
+        """Why the actor at ``address`` stopped, or None if it has not."""
+        cell = self._cells.get(address)
+        return cell.stopped if cell is not None else None

@@ -1,0 +1,174 @@
+"""Typed configuration, loaded from TOML files in ``configs/``.
+
+Every section is a frozen msgspec Struct that forbids unknown fields, with its
+defaults as named constants. :func:`load_toml` decodes a file into any such type
+and turns a decoding or validation failure into a :class:`ConfigError` that names
+the file, the key and what was expected. ``actors`` composes its own sections
+with :class:`RuntimeConfig` into the application's config.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Final, Literal, TypeVar
+
+import msgspec
+
+from runtime.errors import ConfigError
+
+__all__ = (
+    "DEFAULT_ASK_TIMEOUT",
+    "DEFAULT_DISPATCHERS",
+    "DEFAULT_DRAIN_TIMEOUT",
+    "DEFAULT_MAILBOX_SIZE",
+    "DEFAULT_THROUGHPUT",
+    "LoggingConfig",
+    "RuntimeConfig",
+    "SupervisionConfig",
+    "decode_config",
+    "load_toml",
+)
+
+DEFAULT_MAILBOX_SIZE: Final = 1_000
+DEFAULT_DISPATCHERS: Final = 8
+DEFAULT_THROUGHPUT: Final = 64
+DEFAULT_ASK_TIMEOUT: Final = 30.0
+DEFAULT_DRAIN_TIMEOUT: Final = 10.0
+DEFAULT_MAX_RESTARTS: Final = 3
+DEFAULT_RESTART_PERIOD: Final = 5.0
+
+T = TypeVar("T")
+
+RestartStrategy = Literal["resume", "reset", "stop"]
+
+
+class _Section(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Base of every config section: frozen, unknown keys are errors."""
+
+
+class SupervisionConfig(_Section, frozen=True):
+    """What happens when an actor's handler raises an unexpected exception.
+
+    Attributes:
+        strategy: ``resume`` keeps the actor's state and goes on with the next
+            message; ``reset`` replaces the actor with a fresh one (state lost);
+            ``stop`` stops it at the first failure.
+        max_restarts: restarts allowed within ``within_seconds`` (OTP's restart
+            intensity); one more stops the actor and fails its pending asks.
+        within_seconds: the period of the restart intensity.
+    """
+
+    strategy: RestartStrategy = "resume"
+    max_restarts: int = msgspec.field(default=DEFAULT_MAX_RESTARTS)
+    within_seconds: float = DEFAULT_RESTART_PERIOD
+
+    def __post_init__(self) -> None:
+        if self.max_restarts < 0:
+            raise ValueError(f"max_restarts must be >= 0, got {self.max_restarts}")
+        if self.within_seconds <= 0:
+            raise ValueError(f"within_seconds must be > 0, got {self.within_seconds}")
+
+
+class RuntimeConfig(_Section, frozen=True):
+    """The actor machinery.
+
+    Attributes:
+        transport: ``memory`` (in process) or ``redis``.
+        mailbox_size: messages a mailbox holds before senders wait (``tell``) or
+            get ``MailboxFullError`` (``tell_nowait``).
+        dispatchers: tasks that run actors with mail; an idle actor holds no task.
+        throughput: messages one actor handles per turn before others get a go.
+        ask_timeout: seconds an ``ask`` waits for its reply by default.
+        drain_timeout: seconds shutdown waits for mailboxes to drain before it
+            fails what is left.
+        supervision: the default restart policy (actor kinds may override it).
+    """
+
+    transport: Literal["memory", "redis"] = "memory"
+    mailbox_size: int = DEFAULT_MAILBOX_SIZE
+    dispatchers: int = DEFAULT_DISPATCHERS
+    throughput: int = DEFAULT_THROUGHPUT
+    ask_timeout: float = DEFAULT_ASK_TIMEOUT
+    drain_timeout: float = DEFAULT_DRAIN_TIMEOUT
+    supervision: SupervisionConfig = msgspec.field(default_factory=SupervisionConfig)
+
+    def __post_init__(self) -> None:
+        for key in ("mailbox_size", "dispatchers", "throughput"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
+        for key in ("ask_timeout", "drain_timeout"):
+            if getattr(self, key) <= 0:
+                raise ValueError(f"{key} must be > 0, got {getattr(self, key)}")
+
+
+class LoggingConfig(_Section, frozen=True):
+    """structlog output.
+
+    Attributes:
+        format: ``console`` (human) or ``json`` (one object per line).
+        level: the lowest level written.
+    """
+
+    format: Literal["console", "json"] = "console"
+    level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+_PATH_RE: Final = re.compile(r" - at `\$\.?(.*)`$")
+
+
+def _translate(exc: msgspec.MsgspecError, source: str) -> ConfigError:
+    """Turn msgspec's ``Expected `int`, got `str` - at `$.a.b``` into our one line."""
+    text = str(exc).replace("`", "")
+    match = _PATH_RE.search(str(exc))
+    reason = str(exc)[: match.start()].replace("`", "") if match else text
+    key = (match.group(1) if match else "") or ""
+    unknown = re.match(r"Object contains unknown field (\S+)", reason)
+    if unknown:
+        full = f"{key}.{unknown.group(1)}" if key else unknown.group(1)
+        return ConfigError(f"{source}: unknown key {full!r}")
+    if reason.startswith("Expected"):
+        reason = "expected" + reason[len("Expected") :]
+    elif reason.startswith("Invalid enum value"):
+        reason = "invalid value" + reason[len("Invalid enum value") :]
+    if not isinstance(exc, msgspec.ValidationError):
+        return ConfigError(f"{source}: not valid TOML: {reason}")
+    if key:
+        return ConfigError(f"{source}: key {key!r}: {reason}")
+    return ConfigError(f"{source}: {reason}")
+
+
+def decode_config(data: bytes | str | dict[str, Any], type: type[T], *, source: str) -> T:
+    """Decode TOML text (or an already parsed mapping) into a config type.
+
+    Args:
+        data: TOML text, or a dict (for overrides built in code).
+        type: the config Struct to build.
+        source: what to call the input in errors (usually the file's path).
+
+    Raises:
+        ConfigError: naming ``source``, the key and what was expected.
+    """
+    try:
+        if isinstance(data, dict):
+            return msgspec.convert(data, type=type)
+        return msgspec.toml.decode(data, type=type)
+    except msgspec.MsgspecError as exc:
+        raise _translate(exc, source) from exc
+
+
+def load_toml(path: str | Path, type: type[T]) -> T:
+    """Load a TOML config file into ``type``.
+
+    Raises:
+        ConfigError: the file is missing or unreadable, is not valid TOML, or has
+            an unknown key or a value of the wrong type or range.
+    """
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"{p}: config file not found") from None
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read config file: {exc.strerror}") from exc
+    return decode_config(data, type, source=str(p))

@@ -1,0 +1,81 @@
+"""The one error tree of actormem.
+
+Every error the runtime or its actors raise on purpose derives from
+:class:`ActormemError`, so embedding code can catch the whole family with one
+``except``. Lower-level errors (redis, msgspec, openai, OS) are translated at the
+boundary with ``raise ... from exc`` so the cause stays visible.
+
+::
+
+    ActormemError
+    ├── ConfigError                  bad TOML, unknown key, wrong type, bad value
+    ├── RuntimeClosedError           the runtime is not open, or is shutting down
+    ├── ActorError                   something about one actor (carries ``address``)
+    │   ├── ActorNotFoundError       no actor kind registered for the address
+    │   ├── ActorStoppedError        the actor stopped (restart intensity, shutdown)
+    │   ├── MailboxFullError         ``tell_nowait`` on a full mailbox
+    │   ├── AskTimeoutError          no reply within the ask timeout
+    │   └── HandlerError             the handler raised while serving this request
+    ├── TransportError               a transport cannot carry an envelope
+    │   └── MessageTooLargeError     an encoded envelope is over the size limit
+    └── (actors) MemoryInputError    bad input to an agent memory (actors.errors)
+
+``actors`` defines its domain errors as subclasses of :class:`ActormemError` too.
+"""
+
+from __future__ import annotations
+
+
+class ActormemError(Exception):
+    """Base class of every error actormem raises on purpose."""
+
+
+class ConfigError(ActormemError):
+    """A configuration file or value is invalid.
+
+    The message names the file (when there is one), the key and what was expected.
+    """
+
+
+class RuntimeClosedError(ActormemError):
+    """The runtime is not open, or is shutting down and takes no new work."""
+
+
+class ActorError(ActormemError):
+    """An error about one actor; ``address`` names it."""
+
+    def __init__(self, address: str, message: str) -> None:
+        super().__init__(f"actor {address}: {message}")
+        self.address = address
+
+
+class ActorNotFoundError(ActorError):
+    """No actor kind is registered for the address."""
+
+
+class ActorStoppedError(ActorError):
+    """The actor has stopped and takes no more messages; pending asks fail with this."""
+
+
+class MailboxFullError(ActorError):
+    """``tell_nowait`` found the actor's bounded mailbox full (nothing was enqueued)."""
+
+
+class AskTimeoutError(ActorError, TimeoutError):
+    """No reply arrived within the ask timeout."""
+
+
+class HandlerError(ActorError):
+    """The actor's handler raised while serving this request.
+
+    The original exception is chained as ``__cause__`` and its type and text are
+    in the message, so the caller learns why without reading the logs.
+    """
+
+
+class TransportError(ActormemError):
+    """A transport cannot carry an envelope (connection lost, bad frame, ...)."""
+
+
+class MessageTooLargeError(TransportError):
+    """An encoded envelope is larger than the configured maximum message size."""

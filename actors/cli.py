@@ -1,0 +1,162 @@
+"""The ``actormem`` commands (the CLI frame is ``runtime.cli``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from actors.config import AppConfig, load_app_config
+from actors.simulation import SimulationReport, report_dict, run_simulation
+from runtime.config import decode_config
+from runtime.errors import ConfigError
+from runtime.logging import configure_logging
+
+__all__ = ("add_commands",)
+
+
+def add_commands(subs: Any) -> None:
+    """Add the app's commands to the CLI's subparsers."""
+    sim = subs.add_parser(
+        "simulate",
+        help="run the offline multi-agent simulation and print its report",
+        description="Run N agents for T steps through their memory actors, offline.",
+    )
+    sim.add_argument("config", nargs="?", default=None, help="a TOML config (configs/town.toml)")
+    sim.add_argument("--agents", type=_positive, help="override simulation.agents")
+    sim.add_argument("--steps", type=_positive, help="override simulation.steps")
+    sim.add_argument("--seed", type=int, help="override simulation.seed")
+    sim.add_argument("--transport", choices=("memory",), help="override runtime.transport")
+    sim.add_argument("--json", metavar="PATH", help="also write the report as JSON to PATH")
+    sim.add_argument("--no-progress", action="store_true", help="no progress bar")
+    sim.set_defaults(func=_simulate)
+
+    cfg = subs.add_parser(
+        "config",
+        help="check a config file and print it with every default filled in",
+    )
+    cfg.add_argument("config", nargs="?", default=None, help="a TOML config")
+    cfg.set_defaults(func=_show_config)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {value}")
+    return value
+
+
+def _load(args: argparse.Namespace) -> AppConfig:
+    config = load_app_config(args.config)
+    overrides: dict[str, dict[str, Any]] = {}
+    for key in ("agents", "steps", "seed"):
+        value = getattr(args, key, None)
+        if value is not None:
+            overrides.setdefault("simulation", {})[key] = value
+    if getattr(args, "transport", None):
+        overrides.setdefault("runtime", {})["transport"] = args.transport
+    if overrides:
+        data = msgspec.to_builtins(config)
+        for section, values in overrides.items():
+            data[section].update(values)
+        config = decode_config(data, AppConfig, source="command line")
+    configure_logging(
+        args.log_format or config.logging.format, args.log_level or config.logging.level
+    )
+    return config
+
+
+def _show_config(args: argparse.Namespace) -> int:
+    config = _load(args)
+    sys.stdout.write(msgspec.json.format(msgspec.json.encode(config)).decode() + "\n")
+    return 0
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    config = _load(args)
+    if config.runtime.transport != "memory":
+        raise ConfigError(
+            f"runtime.transport = {config.runtime.transport!r} is not available yet; use 'memory'"
+        )
+    err = Console(stderr=True)
+    show = not args.no_progress and err.is_terminal
+    progress = Progress(
+        TextColumn("[bold]simulating"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("steps"),
+        TimeElapsedColumn(),
+        console=err,
+        disable=not show,
+    )
+    with progress:
+        task = progress.add_task("steps", total=config.simulation.steps)
+
+        def step(n: int) -> None:
+            progress.update(task, completed=n)
+
+        report = anyio.run(lambda: run_simulation(config, on_step=step))
+    _print_report(report)
+    if args.json:
+        path = Path(args.json)
+        try:
+            path.write_text(msgspec.json.format(msgspec.json.encode(report_dict(report))).decode())
+        except OSError as exc:
+            raise ConfigError(f"cannot write the report to {path}: {exc.strerror}") from exc
+        print(f"report written to {path}")
+    return 0
+
+
+def _print_report(report: SimulationReport) -> None:
+    out = Console()
+    table = Table(title="actormem simulation", show_header=False, title_justify="left")
+    table.add_column("what", style="bold")
+    table.add_column("value", justify="right")
+    rows = [
+        ("agents x steps", f"{report.agents} x {report.steps} (seed {report.seed})"),
+        ("transport", report.transport),
+        ("messages processed", f"{report.messages_processed:,}"),
+        ("commands (add, context)", f"{report.commands:,}"),
+        ("elapsed", f"{report.elapsed_s:.2f} s"),
+        ("messages/s", f"{report.messages_per_s:,.0f}"),
+        ("tokens stored (history)", f"{report.tokens_stored:,}"),
+        (
+            "tokens in final contexts",
+            f"{report.tokens_in_final_contexts:,} (budget {report.context_budget:,}/agent)",
+        ),
+        ("planted facts", f"{report.facts_planted}"),
+        ("  found by search", _share(report.facts_found_by_search, report.facts_planted)),
+        ("  found in final context", _share(report.facts_found_in_context, report.facts_planted)),
+        ("  found either way", _share(report.facts_found, report.facts_planted)),
+        ("actor failures / restarts", f"{report.runtime.failures} / {report.runtime.restarts}"),
+    ]
+    for what, value in rows:
+        table.add_row(what, value)
+    out.print(table)
+    worst = sorted(report.per_agent, key=lambda a: (a.found, a.agent))[:5]
+    agents = Table(title="agents knowing the fewest of their facts", title_justify="left")
+    for col in ("agent", "messages", "history tokens", "context tokens", "facts found"):
+        agents.add_column(col, justify="right" if col != "agent" else "left")
+    for a in worst:
+        agents.add_row(
+            a.agent,
+            f"{a.messages:,}",
+            f"{a.history_tokens:,}",
+            f"{a.context_tokens:,}",
+            f"{a.found}/{a.facts}",
+        )
+    out.print(agents)
+
+
+def _share(part: int, whole: int) -> str:
+    return f"{part} ({100 * part / whole:.0f}%)" if whole else "0"

@@ -1,0 +1,210 @@
+"""The typed commands an agent memory actor serves, and their replies.
+
+Commands are frozen, tagged msgspec Structs: the tag lets one decoder read any of
+them off a Redis stream, and ``reply_type`` tells a remote asker how to decode
+the reply. New fields go last with defaults; a field's type never changes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+import msgspec
+
+from actors.messages import Message, Role
+
+__all__ = (
+    "EXPORT_VERSION",
+    "Add",
+    "AddResult",
+    "Clear",
+    "Context",
+    "Delete",
+    "Export",
+    "Get",
+    "Load",
+    "MemoryCommand",
+    "MemoryExport",
+    "MemoryStats",
+    "Prune",
+    "PruneResult",
+    "Reload",
+    "Search",
+    "Stats",
+)
+
+#: The version of the export format written by ``Export`` and read by ``Load``.
+EXPORT_VERSION = 1
+
+Scope = Literal["working", "history"]
+
+
+class _Command(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    reply_type: ClassVar[Any] = Any
+
+
+class AddResult(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``Add`` stored: the ids and token counts of the messages, in order.
+
+    Attributes:
+        ids: the stored messages' ids.
+        tokens: each message's token count.
+        size: messages in the working view afterwards.
+        working_tokens: tokens of the whole working view afterwards.
+    """
+
+    ids: list[str]
+    tokens: list[int]
+    size: int
+    working_tokens: int
+
+
+class Add(_Command, frozen=True):
+    """Append messages to the working view and to the original history."""
+
+    reply_type = AddResult
+    messages: list[Message]
+
+
+class Get(_Command, frozen=True):
+    """Messages matching every given filter, oldest first.
+
+    Attributes:
+        recent_n: only the last ``n`` of the matches.
+        roles / names: the message's role / name is one of these.
+        metadata: every key equals the given value.
+        since / until: ``since <= timestamp < until``.
+        important: only messages tagged ``important`` or with importance at or
+            above the memory's ``important_threshold``.
+        scope: ``working`` (the view the agent sees) or ``history`` (everything
+            ever added, untouched by prune and compression).
+    """
+
+    reply_type = list[Message]
+    recent_n: int | None = None
+    roles: list[Role] | None = None
+    names: list[str] | None = None
+    metadata: dict[str, Any] | None = None
+    since: float | None = None
+    until: float | None = None
+    important: bool = False
+    scope: Scope = "working"
+
+
+class Search(_Command, frozen=True):
+    """Text search: case-insensitive ``substring`` (oldest first) or BM25 ``ranked``."""
+
+    reply_type = list[Message]
+    query: str
+    mode: Literal["substring", "ranked"] = "substring"
+    k: int | None = None
+    roles: list[Role] | None = None
+    scope: Scope = "working"
+
+
+class Delete(_Command, frozen=True):
+    """Delete messages from the working view by id and/or index (all or none)."""
+
+    reply_type = int
+    ids: list[str] = []
+    indices: list[int] = []
+
+
+class Clear(_Command, frozen=True):
+    """Empty the working view; with ``history`` also wipe the original history."""
+
+    reply_type = int
+    history: bool = False
+
+
+class MemoryStats(msgspec.Struct, frozen=True, kw_only=True):
+    """Sizes of one agent's memory.
+
+    Attributes:
+        size: messages in the working view.
+        history_size: messages in the original history.
+        working_tokens: tokens of the working view (what a full context costs,
+            before the reply priming).
+        history_tokens: tokens of everything ever added.
+        offloaded: offloaded blocks that can be reloaded.
+    """
+
+    size: int
+    history_size: int
+    working_tokens: int
+    history_tokens: int
+    offloaded: int
+
+
+class Stats(_Command, frozen=True):
+    """Sizes and token totals of the memory."""
+
+    reply_type = MemoryStats
+
+
+class MemoryExport(msgspec.Struct, frozen=True, kw_only=True):
+    """A memory's content, as written by ``export`` and read by ``load``."""
+
+    version: int = EXPORT_VERSION
+    agent: str = ""
+    working: list[Message] = []
+    history: list[Message] = []
+    offloaded: dict[str, list[Message]] = {}
+    exported_at: float = 0.0
+
+
+class Export(_Command, frozen=True):
+    """Return the memory's content (working view, history, offloaded blocks)."""
+
+    reply_type = MemoryExport
+    include_history: bool = True
+
+
+class Load(_Command, frozen=True):
+    """Load exported content: replace the working view (``overwrite``) or merge into it.
+
+    Merging appends the messages whose ids the working view does not hold yet.
+    The original history only ever grows: loaded messages it lacks are appended.
+    """
+
+    reply_type = int
+    data: MemoryExport
+    overwrite: bool = False
+
+
+class PruneResult(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``Prune`` removed from the working view."""
+
+    removed: int
+    working_tokens: int
+
+
+class Prune(_Command, frozen=True):
+    """Drop the oldest messages until the working view fits ``max_tokens``.
+
+    Tool calls and their results go together; with ``preserve_system`` the leading
+    system messages always stay.
+    """
+
+    reply_type = PruneResult
+    max_tokens: int
+    preserve_system: bool = True
+
+
+class Context(_Command, frozen=True):
+    """The working view as an OpenAI message list within ``max_tokens`` (reply included)."""
+
+    reply_type = list[dict[str, Any]]
+    max_tokens: int | None = None
+
+
+class Reload(_Command, frozen=True):
+    """The original messages behind an offload id."""
+
+    reply_type = list[Message]
+    offload_id: str
+
+
+MemoryCommand = (
+    Add | Get | Search | Delete | Clear | Stats | Export | Load | Prune | Context | Reload
+)

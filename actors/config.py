@@ -1,0 +1,103 @@
+"""The application's config: the runtime's sections plus the domain actors' sections.
+
+``configs/default.toml`` lists every key with its default; a simulation config
+such as ``configs/town.toml`` sets only what differs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Final
+
+import msgspec
+
+from runtime.config import LoggingConfig, RuntimeConfig, _Section, load_toml
+
+__all__ = ("AppConfig", "MemoryConfig", "SimulationConfig", "load_app_config")
+
+DEFAULT_MAX_TOKENS: Final = 131_072
+DEFAULT_IMPORTANT_THRESHOLD: Final = 0.7
+DEFAULT_MAX_MESSAGE_CHARS: Final = 1_000_000
+DEFAULT_MAX_BATCH: Final = 10_000
+
+
+class MemoryConfig(_Section, frozen=True):
+    """Each agent's memory actor.
+
+    Attributes:
+        max_tokens: the context budget ``context()`` uses when given none.
+        important_threshold: ``important()`` returns messages at or above it.
+        max_message_chars: a message whose text is longer is refused.
+        max_batch: most messages one ``add`` may carry.
+        encoding: the tiktoken encoding tokens are counted with.
+    """
+
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    important_threshold: float = DEFAULT_IMPORTANT_THRESHOLD
+    max_message_chars: int = DEFAULT_MAX_MESSAGE_CHARS
+    max_batch: int = DEFAULT_MAX_BATCH
+    encoding: str = "cl100k_base"
+
+    def __post_init__(self) -> None:
+        if self.max_tokens < 16:
+            raise ValueError(f"max_tokens must be >= 16, got {self.max_tokens}")
+        if not 0.0 <= self.important_threshold <= 1.0:
+            raise ValueError(
+                f"important_threshold must be within 0..1, got {self.important_threshold}"
+            )
+        for key in ("max_message_chars", "max_batch"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
+
+
+class SimulationConfig(_Section, frozen=True):
+    """The offline multi-agent simulation (``actormem simulate``).
+
+    Attributes:
+        agents: how many agents talk.
+        steps: how many rounds they talk for.
+        seed: the seed of the scripted brain; the same seed gives the same run.
+        facts_per_agent: planted facts each agent is told early on.
+        fact_steps: planted facts are told within the first ``fact_steps`` steps.
+        tool_call_rate: the share of turns in which an agent calls a tool.
+        context_tokens: the budget of each agent's ``context()`` at the end.
+        concurrency: agents acting at once in a step.
+    """
+
+    agents: int = 50
+    steps: int = 40
+    seed: int = 7
+    facts_per_agent: int = 3
+    fact_steps: int = 5
+    tool_call_rate: float = 0.3
+    context_tokens: int = 4_096
+    concurrency: int = 50
+
+    def __post_init__(self) -> None:
+        for key in ("agents", "steps", "facts_per_agent", "fact_steps", "concurrency"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
+        if not 0.0 <= self.tool_call_rate <= 1.0:
+            raise ValueError(f"tool_call_rate must be within 0..1, got {self.tool_call_rate}")
+        if self.context_tokens < 64:
+            raise ValueError(f"context_tokens must be >= 64, got {self.context_tokens}")
+
+
+class AppConfig(_Section, frozen=True):
+    """Everything one TOML config file holds."""
+
+    runtime: RuntimeConfig = msgspec.field(default_factory=RuntimeConfig)
+    logging: LoggingConfig = msgspec.field(default_factory=LoggingConfig)
+    memory: MemoryConfig = msgspec.field(default_factory=MemoryConfig)
+    simulation: SimulationConfig = msgspec.field(default_factory=SimulationConfig)
+
+
+def load_app_config(path: str | Path | None) -> AppConfig:
+    """Load an app config file (all defaults when ``path`` is None).
+
+    Raises:
+        ConfigError: naming the file, the key and what was expected.
+    """
+    if path is None:
+        return AppConfig()
+    return load_toml(path, AppConfig)

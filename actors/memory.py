@@ -1,0 +1,401 @@
+"""The agent memory actor: one per agent, the only writer of that agent's memory.
+
+Dual storage, as in AutoContextMemory: the *original history* is append-only and
+nothing rewrites it; the *working view* is what the agent sees, and prune (and
+the compressor) rewrite it. Every message's tokens are counted once, when it is
+added, and the working view's total is kept up to date as it changes, so
+budgets never need a recount.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import structlog
+
+from actors._bm25 import BM25
+from actors.commands import (
+    EXPORT_VERSION,
+    Add,
+    AddResult,
+    Clear,
+    Context,
+    Delete,
+    Export,
+    Get,
+    Load,
+    MemoryExport,
+    MemoryStats,
+    Prune,
+    PruneResult,
+    Reload,
+    Search,
+    Stats,
+)
+from actors.config import MemoryConfig
+from actors.conversation import group_units, leading_system_count
+from actors.errors import ContextBudgetError, MemoryInputError
+from actors.messages import Message, count_tokens
+from runtime import Actor, ActorContext, TokenCounter, get_counter
+from runtime.tokens import REPLY_PRIMING_TOKENS
+
+__all__ = ("AgentMemory", "memory_factory")
+
+log = structlog.get_logger("actormem.memory")
+
+#: Results a ranked search returns when the caller gives no ``k``.
+DEFAULT_SEARCH_K = 10
+
+
+class AgentMemory(Actor):
+    """One agent's memory (see the module doc). Served through :class:`MemoryHandle`."""
+
+    __slots__ = (
+        "_bm25",
+        "_config",
+        "_counter",
+        "_history",
+        "_history_ids",
+        "_history_tokens",
+        "_offloaded",
+        "_version",
+        "_working",
+        "_working_tokens",
+        "agent",
+    )
+
+    def __init__(self, ctx: ActorContext, config: MemoryConfig, counter: TokenCounter) -> None:
+        super().__init__(ctx)
+        self.agent = ctx.key
+        self._config = config
+        self._counter = counter
+        self._working: list[Message] = []
+        self._working_tokens = 0
+        self._history: list[Message] = []
+        self._history_ids: set[str] = set()
+        self._history_tokens = 0
+        self._offloaded: dict[str, list[Message]] = {}
+        # Bumped whenever the working view is rewritten (not on append): caches
+        # and, later, compression results computed on an older view check it.
+        self._version = 0
+        self._bm25: tuple[tuple[str, int, int], BM25] | None = None
+
+    async def receive(self, message: Any) -> Any:
+        match message:
+            case Add(messages=messages):
+                return self._add(messages)
+            case Context(max_tokens=max_tokens):
+                return self._context(max_tokens)
+            case Get():
+                return self._get(message)
+            case Search():
+                return self._search(message)
+            case Delete(ids=ids, indices=indices):
+                return self._delete(ids, indices)
+            case Clear(history=history):
+                return self._clear(history)
+            case Stats():
+                return self._stats()
+            case Export(include_history=include_history):
+                return self._export(include_history)
+            case Load(data=data, overwrite=overwrite):
+                return self._load(data, overwrite)
+            case Prune(max_tokens=max_tokens, preserve_system=preserve_system):
+                return self._prune(max_tokens, preserve_system)
+            case Reload(offload_id=offload_id):
+                return self._reload(offload_id)
+        raise MemoryInputError(f"an agent memory does not serve {type(message).__name__}")
+
+    # -- writes -------------------------------------------------------------------
+
+    def _counted(self, messages: Sequence[Message], what: str) -> list[Message]:
+        """Validate messages and return them with their token counts cached."""
+        if not isinstance(messages, list | tuple):
+            raise MemoryInputError(f"{what} takes a list of messages")
+        if len(messages) > self._config.max_batch:
+            raise MemoryInputError(
+                f"{what} got {len(messages)} messages; at most {self._config.max_batch} at once"
+            )
+        seen: set[str] = set()
+        out = []
+        limit = self._config.max_message_chars
+        for i, m in enumerate(messages):
+            if not isinstance(m, Message):
+                raise MemoryInputError(f"{what}: item {i} is a {type(m).__name__}, not a Message")
+            if m.id in seen:
+                raise MemoryInputError(f"{what}: message id {m.id!r} appears twice")
+            seen.add(m.id)
+            size = len(m.text())
+            if size > limit:
+                raise MemoryInputError(
+                    f"{what}: message {m.id!r} has {size} characters; the limit is {limit}"
+                )
+            out.append(m.with_tokens(count_tokens(m, self._counter)))
+        return out
+
+    def _append_history(self, messages: Sequence[Message]) -> None:
+        for m in messages:
+            if m.id not in self._history_ids:
+                self._history_ids.add(m.id)
+                self._history.append(m)
+                self._history_tokens += m.tokens
+
+    def _add(self, messages: list[Message]) -> AddResult:
+        counted = self._counted(messages, "add")
+        clash = [m.id for m in counted if m.id in self._history_ids]
+        if clash:
+            raise MemoryInputError(
+                f"add: message id {clash[0]!r} is already stored"
+                + (f" (and {len(clash) - 1} more)" if len(clash) > 1 else "")
+            )
+        self._working.extend(counted)
+        added = sum(m.tokens for m in counted)
+        self._working_tokens += added
+        self._append_history(counted)
+        return AddResult(
+            ids=[m.id for m in counted],
+            tokens=[m.tokens for m in counted],
+            size=len(self._working),
+            working_tokens=self._working_tokens,
+        )
+
+    def _set_working(self, messages: list[Message]) -> None:
+        self._working = messages
+        self._working_tokens = sum(m.tokens for m in messages)
+        self._version += 1
+
+    def _delete(self, ids: list[str], indices: list[int]) -> int:
+        if not ids and not indices:
+            raise MemoryInputError("delete needs ids or indices")
+        n = len(self._working)
+        doomed: set[int] = set()
+        for index in indices:
+            if not -n <= index < n:
+                raise MemoryInputError(f"delete: index {index} is out of range for {n} messages")
+            doomed.add(index % n)
+        if ids:
+            wanted = set(ids)
+            for pos, m in enumerate(self._working):
+                if m.id in wanted:
+                    doomed.add(pos)
+                    wanted.discard(m.id)
+            if wanted:
+                missing = sorted(wanted)
+                raise MemoryInputError(
+                    f"delete: no message with id {missing[0]!r} in the working view"
+                    + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
+                )
+        self._set_working([m for pos, m in enumerate(self._working) if pos not in doomed])
+        return len(doomed)
+
+    def _clear(self, history: bool) -> int:
+        removed = len(self._working)
+        self._set_working([])
+        if history:
+            self._history = []
+            self._history_ids = set()
+            self._history_tokens = 0
+            self._offloaded = {}
+            log.info("memory_history_wiped", agent=self.agent, working_removed=removed)
+        return removed
+
+    def _load(self, data: MemoryExport, overwrite: bool) -> int:
+        if not isinstance(data, MemoryExport):
+            raise MemoryInputError("load takes a MemoryExport")
+        if data.version != EXPORT_VERSION:
+            raise MemoryInputError(
+                f"load: export format version {data.version} is not supported "
+                f"(this version reads {EXPORT_VERSION})"
+            )
+        # Validate everything before changing anything.
+        working = self._counted(data.working, "load")
+        history = self._counted(data.history, "load (history)") if data.history else []
+        offloaded = {k: self._counted(v, "load (offloaded)") for k, v in data.offloaded.items()}
+        if overwrite:
+            self._set_working(working)
+            loaded = len(working)
+        else:
+            have = {m.id for m in self._working}
+            fresh = [m for m in working if m.id not in have]
+            self._working.extend(fresh)
+            self._working_tokens += sum(m.tokens for m in fresh)
+            loaded = len(fresh)
+        self._append_history(history)
+        self._append_history(working)
+        self._offloaded.update(offloaded)
+        return loaded
+
+    def _prune(self, max_tokens: int, preserve_system: bool) -> PruneResult:
+        if max_tokens < 1:
+            raise MemoryInputError(f"prune: max_tokens must be >= 1, got {max_tokens}")
+        working = self._working
+        head = leading_system_count(working) if preserve_system else 0
+        budget = max_tokens - sum(m.tokens for m in working[:head])
+        keep: set[int] = set(range(head))
+        units = group_units(working[head:])
+        positions = {id(m): head + i for i, m in enumerate(working[head:])}
+        for unit in reversed(units):
+            if unit.tokens > budget:
+                break
+            budget -= unit.tokens
+            keep.update(positions[id(m)] for m in unit.messages)
+        removed = len(working) - len(keep)
+        if removed:
+            self._set_working([m for pos, m in enumerate(working) if pos in keep])
+            log.debug("memory_pruned", agent=self.agent, removed=removed)
+        return PruneResult(removed=removed, working_tokens=self._working_tokens)
+
+    # -- reads ----------------------------------------------------------------------
+
+    def _source(self, scope: str) -> list[Message]:
+        if scope == "working":
+            return self._working
+        if scope == "history":
+            return self._history
+        raise MemoryInputError(f"scope must be 'working' or 'history', got {scope!r}")
+
+    def _get(self, q: Get) -> list[Message]:
+        if q.recent_n is not None and q.recent_n < 0:
+            raise MemoryInputError(f"recent_n must be >= 0, got {q.recent_n}")
+        tests: list[Callable[[Message], bool]] = []
+        if q.roles is not None:
+            roles = set(q.roles)
+            tests.append(lambda m: m.role in roles)
+        if q.names is not None:
+            names = set(q.names)
+            tests.append(lambda m: m.name in names)
+        if q.metadata:
+            wanted = q.metadata.items()
+            tests.append(lambda m: all(m.metadata.get(k) == v for k, v in wanted))
+        if q.since is not None:
+            since = q.since
+            tests.append(lambda m: m.timestamp >= since)
+        if q.until is not None:
+            until = q.until
+            tests.append(lambda m: m.timestamp < until)
+        if q.important:
+            threshold = self._config.important_threshold
+            tests.append(
+                lambda m: (
+                    bool(m.metadata.get("important"))
+                    or (m.importance is not None and m.importance >= threshold)
+                )
+            )
+        source = self._source(q.scope)
+        found = [m for m in source if all(t(m) for t in tests)] if tests else list(source)
+        if q.recent_n is not None:
+            found = found[len(found) - q.recent_n :] if q.recent_n else []
+        return found
+
+    def _search(self, q: Search) -> list[Message]:
+        query = q.query.strip()
+        if not query:
+            raise MemoryInputError("search needs a non-empty query")
+        if q.k is not None and q.k < 1:
+            raise MemoryInputError(f"search: k must be >= 1, got {q.k}")
+        source = self._source(q.scope)
+        if q.roles is not None:
+            roles = set(q.roles)
+            source = [m for m in source if m.role in roles]
+        if q.mode == "substring":
+            needle = query.casefold()
+            hits = [m for m in source if needle in m.searchable_text().casefold()]
+            return hits[-q.k :] if q.k is not None else hits
+        if q.mode != "ranked":
+            raise MemoryInputError(f"search mode must be 'substring' or 'ranked', got {q.mode!r}")
+        index = self._index(q.scope, source, q.roles is None)
+        return [source[i] for i, _ in index.top(query, q.k or DEFAULT_SEARCH_K)]
+
+    def _index(self, scope: str, source: list[Message], cacheable: bool) -> BM25:
+        if not cacheable:
+            return BM25([m.searchable_text() for m in source])
+        key = (scope, self._version, len(source) if scope == "working" else len(self._history))
+        if self._bm25 is not None and self._bm25[0] == key:
+            return self._bm25[1]
+        index = BM25([m.searchable_text() for m in source])
+        self._bm25 = (key, index)
+        return index
+
+    def _context(self, max_tokens: int | None) -> list[dict[str, Any]]:
+        budget = self._config.max_tokens if max_tokens is None else max_tokens
+        if budget < 1:
+            raise MemoryInputError(f"context: max_tokens must be >= 1, got {budget}")
+        working = self._working
+        head = leading_system_count(working)
+        remaining = budget - REPLY_PRIMING_TOKENS - sum(m.tokens for m in working[:head])
+        if remaining < 0:
+            raise ContextBudgetError(
+                f"context: the system messages alone need {budget - remaining} tokens "
+                f"with the reply priming; the budget is {budget}"
+            )
+        # Walk back from the newest message, one unit at a time, until the budget
+        # is spent: a tool result waits in ``answers`` until its assistant message
+        # is reached, so a call and its results are taken or dropped together.
+        picked: list[list[Message]] = []
+        answers: dict[str, Message] = {}
+        i = len(working) - 1
+        while i >= head:
+            m = working[i]
+            i -= 1
+            if m.role == "tool":
+                answers[m.tool_call_id or ""] = m
+                continue
+            if m.tool_calls:
+                unit = [m]
+                for call in m.tool_calls:
+                    answer = answers.pop(call.id, None)
+                    if answer is None:
+                        break
+                    unit.append(answer)
+                else:
+                    cost = sum(x.tokens for x in unit)
+                    if cost > remaining:
+                        break
+                    remaining -= cost
+                    picked.append(unit)
+                # A call still waiting for results cannot be sent: skip the unit.
+                continue
+            if m.tokens > remaining:
+                break
+            remaining -= m.tokens
+            picked.append([m])
+        out = [m.to_openai() for m in working[:head]]
+        for unit in reversed(picked):
+            out.extend(m.to_openai() for m in unit)
+        return out
+
+    def _stats(self) -> MemoryStats:
+        return MemoryStats(
+            size=len(self._working),
+            history_size=len(self._history),
+            working_tokens=self._working_tokens,
+            history_tokens=self._history_tokens,
+            offloaded=len(self._offloaded),
+        )
+
+    def _export(self, include_history: bool) -> MemoryExport:
+        return MemoryExport(
+            agent=self.agent,
+            working=list(self._working),
+            history=list(self._history) if include_history else [],
+            offloaded={k: list(v) for k, v in self._offloaded.items()},
+            exported_at=time.time(),
+        )
+
+    def _reload(self, offload_id: str) -> list[Message]:
+        found = self._offloaded.get(offload_id)
+        if found is None:
+            raise MemoryInputError(f"reload: no offloaded content with id {offload_id!r}")
+        return list(found)
+
+
+def memory_factory(config: MemoryConfig) -> Callable[[ActorContext], AgentMemory]:
+    """Return the factory the runtime calls to activate an agent's memory actor."""
+    counter = get_counter(config.encoding)
+
+    def make(ctx: ActorContext) -> AgentMemory:
+        return AgentMemory(ctx, config, counter)
+
+    return make

@@ -244,7 +244,6 @@ class AgentMemory(Actor):
         removed = len(working) - len(keep)
         if removed:
             self._set_working([m for pos, m in enumerate(working) if pos in keep])
-            log.debug("memory_pruned", agent=self.agent, removed=removed)
         return PruneResult(removed=removed, working_tokens=self._working_tokens)
 
     # -- reads ----------------------------------------------------------------------
@@ -320,8 +319,11 @@ class AgentMemory(Actor):
 
     def _context(self, max_tokens: int | None) -> list[dict[str, Any]]:
         budget = self._config.max_tokens if max_tokens is None else max_tokens
-        if budget < 1:
-            raise MemoryInputError(f"context: max_tokens must be >= 1, got {budget}")
+        if budget <= REPLY_PRIMING_TOKENS:
+            raise MemoryInputError(
+                f"context: max_tokens must be > {REPLY_PRIMING_TOKENS} (the reply priming "
+                f"every request pays), got {budget}"
+            )
         working = self._working
         head = leading_system_count(working)
         remaining = budget - REPLY_PRIMING_TOKENS - sum(m.tokens for m in working[:head])

@@ -171,7 +171,6 @@ class Runtime:
             await tg.__aexit__(type(exc), exc, exc.__traceback__)
             raise
         self._state = "open"
-        log.debug("runtime_opened", transport=self.transport.name)
         return self
 
     async def __aexit__(
@@ -208,7 +207,6 @@ class Runtime:
                 with anyio.move_on_after(_STOP_HOOK_TIMEOUT):
                     await self.transport.aclose()
             self._fail_leftovers()
-        log.debug("runtime_closed", processed=self._processed)
 
     async def _stop_actors(self) -> None:
         for cell in self._cells.values():

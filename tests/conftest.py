@@ -1,10 +1,35 @@
-"""Shared fixtures: the anyio backend (asyncio: redis-py's asyncio client needs it)."""
+"""Shared fixtures: the anyio backend, and the transports every actor test runs on."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Callable
+
 import pytest
+
+from actors import AppConfig, MemoryRuntime
+from runtime import InProcessTransport, Transport
+from runtime.logging import configure_logging
+
+# Quiet by default; tests that check log events use structlog.testing.capture_logs.
+configure_logging("console", "warning")
 
 
 @pytest.fixture
 def anyio_backend() -> str:
+    # redis-py's asyncio client needs asyncio; anyio runs on it.
     return "asyncio"
+
+
+@pytest.fixture(params=["memory"])
+def make_transport(request: pytest.FixtureRequest) -> Callable[[], Transport]:
+    """A factory for the transport under test (each actor test runs on every one)."""
+    if request.param == "memory":
+        return InProcessTransport
+    raise AssertionError(request.param)
+
+
+@pytest.fixture
+async def memory_rt(make_transport: Callable[[], Transport]) -> AsyncIterator[MemoryRuntime]:
+    """An open MemoryRuntime on the transport under test."""
+    async with MemoryRuntime(AppConfig(), transport=make_transport()) as rt:
+        yield rt

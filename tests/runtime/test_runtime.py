@@ -1,0 +1,309 @@
+"""The actor machinery: tell/ask, backpressure, supervision, shutdown."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+from structlog.testing import capture_logs
+
+from runtime import (
+    Actor,
+    ActorContext,
+    ActorNotFoundError,
+    ActorStoppedError,
+    AskTimeoutError,
+    ConfigError,
+    HandlerError,
+    MailboxFullError,
+    Runtime,
+    RuntimeClosedError,
+    RuntimeConfig,
+    SupervisionConfig,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+class Counter(Actor):
+    """Counts messages; 'boom' crashes it, ('sleep', s) sleeps, ('bad',) is bad input."""
+
+    instances = 0
+
+    def __init__(self, ctx: ActorContext) -> None:
+        super().__init__(ctx)
+        self.seen: list[Any] = []
+        Counter.instances += 1
+
+    async def receive(self, message: Any) -> Any:
+        if message == "boom":
+            raise RuntimeError("boom!")
+        if message == "bad":
+            raise ConfigError("bad input")
+        if isinstance(message, tuple) and message[0] == "sleep":
+            await anyio.sleep(message[1])
+        self.seen.append(message)
+        return list(self.seen)
+
+
+def runtime(**overrides: Any) -> Runtime:
+    rt = Runtime(RuntimeConfig(**overrides))
+    rt.register("counter", Counter)
+    return rt
+
+
+async def test_ask_returns_the_reply_and_messages_are_handled_in_order() -> None:
+    async with runtime() as rt:
+        ref = rt.ref("counter/a")
+        for i in range(5):
+            await ref.tell(i)
+        assert await ref.ask("last") == [0, 1, 2, 3, 4, "last"]
+
+
+async def test_each_address_is_its_own_actor() -> None:
+    async with runtime() as rt:
+        await rt.ref("counter/a").tell(1)
+        assert await rt.ref("counter/b").ask(2) == [2]
+        assert await rt.ref("counter/a").ask(3) == [1, 3]
+        assert rt.stats().actors == 2
+
+
+async def test_idle_actors_hold_no_task() -> None:
+    async with runtime(dispatchers=2) as rt:
+        for i in range(2000):
+            await rt.ref(f"counter/{i}").tell(i)
+        assert await rt.ref("counter/1999").ask("x") == [1999, "x"]
+        # Only the dispatchers run, however many actors there are.
+        tasks = [t for t in anyio.get_running_tasks() if "dispatch" in (t.name or "")]
+        assert len(tasks) == 2
+        assert rt.stats().active == 2000
+
+
+async def test_ask_timeout_names_the_actor_and_message() -> None:
+    async with runtime() as rt:
+        with pytest.raises(AskTimeoutError, match=r"counter/slow.*tuple.*0\.05s"):
+            await rt.ref("counter/slow").ask(("sleep", 1.0), timeout=0.05)
+
+
+async def test_tell_nowait_on_full_mailbox_raises_and_drops_nothing() -> None:
+    async with runtime(mailbox_size=3) as rt:
+        ref = rt.ref("counter/a")
+        await ref.tell(("sleep", 0.1))  # occupies the actor
+        await anyio.sleep(0.01)
+        for i in range(3):
+            ref.tell_nowait(i)
+        with pytest.raises(MailboxFullError, match="counter/a: mailbox full"):
+            ref.tell_nowait(99)
+        assert await ref.ask("end") == [("sleep", 0.1), 0, 1, 2, "end"]
+
+
+async def test_tell_waits_while_the_mailbox_is_full() -> None:
+    async with runtime(mailbox_size=2) as rt:
+        ref = rt.ref("counter/a")
+        await ref.tell(("sleep", 0.05))
+        await anyio.sleep(0.01)
+        done: list[int] = []
+
+        async def producer() -> None:
+            for i in range(6):
+                await ref.tell(i)
+                done.append(i)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(producer)
+            await anyio.sleep(0.02)
+            # The sender is blocked by backpressure, not dropping messages.
+            assert len(done) < 6
+        assert await ref.ask("end") == [("sleep", 0.05), 0, 1, 2, 3, 4, 5, "end"]
+        assert rt.stats().max_mailbox_depth == 0
+
+
+async def test_unknown_kind_and_bad_address_are_clear_errors() -> None:
+    async with runtime() as rt:
+        with pytest.raises(ActorNotFoundError, match="no actor kind 'nope'"):
+            await rt.ref("nope/a").tell(1)
+        with pytest.raises(ValueError, match="kind/key"):
+            rt.ref("no-slash")
+
+
+async def test_expected_errors_answer_the_asker_without_a_restart() -> None:
+    async with runtime() as rt:
+        ref = rt.ref("counter/a")
+        await ref.tell(1)
+        with pytest.raises(ConfigError, match="bad input"):
+            await ref.ask("bad")
+        assert await ref.ask(2) == [1, 2]
+        stats = rt.stats()
+        assert (stats.rejected, stats.failures, stats.restarts) == (1, 0, 0)
+
+
+async def test_resume_keeps_state_after_a_crash() -> None:
+    async with runtime() as rt:
+        ref = rt.ref("counter/a")
+        await ref.tell(1)
+        with (
+            capture_logs() as logs,
+            pytest.raises(HandlerError, match="RuntimeError: boom!") as info,
+        ):
+            await ref.ask("boom")
+        assert isinstance(info.value.__cause__, RuntimeError)
+        assert await ref.ask(2) == [1, 2]
+        events = [e["event"] for e in logs]
+        assert "actor_handler_failed" in events and "actor_restarted" in events
+
+
+async def test_reset_strategy_starts_from_fresh_state() -> None:
+    rt = Runtime()
+    rt.register("counter", Counter, supervision=SupervisionConfig(strategy="reset"))
+    async with rt:
+        ref = rt.ref("counter/a")
+        await ref.tell(1)
+        await ref.tell("boom")
+        assert await ref.ask(2) == [2]
+
+
+async def test_restart_intensity_stops_the_actor_and_fails_pending_asks() -> None:
+    rt = Runtime()
+    policy = SupervisionConfig(max_restarts=2, within_seconds=60)
+    rt.register("counter", Counter, supervision=policy)
+    async with rt, anyio.create_task_group() as tg:
+        ref = rt.ref("counter/a")
+        for _ in range(2):
+            with pytest.raises(HandlerError):
+                await ref.ask("boom")
+        errors: list[BaseException] = []
+
+        async def late_ask() -> None:
+            try:
+                await ref.ask("after")
+            except ActorStoppedError as exc:
+                errors.append(exc)
+
+        await ref.tell(("sleep", 0.05))
+        await ref.tell("boom")  # third failure within the period: stop
+        tg.start_soon(late_ask)
+        await anyio.sleep(0.2)
+        assert len(errors) == 1
+        assert "more than 2 restarts" in str(errors[0])
+        assert rt.stop_reason("counter/a") is not None
+        with pytest.raises(ActorStoppedError):
+            await ref.tell(1)
+        # Other actors of the kind are unaffected.
+        assert await rt.ref("counter/b").ask(1) == [1]
+
+
+async def test_a_failing_start_counts_as_a_crash() -> None:
+    class Broken(Actor):
+        async def on_start(self) -> None:
+            raise RuntimeError("cannot start")
+
+        async def receive(self, message: Any) -> Any:
+            return message
+
+    rt = Runtime()
+    rt.register("broken", Broken, supervision=SupervisionConfig(max_restarts=1))
+    async with rt:
+        for _ in range(2):  # a restart, then the second failure stops it
+            with pytest.raises(HandlerError, match="cannot start"):
+                await rt.ref("broken/a").ask(1)
+        with pytest.raises(ActorStoppedError, match="more than 1 restarts"):
+            await rt.ref("broken/a").ask(1)
+
+
+async def test_shutdown_drains_mailboxes() -> None:
+    rt = runtime()
+    async with rt:
+        ref = rt.ref("counter/a")
+        for i in range(100):
+            await ref.tell(i)
+    assert rt.stats().processed == 100
+
+
+async def test_shutdown_fails_pending_asks_and_nothing_hangs() -> None:
+    rt = runtime(drain_timeout=0.1)
+    results: list[BaseException] = []
+
+    async def asker(ref: Any) -> None:
+        try:
+            await ref.ask(("sleep", 30), timeout=60)
+        except RuntimeClosedError as exc:
+            results.append(exc)
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg, rt:
+            for i in range(3):
+                tg.start_soon(asker, rt.ref(f"counter/{i}"))
+            tg.start_soon(asker, rt.ref("counter/0"))  # queued behind the first
+            await anyio.sleep(0.05)
+    assert len(results) == 4
+    with pytest.raises(RuntimeClosedError):
+        await rt.ref("counter/0").tell(1)
+
+
+async def test_stop_hooks_run_at_shutdown() -> None:
+    stopped: list[str] = []
+
+    class Hooked(Actor):
+        async def receive(self, message: Any) -> Any:
+            return message
+
+        async def on_stop(self) -> None:
+            stopped.append(self.ctx.key)
+
+    rt = Runtime()
+    rt.register("hooked", Hooked)
+    async with rt:
+        await rt.ref("hooked/a").ask(1)
+        await rt.ref("hooked/b").ask(1)
+    assert sorted(stopped) == ["a", "b"]
+
+
+async def test_a_runtime_opens_once_and_must_be_open() -> None:
+    rt = runtime()
+    with pytest.raises(RuntimeClosedError, match="not open"):
+        await rt.ref("counter/a").tell(1)
+    async with rt:
+        pass
+    with pytest.raises(RuntimeError, match="only once"):
+        await rt.__aenter__()
+
+
+async def test_pipe_runs_work_in_the_background_and_tells_the_result() -> None:
+    class Piper(Actor):
+        def __init__(self, ctx: ActorContext) -> None:
+            super().__init__(ctx)
+            self.results: list[Any] = []
+
+        async def receive(self, message: Any) -> Any:
+            if message == "start":
+
+                async def work() -> str:
+                    await anyio.sleep(0.05)
+                    return "piped"
+
+                self.ctx.pipe(work, wrap=lambda result, error: ("result", result, error))
+                return "started"
+            if isinstance(message, tuple):
+                self.results.append(message)
+                return None
+            return list(self.results)
+
+    rt = Runtime()
+    rt.register("piper", Piper)
+    async with rt:
+        ref = rt.ref("piper/a")
+        assert await ref.ask("start") == "started"
+        # The actor keeps serving while the work runs.
+        assert await ref.ask("results") == []
+        await anyio.sleep(0.1)
+        assert await ref.ask("results") == [("result", "piped", None)]
+
+
+def test_registering_a_kind_checks_its_name() -> None:
+    rt = Runtime()
+    rt.register("a", Counter)
+    with pytest.raises(ValueError, match="already registered"):
+        rt.register("a", Counter)
+    with pytest.raises(ValueError, match="without '/'"):
+        rt.register("a/b", Counter)

@@ -19,6 +19,7 @@ from typing import Any, Final
 
 import anyio
 import msgspec
+import structlog
 
 from actors.app import MemoryRuntime
 from actors.config import AppConfig
@@ -49,6 +50,8 @@ _TOPICS: Final = (
     "the harvest", "the storm last week", "the festival", "a missing goat", "the new well",
     "prices at the market", "the ferry schedule", "the mayor's speech", "a strange light",
 )  # fmt: skip
+log = structlog.get_logger("actormem.simulation")
+
 _TOOLS: Final = ("check_weather", "look_up_ledger", "count_inventory", "read_notice_board")
 
 
@@ -262,6 +265,7 @@ async def _run(
             )
             await add(me, [Message(role="user", name=partner, content=answer)])
 
+    log.info("simulation_started", agents=sim.agents, steps=sim.steps, seed=sim.seed)
     started = time.perf_counter()
     for step in range(sim.steps):
         async with anyio.create_task_group() as tg:
@@ -270,6 +274,7 @@ async def _run(
         if on_step is not None:
             on_step(step + 1)
     elapsed = time.perf_counter() - started
+    log.info("simulation_finished", messages=messages, commands=commands, elapsed_s=elapsed)
 
     per_agent = []
     for name in names:

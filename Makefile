@@ -13,14 +13,19 @@ CONFIG ?= configs/town.toml
 $(BIN)/python:
 	@test -n "$(PYTHON)" || { echo "actormem needs Python 3.11 or newer on PATH (set PYTHON=...)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
+	@$(BIN)/python -m pip install --quiet --upgrade pip > /dev/null 2>&1 || true
 
+# pip's and setuptools' chatter goes to a log that is shown only when the install fails.
 $(VENV)/.installed-run: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e .
+	@echo "installing actormem into $(VENV) (log: $(VENV)/install.log)"
+	@$(BIN)/python -m pip install -e . > $(VENV)/install.log 2>&1 \
+		|| { cat $(VENV)/install.log; exit 1; }
 	@touch $@
 
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	@echo "installing actormem with its test extras into $(VENV) (log: $(VENV)/install.log)"
+	@$(BIN)/python -m pip install -e '.[test]' > $(VENV)/install.log 2>&1 \
+		|| { cat $(VENV)/install.log; exit 1; }
 	@touch $@ $(VENV)/.installed-run
 
 run: $(VENV)/.installed-run

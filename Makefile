@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 CONFIG ?= configs/town.toml
 
-.PHONY: run test lint typecheck pytest clean faults
+.PHONY: run test lint typecheck pytest clean
 
 $(BIN)/python:
 	@test -n "$(PYTHON)" || { echo "actormem needs Python 3.11 or newer on PATH (set PYTHON=...)"; exit 1; }

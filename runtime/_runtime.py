@@ -491,40 +491,40 @@ class Runtime:
     async def _run_cell(self, cell: _Cell) -> int:
         """Run up to ``throughput`` messages of one actor; return how many ran."""
         handled = 0
-        with structlog.contextvars.bound_contextvars(actor=cell.address):
-            actor = cell.actor
-            mailbox = cell.mailbox
-            limit = self.config.throughput
-            while mailbox and handled < limit and cell.stopped is None:
+        actor = cell.actor
+        mailbox = cell.mailbox
+        limit = self.config.throughput
+        while mailbox and handled < limit and cell.stopped is None:
+            if actor is None:
+                actor = await self._activate(cell, mailbox[0])
                 if actor is None:
-                    actor = await self._activate(cell, mailbox[0])
-                    if actor is None:
-                        break
-                env = mailbox.popleft()
-                space = cell.space
-                if space is not None:
-                    cell.space = None
-                    space.set()
-                handled += 1
-                try:
-                    value = await actor.receive(env.body)
-                except actor.expected_errors as exc:
-                    self._rejected += 1
-                    if env.correlation is not None:
-                        await self._send_reply(env, Reply(env.correlation, error=exc))
-                    else:
-                        log.warning(
-                            "actor_rejected_message",
-                            message=type(env.body).__name__,
-                            reason=str(exc),
-                        )
-                    continue
-                except Exception as exc:
-                    await self._on_failure(cell, env, exc)
-                    actor = cell.actor
-                    continue
+                    break
+            env = mailbox.popleft()
+            space = cell.space
+            if space is not None:
+                cell.space = None
+                space.set()
+            handled += 1
+            try:
+                value = await actor.receive(env.body)
+            except actor.expected_errors as exc:
+                self._rejected += 1
                 if env.correlation is not None:
-                    await self._send_reply(env, Reply(env.correlation, value))
+                    await self._send_reply(env, Reply(env.correlation, error=exc))
+                else:
+                    log.warning(
+                        "actor_rejected_message",
+                        actor=cell.address,
+                        message=type(env.body).__name__,
+                        reason=str(exc),
+                    )
+                continue
+            except Exception as exc:
+                await self._on_failure(cell, env, exc)
+                actor = cell.actor
+                continue
+            if env.correlation is not None:
+                await self._send_reply(env, Reply(env.correlation, value))
         self._processed += handled
         if cell.stopped is None and cell.mailbox:
             self._ready.append(cell)
@@ -551,7 +551,13 @@ class Runtime:
         """Supervision: log, answer the asker, then resume, reset or stop the actor."""
         self._failures += 1
         body = type(env.body).__name__
-        log.error("actor_handler_failed", message=body, msg_id=env.id or None, exc_info=exc)
+        log.error(
+            "actor_handler_failed",
+            actor=cell.address,
+            message=body,
+            msg_id=env.id or None,
+            exc_info=exc,
+        )
         if env.correlation is not None:
             error = HandlerError(cell.address, f"{body} failed: {type(exc).__name__}: {exc}")
             error.__cause__ = exc
@@ -592,7 +598,7 @@ class Runtime:
         if cell.space is not None:
             cell.space.set()
             cell.space = None
-        log.error("actor_stopped", reason=reason)
+        log.error("actor_stopped", actor=cell.address, reason=reason)
 
     # -- introspection ------------------------------------------------------------------
 

@@ -1,0 +1,79 @@
+"""The benchmark runner: ``python -m benchmarks NAME [options]`` (or ``actormem bench NAME``).
+
+Each benchmark prints a table of its figures with their raw baselines and ratios,
+writes ``reports/bench/<name>.json``, and with ``--plot`` draws PNGs (needs the
+``plots`` extra: matplotlib).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import shlex
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import anyio
+from rich.console import Console
+from rich.table import Table
+
+from benchmarks._common import BenchResult, machine, write_result
+
+BENCHMARKS = ("throughput",)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    subs = parser.add_subparsers(dest="name", metavar="NAME", required=True)
+    for name in BENCHMARKS:
+        module = importlib.import_module(f"benchmarks.{name}")
+        sub = subs.add_parser(name, help=(module.__doc__ or "").splitlines()[0])
+        sub.add_argument("--out", default="reports/bench", help="where the JSON goes")
+        sub.add_argument("--plot", action="store_true", help="also write PNG plots")
+        module.add_arguments(sub)
+    return parser
+
+
+def print_result(result: BenchResult, console: Console) -> None:
+    table = Table(title=f"{result.name}  ({result.command})", title_justify="left")
+    for col in ("measure", "value", "baseline", "ratio", "target"):
+        table.add_column(col, justify="left" if col in ("measure", "target") else "right")
+    for row in result.rows:
+        table.add_row(
+            row.name,
+            f"{row.value:,.1f} {row.unit}" if row.value < 1e4 else f"{row.value:,.0f} {row.unit}",
+            f"{row.baseline_value:,.0f} ({row.baseline})" if row.baseline_value else "",
+            f"{row.ratio:.2f}x" if row.ratio is not None else "",
+            row.target or "",
+        )
+    console.print(table)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    module = importlib.import_module(f"benchmarks.{args.name}")
+    command = "python -m benchmarks " + shlex.join(list(argv if argv is not None else sys.argv[1:]))
+    started = time.time()
+    rows = anyio.run(module.run, args)
+    result = BenchResult(
+        name=args.name,
+        command=command,
+        rows=rows,
+        machine=machine(),
+        started=started,
+        elapsed_s=round(time.time() - started, 2),
+    )
+    console = Console()
+    print_result(result, console)
+    path = write_result(result, Path(args.out))
+    console.print(f"written: {path}")
+    if args.plot and hasattr(module, "plot"):
+        for png in module.plot(result, Path(args.out)):
+            console.print(f"plot: {png}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""What every benchmark shares: timing, percentiles, the result table and its JSON.
+
+Every figure is reported next to a raw baseline measured in the same run, as a
+ratio, so results hold on a noisy machine. Each benchmark returns a
+:class:`BenchResult`; the runner prints it as a table, writes it as JSON, and
+draws its plots when matplotlib is installed and plots were asked for.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+__all__ = (
+    "BenchResult",
+    "Row",
+    "machine",
+    "message_texts",
+    "percentile",
+    "rss_bytes",
+    "write_result",
+)
+
+
+class Row(msgspec.Struct, kw_only=True):
+    """One measured line: a name, its figures, and optionally a ratio to a baseline."""
+
+    name: str
+    value: float
+    unit: str
+    baseline: str | None = None
+    baseline_value: float | None = None
+    ratio: float | None = None
+    target: str | None = None
+    extra: dict[str, Any] = {}
+
+
+class BenchResult(msgspec.Struct, kw_only=True):
+    """A benchmark's rows, how it was run, and where it ran."""
+
+    name: str
+    command: str
+    rows: list[Row]
+    machine: dict[str, Any]
+    started: float
+    elapsed_s: float
+    series: dict[str, Any] = {}
+
+
+def machine() -> dict[str, Any]:
+    """Where the figures come from."""
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "processor": platform.processor() or platform.machine(),
+    }
+
+
+def percentile(samples: Sequence[float], p: float) -> float:
+    """The ``p``-th percentile (0..100) of ``samples``, by linear interpolation."""
+    if not samples:
+        return float("nan")
+    if len(samples) == 1:
+        return samples[0]
+    cuts = statistics.quantiles(samples, n=1000, method="inclusive")
+    index = min(len(cuts) - 1, max(0, round(p * 10) - 1))
+    return cuts[index]
+
+
+def rss_bytes() -> int:
+    """This process's resident memory now (Linux /proc; 0 elsewhere)."""
+    try:
+        with open(f"/proc/{os.getpid()}/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def message_texts(n: int, chars: int = 200, seed: int = 1) -> list[str]:
+    """``n`` distinct chat-like texts of about ``chars`` characters."""
+    words = (
+        "the mill harbour market baker storm festival ledger lantern bridge quiet "
+        "river north south tomorrow yesterday seven twelve forty agreed decided "
+        "alice bob carol price grain ferry bell tower rope cellar map"
+    ).split()
+    out = []
+    state = seed
+    for i in range(n):
+        parts = [f"#{i}"]
+        size = 0
+        while size < chars:
+            state = (state * 1103515245 + 12345) & 0x7FFFFFFF
+            word = words[state % len(words)]
+            parts.append(word)
+            size += len(word) + 1
+        out.append(" ".join(parts)[:chars])
+    return out
+
+
+def write_result(result: BenchResult, out_dir: Path) -> Path:
+    """Write ``result`` as ``<out_dir>/<name>.json`` and return the path."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{result.name}.json"
+    path.write_bytes(msgspec.json.format(msgspec.json.encode(result)))
+    return path
+
+
+class Stopwatch:
+    """``with Stopwatch() as sw: ...`` then ``sw.seconds``."""
+
+    def __enter__(self) -> Stopwatch:
+        self.start = time.perf_counter()
+        self.seconds = 0.0
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.perf_counter() - self.start

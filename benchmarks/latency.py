@@ -1,0 +1,100 @@
+"""Latency: p50/p95/p99 of ``ask`` round trips (``context()`` and ``add``) at 50% and 90%
+of the measured peak rate, open loop (requests leave on schedule, whatever the replies do).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Awaitable, Callable
+
+import anyio
+
+from actors import AppConfig, MemoryRuntime, Message
+from actors.commands import Add, Context
+from benchmarks._common import Row, message_texts, percentile
+
+NAME = "latency"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--agents", type=int, default=100, help="agents asked in turn")
+    parser.add_argument("--seconds", type=float, default=3.0, help="seconds per load level")
+    parser.add_argument("--concurrency", type=int, default=32, help="askers when finding peak")
+
+
+async def peak_rate(ask: Callable[[int], Awaitable[object]], seconds: float, workers: int) -> float:
+    """Closed loop: ``workers`` askers back to back; asks per second."""
+    done = 0
+    deadline = time.perf_counter() + seconds
+
+    async def worker(w: int) -> None:
+        nonlocal done
+        i = w
+        while time.perf_counter() < deadline:
+            await ask(i)
+            done += 1
+            i += workers
+
+    started = time.perf_counter()
+    async with anyio.create_task_group() as tg:
+        for w in range(workers):
+            tg.start_soon(worker, w)
+    return done / (time.perf_counter() - started)
+
+
+async def open_loop(
+    ask: Callable[[int], Awaitable[object]], rate: float, seconds: float
+) -> list[float]:
+    """Send ``rate`` asks per second for ``seconds``; return each round trip in seconds."""
+    samples: list[float] = []
+    interval = 1.0 / rate
+    total = int(rate * seconds)
+
+    async def one(i: int) -> None:
+        t0 = time.perf_counter()
+        await ask(i)
+        samples.append(time.perf_counter() - t0)
+
+    start = time.perf_counter()
+    async with anyio.create_task_group() as tg:
+        for i in range(total):
+            delay = start + i * interval - time.perf_counter()
+            if delay > 0:
+                await anyio.sleep(delay)
+            tg.start_soon(one, i)
+    return samples
+
+
+async def run(args: argparse.Namespace) -> list[Row]:
+    rows: list[Row] = []
+    texts = message_texts(1000)
+    async with MemoryRuntime(AppConfig()) as rt:
+        addresses = [f"memory/agent{i}" for i in range(args.agents)]
+        for a in addresses:  # each agent holds a short conversation
+            await rt.ask(a, Add(messages=[Message(role="user", content=t) for t in texts[:20]]))
+
+        async def ask_context(i: int) -> object:
+            return await rt.ask(addresses[i % len(addresses)], Context(max_tokens=4096))
+
+        async def ask_add(i: int) -> object:
+            msg = Message(role="user", content=texts[i % len(texts)])
+            return await rt.ask(addresses[i % len(addresses)], Add(messages=[msg]))
+
+        for label, ask in (("context()", ask_context), ("add", ask_add)):
+            peak = await peak_rate(ask, args.seconds, args.concurrency)
+            rows.append(
+                Row(name=f"in-process {label} peak (closed loop)", value=peak, unit="ask/s")
+            )
+            for share in (0.5, 0.9):
+                samples = await open_loop(ask, peak * share, args.seconds)
+                for p in (50, 95, 99):
+                    rows.append(
+                        Row(
+                            name=f"in-process {label} p{p} at {share:.0%} of peak",
+                            value=percentile(samples, p) * 1e3,
+                            unit="ms",
+                            extra={"rate": peak * share, "samples": len(samples)},
+                        )
+                    )
+    return rows

@@ -52,6 +52,10 @@ DEFAULT_SEARCH_K = 10
 class AgentMemory(Actor):
     """One agent's memory (see the module doc). Served through :class:`MemoryHandle`."""
 
+    # No handler awaits anything, so an idle memory answers an in-process ask in the
+    # asker's own task: no mailbox round trip (see ``Actor.inline_asks``).
+    inline_asks = True
+
     __slots__ = (
         "_bm25",
         "_config",

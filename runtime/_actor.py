@@ -75,6 +75,11 @@ class Actor:
     """
 
     expected_errors: ClassVar[tuple[type[BaseException], ...]] = (ActormemError,)
+    #: Set True only when ``receive`` never suspends (no ``await`` that yields).
+    #: Then an ask to this actor while it is idle and local runs in the asker's
+    #: task, skipping the mailbox round trip; one message at a time and mailbox
+    #: order still hold (queued mail is always handled first).
+    inline_asks: ClassVar[bool] = False
 
     __slots__ = ("ctx",)
 

@@ -141,6 +141,8 @@ class Runtime:
         self._pending: dict[int, _Slot] = {}
         self._correlation = itertools.count(1)
         self._state: Literal["new", "open", "closing", "closed"] = "new"
+        # Inline asks need the actor to live here, which only the in-process transport promises.
+        self._inline_ok = type(self.transport) is InProcessTransport
         self._tg: Any = None
         self._wakeup: anyio.Event | None = None
         self._busy = 0
@@ -318,6 +320,16 @@ class Runtime:
     async def ask(self, address: str, message: Any, timeout: float | None = None) -> Any:
         """Send ``message`` to ``address`` and return the reply (see :meth:`ActorRef.ask`)."""
         self._check_open()
+        cell = self._cells.get(address)
+        if (
+            cell is not None
+            and self._inline_ok
+            and not cell.scheduled
+            and cell.stopped is None
+            and cell.actor is not None
+            and cell.actor.inline_asks
+        ):
+            return await self._ask_inline(cell, cell.actor, message)
         limit = self.config.ask_timeout if timeout is None else timeout
         correlation = next(self._correlation)
         slot = _Slot()
@@ -343,6 +355,44 @@ class Runtime:
         if reply.error is not None:
             raise reply.error
         return reply.value
+
+    async def _ask_inline(self, cell: _Cell, actor: Actor, message: Any) -> Any:
+        """Handle an ask to an idle local actor in the asker's task (see ``inline_asks``)."""
+        cell.scheduled = True  # anything sent meanwhile queues behind this message
+        try:
+            return await actor.receive(message)
+        except actor.expected_errors:
+            self._rejected += 1
+            raise
+        except Exception as exc:
+            await self._on_failure(cell, Envelope(recipient=cell.address, body=message), exc)
+            raise self._handler_error(cell, message, exc) from exc
+        finally:
+            self._processed += 1
+            if cell.stopped is None and cell.mailbox:
+                self._ready.append(cell)
+                self._wake()
+            else:
+                cell.scheduled = False
+                if not cell.mailbox:
+                    cell.mailbox = None
+            self._unyielded += 1
+            if self._unyielded >= self.config.throughput:
+                self._unyielded = 0
+                await anyio.lowlevel.checkpoint()
+
+    @staticmethod
+    def _handler_error(cell: _Cell, message: Any, exc: Exception) -> HandlerError:
+        error = HandlerError(
+            cell.address, f"{type(message).__name__} failed: {type(exc).__name__}: {exc}"
+        )
+        error.__cause__ = exc
+        return error
+
+    def _wake(self) -> None:
+        wakeup = self._wakeup
+        if wakeup is not None and not wakeup.is_set():
+            wakeup.set()
 
     def pipe(
         self,
@@ -415,9 +465,7 @@ class Runtime:
         if not cell.scheduled:
             cell.scheduled = True
             self._ready.append(cell)
-            wakeup = self._wakeup
-            if wakeup is not None and not wakeup.is_set():
-                wakeup.set()
+            self._wake()
 
     async def deliver(self, envelope: Envelope) -> None:
         """Put ``envelope`` into its local mailbox, waiting while the mailbox is full."""
@@ -559,8 +607,7 @@ class Runtime:
             exc_info=exc,
         )
         if env.correlation is not None:
-            error = HandlerError(cell.address, f"{body} failed: {type(exc).__name__}: {exc}")
-            error.__cause__ = exc
+            error = self._handler_error(cell, env.body, exc)
             await self._send_reply(env, Reply(env.correlation, error=error))
         policy = cell.kind.supervision
         now = time.monotonic()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 from structlog.testing import capture_logs
 
@@ -307,3 +308,64 @@ def test_registering_a_kind_checks_its_name() -> None:
         rt.register("a", Counter)
     with pytest.raises(ValueError, match="without '/'"):
         rt.register("a/b", Counter)
+
+
+class Inline(Actor):
+    """Never suspends in receive, so asks to it may run inline."""
+
+    inline_asks = True
+
+    def __init__(self, ctx: ActorContext) -> None:
+        super().__init__(ctx)
+        self.seen: list[Any] = []
+
+    async def receive(self, message: Any) -> Any:
+        if message == "boom":
+            raise RuntimeError("boom!")
+        self.seen.append((message, anyio.get_current_task().id))
+        return [m for m, _ in self.seen]
+
+
+async def test_inline_asks_keep_mailbox_order_and_supervision() -> None:
+    rt = Runtime(RuntimeConfig(supervision=SupervisionConfig(max_restarts=1)))
+    rt.register("inline", Inline)
+    async with rt:
+        ref = rt.ref("inline/a")
+        assert await ref.ask("first") == ["first"]  # activation goes through the mailbox
+        me = anyio.get_current_task().id
+        assert await ref.ask("second") == ["first", "second"]
+        actor = rt._cells["inline/a"].actor
+        assert actor is not None and actor.seen[-1][1] == me  # ran in the asker's task
+        for i in range(3):
+            await ref.tell(i)
+        # Queued mail is handled before the ask's message, never overtaken.
+        assert await ref.ask("after") == ["first", "second", 0, 1, 2, "after"]
+        with pytest.raises(HandlerError, match="boom!"):
+            await ref.ask("boom")
+        assert rt.stats().restarts == 1
+        with pytest.raises(HandlerError):
+            await ref.ask("boom")
+        with pytest.raises(ActorStoppedError):
+            await ref.ask("x")
+
+
+async def test_a_tight_loop_of_inline_asks_lets_other_tasks_run() -> None:
+    rt = Runtime()
+    rt.register("inline", Inline)
+    ticks = 0
+    async with rt:
+        ref = rt.ref("inline/a")
+        await ref.ask(0)
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await anyio.lowlevel.checkpoint()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ticker)
+            for i in range(5000):
+                await ref.ask(i)
+            assert ticks > 0
+            tg.cancel_scope.cancel()

@@ -21,7 +21,7 @@ from rich.table import Table
 
 from benchmarks._common import BenchResult, machine, write_result
 
-BENCHMARKS = ("throughput", "latency", "scale", "context")
+BENCHMARKS = ("throughput", "latency", "scale", "context", "peers")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,134 @@
+"""Peers: the same workloads on autogen-core's SingleThreadedAgentRuntime and on Pykka,
+in the same run (install the ``bench-peers`` extra)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from actors import AppConfig, MemoryRuntime, Message
+from actors.commands import Add
+from benchmarks._common import Row, message_texts
+from runtime import Actor, Runtime
+
+NAME = "peers"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--messages", type=int, default=20_000, help="messages per workload")
+    parser.add_argument("--agents", type=int, default=100, help="agents published to")
+
+
+class _Echo(Actor):
+    inline_asks = True
+
+    async def receive(self, message: Any) -> Any:
+        return message
+
+
+class _MailboxEcho(_Echo):
+    inline_asks = False
+
+
+async def _actormem_asks(n: int) -> tuple[float, float]:
+    rt = Runtime()
+    rt.register("echo", _Echo)
+    rt.register("mailbox", _MailboxEcho)
+    async with rt:
+        rates = []
+        for address in ("echo/a", "mailbox/a"):
+            await rt.ask(address, 0)
+            started = time.perf_counter()
+            for i in range(n):
+                await rt.ask(address, i)
+            rates.append(n / (time.perf_counter() - started))
+    return rates[0], rates[1]
+
+
+async def _actormem_adds(texts: list[str], agents: int) -> float:
+    messages = [Message(role="user", content=t) for t in texts]
+    async with MemoryRuntime(AppConfig()) as rt:
+        addresses = [f"memory/a{i}" for i in range(agents)]
+        for address in addresses:
+            await rt.ask(address, Add(messages=[]))
+        base = rt.stats().processed
+        started = time.perf_counter()
+        for i, m in enumerate(messages):
+            await rt.tell(addresses[i % agents], Add(messages=[m]))
+        import anyio
+
+        while rt.stats().processed - base < len(messages):  # noqa: ASYNC110
+            await anyio.sleep(0.0005)
+        return len(messages) / (time.perf_counter() - started)
+
+
+def _pykka_ask(n: int) -> float:
+    import pykka
+
+    class Echo(pykka.ThreadingActor):  # type: ignore[misc]
+        def on_receive(self, message: Any) -> Any:
+            return message
+
+    ref = Echo.start()
+    try:
+        ref.ask(0)
+        started = time.perf_counter()
+        for i in range(n):
+            ref.ask(i)
+        return n / (time.perf_counter() - started)
+    finally:
+        ref.stop()
+
+
+async def _autogen(texts: list[str], agents: int) -> tuple[float, float]:
+    from benchmarks._autogen_peer import publish_and_send
+
+    return await publish_and_send(texts, agents)
+
+
+async def run(args: argparse.Namespace) -> list[Row]:
+    texts = message_texts(args.messages)
+    inline, mailbox = await _actormem_asks(args.messages)
+    pykka_ask = _pykka_ask(args.messages)
+    publish, send = await _autogen(texts, args.agents)
+    adds = await _actormem_adds(texts, args.agents)
+    return [
+        Row(name="Pykka ask round trip (ThreadingActor)", value=pykka_ask, unit="ask/s"),
+        Row(
+            name="actormem ask round trip, inline path",
+            value=inline,
+            unit="ask/s",
+            baseline="Pykka ask",
+            baseline_value=pykka_ask,
+            ratio=inline / pykka_ask,
+            target=">= 2x Pykka",
+        ),
+        Row(
+            name="actormem ask round trip, mailbox path",
+            value=mailbox,
+            unit="ask/s",
+            baseline="Pykka ask",
+            baseline_value=pykka_ask,
+            ratio=mailbox / pykka_ask,
+        ),
+        Row(name=f"autogen-core publish to {args.agents} agents", value=publish, unit="msg/s"),
+        Row(
+            name=f"actormem add (tell) to {args.agents} agents, token counting included",
+            value=adds,
+            unit="msg/s",
+            baseline="autogen publish",
+            baseline_value=publish,
+            ratio=adds / publish,
+            target=">= 5x autogen publish",
+        ),
+        Row(name="autogen-core send_message round trip", value=send, unit="ask/s"),
+        Row(
+            name="actormem ask round trip (inline) vs autogen send_message",
+            value=inline,
+            unit="ask/s",
+            baseline="autogen send_message",
+            baseline_value=send,
+            ratio=inline / send,
+        ),
+    ]

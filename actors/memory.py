@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import msgspec
 import structlog
 
 from actors._bm25 import BM25
@@ -37,7 +38,7 @@ from actors.commands import (
 from actors.config import MemoryConfig
 from actors.conversation import group_units, leading_system_count
 from actors.errors import ContextBudgetError, MemoryInputError
-from actors.messages import Message, count_tokens
+from actors.messages import Message, count_tokens, decode_message, encode_message
 from runtime import Actor, ActorContext, TokenCounter, get_counter
 from runtime.tokens import REPLY_PRIMING_TOKENS
 
@@ -47,6 +48,25 @@ log = structlog.get_logger("actormem.memory")
 
 #: Results a ranked search returns when the caller gives no ``k``.
 DEFAULT_SEARCH_K = 10
+
+
+class _Snapshot(msgspec.Struct, kw_only=True):
+    """The non-history part of a memory's durable state (see ``durable_changes``).
+
+    The working view is stored as message ids into the history plus the messages
+    the history does not hold (compressed forms), so a snapshot stays small
+    however long the conversation. New fields go last, with defaults.
+    """
+
+    working: list[str]
+    extra: list[Message] = []
+    offloaded: dict[str, list[Message]] = {}
+    history_skip: int = 0
+    version: int = 0
+
+
+_snapshot_encoder = msgspec.msgpack.Encoder()
+_snapshot_decoder = msgspec.msgpack.Decoder(_Snapshot)
 
 
 class AgentMemory(Actor):
@@ -60,9 +80,12 @@ class AgentMemory(Actor):
         "_bm25",
         "_config",
         "_counter",
+        "_durable",
         "_history",
         "_history_ids",
+        "_history_skip",
         "_history_tokens",
+        "_log_pending",
         "_offloaded",
         "_version",
         "_working",
@@ -85,6 +108,10 @@ class AgentMemory(Actor):
         # and, later, compression results computed on an older view check it.
         self._version = 0
         self._bm25: tuple[tuple[str, int, int], BM25] | None = None
+        # Durable state (Redis transport): off until the transport restores us.
+        self._durable = False
+        self._log_pending: list[Message] = []
+        self._history_skip = 0
 
     async def receive(self, message: Any) -> Any:
         match message:
@@ -145,6 +172,8 @@ class AgentMemory(Actor):
                 self._history_ids.add(m.id)
                 self._history.append(m)
                 self._history_tokens += m.tokens
+                if self._durable:
+                    self._log_pending.append(m)
 
     def _add(self, messages: list[Message]) -> AddResult:
         counted = self._counted(messages, "add")
@@ -198,6 +227,9 @@ class AgentMemory(Actor):
         removed = len(self._working)
         self._set_working([])
         if history:
+            # The stored log is append-only: the wiped entries are skipped on reload.
+            self._history_skip += len(self._history) + len(self._log_pending)
+            self._log_pending = []
             self._history = []
             self._history_ids = set()
             self._history_tokens = 0
@@ -395,6 +427,38 @@ class AgentMemory(Actor):
         if found is None:
             raise MemoryInputError(f"reload: no offloaded content with id {offload_id!r}")
         return list(found)
+
+    # -- durable state (the Redis transport's protocol, runtime.redis.durable) ---------
+
+    def durable_changes(self) -> tuple[list[bytes], bytes | None]:
+        """History messages added since the last call, and the rest as a snapshot."""
+        appends = [encode_message(m) for m in self._log_pending]
+        self._log_pending = []
+        in_history = self._history_ids
+        snapshot = _Snapshot(
+            working=[m.id for m in self._working],
+            extra=[m for m in self._working if m.id not in in_history],
+            offloaded=self._offloaded,
+            history_skip=self._history_skip,
+            version=self._version,
+        )
+        return appends, _snapshot_encoder.encode(snapshot)
+
+    def durable_restore(self, snapshot: bytes | None, log: list[bytes]) -> None:
+        """Rebuild the memory from what the transport stored (on activation)."""
+        self._durable = True
+        state = _snapshot_decoder.decode(snapshot) if snapshot else _Snapshot(working=[])
+        self._history_skip = state.history_skip
+        history = [decode_message(entry) for entry in log[state.history_skip :]]
+        self._history = history
+        self._history_ids = {m.id for m in history}
+        self._history_tokens = sum(m.tokens for m in history)
+        by_id = {m.id: m for m in history}
+        by_id.update((m.id, m) for m in state.extra)
+        self._working = [by_id[i] for i in state.working if i in by_id]
+        self._working_tokens = sum(m.tokens for m in self._working)
+        self._offloaded = state.offloaded
+        self._version = state.version
 
 
 def memory_factory(config: MemoryConfig) -> Callable[[ActorContext], AgentMemory]:

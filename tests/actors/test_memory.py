@@ -279,3 +279,44 @@ async def test_bad_agent_names() -> None:
         for name in ("", "  ", "a\nb", "x" * 300):
             with pytest.raises(MemoryInputError, match="agent name"):
                 rt.memory(name)
+
+
+async def test_durable_state_round_trips_through_changes_and_restore(
+    memory_rt: MemoryRuntime,
+) -> None:
+    from actors.memory import AgentMemory, memory_factory
+    from runtime import ActorContext
+
+    factory = memory_factory(memory_rt.app_config.memory)
+    first = factory(ActorContext(memory_rt, "memory/durable"))
+    first.durable_restore(None, [])  # what the Redis transport does on activation
+    stored_log: list[bytes] = []
+    snapshot: bytes | None = None
+
+    async def apply(command: object) -> object:
+        nonlocal snapshot
+        reply = await first.receive(command)
+        appends, snap = first.durable_changes()
+        stored_log.extend(appends)
+        snapshot = snap if snap is not None else snapshot
+        return reply
+
+    from actors.commands import Add, Clear, Delete, Search
+
+    msgs = chat()
+    await apply(Add(messages=msgs[:4]))
+    await apply(Add(messages=msgs[4:]))
+    await apply(Delete(ids=[msgs[1].id], indices=[]))
+    assert len(stored_log) == 7  # history entries travel once each
+
+    second: AgentMemory = factory(ActorContext(memory_rt, "memory/durable"))
+    second.durable_restore(snapshot, stored_log)
+    found = await second.receive(Search(query="vault"))
+    assert [m.id for m in found] == [m.id for m in msgs if "vault" in m.text()]
+    assert [m.id for m in second._working] == [m.id for m in first._working]
+    assert second._stats() == first._stats()
+
+    await apply(Clear(history=True))
+    third = factory(ActorContext(memory_rt, "memory/durable"))
+    third.durable_restore(snapshot, stored_log)
+    assert third._stats().history_size == 0

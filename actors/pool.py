@@ -1,0 +1,664 @@
+"""The insight pool actor (kind ``pool``): agents share insights, subscribers receive them.
+
+One pool actor (``pool/main`` by convention) holds every shared insight, by topic:
+
+- :class:`Share` records an insight with its provenance (source agent, time, the
+  message ids it came from), after sanitizing its text; an exact or near
+  duplicate of an insight already held on the topic is not stored again, and the
+  reply names the insight it duplicates;
+- each topic keeps at most ``per_topic_limit`` insights (the least important,
+  then the oldest, go first);
+- every new insight is told, as an :class:`InsightDelivery`, to
+  ``<memory_kind>/<agent>`` of each agent subscribed to its topic (except its
+  source); :class:`Subscribe` / :class:`Unsubscribe` take topics or ``*`` (all);
+- :class:`RegisterFact` shares on the facts topic, which reaches every agent the
+  pool knows whatever it subscribes to (MARSYS's coordinated facts: a fact one
+  agent registers is visible to all);
+- :class:`QueryInsights` returns the best insights of a topic, or of all.
+
+Delivery never blocks the pool on a full mailbox (a memory actor may be asking
+the pool at that very moment): a full mailbox gets its delivery from a
+background task, and the outcome comes back to the pool for its counters.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import time
+from collections import OrderedDict
+from typing import Any, ClassVar, Final, Literal
+
+import msgspec
+import structlog
+
+from actors._bm25 import BM25, tokenize
+from actors.insights import (
+    DEFAULT_MAX_INSIGHT_CHARS,
+    DEFAULT_NEAR_DUPLICATE_THRESHOLD,
+    DEFAULT_SHINGLE_SIZE,
+    Insight,
+    InsightDelivery,
+    InsightError,
+    InsightSigner,
+    NearDuplicateIndex,
+    clean_label,
+    sanitize_insight_text,
+)
+from runtime import Actor, ActorContext
+from runtime.config import _Section
+from runtime.errors import ActorError, MailboxFullError, RuntimeClosedError
+from runtime.ids import new_id
+
+__all__ = (
+    "DeliveryOutcome",
+    "GetPoolStats",
+    "PoolActor",
+    "PoolCommand",
+    "PoolConfig",
+    "PoolStats",
+    "QueryInsights",
+    "RegisterFact",
+    "Share",
+    "ShareResult",
+    "Subscribe",
+    "SubscriptionState",
+    "Unsubscribe",
+)
+
+log = structlog.get_logger("actormem.pool")
+
+WILDCARD: Final = "*"
+DEFAULT_PER_TOPIC_LIMIT: Final = 200
+DEFAULT_MAX_TOPICS: Final = 1_000
+DEFAULT_MAX_DEFERRED: Final = 10_000
+DEFAULT_APPLIED_WINDOW: Final = 10_000
+DEFAULT_QUERY_K: Final = 5
+MAX_QUERY_K: Final = 1_000
+MAX_SOURCE_MESSAGE_IDS: Final = 64
+MAX_ID_CHARS: Final = 128
+
+
+class PoolConfig(_Section, frozen=True):
+    """The insight pool.
+
+    Attributes:
+        max_insight_chars: the longest insight text kept (longer ones are cut).
+        near_duplicate_threshold: word-shingle Jaccard similarity in (0, 1] from
+            which a shared text duplicates one already held on its topic.
+        shingle_size: words per shingle for that similarity.
+        per_topic_limit: insights kept per topic.
+        max_topics: distinct topics the pool accepts.
+        memory_kind: the actor kind that receives deliveries (``<kind>/<agent>``).
+        facts_topic: the topic that reaches every known agent.
+        max_deferred_deliveries: deliveries waiting on full mailboxes at once;
+            past it a delivery fails (counted and logged, never silent).
+        applied_ids_window: command ids remembered so a redelivered Share is not
+            applied twice.
+        hmac_key: secret for the provenance HMAC ("" = no signing); never printed.
+        hmac_key_env: name of an environment variable holding the key instead.
+    """
+
+    max_insight_chars: int = DEFAULT_MAX_INSIGHT_CHARS
+    near_duplicate_threshold: float = DEFAULT_NEAR_DUPLICATE_THRESHOLD
+    shingle_size: int = DEFAULT_SHINGLE_SIZE
+    per_topic_limit: int = DEFAULT_PER_TOPIC_LIMIT
+    max_topics: int = DEFAULT_MAX_TOPICS
+    memory_kind: str = "memory"
+    facts_topic: str = "facts"
+    max_deferred_deliveries: int = DEFAULT_MAX_DEFERRED
+    applied_ids_window: int = DEFAULT_APPLIED_WINDOW
+    hmac_key: str = ""
+    hmac_key_env: str = ""
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.near_duplicate_threshold <= 1.0:
+            raise ValueError(
+                f"near_duplicate_threshold must be within (0, 1], got "
+                f"{self.near_duplicate_threshold}"
+            )
+        for key in (
+            "shingle_size",
+            "per_topic_limit",
+            "max_topics",
+            "max_deferred_deliveries",
+            "applied_ids_window",
+        ):
+            if getattr(self, key) < 1:
+                raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
+        if self.max_insight_chars < 16:
+            raise ValueError(f"max_insight_chars must be >= 16, got {self.max_insight_chars}")
+        if self.hmac_key and len(self.hmac_key.encode()) < 16:
+            raise ValueError("hmac_key must be at least 16 bytes long")
+
+    def __repr__(self) -> str:
+        key = "***" if self.hmac_key else "''"
+        return (
+            f"PoolConfig(per_topic_limit={self.per_topic_limit}, "
+            f"near_duplicate_threshold={self.near_duplicate_threshold}, "
+            f"memory_kind={self.memory_kind!r}, hmac_key={key}, "
+            f"hmac_key_env={self.hmac_key_env!r})"
+        )
+
+    def signer(self) -> InsightSigner | None:
+        """Return the signer for the configured key, or None when there is none.
+
+        Raises:
+            ValueError: ``hmac_key_env`` names a variable that is unset or too short.
+        """
+        key = self.hmac_key
+        if not key and self.hmac_key_env:
+            key = os.environ.get(self.hmac_key_env, "")
+            if not key:
+                raise ValueError(f"hmac_key_env: environment variable {self.hmac_key_env} is unset")
+        return InsightSigner(key) if key else None
+
+
+# -- commands and replies -------------------------------------------------------------
+
+
+class ShareResult(msgspec.Struct, frozen=True, kw_only=True):
+    """The pool's answer to :class:`Share`.
+
+    Attributes:
+        status: ``new``, ``duplicate`` (same words) or ``near_duplicate``.
+        insight: the stored insight, or the one this share duplicates.
+        similarity: 1.0 for new and exact duplicates, the Jaccard similarity otherwise.
+        recipients: agents the new insight is being delivered to (0 for duplicates).
+    """
+
+    status: Literal["new", "duplicate", "near_duplicate"]
+    insight: Insight
+    similarity: float = 1.0
+    recipients: int = 0
+
+
+class SubscriptionState(msgspec.Struct, frozen=True, kw_only=True):
+    """An agent's subscriptions after a change.
+
+    Attributes:
+        agent: the agent.
+        all_topics: subscribed with ``*``.
+        topics: topics subscribed by name.
+        excluded: topics unsubscribed by name while subscribed to ``*``.
+    """
+
+    agent: str
+    all_topics: bool
+    topics: tuple[str, ...]
+    excluded: tuple[str, ...]
+
+
+class PoolStats(msgspec.Struct, frozen=True, kw_only=True):
+    """The pool's counters.
+
+    Attributes:
+        shared: shares stored as new insights.
+        deduplicated: shares dropped as exact or near duplicates.
+        near_duplicates: of those, the near (not exact) ones.
+        delivered: deliveries that reached a memory actor's mailbox.
+        failed_deliveries: deliveries that could not be made (logged each).
+        rejected: shares refused as invalid.
+        evicted: insights dropped by per-topic limits.
+        insights: insights held now.
+        topics: topics held now.
+        agents: agents the pool knows (ever subscribed).
+    """
+
+    shared: int
+    deduplicated: int
+    near_duplicates: int
+    delivered: int
+    failed_deliveries: int
+    rejected: int
+    evicted: int
+    insights: int
+    topics: int
+    agents: int
+
+
+class Share(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Share an insight on a topic; replies :class:`ShareResult`.
+
+    Args:
+        text: the insight (sanitized and cut to ``max_insight_chars``).
+        source: the sharing agent.
+        topic: the topic (case-insensitive; not ``*``).
+        importance: 0..1.
+        source_message_ids: ids of the messages it came from.
+        id: the command's id; a redelivered command returns its first result.
+    """
+
+    reply_type: ClassVar[type[Any]] = ShareResult
+
+    text: str
+    source: str
+    topic: str = "general"
+    importance: float = 0.5
+    source_message_ids: tuple[str, ...] = ()
+    id: str = msgspec.field(default_factory=new_id)
+
+
+class RegisterFact(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Register a fact that every known agent receives (the facts topic).
+
+    Replies :class:`ShareResult`.
+    """
+
+    reply_type: ClassVar[type[Any]] = ShareResult
+
+    text: str
+    source: str
+    importance: float = 1.0
+    source_message_ids: tuple[str, ...] = ()
+    id: str = msgspec.field(default_factory=new_id)
+
+
+class Subscribe(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Subscribe ``agent`` to topics (``*`` = all); replies :class:`SubscriptionState`.
+
+    Subscribing with no topics only makes the agent known (it then gets facts).
+    ``backfill`` > 0 also delivers up to that many of the best insights already
+    held on the new topics.
+    """
+
+    reply_type: ClassVar[type[Any]] = SubscriptionState
+
+    agent: str
+    topics: tuple[str, ...] = (WILDCARD,)
+    backfill: int = 0
+
+
+class Unsubscribe(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Unsubscribe ``agent`` from topics; ``*`` drops every subscription.
+
+    Unsubscribing a named topic while subscribed to ``*`` excludes that topic.
+    Replies :class:`SubscriptionState`.
+    """
+
+    reply_type: ClassVar[type[Any]] = SubscriptionState
+
+    agent: str
+    topics: tuple[str, ...] = (WILDCARD,)
+
+
+class QueryInsights(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Return up to ``k`` insights of ``topic`` (``*`` = all topics), best first.
+
+    With ``query``, ranked by BM25 relevance to it, then importance; without, by
+    importance, then newest. Replies ``tuple[Insight, ...]``.
+    """
+
+    reply_type: ClassVar[type[Any]] = tuple[Insight, ...]
+
+    topic: str = WILDCARD
+    k: int = DEFAULT_QUERY_K
+    query: str | None = None
+
+
+class GetPoolStats(msgspec.Struct, frozen=True, tag=True):
+    """Return the pool's counters as :class:`PoolStats`."""
+
+    reply_type: ClassVar[type[Any]] = PoolStats
+
+
+class DeliveryOutcome(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Internal: how a delivery deferred by a full mailbox ended (the pool tells itself)."""
+
+    reply_type: ClassVar[type[Any]] = type(None)
+
+    agent: str
+    insight_id: str
+    error: str | None = None
+
+
+PoolCommand = (
+    Share | RegisterFact | Subscribe | Unsubscribe | QueryInsights | GetPoolStats | DeliveryOutcome
+)
+
+
+# -- the actor ------------------------------------------------------------------------
+
+
+class _Topic:
+    __slots__ = ("index", "insights")
+
+    def __init__(self, config: PoolConfig) -> None:
+        self.insights: dict[str, Insight] = {}
+        self.index = NearDuplicateIndex(config.near_duplicate_threshold, config.shingle_size)
+
+
+class _Subscriber:
+    __slots__ = ("all_topics", "excluded", "topics")
+
+    def __init__(self) -> None:
+        self.all_topics = False
+        self.topics: dict[str, None] = {}
+        self.excluded: dict[str, None] = {}
+
+
+def _check_importance(value: float) -> float:
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise InsightError(f"importance must be a number, got {type(value).__name__}")
+    if not math.isfinite(value) or not 0.0 <= value <= 1.0:
+        raise InsightError(f"importance must be within 0..1, got {value}")
+    return float(value)
+
+
+def _check_message_ids(ids: tuple[str, ...] | str) -> tuple[str, ...]:
+    if isinstance(ids, str):
+        raise InsightError("source_message_ids must be a list of ids, not one string")
+    if len(ids) > MAX_SOURCE_MESSAGE_IDS:
+        raise InsightError(
+            f"source_message_ids holds {len(ids)} ids; the limit is {MAX_SOURCE_MESSAGE_IDS}"
+        )
+    for i in ids:
+        if not isinstance(i, str) or not i or len(i) > MAX_ID_CHARS:
+            raise InsightError(f"source_message_ids: {i!r} is not a message id")
+    return tuple(ids)
+
+
+class PoolActor(Actor):
+    """The insight pool; see the module doc for its commands.
+
+    Args:
+        ctx: the actor's context.
+        config: the pool's config (defaults if omitted).
+    """
+
+    def __init__(self, ctx: ActorContext, config: PoolConfig | None = None) -> None:
+        super().__init__(ctx)
+        self.config = config or PoolConfig()
+        self.signer = self.config.signer()
+        self.facts_topic = self.config.facts_topic.casefold()
+        self._topics: dict[str, _Topic] = {}
+        self._subscribers: dict[str, _Subscriber] = {}
+        self._by_topic: dict[str, dict[str, None]] = {}
+        self._wildcard: dict[str, None] = {}
+        self._applied: OrderedDict[str, ShareResult] = OrderedDict()
+        self._deferred = 0
+        self._shared = 0
+        self._deduplicated = 0
+        self._near = 0
+        self._delivered = 0
+        self._failed = 0
+        self._rejected = 0
+        self._evicted = 0
+
+    @classmethod
+    def factory(cls, config: PoolConfig | None = None) -> Any:
+        """Return an actor factory for ``rt.register("pool", ...)`` with ``config``."""
+        return functools.partial(cls, config=config)
+
+    async def receive(self, message: Any) -> Any:
+        match message:
+            case Share():
+                return await self._share_command(message, message.topic)
+            case RegisterFact():
+                return await self._share_command(message, self.facts_topic)
+            case Subscribe():
+                return await self._subscribe(message)
+            case Unsubscribe():
+                return self._unsubscribe(message)
+            case QueryInsights():
+                return self._query(message)
+            case GetPoolStats():
+                return self.stats()
+            case DeliveryOutcome():
+                self._deferred -= 1
+                if message.error is None:
+                    self._delivered += 1
+                else:
+                    self._failed += 1
+                    log.warning(
+                        "insight_delivery_failed",
+                        agent=message.agent,
+                        insight=message.insight_id,
+                        reason=message.error,
+                    )
+                return None
+            case _:
+                raise InsightError(f"the pool does not handle {type(message).__name__}")
+
+    # -- sharing ------------------------------------------------------------------
+
+    async def _share_command(self, cmd: Share | RegisterFact, topic: str) -> ShareResult:
+        done = self._applied.get(cmd.id)
+        if done is not None:
+            return done
+        try:
+            result = await self._share(cmd, topic)
+        except InsightError as exc:
+            self._rejected += 1
+            log.warning("insight_share_rejected", source=str(cmd.source)[:64], reason=str(exc))
+            raise
+        self._applied[cmd.id] = result
+        if len(self._applied) > self.config.applied_ids_window:
+            self._applied.popitem(last=False)
+        return result
+
+    async def _share(self, cmd: Share | RegisterFact, raw_topic: str) -> ShareResult:
+        text = sanitize_insight_text(cmd.text, self.config.max_insight_chars)
+        if not tokenize(text):
+            raise InsightError("insight text has no words once sanitized")
+        topic = clean_label(raw_topic, "topic").casefold()
+        if topic == WILDCARD:
+            raise InsightError("'*' means every topic; share under a named topic")
+        source = clean_label(cmd.source, "source", MAX_ID_CHARS)
+        importance = _check_importance(cmd.importance)
+        message_ids = _check_message_ids(cmd.source_message_ids)
+        bucket = self._topics.get(topic)
+        if bucket is None:
+            if len(self._topics) >= self.config.max_topics:
+                raise InsightError(
+                    f"the pool holds {len(self._topics)} topics, its limit; "
+                    f"cannot open topic {topic!r}"
+                )
+            bucket = self._topics[topic] = _Topic(self.config)
+        found = bucket.index.find(text)
+        if found is not None:
+            key, similarity = found
+            self._deduplicated += 1
+            status: Literal["duplicate", "near_duplicate"] = "duplicate"
+            if similarity < 1.0:
+                self._near += 1
+                status = "near_duplicate"
+            log.debug("insight_deduplicated", topic=topic, of=key, similarity=similarity)
+            return ShareResult(status=status, insight=bucket.insights[key], similarity=similarity)
+        insight = Insight(
+            id=new_id(),
+            text=text,
+            topic=topic,
+            importance=importance,
+            source=source,
+            created=time.time(),
+            source_message_ids=message_ids,
+        )
+        if self.signer is not None:
+            insight = self.signer.sign(insight)
+        bucket.insights[insight.id] = insight
+        bucket.index.add(insight.id, text)
+        self._shared += 1
+        self._enforce_limit(topic, bucket)
+        recipients = self._recipients(topic, exclude=source)
+        for agent in recipients:
+            self._deliver(agent, insight)
+        log.info(
+            "insight_shared",
+            insight=insight.id,
+            topic=topic,
+            source=source,
+            recipients=len(recipients),
+        )
+        return ShareResult(status="new", insight=insight, recipients=len(recipients))
+
+    def _enforce_limit(self, topic: str, bucket: _Topic) -> None:
+        while len(bucket.insights) > self.config.per_topic_limit:
+            victim = min(bucket.insights.values(), key=lambda i: (i.importance, i.created))
+            del bucket.insights[victim.id]
+            bucket.index.remove(victim.id)
+            self._evicted += 1
+            log.debug("insight_evicted", topic=topic, insight=victim.id)
+
+    # -- delivery -------------------------------------------------------------------
+
+    def _recipients(self, topic: str, exclude: str | None) -> list[str]:
+        if topic == self.facts_topic:
+            agents = list(self._subscribers)
+        else:
+            agents = [a for a in self._wildcard if topic not in self._subscribers[a].excluded]
+            seen = set(agents)
+            agents.extend(a for a in self._by_topic.get(topic, ()) if a not in seen)
+        return [a for a in agents if a != exclude]
+
+    def _deliver(self, agent: str, insight: Insight) -> None:
+        address = f"{self.config.memory_kind}/{agent}"
+        delivery = InsightDelivery(insight)
+        runtime = self.ctx.runtime
+        try:
+            runtime.tell_nowait(address, delivery)
+        except MailboxFullError:
+            if self._deferred >= self.config.max_deferred_deliveries:
+                self._failed += 1
+                log.warning(
+                    "insight_delivery_failed",
+                    agent=agent,
+                    insight=insight.id,
+                    reason=f"mailbox full and {self._deferred} deliveries already deferred",
+                )
+                return
+            self._deferred += 1
+
+            def outcome(_: Any, error: BaseException | None) -> DeliveryOutcome:
+                return DeliveryOutcome(
+                    agent=agent, insight_id=insight.id, error=None if error is None else str(error)
+                )
+
+            self.ctx.pipe(functools.partial(runtime.tell, address, delivery), wrap=outcome)
+        except (ActorError, RuntimeClosedError) as exc:
+            self._failed += 1
+            log.warning("insight_delivery_failed", agent=agent, insight=insight.id, reason=str(exc))
+        else:
+            self._delivered += 1
+
+    # -- subscriptions -----------------------------------------------------------------
+
+    def _topics_of(self, topics: tuple[str, ...] | str) -> list[str]:
+        # msgspec does not check types passed to __init__, so a bare string
+        # (``topics="news"``) would otherwise subscribe to n, e, w, s.
+        if isinstance(topics, str):
+            raise InsightError("topics must be a list of topic names, not one string")
+        out = []
+        for t in topics:
+            out.append(WILDCARD if t == WILDCARD else clean_label(t, "topic").casefold())
+        return out
+
+    async def _subscribe(self, cmd: Subscribe) -> SubscriptionState:
+        agent = clean_label(cmd.agent, "agent", MAX_ID_CHARS)
+        if agent != cmd.agent:
+            raise InsightError(f"agent name {cmd.agent!r} holds control or invisible characters")
+        topics = self._topics_of(cmd.topics)
+        sub = self._subscribers.get(agent)
+        if sub is None:
+            sub = self._subscribers[agent] = _Subscriber()
+        for t in topics:
+            if t == WILDCARD:
+                sub.all_topics = True
+                sub.excluded.clear()
+                self._wildcard[agent] = None
+            else:
+                sub.topics[t] = None
+                sub.excluded.pop(t, None)
+                self._by_topic.setdefault(t, {})[agent] = None
+        if cmd.backfill > 0:
+            wanted = None if WILDCARD in topics else topics
+            for insight in self._best(wanted, None, cmd.backfill):
+                if insight.source != agent:
+                    self._deliver(agent, insight)
+        log.info("pool_subscribed", agent=agent, topics=topics)
+        return self._state(agent, sub)
+
+    def _unsubscribe(self, cmd: Unsubscribe) -> SubscriptionState:
+        topics = self._topics_of(cmd.topics)
+        agent = cmd.agent
+        sub = self._subscribers.get(agent)
+        if sub is None:
+            return SubscriptionState(agent=agent, all_topics=False, topics=(), excluded=())
+        for t in topics:
+            if t == WILDCARD:
+                for name in sub.topics:
+                    self._drop_from_topic(name, agent)
+                sub.topics.clear()
+                sub.excluded.clear()
+                sub.all_topics = False
+                self._wildcard.pop(agent, None)
+            else:
+                if t in sub.topics:
+                    del sub.topics[t]
+                    self._drop_from_topic(t, agent)
+                if sub.all_topics:
+                    sub.excluded[t] = None
+        log.info("pool_unsubscribed", agent=agent, topics=topics)
+        return self._state(agent, sub)
+
+    def _drop_from_topic(self, topic: str, agent: str) -> None:
+        members = self._by_topic.get(topic)
+        if members is not None:
+            members.pop(agent, None)
+            if not members:
+                del self._by_topic[topic]
+
+    @staticmethod
+    def _state(agent: str, sub: _Subscriber) -> SubscriptionState:
+        return SubscriptionState(
+            agent=agent,
+            all_topics=sub.all_topics,
+            topics=tuple(sub.topics),
+            excluded=tuple(sub.excluded),
+        )
+
+    # -- queries ------------------------------------------------------------------------
+
+    def _best(self, topics: list[str] | None, query: str | None, k: int) -> list[Insight]:
+        if topics is None:
+            pool = [i for b in self._topics.values() for i in b.insights.values()]
+        else:
+            pool = [i for t in topics for i in self._topics.get(t, _EMPTY).insights.values()]
+        if query and tokenize(query):
+            scores = BM25([i.text for i in pool]).scores(query)
+            ranked = sorted(
+                (p for p in zip(pool, scores, strict=True) if p[1] > 0),
+                key=lambda p: (-p[1], -p[0].importance, -p[0].created),
+            )
+            return [i for i, _ in ranked[:k]]
+        pool.sort(key=lambda i: (-i.importance, -i.created))
+        return pool[:k]
+
+    def _query(self, cmd: QueryInsights) -> tuple[Insight, ...]:
+        if not isinstance(cmd.k, int) or not 1 <= cmd.k <= MAX_QUERY_K:
+            raise InsightError(f"k must be within 1..{MAX_QUERY_K}, got {cmd.k!r}")
+        topic = cmd.topic if cmd.topic == WILDCARD else clean_label(cmd.topic, "topic").casefold()
+        return tuple(self._best(None if topic == WILDCARD else [topic], cmd.query, cmd.k))
+
+    def stats(self) -> PoolStats:
+        """Return the pool's counters."""
+        return PoolStats(
+            shared=self._shared,
+            deduplicated=self._deduplicated,
+            near_duplicates=self._near,
+            delivered=self._delivered,
+            failed_deliveries=self._failed,
+            rejected=self._rejected,
+            evicted=self._evicted,
+            insights=sum(len(b.insights) for b in self._topics.values()),
+            topics=len(self._topics),
+            agents=len(self._subscribers),
+        )
+
+
+class _EmptyTopic:
+    insights: ClassVar[dict[str, Insight]] = {}
+
+
+_EMPTY: Final = _EmptyTopic()

@@ -25,7 +25,7 @@ import hmac
 import math
 import time
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, ClassVar, Final
 
 import msgspec
@@ -459,7 +459,7 @@ class InsightInbox:
     def __len__(self) -> int:
         return len(self._held)
 
-    def __iter__(self) -> Any:
+    def __iter__(self) -> Iterator[Insight]:
         return iter(list(self._held.values()))
 
     def accept(self, insight: Insight) -> bool:

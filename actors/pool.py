@@ -30,6 +30,7 @@ import time
 from collections import OrderedDict
 from typing import Any, ClassVar, Final, Literal
 
+import msgspec
 import structlog
 
 from actors._bm25 import BM25, tokenize
@@ -59,6 +60,7 @@ from actors.pool_commands import (
     SubscriptionState,
     Unsubscribe,
 )
+from actors.retention import SessionFileError, SessionStore
 from runtime import Actor, ActorContext
 from runtime.config import _Section
 from runtime.errors import ActorError, MailboxFullError, RuntimeClosedError
@@ -71,6 +73,7 @@ __all__ = (
     "PoolActor",
     "PoolCommand",
     "PoolConfig",
+    "PoolState",
     "PoolStats",
     "QueryInsights",
     "RegisterFact",
@@ -170,6 +173,14 @@ class PoolConfig(_Section, frozen=True):
 # -- the actor ------------------------------------------------------------------------
 
 
+class PoolState(msgspec.Struct, frozen=True, kw_only=True):
+    """What the pool saves: its insights and subscriptions."""
+
+    version: int = 1
+    insights: list[Insight] = msgspec.field(default_factory=list)
+    subscriptions: list[SubscriptionState] = msgspec.field(default_factory=list)
+
+
 class _Topic:
     __slots__ = ("index", "insights")
 
@@ -214,11 +225,19 @@ class PoolActor(Actor):
     Args:
         ctx: the actor's context.
         config: the pool's config (defaults if omitted).
+        store: when given, the pool's insights and subscriptions are loaded from
+            it on start and saved to it on stop (persistent retention).
     """
 
-    def __init__(self, ctx: ActorContext, config: PoolConfig | None = None) -> None:
+    def __init__(
+        self,
+        ctx: ActorContext,
+        config: PoolConfig | None = None,
+        store: SessionStore | None = None,
+    ) -> None:
         super().__init__(ctx)
         self.config = config or PoolConfig()
+        self.store = store
         self.signer = self.config.signer()
         self.facts_topic = self.config.facts_topic.casefold()
         self._topics: dict[str, _Topic] = {}
@@ -236,9 +255,61 @@ class PoolActor(Actor):
         self._evicted = 0
 
     @classmethod
-    def factory(cls, config: PoolConfig | None = None) -> Any:
+    def factory(cls, config: PoolConfig | None = None, store: SessionStore | None = None) -> Any:
         """Return an actor factory for ``rt.register("pool", ...)`` with ``config``."""
-        return functools.partial(cls, config=config)
+        return functools.partial(cls, config=config, store=store)
+
+    async def on_start(self) -> None:
+        if self.store is None:
+            return
+        saved = await self.store.aload(self.ctx.address)
+        if saved is not None and "pool" in saved:
+            try:
+                state = msgspec.convert(saved["pool"], type=PoolState)
+            except msgspec.ValidationError as exc:
+                path = self.store.path_for(self.ctx.address)
+                raise SessionFileError(f"{path}: corrupt pool state ({exc})") from exc
+            self.load_state(state)
+
+    async def on_stop(self) -> None:
+        if self.store is not None:
+            await self.store.asave(self.ctx.address, {"pool": self.export_state()})
+
+    def export_state(self) -> PoolState:
+        """Return the insights and subscriptions as a serialisable state."""
+        return PoolState(
+            insights=[i for b in self._topics.values() for i in b.insights.values()],
+            subscriptions=[self._state(a, s) for a, s in self._subscribers.items()],
+        )
+
+    def load_state(self, state: PoolState) -> None:
+        """Replace the insights and subscriptions with ``state``'s.
+
+        Saved insights are checked against the configured HMAC key (when there is
+        one); one that fails is dropped and logged, not loaded.
+        """
+        self._topics.clear()
+        self._subscribers.clear()
+        self._by_topic.clear()
+        self._wildcard.clear()
+        for insight in sorted(state.insights, key=lambda i: i.id):
+            if self.signer is not None and not self.signer.verify(insight):
+                log.warning("insight_rejected", insight=insight.id, reason="bad saved HMAC")
+                continue
+            bucket = self._topics.get(insight.topic)
+            if bucket is None:
+                bucket = self._topics[insight.topic] = _Topic(self.config)
+            bucket.insights[insight.id] = insight
+            bucket.index.add(insight.id, insight.text)
+        for sub in state.subscriptions:
+            record = self._subscribers[sub.agent] = _Subscriber()
+            record.all_topics = sub.all_topics
+            record.topics = dict.fromkeys(sub.topics)
+            record.excluded = dict.fromkeys(sub.excluded)
+            if sub.all_topics:
+                self._wildcard[sub.agent] = None
+            for t in sub.topics:
+                self._by_topic.setdefault(t, {})[sub.agent] = None
 
     async def receive(self, message: Any) -> Any:
         match message:

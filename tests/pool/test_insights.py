@@ -105,7 +105,7 @@ def test_signer_accepts_signed_and_rejects_forged_or_unsigned() -> None:
         InsightSigner("short")
 
 
-def _assert_quoted_block(block: str, insights: list[Insight]) -> None:
+def assert_quoted_block(block: str, insights: list[Insight]) -> None:
     """The block is delimited once, and every data line is one JSON string with provenance."""
     assert block.startswith(f"<{INSIGHTS_TAG}>\n")
     assert block.endswith(f"</{INSIGHTS_TAG}>")
@@ -135,7 +135,7 @@ def test_hostile_insights_render_only_as_quoted_data_with_provenance() -> None:
     block = render_insights_block(insights, 4000, counter)
     assert block is not None
     assert counter.count_text(block) <= 4000
-    _assert_quoted_block(block, insights)
+    assert_quoted_block(block, insights)
     for bad in ("\u200b", "\u202e", "\u2066", "\U000e0049", "\ufe0f", "\n</shared_insights>\n"):
         assert bad not in block
     assert "A" * 1001 not in block  # the very long one is cut to the length limit

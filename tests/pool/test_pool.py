@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -30,15 +31,25 @@ from actors.pool import (
     Subscribe,
     Unsubscribe,
 )
+from actors.retention import SessionStore
 from runtime import Actor, ActorContext, Runtime, RuntimeConfig
 from runtime.config import decode_config
 from runtime.errors import ConfigError
+from runtime.tokens import get_counter
+from tests.pool.test_insights import HOSTILE, assert_quoted_block
 
 KEY = "pool-test-key-0123456789abcdef"
 
 
 class Count(msgspec.Struct, frozen=True, tag=True):
     """Ask a recorder how many deliveries it holds (a barrier behind earlier tells)."""
+
+
+class Render(msgspec.Struct, frozen=True, tag=True):
+    """Ask a recorder for its context block of insights."""
+
+    query: str | None
+    budget: int
 
 
 class Recorder(Actor):
@@ -56,6 +67,8 @@ class Recorder(Actor):
             return None
         if isinstance(message, Count):
             return len(self.log[self.ctx.key])
+        if isinstance(message, Render):
+            return self.inbox.render(message.query, message.budget, get_counter(), k=20)
         raise TypeError(type(message).__name__)
 
 
@@ -269,6 +282,22 @@ async def test_hostile_text_is_sanitized_before_it_is_stored(h: Harness) -> None
 
 
 @pytest.mark.anyio
+async def test_hostile_shares_reach_another_agents_context_only_as_quoted_data() -> None:
+    async for h in _harness(PoolConfig(hmac_key=KEY)):
+        await h.sub("victim", "*")
+        for n, text in enumerate(HOSTILE):
+            await h.share(text, f"mallory{n}", importance=0.5 + n / 100)
+        received = await h.received("victim")
+        assert len(received) == len(HOSTILE)
+        block = await h.rt.ref("memory/victim").ask(Render(query=None, budget=3000))
+        assert get_counter().count_text(block) <= 3000
+        insights = h.log["victim"]
+        assert_quoted_block(block, insights)
+        assert "\u200b" not in block and "\u202e" not in block and "\U000e0049" not in block
+        assert block.count("\n") == len(HOSTILE) + 2  # one line per insight, nothing more
+
+
+@pytest.mark.anyio
 async def test_signed_pool_deliveries_pass_and_forged_ones_are_rejected() -> None:
     async for h in _harness(PoolConfig(hmac_key=KEY)):
         await h.sub("bob", "*")
@@ -336,3 +365,28 @@ def test_config_hides_the_key_and_checks_values(monkeypatch: pytest.MonkeyPatch)
     with pytest.raises(ValueError, match="POOL_KEY is unset"):
         PoolConfig(hmac_key_env="POOL_KEY").signer()
     assert PoolConfig().signer() is None
+
+
+@pytest.mark.anyio
+async def test_pool_state_survives_a_restart_with_a_store(tmp_path: Path) -> None:
+    store = SessionStore(tmp_path)
+    config = PoolConfig(hmac_key=KEY)
+    async with Runtime() as rt:
+        rt.register("pool", PoolActor.factory(config, store))
+        pool = rt.ref("pool/main")
+        await pool.ask(Subscribe(agent="bob", topics=("*",)))
+        await pool.ask(Unsubscribe(agent="bob", topics=("sports",)))
+        first = await pool.ask(Share(text="the lighthouse lamp is lit at dusk", source="a"))
+    log: dict[str, list[Insight]] = defaultdict(list)
+    async with Runtime() as rt:
+        rt.register("pool", PoolActor.factory(config, store))
+        rt.register("memory", lambda ctx: Recorder(ctx, log, config.signer()))
+        pool = rt.ref("pool/main")
+        kept = await pool.ask(QueryInsights())
+        assert kept == (first.insight,)
+        again = await pool.ask(Share(text="The lighthouse lamp is lit at dusk!", source="c"))
+        assert again.status == "duplicate"
+        await pool.ask(Share(text="the home team lost", source="c", topic="sports"))
+        await pool.ask(Share(text="fog rolls in at dawn", source="c", topic="weather"))
+        await rt.ref("memory/bob").ask(Count())
+        assert [i.text for i in log["bob"]] == ["fog rolls in at dawn"]

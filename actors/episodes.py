@@ -223,9 +223,13 @@ class EpisodicMemory:
 
     def _roll(self) -> list[Message]:
         # Whole units only: an assistant's tool calls leave together with their results.
+        # An assistant still waiting for its tool results stays, and so does all
+        # after it; an orphan tool result can never complete, so it may go.
         out: list[Message] = []
         for unit in group_units(self._working):
             if len(out) >= self.config.roll_count:
+                break
+            if not unit.complete and unit.messages[0].role == "assistant":
                 break
             out.extend(unit.messages)
         gone = {m.id for m in out}

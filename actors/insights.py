@@ -200,6 +200,8 @@ def clean_label(text: str, what: str, max_chars: int = DEFAULT_MAX_LABEL_CHARS) 
     """
     if not isinstance(text, str):
         raise InsightError(f"{what} must be a string, got {type(text).__name__}")
+    if len(text) > max_chars * _PRECUT_FACTOR:
+        raise InsightError(f"{what} is {len(text)} characters long; the limit is {max_chars}")
     clean = sanitize_insight_text(text, max(4, len(text) + 1))
     if not clean:
         raise InsightError(f"{what} is empty once control and invisible characters go")

@@ -402,8 +402,9 @@ class PoolActor(Actor):
         self._shared += 1
         self._enforce_limit(topic, bucket)
         recipients = self._recipients(topic, exclude=source)
+        delivery = InsightDelivery(insight)
         for agent in recipients:
-            self._deliver(agent, insight)
+            self._deliver(agent, delivery)
         log.info(
             "insight_shared",
             insight=insight.id,
@@ -432,9 +433,9 @@ class PoolActor(Actor):
             agents.extend(a for a in self._by_topic.get(topic, ()) if a not in seen)
         return [a for a in agents if a != exclude]
 
-    def _deliver(self, agent: str, insight: Insight) -> None:
+    def _deliver(self, agent: str, delivery: InsightDelivery) -> None:
+        insight = delivery.insight
         address = f"{self.config.memory_kind}/{agent}"
-        delivery = InsightDelivery(insight)
         runtime = self.ctx.runtime
         try:
             runtime.tell_nowait(address, delivery)
@@ -495,7 +496,7 @@ class PoolActor(Actor):
             wanted = None if WILDCARD in topics else topics
             for insight in self._best(wanted, None, cmd.backfill):
                 if insight.source != agent:
-                    self._deliver(agent, insight)
+                    self._deliver(agent, InsightDelivery(insight))
         log.info("pool_subscribed", agent=agent, topics=topics)
         return self._state(agent, sub)
 

@@ -133,9 +133,11 @@ class RegisterFact(msgspec.Struct, frozen=True, kw_only=True, tag=True):
 
 
 class Subscribe(msgspec.Struct, frozen=True, kw_only=True, tag=True):
-    """Subscribe ``agent`` to topics (``*`` = all); replies :class:`SubscriptionState`.
+    """Subscribe ``agent`` to topics (``*``, the default, means all).
 
-    Subscribing with no topics only makes the agent known (it then gets facts).
+    Replies :class:`SubscriptionState`.
+
+    An empty ``topics`` only makes the agent known (it then gets facts).
     ``backfill`` > 0 also delivers up to that many of the best insights already
     held on the new topics.
     """
@@ -148,7 +150,7 @@ class Subscribe(msgspec.Struct, frozen=True, kw_only=True, tag=True):
 
 
 class Unsubscribe(msgspec.Struct, frozen=True, kw_only=True, tag=True):
-    """Unsubscribe ``agent`` from topics; ``*`` drops every subscription.
+    """Unsubscribe ``agent`` from topics; ``*`` (the default) drops every subscription.
 
     Unsubscribing a named topic while subscribed to ``*`` excludes that topic.
     Replies :class:`SubscriptionState`.

@@ -118,3 +118,13 @@ def test_config_checks_its_values() -> None:
         EpisodeConfig(working_limit=5, roll_count=6)
     with pytest.raises(ValueError, match="core_threshold"):
         EpisodeConfig(core_threshold=1.5)
+
+
+def test_an_assistant_waiting_for_tool_results_is_not_rolled_away() -> None:
+    mem = EpisodicMemory(EpisodeConfig(working_limit=3, roll_count=3))
+    call = ToolCall(id="c9", name="look", arguments="{}")
+    mem.add([user("m0"), Message(role="assistant", content=None, tool_calls=(call,))])
+    rolled = mem.add([user("m2"), user("m3")])
+    assert [m.text() for m in rolled] == ["m0"]  # the pending call and all after it stay
+    mem.add(Message(role="tool", content="seen", tool_call_id="c9"))
+    assert all(u.complete for u in group_units(mem.working()))

@@ -18,6 +18,7 @@ from actors.insights import (
     InsightSignatureError,
     InsightSigner,
     NearDuplicateIndex,
+    clean_label,
     make_insight,
     render_insights_block,
     sanitize_insight_text,
@@ -199,3 +200,11 @@ def test_delivery_round_trips_through_msgpack() -> None:
     d = InsightDelivery(make_insight("x", topic="t", importance=0.1, source="a"))
     assert msgspec.msgpack.decode(msgspec.msgpack.encode(d), type=InsightDelivery) == d
     assert InsightDelivery.reply_type is type(None)
+
+
+def test_labels_are_cleaned_and_length_checked() -> None:
+    assert clean_label(" news\u200b ", "topic") == "news"
+    with pytest.raises(InsightError, match="topic is 65 characters long; the limit is 64"):
+        clean_label("x" * 65, "topic")
+    with pytest.raises(InsightError, match="source is 1000000 characters long"):
+        clean_label("x" * 1_000_000, "source")

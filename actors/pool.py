@@ -17,8 +17,10 @@ One pool actor (``pool/main`` by convention) holds every shared insight, by topi
 - :class:`QueryInsights` returns the best insights of a topic, or of all.
 
 Delivery never blocks the pool on a full mailbox (a memory actor may be asking
-the pool at that very moment): a full mailbox gets its delivery from a
-background task, and the outcome comes back to the pool for its counters.
+the pool at that very moment): an agent whose mailbox is full gets its
+deliveries, in order, from a background task, and the outcome comes back to the
+pool for its counters. Past ``max_deferred_deliveries`` waiting at once, a
+delivery fails, counted and logged.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ import functools
 import math
 import os
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
+from collections.abc import Callable
 from typing import Any, ClassVar, Final, Literal
 
 import msgspec
@@ -245,6 +248,7 @@ class PoolActor(Actor):
         self._by_topic: dict[str, dict[str, None]] = {}
         self._wildcard: dict[str, None] = {}
         self._applied: OrderedDict[str, ShareResult] = OrderedDict()
+        self._backlog: dict[str, deque[InsightDelivery]] = {}
         self._deferred = 0
         self._shared = 0
         self._deduplicated = 0
@@ -255,8 +259,10 @@ class PoolActor(Actor):
         self._evicted = 0
 
     @classmethod
-    def factory(cls, config: PoolConfig | None = None, store: SessionStore | None = None) -> Any:
-        """Return an actor factory for ``rt.register("pool", ...)`` with ``config``."""
+    def factory(
+        cls, config: PoolConfig | None = None, store: SessionStore | None = None
+    ) -> Callable[[ActorContext], PoolActor]:
+        """Return an actor factory for ``rt.register("pool", ...)``."""
         return functools.partial(cls, config=config, store=store)
 
     async def on_start(self) -> None:
@@ -314,11 +320,11 @@ class PoolActor(Actor):
     async def receive(self, message: Any) -> Any:
         match message:
             case Share():
-                return await self._share_command(message, message.topic)
+                return self._share_command(message, message.topic)
             case RegisterFact():
-                return await self._share_command(message, self.facts_topic)
+                return self._share_command(message, self.facts_topic)
             case Subscribe():
-                return await self._subscribe(message)
+                return self._subscribe(message)
             case Unsubscribe():
                 return self._unsubscribe(message)
             case QueryInsights():
@@ -326,29 +332,19 @@ class PoolActor(Actor):
             case GetPoolStats():
                 return self.stats()
             case DeliveryOutcome():
-                self._deferred -= 1
-                if message.error is None:
-                    self._delivered += 1
-                else:
-                    self._failed += 1
-                    log.warning(
-                        "insight_delivery_failed",
-                        agent=message.agent,
-                        insight=message.insight_id,
-                        reason=message.error,
-                    )
+                self._drained(message)
                 return None
             case _:
                 raise InsightError(f"the pool does not handle {type(message).__name__}")
 
     # -- sharing ------------------------------------------------------------------
 
-    async def _share_command(self, cmd: Share | RegisterFact, topic: str) -> ShareResult:
+    def _share_command(self, cmd: Share | RegisterFact, topic: str) -> ShareResult:
         done = self._applied.get(cmd.id)
         if done is not None:
             return done
         try:
-            result = await self._share(cmd, topic)
+            result = self._share(cmd, topic)
         except InsightError as exc:
             self._rejected += 1
             log.warning("insight_share_rejected", source=str(cmd.source)[:64], reason=str(exc))
@@ -358,7 +354,7 @@ class PoolActor(Actor):
             self._applied.popitem(last=False)
         return result
 
-    async def _share(self, cmd: Share | RegisterFact, raw_topic: str) -> ShareResult:
+    def _share(self, cmd: Share | RegisterFact, raw_topic: str) -> ShareResult:
         text = sanitize_insight_text(cmd.text, self.config.max_insight_chars)
         if not tokenize(text):
             raise InsightError("insight text has no words once sanitized")
@@ -434,34 +430,83 @@ class PoolActor(Actor):
         return [a for a in agents if a != exclude]
 
     def _deliver(self, agent: str, delivery: InsightDelivery) -> None:
-        insight = delivery.insight
-        address = f"{self.config.memory_kind}/{agent}"
-        runtime = self.ctx.runtime
+        backlog = self._backlog.get(agent)
+        if backlog is not None:
+            # Behind the deliveries already waiting, so the agent gets them in order.
+            self._defer(agent, backlog, delivery)
+            return
         try:
-            runtime.tell_nowait(address, delivery)
+            self.ctx.runtime.tell_nowait(f"{self.config.memory_kind}/{agent}", delivery)
         except MailboxFullError:
-            if self._deferred >= self.config.max_deferred_deliveries:
-                self._failed += 1
-                log.warning(
-                    "insight_delivery_failed",
-                    agent=agent,
-                    insight=insight.id,
-                    reason=f"mailbox full and {self._deferred} deliveries already deferred",
-                )
-                return
-            self._deferred += 1
-
-            def outcome(_: Any, error: BaseException | None) -> DeliveryOutcome:
-                return DeliveryOutcome(
-                    agent=agent, insight_id=insight.id, error=None if error is None else str(error)
-                )
-
-            self.ctx.pipe(functools.partial(runtime.tell, address, delivery), wrap=outcome)
+            backlog = self._backlog[agent] = deque()
+            self._defer(agent, backlog, delivery)
+            self._start_drain(agent, backlog)
         except (ActorError, RuntimeClosedError) as exc:
             self._failed += 1
-            log.warning("insight_delivery_failed", agent=agent, insight=insight.id, reason=str(exc))
+            log.warning(
+                "insight_delivery_failed", agent=agent, insight=delivery.insight.id, reason=str(exc)
+            )
         else:
             self._delivered += 1
+
+    def _defer(
+        self, agent: str, backlog: deque[InsightDelivery], delivery: InsightDelivery
+    ) -> None:
+        if self._deferred >= self.config.max_deferred_deliveries:
+            self._failed += 1
+            log.warning(
+                "insight_delivery_failed",
+                agent=agent,
+                insight=delivery.insight.id,
+                reason=f"mailbox full and {self._deferred} deliveries already deferred",
+            )
+            return
+        backlog.append(delivery)
+        self._deferred += 1
+
+    def _start_drain(self, agent: str, backlog: deque[InsightDelivery]) -> None:
+        """Tell ``backlog`` to the agent in order, waiting for mailbox space, in the background.
+
+        The drain only pops from ``backlog``; the pool only appends to it and
+        forgets it when a :class:`DeliveryOutcome` finds it empty, so no delivery
+        is left behind between the drain's end and the outcome.
+        """
+        address = f"{self.config.memory_kind}/{agent}"
+        runtime = self.ctx.runtime
+        sent = [0]
+
+        async def drain() -> None:
+            while backlog:
+                await runtime.tell(address, backlog[0])
+                backlog.popleft()
+                sent[0] += 1
+
+        def outcome(_: Any, error: BaseException | None) -> DeliveryOutcome:
+            return DeliveryOutcome(
+                agent=agent, delivered=sent[0], error=None if error is None else str(error)
+            )
+
+        self.ctx.pipe(drain, wrap=outcome)
+
+    def _drained(self, outcome: DeliveryOutcome) -> None:
+        self._delivered += outcome.delivered
+        self._deferred = max(0, self._deferred - outcome.delivered)
+        backlog = self._backlog.get(outcome.agent)
+        if backlog is None:
+            return
+        if outcome.error is not None:
+            lost = len(backlog)
+            self._failed += lost
+            self._deferred = max(0, self._deferred - lost)
+            backlog.clear()
+            del self._backlog[outcome.agent]
+            log.warning(
+                "insight_delivery_failed", agent=outcome.agent, count=lost, reason=outcome.error
+            )
+        elif backlog:
+            self._start_drain(outcome.agent, backlog)  # more arrived after the drain ended
+        else:
+            del self._backlog[outcome.agent]
 
     # -- subscriptions -----------------------------------------------------------------
 
@@ -475,7 +520,7 @@ class PoolActor(Actor):
             out.append(WILDCARD if t == WILDCARD else clean_label(t, "topic").casefold())
         return out
 
-    async def _subscribe(self, cmd: Subscribe) -> SubscriptionState:
+    def _subscribe(self, cmd: Subscribe) -> SubscriptionState:
         agent = clean_label(cmd.agent, "agent", MAX_ID_CHARS)
         if agent != cmd.agent:
             raise InsightError(f"agent name {cmd.agent!r} holds control or invisible characters")

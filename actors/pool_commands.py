@@ -183,12 +183,16 @@ class GetPoolStats(msgspec.Struct, frozen=True, tag=True):
 
 
 class DeliveryOutcome(msgspec.Struct, frozen=True, kw_only=True, tag=True):
-    """Internal: how a delivery deferred by a full mailbox ended (the pool tells itself)."""
+    """Internal: a background drain of an agent's deferred deliveries ended.
+
+    The pool tells itself this. ``delivered`` reached the mailbox; ``error``
+    says why the drain stopped early, if it did.
+    """
 
     reply_type: ClassVar[type[Any]] = type(None)
 
     agent: str
-    insight_id: str
+    delivered: int
     error: str | None = None
 
 

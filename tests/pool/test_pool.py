@@ -10,6 +10,7 @@ from typing import Any
 import anyio
 import msgspec
 import pytest
+import structlog
 
 from actors.insights import (
     Insight,
@@ -32,7 +33,7 @@ from actors.pool import (
     Unsubscribe,
 )
 from actors.retention import SessionStore
-from runtime import Actor, ActorContext, Runtime, RuntimeConfig
+from runtime import Actor, ActorContext, Runtime, RuntimeConfig, SupervisionConfig
 from runtime.config import decode_config
 from runtime.errors import ConfigError
 from runtime.tokens import get_counter
@@ -330,6 +331,7 @@ async def test_full_mailboxes_get_their_delivery_later(monkeypatch: pytest.Monke
         await pool.ask(Subscribe(agent="slow", topics=("*",)))
         for n in range(4):
             await pool.ask(Share(text=f"fact {n} holds", source="a"))
+        assert (await pool.ask(GetPoolStats())).delivered < 4  # some had to wait
         gate.set()
         with anyio.fail_after(10):
             # The outcomes come back to the pool on their own; poll its counters.
@@ -337,7 +339,67 @@ async def test_full_mailboxes_get_their_delivery_later(monkeypatch: pytest.Monke
                 await anyio.sleep(0.01)
         stats = await pool.ask(GetPoolStats())
         assert stats.delivered == 4 and stats.failed_deliveries == 0
-    assert sorted(log) == [f"fact {n} holds" for n in range(4)]
+    assert log == [f"fact {n} holds" for n in range(4)]  # in the order they were shared
+
+
+@pytest.mark.anyio
+async def test_deferred_deliveries_are_bounded_and_failures_counted() -> None:
+    gate = anyio.Event()
+    log: list[str] = []
+
+    class Slow(Actor):
+        async def receive(self, message: Any) -> Any:
+            await gate.wait()
+            log.append(message.insight.text)
+
+    async with Runtime() as rt:
+        rt.register("pool", PoolActor.factory(PoolConfig(max_deferred_deliveries=1)))
+        rt.register("memory", Slow, mailbox_size=1)
+        pool = rt.ref("pool/main")
+        await pool.ask(Subscribe(agent="slow", topics=("*",)))
+        for n in range(5):
+            await pool.ask(Share(text=f"fact {n} holds", source="a"))
+        gate.set()
+        with anyio.fail_after(10):
+            while True:
+                stats = await pool.ask(GetPoolStats())
+                if stats.delivered + stats.failed_deliveries == 5:
+                    break
+                await anyio.sleep(0.01)
+    assert stats.failed_deliveries >= 2  # at most 2 in the mailbox/handler, 1 waiting
+    assert len(log) == stats.delivered
+    assert log == sorted(log)  # what arrived, arrived in order
+
+
+@pytest.mark.anyio
+async def test_a_memory_actor_that_stops_fails_its_waiting_deliveries() -> None:
+    gate = anyio.Event()
+
+    class Crashing(Actor):
+        async def receive(self, message: Any) -> Any:
+            await gate.wait()
+            raise RuntimeError("memory actor crashed")
+
+    async with Runtime() as rt:
+        rt.register("pool", PoolActor.factory())
+        rt.register(
+            "memory", Crashing, mailbox_size=1, supervision=SupervisionConfig(strategy="stop")
+        )
+        pool = rt.ref("pool/main")
+        await pool.ask(Subscribe(agent="fragile", topics=("*",)))
+        for n in range(5):
+            await pool.ask(Share(text=f"fact {n} holds", source="a"))
+        with structlog.testing.capture_logs() as logs:
+            gate.set()
+            with anyio.fail_after(10):
+                while True:
+                    stats = await pool.ask(GetPoolStats())
+                    if stats.delivered + stats.failed_deliveries == 5:
+                        break
+                    await anyio.sleep(0.01)
+    assert stats.failed_deliveries >= 1
+    failures = [e for e in logs if e["event"] == "insight_delivery_failed"]
+    assert failures and "stopped" in failures[0]["reason"]
 
 
 @pytest.mark.anyio

@@ -314,90 +314,75 @@ async def test_signed_pool_deliveries_pass_and_forged_ones_are_rejected() -> Non
         assert await h.received("bob") == ["the gate opens at dawn"]
 
 
-@pytest.mark.anyio
-async def test_full_mailboxes_get_their_delivery_later(monkeypatch: pytest.MonkeyPatch) -> None:
+class Gated(Actor):
+    """A memory stand-in that holds every delivery until the test opens its gate."""
+
+    def __init__(self, ctx: ActorContext, gate: anyio.Event, log: list[str], crash: bool) -> None:
+        super().__init__(ctx)
+        self.gate = gate
+        self.log = log
+        self.crash = crash
+
+    async def receive(self, message: Any) -> Any:
+        await self.gate.wait()
+        if self.crash:
+            raise RuntimeError("memory actor crashed")
+        self.log.append(message.insight.text)
+
+
+async def _share_to_gated(
+    config: PoolConfig, shares: int, crash: bool = False
+) -> tuple[PoolStats, list[str], PoolStats]:
+    """Share to one agent whose 1-slot mailbox is held shut, then open it.
+
+    Returns the pool's stats before the gate opened, the texts that arrived, and
+    the stats once every delivery was delivered or failed.
+    """
     gate = anyio.Event()
     log: list[str] = []
-
-    class Slow(Actor):
-        async def receive(self, message: Any) -> Any:
-            await gate.wait()
-            log.append(message.insight.text)
-
+    stop = SupervisionConfig(strategy="stop")
     async with Runtime() as rt:
-        rt.register("pool", PoolActor.factory())
-        rt.register("memory", Slow, mailbox_size=1)
+        rt.register("pool", PoolActor.factory(config))
+        rt.register(
+            "memory", lambda ctx: Gated(ctx, gate, log, crash), mailbox_size=1, supervision=stop
+        )
         pool = rt.ref("pool/main")
-        await pool.ask(Subscribe(agent="slow", topics=("*",)))
-        for n in range(4):
+        await pool.ask(Subscribe(agent="gated", topics=("*",)))
+        for n in range(shares):
             await pool.ask(Share(text=f"fact {n} holds", source="a"))
-        assert (await pool.ask(GetPoolStats())).delivered < 4  # some had to wait
+        before = await pool.ask(GetPoolStats())
         gate.set()
         with anyio.fail_after(10):
-            # The outcomes come back to the pool on their own; poll its counters.
-            while (await pool.ask(GetPoolStats())).delivered < 4:  # noqa: ASYNC110
+            # The drains report back to the pool on their own; poll its counters.
+            while True:
+                after = await pool.ask(GetPoolStats())
+                if after.delivered + after.failed_deliveries == shares:
+                    break
                 await anyio.sleep(0.01)
-        stats = await pool.ask(GetPoolStats())
-        assert stats.delivered == 4 and stats.failed_deliveries == 0
+    return before, log, after
+
+
+@pytest.mark.anyio
+async def test_full_mailboxes_get_their_deliveries_later_in_order() -> None:
+    before, log, after = await _share_to_gated(PoolConfig(), 4)
+    assert before.delivered < 4  # some had to wait
+    assert after.delivered == 4 and after.failed_deliveries == 0
     assert log == [f"fact {n} holds" for n in range(4)]  # in the order they were shared
 
 
 @pytest.mark.anyio
 async def test_deferred_deliveries_are_bounded_and_failures_counted() -> None:
-    gate = anyio.Event()
-    log: list[str] = []
-
-    class Slow(Actor):
-        async def receive(self, message: Any) -> Any:
-            await gate.wait()
-            log.append(message.insight.text)
-
-    async with Runtime() as rt:
-        rt.register("pool", PoolActor.factory(PoolConfig(max_deferred_deliveries=1)))
-        rt.register("memory", Slow, mailbox_size=1)
-        pool = rt.ref("pool/main")
-        await pool.ask(Subscribe(agent="slow", topics=("*",)))
-        for n in range(5):
-            await pool.ask(Share(text=f"fact {n} holds", source="a"))
-        gate.set()
-        with anyio.fail_after(10):
-            while True:
-                stats = await pool.ask(GetPoolStats())
-                if stats.delivered + stats.failed_deliveries == 5:
-                    break
-                await anyio.sleep(0.01)
-    assert stats.failed_deliveries >= 2  # at most 2 in the mailbox/handler, 1 waiting
-    assert len(log) == stats.delivered
+    _, log, after = await _share_to_gated(PoolConfig(max_deferred_deliveries=1), 5)
+    assert after.failed_deliveries >= 2  # at most 2 in the mailbox/handler, 1 waiting
+    assert len(log) == after.delivered
     assert log == sorted(log)  # what arrived, arrived in order
 
 
 @pytest.mark.anyio
 async def test_a_memory_actor_that_stops_fails_its_waiting_deliveries() -> None:
-    gate = anyio.Event()
-
-    class Crashing(Actor):
-        async def receive(self, message: Any) -> Any:
-            await gate.wait()
-            raise RuntimeError("memory actor crashed")
-
-    async with Runtime() as rt:
-        rt.register("pool", PoolActor.factory())
-        rt.register(
-            "memory", Crashing, mailbox_size=1, supervision=SupervisionConfig(strategy="stop")
-        )
-        pool = rt.ref("pool/main")
-        await pool.ask(Subscribe(agent="fragile", topics=("*",)))
-        for n in range(5):
-            await pool.ask(Share(text=f"fact {n} holds", source="a"))
-        with structlog.testing.capture_logs() as logs:
-            gate.set()
-            with anyio.fail_after(10):
-                while True:
-                    stats = await pool.ask(GetPoolStats())
-                    if stats.delivered + stats.failed_deliveries == 5:
-                        break
-                    await anyio.sleep(0.01)
-    assert stats.failed_deliveries >= 1
+    with structlog.testing.capture_logs() as logs:
+        _, log, after = await _share_to_gated(PoolConfig(), 5, crash=True)
+    assert log == [] and after.failed_deliveries >= 1
     failures = [e for e in logs if e["event"] == "insight_delivery_failed"]
     assert failures and "stopped" in failures[0]["reason"]
 

@@ -11,6 +11,7 @@ in the ``tool`` message answering the call, turning bad arguments into an
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Annotated, Any, Final
 
 import msgspec
@@ -19,11 +20,13 @@ from actors._blocks import format_time, quote
 from actors.errors import MemoryInputError
 from actors.longterm import DEFAULT_TOP_K, ControlMode, LongTermMemory
 from actors.messages import Message, ToolCall
+from runtime.tokens import TokenCounter
 
 __all__ = (
     "MEMORY_TOOLS",
     "RECORD_TOOL",
     "RETRIEVE_TOOL",
+    "LongTermControl",
     "ToolArgumentsError",
     "handle_memory_tool_call",
     "handle_record_to_memory",
@@ -201,3 +204,59 @@ async def memory_tool_message(memory: LongTermMemory, call: ToolCall) -> Message
     except ToolArgumentsError as exc:
         content = f"error: {exc}"
     return Message(role="tool", content=content, tool_call_id=call.id, name=call.name)
+
+
+class LongTermControl:
+    """Applies a :class:`ControlMode` to one agent's long-term memory.
+
+    The agent memory actor holds one and calls it at the three points where the
+    modes differ, so the modes live in one place:
+
+    - :meth:`tools` when building a request (the memory tools, or none);
+    - :meth:`context_block` in ``context()`` (the recalled-memories block, or None);
+    - :meth:`after_reply` when a reply (and what led to it) is added;
+    - :meth:`answer` for a tool call the model made (None when it is not a
+      memory tool, so other tools go elsewhere).
+
+    Args:
+        memory: the agent's long-term memory.
+        mode: the control mode (the memory's configured one by default).
+    """
+
+    def __init__(self, memory: LongTermMemory, mode: ControlMode | None = None) -> None:
+        self.memory = memory
+        self.mode = memory.config.mode if mode is None else ControlMode(mode)
+
+    def tools(self) -> list[dict[str, Any]]:
+        """Return the tool schemas to offer (none in static_control)."""
+        return memory_tools(self.mode)
+
+    async def context_block(self, query: str, counter: TokenCounter) -> str | None:
+        """Static control: the memories recalled for ``query`` as a block; else None."""
+        if not self.mode.static or not query.strip():
+            return None
+        return await self.memory.context_block(query, counter)
+
+    def after_reply(self, messages: Iterable[Message]) -> int:
+        """Static control: record ``messages``; return how many new memories that made."""
+        if not self.mode.static:
+            return 0
+        return len(self.memory.record(messages))
+
+    async def answer(self, call: ToolCall) -> Message | None:
+        """Answer a memory tool call with its ``tool`` message; None for other tools.
+
+        In static_control the tools are not offered; a call to one anyway gets an
+        error result rather than silently working.
+        """
+        if call.name not in _HANDLERS:
+            return None
+        if not self.mode.agent:
+            return Message(
+                role="tool",
+                content=f"error: {call.name} is not available (long-term memory is "
+                "in static_control mode)",
+                tool_call_id=call.id,
+                name=call.name,
+            )
+        return await memory_tool_message(self.memory, call)

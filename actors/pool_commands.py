@@ -169,7 +169,8 @@ class QueryInsights(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     importance, then newest. Replies ``tuple[Insight, ...]``.
     """
 
-    reply_type: ClassVar[type[Any]] = tuple[Insight, ...]
+    # A generic alias, not a class: msgspec decoders take either.
+    reply_type: ClassVar[Any] = tuple[Insight, ...]
 
     topic: str = WILDCARD
     k: int = DEFAULT_QUERY_K

@@ -366,9 +366,14 @@ class LongTermMemory:
                 retry_after=self.config.embedding_retry_after,
             )
             return None
-        self._vectors.update(zip(missing, vectors[:-1], strict=True))
+        # The memory may have changed during the await (a caller running this in
+        # the background): keep vectors only of entries still here, and score
+        # only entries that have one.
+        for i, vec in zip(missing, vectors[:-1], strict=True):
+            if i in self._entries:
+                self._vectors[i] = vec
         q = vectors[-1]
-        return {i: cosine(q, self._vectors[i]) for i in self._entries}
+        return {i: cosine(q, v) for i, v in self._vectors.items() if i in self._entries}
 
     async def retrieve(self, query: str, k: int | None = None) -> list[Recalled]:
         """Return up to ``k`` memories (``top_k`` by default), best first.
@@ -402,7 +407,7 @@ class LongTermMemory:
         if relevance is None:
             relevance = self._bm25_scores(query) if tokenize(query) else dict.fromkeys(ids, 0.0)
             if self.config.require_relevance and tokenize(query):
-                ids = [i for i in ids if relevance[i] > 0]
+                ids = [i for i in ids if relevance.get(i, 0.0) > 0]
                 if not ids:
                     return []
         cfg = self.config
@@ -413,7 +418,7 @@ class LongTermMemory:
             [cfg.recency_decay**h for h in hours], min_span=1.0 - cfg.recency_decay
         )
         importance = _normalise([self._entries[i].importance for i in ids])
-        relevant = _normalise([relevance[i] for i in ids])
+        relevant = _normalise([relevance.get(i, 0.0) for i in ids])
         scored = [
             Recalled(
                 entry=self._entries[i],

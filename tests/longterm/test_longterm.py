@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import msgspec
 import pytest
 import structlog
@@ -19,7 +21,7 @@ from actors.messages import Message
 from runtime.config import decode_config
 from runtime.errors import ConfigError
 from runtime.tokens import get_counter
-from tests.longterm.embed_server import EmbeddingServer
+from tests.longterm.embed_server import EmbeddingServer, embed
 
 HOUR = 3600.0
 
@@ -245,3 +247,26 @@ def test_config_decodes_modes_and_rejects_bad_values() -> None:
             LongTermConfig,
             source="x.toml",
         )
+
+
+@pytest.mark.anyio
+async def test_memories_changed_during_an_embedding_call_do_not_break_retrieval() -> None:
+    class Meddling:
+        """Records and forgets memories while 'waiting' for the endpoint."""
+
+        def __init__(self) -> None:
+            self.memory: LongTermMemory | None = None
+
+        async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+            assert self.memory is not None
+            self.memory.record_texts(["a memory recorded meanwhile about cars"])
+            self.memory.forget(self.memory.entries()[0].id)
+            return [embed(t) for t in texts]
+
+    embedder = Meddling()
+    memory = LongTermMemory(embedder=embedder)
+    embedder.memory = memory
+    memory.record_texts(["the first memory, soon forgotten", "Lena bought a red car."])
+    top = await memory.retrieve("automobile", 3)
+    assert top[0].entry.text == "Lena bought a red car."
+    assert {r.entry.text for r in top} <= {e.text for e in memory.entries()}

@@ -37,6 +37,7 @@ import msgspec
 import structlog
 
 from actors._bm25 import BM25, tokenize
+from actors._subscriptions import Subscriptions
 from actors.insights import (
     DEFAULT_MAX_INSIGHT_CHARS,
     DEFAULT_NEAR_DUPLICATE_THRESHOLD,
@@ -192,15 +193,6 @@ class _Topic:
         self.index = NearDuplicateIndex(config.near_duplicate_threshold, config.shingle_size)
 
 
-class _Subscriber:
-    __slots__ = ("all_topics", "excluded", "topics")
-
-    def __init__(self) -> None:
-        self.all_topics = False
-        self.topics: dict[str, None] = {}
-        self.excluded: dict[str, None] = {}
-
-
 def _check_importance(value: float) -> float:
     if not isinstance(value, int | float) or isinstance(value, bool):
         raise InsightError(f"importance must be a number, got {type(value).__name__}")
@@ -244,9 +236,7 @@ class PoolActor(Actor):
         self.signer = self.config.signer()
         self.facts_topic = self.config.facts_topic.casefold()
         self._topics: dict[str, _Topic] = {}
-        self._subscribers: dict[str, _Subscriber] = {}
-        self._by_topic: dict[str, dict[str, None]] = {}
-        self._wildcard: dict[str, None] = {}
+        self._subs = Subscriptions()
         self._applied: OrderedDict[str, ShareResult] = OrderedDict()
         self._backlog: dict[str, deque[InsightDelivery]] = {}
         self._deferred = 0
@@ -285,7 +275,7 @@ class PoolActor(Actor):
         """Return the insights and subscriptions as a serialisable state."""
         return PoolState(
             insights=[i for b in self._topics.values() for i in b.insights.values()],
-            subscriptions=[self._state(a, s) for a, s in self._subscribers.items()],
+            subscriptions=self._subs.export(),
         )
 
     def load_state(self, state: PoolState) -> None:
@@ -295,9 +285,6 @@ class PoolActor(Actor):
         one); one that fails is dropped and logged, not loaded.
         """
         self._topics.clear()
-        self._subscribers.clear()
-        self._by_topic.clear()
-        self._wildcard.clear()
         for insight in sorted(state.insights, key=lambda i: i.id):
             if self.signer is not None and not self.signer.verify(insight):
                 log.warning("insight_rejected", insight=insight.id, reason="bad saved HMAC")
@@ -307,15 +294,7 @@ class PoolActor(Actor):
                 bucket = self._topics[insight.topic] = _Topic(self.config)
             bucket.insights[insight.id] = insight
             bucket.index.add(insight.id, insight.text)
-        for sub in state.subscriptions:
-            record = self._subscribers[sub.agent] = _Subscriber()
-            record.all_topics = sub.all_topics
-            record.topics = dict.fromkeys(sub.topics)
-            record.excluded = dict.fromkeys(sub.excluded)
-            if sub.all_topics:
-                self._wildcard[sub.agent] = None
-            for t in sub.topics:
-                self._by_topic.setdefault(t, {})[sub.agent] = None
+        self._subs.load(state.subscriptions)
 
     async def receive(self, message: Any) -> Any:
         match message:
@@ -421,13 +400,9 @@ class PoolActor(Actor):
     # -- delivery -------------------------------------------------------------------
 
     def _recipients(self, topic: str, exclude: str | None) -> list[str]:
-        if topic == self.facts_topic:
-            agents = list(self._subscribers)
-        else:
-            agents = [a for a in self._wildcard if topic not in self._subscribers[a].excluded]
-            seen = set(agents)
-            agents.extend(a for a in self._by_topic.get(topic, ()) if a not in seen)
-        return [a for a in agents if a != exclude]
+        if topic == self.facts_topic:  # coordinated facts reach every known agent
+            return [a for a in self._subs.agents() if a != exclude]
+        return self._subs.recipients(topic, exclude)
 
     def _deliver(self, agent: str, delivery: InsightDelivery) -> None:
         backlog = self._backlog.get(agent)
@@ -525,64 +500,20 @@ class PoolActor(Actor):
         if agent != cmd.agent:
             raise InsightError(f"agent name {cmd.agent!r} holds control or invisible characters")
         topics = self._topics_of(cmd.topics)
-        sub = self._subscribers.get(agent)
-        if sub is None:
-            sub = self._subscribers[agent] = _Subscriber()
-        for t in topics:
-            if t == WILDCARD:
-                sub.all_topics = True
-                sub.excluded.clear()
-                self._wildcard[agent] = None
-            else:
-                sub.topics[t] = None
-                sub.excluded.pop(t, None)
-                self._by_topic.setdefault(t, {})[agent] = None
+        state = self._subs.subscribe(agent, topics)
         if cmd.backfill > 0:
             wanted = None if WILDCARD in topics else topics
             for insight in self._best(wanted, None, cmd.backfill):
                 if insight.source != agent:
                     self._deliver(agent, InsightDelivery(insight))
         log.info("pool_subscribed", agent=agent, topics=topics)
-        return self._state(agent, sub)
+        return state
 
     def _unsubscribe(self, cmd: Unsubscribe) -> SubscriptionState:
         topics = self._topics_of(cmd.topics)
-        agent = cmd.agent
-        sub = self._subscribers.get(agent)
-        if sub is None:
-            return SubscriptionState(agent=agent, all_topics=False, topics=(), excluded=())
-        for t in topics:
-            if t == WILDCARD:
-                for name in sub.topics:
-                    self._drop_from_topic(name, agent)
-                sub.topics.clear()
-                sub.excluded.clear()
-                sub.all_topics = False
-                self._wildcard.pop(agent, None)
-            else:
-                if t in sub.topics:
-                    del sub.topics[t]
-                    self._drop_from_topic(t, agent)
-                if sub.all_topics:
-                    sub.excluded[t] = None
-        log.info("pool_unsubscribed", agent=agent, topics=topics)
-        return self._state(agent, sub)
-
-    def _drop_from_topic(self, topic: str, agent: str) -> None:
-        members = self._by_topic.get(topic)
-        if members is not None:
-            members.pop(agent, None)
-            if not members:
-                del self._by_topic[topic]
-
-    @staticmethod
-    def _state(agent: str, sub: _Subscriber) -> SubscriptionState:
-        return SubscriptionState(
-            agent=agent,
-            all_topics=sub.all_topics,
-            topics=tuple(sub.topics),
-            excluded=tuple(sub.excluded),
-        )
+        state = self._subs.unsubscribe(cmd.agent, topics)
+        log.info("pool_unsubscribed", agent=cmd.agent, topics=topics)
+        return state
 
     # -- queries ------------------------------------------------------------------------
 
@@ -619,7 +550,7 @@ class PoolActor(Actor):
             evicted=self._evicted,
             insights=sum(len(b.insights) for b in self._topics.values()),
             topics=len(self._topics),
-            agents=len(self._subscribers),
+            agents=len(self._subs),
         )
 
 

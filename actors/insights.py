@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import math
+import re
 import time
 import unicodedata
 from collections.abc import Iterable, Iterator, Sequence
@@ -56,6 +57,7 @@ __all__ = (
     "render_insights_block",
     "sanitize_insight_text",
     "shingles",
+    "words",
 )
 
 log = structlog.get_logger("actormem.insights")
@@ -212,16 +214,24 @@ def clean_label(text: str, what: str, max_chars: int = DEFAULT_MAX_LABEL_CHARS) 
 
 # -- duplicates -------------------------------------------------------------------
 
+#: Words in any script (``\w`` is Unicode-aware; ``_`` is not a letter here).
+_WORD: Final = re.compile(r"[^\W_]+(?:['.-][^\W_]+)*")
+
+
+def words(text: str) -> list[str]:
+    """Return the case-folded words of ``text``, in any script (``Café``, ``東京``, ``3.5``)."""
+    return _WORD.findall(text.casefold())
+
 
 def shingles(text: str, size: int = DEFAULT_SHINGLE_SIZE) -> frozenset[str]:
-    """Return the set of ``size``-word shingles of ``text`` (lowercase words).
+    """Return the set of ``size``-word shingles of ``text`` (case-folded words).
 
     A text shorter than ``size`` words is one shingle of all its words.
     """
-    words = tokenize(text)
-    if len(words) <= size:
-        return frozenset({" ".join(words)}) if words else frozenset()
-    return frozenset(" ".join(words[i : i + size]) for i in range(len(words) - size + 1))
+    seq = words(text)
+    if len(seq) <= size:
+        return frozenset({" ".join(seq)}) if seq else frozenset()
+    return frozenset(" ".join(seq[i : i + size]) for i in range(len(seq) - size + 1))
 
 
 def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
@@ -271,7 +281,7 @@ class NearDuplicateIndex:
 
         An exact duplicate has similarity 1.0.
         """
-        norm = " ".join(tokenize(text))
+        norm = " ".join(words(text))
         key = self._exact.get(norm)
         if key is not None:
             return key, 1.0
@@ -289,7 +299,7 @@ class NearDuplicateIndex:
     def add(self, key: str, text: str) -> None:
         """Index ``text`` under ``key`` (replacing what ``key`` held)."""
         self.remove(key)
-        norm = " ".join(tokenize(text))
+        norm = " ".join(words(text))
         sh = shingles(text, self.shingle_size)
         self._exact.setdefault(norm, key)
         self._sets[key] = (norm, sh)
@@ -480,7 +490,7 @@ class InsightInbox:
                 self.rejected += 1
                 log.warning("insight_rejected", insight=insight.id, reason=str(exc))
                 raise
-        norm = " ".join(tokenize(insight.text))
+        norm = " ".join(words(insight.text))
         if insight.id in self._held or norm in self._texts:
             return False
         self._held[insight.id] = insight
@@ -492,7 +502,7 @@ class InsightInbox:
 
     def _forget(self, insight: Insight) -> None:
         self._held.pop(insight.id, None)
-        norm = " ".join(tokenize(insight.text))
+        norm = " ".join(words(insight.text))
         if self._texts.get(norm) == insight.id:
             del self._texts[norm]
 

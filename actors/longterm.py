@@ -35,7 +35,7 @@ from actors._blocks import format_time, quote, render_block
 from actors._bm25 import BM25, tokenize
 from actors._embeddings import Embedder, EmbeddingError, OpenAIEmbedder, cosine
 from actors.errors import MemoryInputError
-from actors.insights import sanitize_insight_text
+from actors.insights import sanitize_insight_text, words
 from actors.messages import Message
 from runtime.config import _Section
 from runtime.ids import new_id
@@ -290,7 +290,7 @@ class LongTermMemory:
         self, raw: str, importance: float, *, speaker: str, source_message_ids: tuple[str, ...] = ()
     ) -> MemoryEntry | None:
         text = sanitize_insight_text(raw, self.config.max_entry_chars)
-        norm = " ".join(tokenize(text))
+        norm = " ".join(words(text))
         if not norm:
             return None
         now = self.clock()
@@ -325,7 +325,7 @@ class LongTermMemory:
             return False
         self._accessed.pop(entry_id, None)
         self._vectors.pop(entry_id, None)
-        norm = " ".join(tokenize(entry.text))
+        norm = " ".join(words(entry.text))
         if self._by_text.get(norm) == entry_id:
             del self._by_text[norm]
         self._bm25 = None
@@ -461,7 +461,7 @@ class LongTermMemory:
         for e in state.entries:
             self._entries[e.id] = e
             self._accessed[e.id] = state.accessed.get(e.id, e.created)
-            self._by_text.setdefault(" ".join(tokenize(e.text)), e.id)
+            self._by_text.setdefault(" ".join(words(e.text)), e.id)
 
 
 def render_memories_block(

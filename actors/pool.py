@@ -49,6 +49,7 @@ from actors.insights import (
     NearDuplicateIndex,
     clean_label,
     sanitize_insight_text,
+    words,
 )
 from actors.pool_commands import (
     WILDCARD,
@@ -335,7 +336,7 @@ class PoolActor(Actor):
 
     def _share(self, cmd: Share | RegisterFact, raw_topic: str) -> ShareResult:
         text = sanitize_insight_text(cmd.text, self.config.max_insight_chars)
-        if not tokenize(text):
+        if not words(text):
             raise InsightError("insight text has no words once sanitized")
         topic = clean_label(raw_topic, "topic").casefold()
         if topic == WILDCARD:

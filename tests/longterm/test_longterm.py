@@ -270,3 +270,10 @@ async def test_memories_changed_during_an_embedding_call_do_not_break_retrieval(
     top = await memory.retrieve("automobile", 3)
     assert top[0].entry.text == "Lena bought a red car."
     assert {r.entry.text for r in top} <= {e.text for e in memory.entries()}
+
+
+def test_memories_in_other_scripts_are_kept() -> None:
+    memory = LongTermMemory()
+    greek = "Η γέφυρα είναι κλειστή"  # noqa: RUF001 (Greek on purpose)
+    assert len(memory.record_texts([greek, "東京の天気は晴れです"])) == 2
+    assert memory.record_texts([greek.upper()]) == []  # the same words again

@@ -208,3 +208,14 @@ def test_labels_are_cleaned_and_length_checked() -> None:
         clean_label("x" * 65, "topic")
     with pytest.raises(InsightError, match="source is 1000000 characters long"):
         clean_label("x" * 1_000_000, "source")
+
+
+def test_words_and_duplicates_work_in_any_script() -> None:
+    from actors.insights import words
+
+    assert words("Café au LAIT, 3.5 €") == ["café", "au", "lait", "3.5"]
+    index = NearDuplicateIndex()
+    index.add("ja", "東京 の 天気 は 晴れ")
+    index.add("el", "Η γέφυρα είναι κλειστή")  # noqa: RUF001 (Greek on purpose)
+    assert index.find("東京 の 天気 は 晴れ!") == ("ja", 1.0)
+    assert index.find("η ΓΈΦΥΡΑ είναι κλειστή") == ("el", 1.0)

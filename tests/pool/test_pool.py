@@ -437,3 +437,10 @@ async def test_pool_state_survives_a_restart_with_a_store(tmp_path: Path) -> Non
         await pool.ask(Share(text="fog rolls in at dawn", source="c", topic="weather"))
         await rt.ref("memory/bob").ask(Count())
         assert [i.text for i in log["bob"]] == ["fog rolls in at dawn"]
+
+
+@pytest.mark.anyio
+async def test_insights_in_other_scripts_are_shared_and_deduplicated(h: Harness) -> None:
+    first = await h.share("東京の天気は晴れです", "aiko")
+    again = await h.share("東京の天気は晴れです。", "ben")
+    assert first.status == "new" and again.status == "duplicate"

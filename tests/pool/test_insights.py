@@ -22,6 +22,7 @@ from actors.insights import (
     make_insight,
     render_insights_block,
     sanitize_insight_text,
+    words,
 )
 from runtime.tokens import get_counter
 
@@ -211,8 +212,6 @@ def test_labels_are_cleaned_and_length_checked() -> None:
 
 
 def test_words_and_duplicates_work_in_any_script() -> None:
-    from actors.insights import words
-
     assert words("Café au LAIT, 3.5 €") == ["café", "au", "lait", "3.5"]
     index = NearDuplicateIndex()
     index.add("ja", "東京 の 天気 は 晴れ")

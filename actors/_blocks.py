@@ -1,0 +1,76 @@
+"""Delimited context blocks that hold quoted data, within a token budget.
+
+Insights from other agents and memories recalled from the past go into an LLM's
+context as *data*. Each item's text is quoted as a JSON string literal with ``<``
+and ``>`` escaped, so no item can close the block's delimiter, open a fake one, or
+pass for a chat-template marker (``<|im_start|>``) or a raw tool-call object: the
+model sees one quoted string per line, under a preamble that says what it is.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+from runtime.tokens import TokenCounter
+
+__all__ = ("format_time", "quote", "render_block")
+
+
+def quote(text: str) -> str:
+    """Return ``text`` as a JSON string literal with ``<`` and ``>`` escaped.
+
+    The result holds no raw newline, quote, angle bracket or control character of
+    the original, so it cannot end the surrounding block or start a new one.
+    """
+    return json.dumps(text, ensure_ascii=False).replace("<", "\\u003c").replace(">", "\\u003e")
+
+
+def format_time(timestamp: float) -> str:
+    """Return a compact UTC time (``2026-11-21T14:50Z``) for provenance lines."""
+    return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%dT%H:%MZ")
+
+
+def render_block(
+    tag: str,
+    preamble: str,
+    lines: Sequence[str],
+    budget_tokens: int,
+    counter: TokenCounter,
+) -> str | None:
+    """Render ``<tag>``, the preamble, as many ``lines`` as fit, and ``</tag>``.
+
+    Lines are taken in the given order (most wanted first); a line that does not
+    fit is skipped and later, shorter ones may still go in. The returned text's
+    token count (``counter.count_text``) is at most ``budget_tokens``.
+
+    Args:
+        tag: the delimiter's name (letters, digits, ``_``).
+        preamble: one line saying what the block holds and how to treat it.
+        lines: the items, each already quoted and on one line.
+        budget_tokens: the most tokens the block may cost.
+        counter: the token counter of the target model.
+
+    Returns:
+        The block, or None when no line fits (an empty block is not worth its cost).
+    """
+    head = f"<{tag}>\n{preamble}\n"
+    tail = f"</{tag}>"
+    used = counter.count_text(head) + counter.count_text(tail)
+    if used >= budget_tokens:
+        return None
+    chosen: list[str] = []
+    for line in lines:
+        cost = counter.count_text(line + "\n")
+        if used + cost <= budget_tokens:
+            chosen.append(line)
+            used += cost
+    # Token counts of pieces need not add up exactly across their boundaries, so
+    # check the whole and drop from the end until it fits.
+    while chosen:
+        text = head + "".join(f"{line}\n" for line in chosen) + tail
+        if counter.count_text(text) <= budget_tokens:
+            return text
+        chosen.pop()
+    return None

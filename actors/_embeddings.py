@@ -1,0 +1,103 @@
+"""Text embeddings from an OpenAI-compatible endpoint, for long-term memory relevance.
+
+Optional: long-term memory ranks by BM25 offline unless an embeddings endpoint is
+configured. This module only turns texts into vectors and compares them; what to
+do when the endpoint fails (fall back to BM25 for a while) is the caller's call.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, Final, Protocol
+
+import openai
+
+from runtime.errors import ActormemError
+
+__all__ = ("Embedder", "EmbeddingError", "OpenAIEmbedder", "cosine")
+
+#: Texts sent per request; a first retrieval over a large memory is split up.
+BATCH_SIZE: Final = 256
+
+
+class EmbeddingError(ActormemError):
+    """The endpoint failed or answered with something that is not one vector per text."""
+
+
+class Embedder(Protocol):
+    """Anything that embeds texts (the OpenAI client below, or a test double)."""
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """Return one vector per text, in order."""
+        ...
+
+
+class OpenAIEmbedder:
+    """Embeds texts with ``openai.AsyncOpenAI(...).embeddings.create``.
+
+    Args:
+        base_url: the endpoint (``http://127.0.0.1:8000/v1``, say).
+        model: the embedding model's name.
+        api_key: the key; local servers usually take anything.
+        timeout: seconds per request.
+        max_retries: the client's own retries on connection errors, 429 and 5xx.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        timeout: float = 10.0,
+        max_retries: int = 1,
+    ) -> None:
+        self.model = model
+        self._client = openai.AsyncOpenAI(
+            base_url=base_url,
+            api_key=api_key or "unused",
+            timeout=timeout,
+            max_retries=max_retries,
+        )
+
+    def __repr__(self) -> str:
+        return f"OpenAIEmbedder(base_url={str(self._client.base_url)!r}, model={self.model!r})"
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """Return one vector per text.
+
+        Raises:
+            EmbeddingError: the request failed, or the answer is not one
+                same-sized vector per text.
+        """
+        out: list[list[float]] = []
+        for start in range(0, len(texts), BATCH_SIZE):
+            batch = list(texts[start : start + BATCH_SIZE])
+            try:
+                response: Any = await self._client.embeddings.create(model=self.model, input=batch)
+                items = sorted(response.data, key=lambda d: d.index)
+                vectors = [list(map(float, d.embedding)) for d in items]
+            except openai.OpenAIError as exc:
+                raise EmbeddingError(f"embeddings request failed: {exc}") from exc
+            except (AttributeError, TypeError, ValueError) as exc:
+                raise EmbeddingError(f"embeddings endpoint answered garbage: {exc}") from exc
+            if len(vectors) != len(batch):
+                raise EmbeddingError(f"asked for {len(batch)} embeddings, got {len(vectors)}")
+            out.extend(vectors)
+        if out and len({len(v) for v in out}) != 1:
+            raise EmbeddingError("embeddings of different lengths in one answer")
+        return out
+
+    async def aclose(self) -> None:
+        """Close the HTTP client."""
+        await self._client.close()
+
+
+def cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    """Return the cosine similarity of two vectors (0.0 if either is zero or sizes differ)."""
+    if len(a) != len(b):
+        return 0.0
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
+    na = math.sqrt(sum(x * x for x in a))
+    nb = math.sqrt(sum(y * y for y in b))
+    return dot / (na * nb) if na and nb else 0.0

@@ -1,0 +1,351 @@
+"""Retention policies, and a JSON session-file store for in-process persistence.
+
+MARSYS's three policies, per agent:
+
+- ``single_run``: memory is cleared when a run ends;
+- ``session``: memory lives as long as the runtime (the default);
+- ``persistent``: memory is saved when the agent stops (and at each run's end)
+  and loaded on the next start: into Redis on the Redis transport, or into a JSON
+  session file in process (:class:`SessionStore`).
+
+A session file is one JSON document per agent (AgentScope's ``JsonSession``)::
+
+    {"schema": "actormem.session", "version": 1, "session_id": "...",
+     "agent": "...", "saved_at": "2026-11-21T15:00:00Z",
+     "components": {"longterm": {...}, "episodes": {...}, "insights": {...}}}
+
+It is written atomically (a temp file in the same directory, fsync, rename), so
+a crash leaves the old file or the new one, never half of one. A file that
+cannot be read raises :class:`SessionFileError` naming it and what is wrong; it
+is never overwritten: a later save first moves it aside as ``*.corrupt-<time>``.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final, Literal, Protocol
+from urllib.parse import quote
+
+import anyio.to_thread
+import msgspec
+import structlog
+
+from runtime.config import _Section
+from runtime.errors import ActormemError
+
+__all__ = (
+    "SCHEMA",
+    "SCHEMA_VERSION",
+    "AgentRetention",
+    "RetentionConfig",
+    "RetentionPolicy",
+    "SessionFileError",
+    "SessionStore",
+    "StateComponent",
+)
+
+log = structlog.get_logger("actormem.retention")
+
+RetentionPolicy = Literal["single_run", "session", "persistent"]
+SCHEMA: Final = "actormem.session"
+SCHEMA_VERSION: Final = 1
+DEFAULT_SESSION_DIR: Final = ".actormem/sessions"
+
+
+class SessionFileError(ActormemError):
+    """A session file cannot be read or written; the message names the file and why.
+
+    The file itself is left as it was.
+    """
+
+
+class RetentionConfig(_Section, frozen=True):
+    """How long agents' memories live.
+
+    Attributes:
+        policy: the default: ``single_run``, ``session`` or ``persistent``.
+        per_agent: policies for named agents, overriding the default.
+        session_dir: where in-process persistent memory is kept.
+        session_id: the session's name (a subdirectory of ``session_dir``).
+    """
+
+    policy: RetentionPolicy = "session"
+    per_agent: dict[str, RetentionPolicy] = msgspec.field(default_factory=dict)
+    session_dir: str = DEFAULT_SESSION_DIR
+    session_id: str = "default"
+
+    def __post_init__(self) -> None:
+        if not self.session_id or "/" in self.session_id or self.session_id in (".", ".."):
+            raise ValueError(f"session_id must be a plain name, got {self.session_id!r}")
+
+    def policy_for(self, agent: str) -> RetentionPolicy:
+        """Return ``agent``'s policy."""
+        return self.per_agent.get(agent, self.policy)
+
+    def store(self) -> SessionStore:
+        """Return the session-file store this config names."""
+        return SessionStore(self.session_dir, self.session_id)
+
+
+class _SessionDoc(msgspec.Struct, frozen=True, kw_only=True):
+    schema: str
+    version: int
+    session_id: str
+    agent: str
+    saved_at: str
+    components: dict[str, Any]
+
+
+class SessionStore:
+    """Per-agent JSON session files under ``<directory>/<session_id>/``.
+
+    Args:
+        directory: the root directory (created on the first save).
+        session_id: the session's name.
+    """
+
+    def __init__(self, directory: str | Path, session_id: str = "default") -> None:
+        self.directory = Path(directory) / session_id
+        self.session_id = session_id
+        self._corrupt: set[Path] = set()
+
+    def path_for(self, agent: str) -> Path:
+        """Return the file of ``agent`` (its name percent-encoded, so any name is safe).
+
+        Raises:
+            SessionFileError: the agent name is empty.
+        """
+        if not agent:
+            raise SessionFileError("an agent name is needed for its session file")
+        return self.directory / f"{quote(agent, safe='')}.json"
+
+    def load(self, agent: str) -> dict[str, Any] | None:
+        """Return ``agent``'s saved components, or None when it has no file.
+
+        Raises:
+            SessionFileError: the file is unreadable, not JSON, not a session file,
+                from a newer schema version, or another agent's.
+        """
+        path = self.path_for(agent)
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise SessionFileError(f"{path}: cannot read session file: {exc.strerror}") from exc
+        try:
+            doc = self._decode(path, raw, agent)
+        except SessionFileError:
+            self._corrupt.add(path)
+            raise
+        self._corrupt.discard(path)
+        return doc.components
+
+    def _decode(self, path: Path, raw: bytes, agent: str) -> _SessionDoc:
+        try:
+            header = msgspec.json.decode(raw)
+        except msgspec.DecodeError as exc:
+            raise SessionFileError(f"{path}: corrupt session file (not valid JSON: {exc})") from exc
+        if not isinstance(header, dict) or header.get("schema") != SCHEMA:
+            raise SessionFileError(f"{path}: not an actormem session file (no schema {SCHEMA!r})")
+        version = header.get("version")
+        if not isinstance(version, int) or version < 1:
+            raise SessionFileError(f"{path}: corrupt session file (bad version {version!r})")
+        if version > SCHEMA_VERSION:
+            raise SessionFileError(
+                f"{path}: written by a newer actormem (schema version {version}; "
+                f"this one reads up to {SCHEMA_VERSION})"
+            )
+        try:
+            doc = msgspec.convert(header, type=_SessionDoc)
+        except msgspec.ValidationError as exc:
+            raise SessionFileError(f"{path}: corrupt session file ({exc})") from exc
+        if doc.agent != agent:
+            raise SessionFileError(f"{path}: holds agent {doc.agent!r}'s memory, not {agent!r}")
+        return doc
+
+    def save(self, agent: str, components: Mapping[str, Any]) -> Path:
+        """Write ``agent``'s components atomically; return the file's path.
+
+        Components may be msgspec Structs or JSON-able values. A file that failed
+        to load is moved aside (``*.corrupt-<time>``) first, never overwritten.
+
+        Raises:
+            SessionFileError: the directory or file cannot be written, or a
+                component cannot be encoded as JSON.
+        """
+        path = self.path_for(agent)
+        doc = {
+            "schema": SCHEMA,
+            "version": SCHEMA_VERSION,
+            "session_id": self.session_id,
+            "agent": agent,
+            "saved_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "components": dict(components),
+        }
+        try:
+            raw = msgspec.json.format(msgspec.json.encode(doc), indent=2)
+        except (TypeError, msgspec.EncodeError) as exc:
+            raise SessionFileError(f"{path}: cannot encode session state: {exc}") from exc
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if path in self._corrupt and path.exists():
+                self.quarantine(agent)
+            _atomic_write(path, raw)
+        except OSError as exc:
+            raise SessionFileError(f"{path}: cannot write session file: {exc}") from exc
+        return path
+
+    def quarantine(self, agent: str) -> Path | None:
+        """Move ``agent``'s file aside as ``<file>.corrupt-<time>``; return the new path."""
+        path = self.path_for(agent)
+        if not path.exists():
+            return None
+        target = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
+        n = 1
+        while target.exists():
+            target = target.with_name(f"{target.name.split('~')[0]}~{n}")
+            n += 1
+        os.replace(path, target)
+        self._corrupt.discard(path)
+        log.warning("session_file_quarantined", path=str(path), moved_to=str(target))
+        return target
+
+    def delete(self, agent: str) -> bool:
+        """Delete ``agent``'s file; return False when there was none."""
+        try:
+            self.path_for(agent).unlink()
+        except FileNotFoundError:
+            return False
+        return True
+
+    async def aload(self, agent: str) -> dict[str, Any] | None:
+        """:meth:`load` in a worker thread (file I/O off the event loop)."""
+        return await anyio.to_thread.run_sync(self.load, agent)
+
+    async def asave(self, agent: str, components: Mapping[str, Any]) -> Path:
+        """:meth:`save` in a worker thread."""
+        return await anyio.to_thread.run_sync(self.save, agent, components)
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    try:  # make the rename itself durable; not every platform lets us open a directory
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+class StateComponent(Protocol):
+    """A part of an agent's memory that can be saved, restored and cleared."""
+
+    def export_state(self) -> Any:
+        """Return the state as a msgspec Struct (or JSON-able value)."""
+        ...
+
+    def load_state(self, state: Any) -> None:
+        """Replace the state."""
+        ...
+
+    def clear(self) -> None:
+        """Forget everything."""
+        ...
+
+
+class AgentRetention:
+    """Applies one agent's retention policy to its memory components.
+
+    The agent memory actor makes one in ``on_start`` (then awaits
+    :meth:`restore`), calls :meth:`end_run` when a run ends and :meth:`close` in
+    ``on_stop``.
+
+    Args:
+        agent: the agent's name.
+        policy: its retention policy.
+        store: where persistent state goes (needed for ``persistent`` only).
+        components: name → (component, the type its saved state decodes to).
+
+    Raises:
+        ValueError: ``persistent`` without a store.
+    """
+
+    def __init__(
+        self,
+        agent: str,
+        policy: RetentionPolicy,
+        store: SessionStore | None,
+        components: Mapping[str, tuple[StateComponent, type[Any]]],
+    ) -> None:
+        if policy == "persistent" and store is None:
+            raise ValueError(f"agent {agent!r}: the persistent policy needs a session store")
+        self.agent = agent
+        self.policy = policy
+        self.store = store
+        self.components = dict(components)
+
+    async def restore(self) -> bool:
+        """Load the saved state (persistent policy only); return True if there was one.
+
+        Components missing from the file keep their state.
+
+        Raises:
+            SessionFileError: the file is corrupt or a component's state is invalid
+                (nothing is loaded then, and the file is kept).
+        """
+        if self.policy != "persistent" or self.store is None:
+            return False
+        saved = await self.store.aload(self.agent)
+        if saved is None:
+            return False
+        states = {}
+        for name, (_, state_type) in self.components.items():
+            if name in saved:
+                try:
+                    states[name] = msgspec.convert(saved[name], type=state_type)
+                except (msgspec.ValidationError, ValueError) as exc:
+                    path = self.store.path_for(self.agent)
+                    raise SessionFileError(
+                        f"{path}: corrupt session file (component {name!r}: {exc})"
+                    ) from exc
+        for name, state in states.items():
+            self.components[name][0].load_state(state)
+        log.info("session_restored", agent=self.agent, components=sorted(states))
+        return True
+
+    async def save(self) -> None:
+        """Save every component's state now (persistent policy only)."""
+        if self.policy != "persistent" or self.store is None:
+            return
+        state = {name: comp.export_state() for name, (comp, _) in self.components.items()}
+        path = await self.store.asave(self.agent, state)
+        log.debug("session_saved", agent=self.agent, path=str(path))
+
+    async def end_run(self) -> None:
+        """A run ended: clear (single_run), or save (persistent); session keeps all."""
+        if self.policy == "single_run":
+            for comp, _ in self.components.values():
+                comp.clear()
+        else:
+            await self.save()
+
+    async def close(self) -> None:
+        """The agent stops: persistent state is saved."""
+        await self.save()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from actors.config import AppConfig
 from actors.handle import MemoryHandle
 from actors.memory import memory_factory
+from actors.pool import PoolActor
 from runtime import Runtime, Transport
 
 __all__ = ("MemoryRuntime", "register_actors")
@@ -12,7 +13,9 @@ __all__ = ("MemoryRuntime", "register_actors")
 
 def register_actors(runtime: Runtime, config: AppConfig) -> None:
     """Register every domain actor kind on ``runtime`` (workers call this too)."""
-    runtime.register("memory", memory_factory(config.memory))
+    runtime.register("memory", memory_factory(config))
+    store = config.retention.store() if config.retention.policy == "persistent" else None
+    runtime.register("pool", PoolActor.factory(config.pool, store))
 
 
 class MemoryRuntime(Runtime):

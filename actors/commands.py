@@ -11,26 +11,38 @@ from typing import Any, ClassVar, Literal
 
 import msgspec
 
-from actors.messages import Message, Role
+from actors.episodes import Episode
+from actors.insights import Insight
+from actors.longterm import Recalled
+from actors.messages import Message, Role, ToolCall
 
 __all__ = (
     "EXPORT_VERSION",
     "Add",
     "AddResult",
+    "AnswerToolCall",
     "Clear",
     "Context",
     "Delete",
+    "EndRun",
     "Export",
     "Get",
+    "HeldInsights",
     "Load",
     "MemoryCommand",
     "MemoryExport",
     "MemoryStats",
+    "MemoryTools",
     "Prune",
     "PruneResult",
+    "RecallEpisode",
+    "Record",
     "Reload",
+    "Retrieve",
     "Search",
+    "StartEpisode",
     "Stats",
+    "SummarizeEpisodes",
 )
 
 #: The version of the export format written by ``Export`` and read by ``Load``.
@@ -134,6 +146,10 @@ class MemoryStats(msgspec.Struct, frozen=True, kw_only=True):
     working_tokens: int
     history_tokens: int
     offloaded: int
+    insights_held: int = 0
+    longterm_entries: int = 0
+    episodes: int = 0
+    core_messages: int = 0
 
 
 class Stats(_Command, frozen=True):
@@ -192,10 +208,16 @@ class Prune(_Command, frozen=True):
 
 
 class Context(_Command, frozen=True):
-    """The working view as an OpenAI message list within ``max_tokens`` (reply included)."""
+    """The working view as an OpenAI message list within ``max_tokens`` (reply included).
+
+    After the leading system messages comes one system message with the recall
+    blocks (core memory, received insights, recalled long-term memories) ranked
+    for ``query`` (the newest user message by default), as quoted data.
+    """
 
     reply_type = list[dict[str, Any]]
     max_tokens: int | None = None
+    query: str | None = None
 
 
 class Reload(_Command, frozen=True):
@@ -205,6 +227,88 @@ class Reload(_Command, frozen=True):
     offload_id: str
 
 
+class Record(_Command, frozen=True):
+    """Record messages in long-term memory; the reply is how many memories that made."""
+
+    reply_type = int
+    messages: list[Message]
+
+
+class Retrieve(_Command, frozen=True):
+    """Long-term memories for ``query``, best first (recency, importance, relevance)."""
+
+    reply_type = list[Recalled]
+    query: str
+    k: int | None = None
+
+
+class MemoryTools(_Command, frozen=True):
+    """The OpenAI tool schemas this agent's long-term memory offers (by control mode)."""
+
+    reply_type = list[dict[str, Any]]
+
+
+class AnswerToolCall(_Command, frozen=True):
+    """Run a ``record_to_memory`` / ``retrieve_from_memory`` call; None for other tools."""
+
+    reply_type = Message | None
+    call: ToolCall
+
+
+class StartEpisode(_Command, frozen=True):
+    """Close the current episode (returned, if it held anything) and open a new one."""
+
+    reply_type = Episode | None
+    metadata: dict[str, Any] = {}
+
+
+class RecallEpisode(_Command, frozen=True):
+    """The past episodes most relevant to ``query``, best first."""
+
+    reply_type = list[Episode]
+    query: str
+    k: int = 1
+
+
+class SummarizeEpisodes(_Command, frozen=True):
+    """A short summary of every closed episode."""
+
+    reply_type = list[str]
+
+
+class HeldInsights(_Command, frozen=True):
+    """The insights this agent received, most relevant to ``query`` first."""
+
+    reply_type = list[Insight]
+    query: str | None = None
+    k: int = 10
+
+
+class EndRun(_Command, frozen=True):
+    """A run ended: apply the retention policy (clear single_run, save persistent)."""
+
+    reply_type = None
+
+
 MemoryCommand = (
-    Add | Get | Search | Delete | Clear | Stats | Export | Load | Prune | Context | Reload
+    Add
+    | Get
+    | Search
+    | Delete
+    | Clear
+    | Stats
+    | Export
+    | Load
+    | Prune
+    | Context
+    | Reload
+    | Record
+    | Retrieve
+    | MemoryTools
+    | AnswerToolCall
+    | StartEpisode
+    | RecallEpisode
+    | SummarizeEpisodes
+    | HeldInsights
+    | EndRun
 )

@@ -11,6 +11,10 @@ from typing import Final
 
 import msgspec
 
+from actors.episodes import EpisodeConfig
+from actors.longterm import LongTermConfig
+from actors.pool import PoolConfig
+from actors.retention import RetentionConfig
 from runtime.config import LoggingConfig, RuntimeConfig, _Section, load_toml
 
 __all__ = ("AppConfig", "MemoryConfig", "SimulationConfig", "load_app_config")
@@ -89,6 +93,10 @@ class AppConfig(_Section, frozen=True):
     runtime: RuntimeConfig = msgspec.field(default_factory=RuntimeConfig)
     logging: LoggingConfig = msgspec.field(default_factory=LoggingConfig)
     memory: MemoryConfig = msgspec.field(default_factory=MemoryConfig)
+    pool: PoolConfig = msgspec.field(default_factory=PoolConfig)
+    longterm: LongTermConfig = msgspec.field(default_factory=LongTermConfig)
+    episodes: EpisodeConfig = msgspec.field(default_factory=EpisodeConfig)
+    retention: RetentionConfig = msgspec.field(default_factory=RetentionConfig)
     simulation: SimulationConfig = msgspec.field(default_factory=SimulationConfig)
 
 

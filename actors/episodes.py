@@ -17,7 +17,7 @@ MARSYS's two memory patterns, for one agent (owned by its memory actor):
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from typing import Any, Final
 
 import msgspec
@@ -188,6 +188,8 @@ class EpisodicMemory:
         self._working: list[Message] = []
         self._episodic = 0
         self._core: dict[str, Message] = {}
+        # Rendered core lines by message id: messages are immutable, sanitizing is not free.
+        self._core_lines: dict[str, str] = {}
 
     # -- adding ----------------------------------------------------------------------
 
@@ -346,20 +348,34 @@ class EpisodicMemory:
         return self._episodic
 
     def render_core_block(
-        self, counter: TokenCounter, budget_tokens: int | None = None
+        self,
+        counter: TokenCounter,
+        budget_tokens: int | None = None,
+        exclude: Container[str] = (),
     ) -> str | None:
         """Render core memory as a ``<core_memory>`` block of quoted data.
 
         The most important messages go first when the budget
-        (``core_block_tokens`` by default) cannot hold them all.
+        (``core_block_tokens`` by default) cannot hold them all. Messages whose
+        ids are in ``exclude`` (already in the context) are left out.
         """
         budget = self.config.core_block_tokens if budget_tokens is None else budget_tokens
-        ranked = sorted(self._core.values(), key=lambda m: (-_weight(m), -m.timestamp))
-        lines = [
-            f"- {quote(sanitize_insight_text(m.name or m.role, 64))} at "
-            f"{format_time(m.timestamp)}: {quote(sanitize_insight_text(m.text(), 2000))}"
-            for m in ranked
-        ]
+        ranked = sorted(
+            (m for m in self._core.values() if m.id not in exclude),
+            key=lambda m: (-_weight(m), -m.timestamp),
+        )
+        cache = self._core_lines
+        if len(cache) > 2 * len(self._core):
+            cache.clear()
+        lines = []
+        for m in ranked:
+            line = cache.get(m.id)
+            if line is None:
+                line = cache[m.id] = (
+                    f"- {quote(sanitize_insight_text(m.name or m.role, 64))} at "
+                    f"{format_time(m.timestamp)}: {quote(sanitize_insight_text(m.text(), 2000))}"
+                )
+            lines.append(line)
         return render_block(CORE_TAG, _CORE_PREAMBLE, lines, budget, counter)
 
     # -- state -------------------------------------------------------------------------

@@ -16,22 +16,43 @@ import msgspec
 from actors.commands import (
     Add,
     AddResult,
+    AnswerToolCall,
     Clear,
     Context,
     Delete,
+    EndRun,
     Export,
     Get,
+    HeldInsights,
     Load,
     MemoryExport,
     MemoryStats,
+    MemoryTools,
     Prune,
     PruneResult,
+    RecallEpisode,
+    Record,
     Reload,
+    Retrieve,
     Search,
+    StartEpisode,
     Stats,
+    SummarizeEpisodes,
 )
+from actors.episodes import Episode
 from actors.errors import MemoryInputError
+from actors.insights import Insight
+from actors.longterm import Recalled
 from actors.messages import Message, Role, ToolCall
+from actors.pool_commands import (
+    QueryInsights,
+    RegisterFact,
+    Share,
+    ShareResult,
+    Subscribe,
+    SubscriptionState,
+    Unsubscribe,
+)
 from runtime import Runtime
 
 __all__ = ("MemoryHandle", "read_export", "to_message", "write_export")
@@ -116,7 +137,7 @@ class MemoryHandle:
         timeout: seconds each call waits for the actor (the runtime's default).
     """
 
-    __slots__ = ("address", "agent", "runtime", "timeout")
+    __slots__ = ("address", "agent", "pool", "runtime", "timeout")
 
     def __init__(self, runtime: Runtime, agent: str, timeout: float | None = None) -> None:
         if not isinstance(agent, str) or not agent.strip():
@@ -129,6 +150,8 @@ class MemoryHandle:
         self.agent = agent
         self.address = f"memory/{agent}"
         self.timeout = timeout
+        #: The insight pool this agent shares with.
+        self.pool = "pool/main"
 
     def __repr__(self) -> str:
         return f"MemoryHandle({self.agent!r})"
@@ -273,13 +296,123 @@ class MemoryHandle:
             Prune(max_tokens=max_tokens, preserve_system=preserve_system)
         )
 
-    async def context(self, max_tokens: int | None = None) -> list[dict[str, Any]]:
+    async def context(
+        self, max_tokens: int | None = None, *, query: str | None = None
+    ) -> list[dict[str, Any]]:
         """The working view as an OpenAI message list within ``max_tokens``.
+
+        After the system prompt comes one system message holding, as quoted data,
+        core memory, the received insights and (static control) the long-term
+        memories most relevant to ``query`` (the newest user message by default).
 
         Raises:
             ContextBudgetError: the system messages alone exceed the budget.
         """
-        return await self._ask(Context(max_tokens=max_tokens))  # type: ignore[no-any-return]
+        return await self._ask(  # type: ignore[no-any-return]
+            Context(max_tokens=max_tokens, query=query)
+        )
+
+    # -- the insight pool ------------------------------------------------------------
+
+    async def share(
+        self,
+        insight: str,
+        topic: str = "general",
+        importance: float = 0.5,
+        *,
+        source_message_ids: Sequence[str] = (),
+    ) -> ShareResult:
+        """Share what this agent learned; the pool sends it to the topic's subscribers.
+
+        The pool records this agent as the source, drops exact and near duplicates
+        and keeps per-topic limits.
+        """
+        return await self.runtime.ask(  # type: ignore[no-any-return]
+            self.pool,
+            Share(
+                text=insight,
+                source=self.agent,
+                topic=topic,
+                importance=importance,
+                source_message_ids=tuple(source_message_ids),
+            ),
+            self.timeout,
+        )
+
+    async def register_fact(self, fact: str, importance: float = 1.0) -> ShareResult:
+        """Register a fact every agent the pool knows receives (MARSYS's coordinated facts)."""
+        return await self.runtime.ask(  # type: ignore[no-any-return]
+            self.pool,
+            RegisterFact(text=fact, source=self.agent, importance=importance),
+            self.timeout,
+        )
+
+    async def subscribe(self, *topics: str) -> SubscriptionState:
+        """Receive the pool's insights on these topics (``*``, the default, is every topic)."""
+        return await self.runtime.ask(  # type: ignore[no-any-return]
+            self.pool, Subscribe(agent=self.agent, topics=topics or ("*",)), self.timeout
+        )
+
+    async def unsubscribe(self, *topics: str) -> SubscriptionState:
+        """Stop receiving these topics (``*``, the default, is all of them)."""
+        return await self.runtime.ask(  # type: ignore[no-any-return]
+            self.pool, Unsubscribe(agent=self.agent, topics=topics or ("*",)), self.timeout
+        )
+
+    async def insights(self, topic: str = "*", k: int = 5) -> list[Insight]:
+        """The pool's most important insights on ``topic`` (every topic by default)."""
+        found = await self.runtime.ask(self.pool, QueryInsights(topic=topic, k=k), self.timeout)
+        return list(found)
+
+    async def held_insights(self, query: str | None = None, k: int = 10) -> list[Insight]:
+        """The insights this agent received, most relevant to ``query`` first."""
+        return await self._ask(HeldInsights(query=query, k=k))  # type: ignore[no-any-return]
+
+    # -- long-term memory ------------------------------------------------------------
+
+    async def record(
+        self, messages: Message | Mapping[str, Any] | Iterable[Message | Mapping[str, Any]]
+    ) -> int:
+        """Record messages in long-term memory; returns how many new memories that made."""
+        if isinstance(messages, Message | Mapping):
+            batch = [to_message(messages)]
+        else:
+            batch = [to_message(m) for m in messages]
+        return await self._ask(Record(messages=batch))  # type: ignore[no-any-return]
+
+    async def retrieve(self, query: str, k: int | None = None) -> list[Recalled]:
+        """Long-term memories for ``query``, ranked by recency, importance and relevance."""
+        return await self._ask(Retrieve(query=query, k=k))  # type: ignore[no-any-return]
+
+    async def memory_tools(self) -> list[dict[str, Any]]:
+        """OpenAI tool schemas (``record_to_memory``, ``retrieve_from_memory``) to offer
+        the model in agent_control and both modes; none in static_control."""
+        return await self._ask(MemoryTools())  # type: ignore[no-any-return]
+
+    async def answer_tool_call(self, call: ToolCall | Mapping[str, Any]) -> Message | None:
+        """Run a memory tool call the model made; return its ``tool`` message (None if
+        the call is not a memory tool). Add the result with :meth:`add` as usual."""
+        if not isinstance(call, ToolCall):
+            call = msgspec.convert(_tool_call(call), ToolCall)
+        return await self._ask(AnswerToolCall(call=call))  # type: ignore[no-any-return]
+
+    # -- episodes and retention --------------------------------------------------------
+
+    async def start_episode(self, **metadata: Any) -> Episode | None:
+        """Close the current episode (returned if it held anything) and open a new one."""
+        return await self._ask(StartEpisode(metadata=metadata))  # type: ignore[no-any-return]
+
+    async def recall_episode(self, query: str, k: int = 1) -> list[Episode]:
+        """Past episodes most relevant to ``query``, best first."""
+        return await self._ask(RecallEpisode(query=query, k=k))  # type: ignore[no-any-return]
+
+    async def summarize_episodes(self) -> list[str]:
+        """A short summary of each closed episode."""
+        return await self._ask(SummarizeEpisodes())  # type: ignore[no-any-return]
+
+    async def end_run(self) -> None:
+        """A run ended: ``single_run`` memories are cleared, ``persistent`` ones saved."""
+        await self._ask(EndRun())
 
     async def reload(self, offload_id: str) -> list[Message]:
         """The original messages behind an offload id (see the compressor)."""

@@ -312,7 +312,9 @@ class LongTermMemory:
         self._entries[entry.id] = entry
         self._accessed[entry.id] = now
         self._by_text[norm] = entry.id
-        self._bm25 = None
+        if self._bm25 is not None:  # appending keeps the index valid: no rebuild
+            self._bm25.add(text)
+            self._bm25_ids.append(entry.id)
         if len(self._entries) > self.config.max_entries:
             victim = min(self._entries.values(), key=lambda e: (e.importance, e.created))
             self.forget(victim.id)

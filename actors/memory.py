@@ -21,24 +21,35 @@ from actors.commands import (
     EXPORT_VERSION,
     Add,
     AddResult,
+    AnswerToolCall,
     Clear,
     Context,
     Delete,
+    EndRun,
     Export,
     Get,
+    HeldInsights,
     Load,
     MemoryExport,
     MemoryStats,
+    MemoryTools,
     Prune,
     PruneResult,
+    RecallEpisode,
+    Record,
     Reload,
+    Retrieve,
     Search,
+    StartEpisode,
     Stats,
+    SummarizeEpisodes,
 )
-from actors.config import MemoryConfig
+from actors.config import AppConfig
 from actors.conversation import group_units, leading_system_count
 from actors.errors import ContextBudgetError, MemoryInputError
+from actors.insights import InsightDelivery
 from actors.messages import Message, count_tokens, decode_message, encode_message
+from actors.recall import BLOCK_FRAMING, BLOCK_SHARE, AgentRecall, RecallConfig
 from runtime import Actor, ActorContext, TokenCounter, get_counter
 from runtime.tokens import REPLY_PRIMING_TOKENS
 
@@ -63,6 +74,7 @@ class _Snapshot(msgspec.Struct, kw_only=True):
     offloaded: dict[str, list[Message]] = {}
     history_skip: int = 0
     version: int = 0
+    recall: dict[str, bytes] = {}
 
 
 _snapshot_encoder = msgspec.msgpack.Encoder()
@@ -87,16 +99,22 @@ class AgentMemory(Actor):
         "_history_tokens",
         "_log_pending",
         "_offloaded",
+        "_recall",
+        "_recall_config",
         "_version",
         "_working",
         "_working_tokens",
         "agent",
     )
 
-    def __init__(self, ctx: ActorContext, config: MemoryConfig, counter: TokenCounter) -> None:
+    def __init__(
+        self, ctx: ActorContext, config: AppConfig, recall: RecallConfig, counter: TokenCounter
+    ) -> None:
         super().__init__(ctx)
         self.agent = ctx.key
-        self._config = config
+        self._config = config.memory
+        self._recall_config = recall
+        self._recall: AgentRecall | None = None
         self._counter = counter
         self._working: list[Message] = []
         self._working_tokens = 0
@@ -117,8 +135,8 @@ class AgentMemory(Actor):
         match message:
             case Add(messages=messages):
                 return self._add(messages)
-            case Context(max_tokens=max_tokens):
-                return self._context(max_tokens)
+            case Context(max_tokens=max_tokens, query=query):
+                return await self._context(max_tokens, query)
             case Get():
                 return self._get(message)
             case Search():
@@ -137,7 +155,46 @@ class AgentMemory(Actor):
                 return self._prune(max_tokens, preserve_system)
             case Reload(offload_id=offload_id):
                 return self._reload(offload_id)
+            case InsightDelivery(insight=insight):
+                return self.recall.accept_insight(insight)
+            case HeldInsights(query=query, k=k):
+                return self.recall.inbox.relevant(query, k)
+            case Record(messages=messages):
+                return len(self.recall.longterm.record(self._counted(messages, "record")))
+            case Retrieve(query=query, k=k):
+                return await self.recall.longterm.retrieve(query, k)
+            case MemoryTools():
+                return self.recall.control.tools()
+            case AnswerToolCall(call=call):
+                return await self.recall.control.answer(call)
+            case StartEpisode(metadata=metadata):
+                return self.recall.episodes.start_episode(metadata)
+            case RecallEpisode(query=query, k=k):
+                return self.recall.episodes.recall_episodes(query, k)
+            case SummarizeEpisodes():
+                return self.recall.episodes.summarize_episodes()
+            case EndRun():
+                await self.recall.retention.end_run()
+                return None
         raise MemoryInputError(f"an agent memory does not serve {type(message).__name__}")
+
+    @property
+    def recall(self) -> AgentRecall:
+        """Insights, long-term memory and episodes; made on first use (idle agents stay small)."""
+        if self._recall is None:
+            self._recall = AgentRecall(
+                self.agent, self._recall_config, conversation=(_Conversation(self), MemoryExport)
+            )
+        return self._recall
+
+    async def on_start(self) -> None:
+        if self._recall_config.retention.policy_for(self.agent) == "persistent":
+            await self.recall.retention.restore()
+
+    async def on_stop(self) -> None:
+        if self._recall is not None:
+            await self._recall.retention.close()
+            await self._recall.longterm.aclose()
 
     # -- writes -------------------------------------------------------------------
 
@@ -187,6 +244,7 @@ class AgentMemory(Actor):
         added = sum(m.tokens for m in counted)
         self._working_tokens += added
         self._append_history(counted)
+        self.recall.observe(counted)
         return AddResult(
             ids=[m.id for m in counted],
             tokens=[m.tokens for m in counted],
@@ -234,6 +292,8 @@ class AgentMemory(Actor):
             self._history_ids = set()
             self._history_tokens = 0
             self._offloaded = {}
+            if self._recall is not None:
+                self._recall.clear()
             log.info("memory_history_wiped", agent=self.agent, working_removed=removed)
         return removed
 
@@ -353,7 +413,7 @@ class AgentMemory(Actor):
         self._bm25 = (key, index)
         return index
 
-    def _context(self, max_tokens: int | None) -> list[dict[str, Any]]:
+    async def _context(self, max_tokens: int | None, query: str | None) -> list[dict[str, Any]]:
         budget = self._config.max_tokens if max_tokens is None else max_tokens
         if budget <= REPLY_PRIMING_TOKENS:
             raise MemoryInputError(
@@ -368,6 +428,11 @@ class AgentMemory(Actor):
                 f"context: the system messages alone need {budget - remaining} tokens "
                 f"with the reply priming; the budget is {budget}"
             )
+        # A share of the budget is kept for the recall blocks (core memory, insights,
+        # long-term memories), filled after the conversation is picked so that
+        # nothing already in the context is repeated there.
+        reserve = int(remaining * BLOCK_SHARE) if self._recall is not None else 0
+        remaining -= reserve
         # Walk back from the newest message, one unit at a time, until the budget
         # is spent: a tool result waits in ``answers`` until its assistant message
         # is reached, so a call and its results are taken or dropped together.
@@ -400,17 +465,42 @@ class AgentMemory(Actor):
             remaining -= m.tokens
             picked.append([m])
         out = [m.to_openai() for m in working[:head]]
+        if reserve > BLOCK_FRAMING and self._recall is not None:
+            shown = {m.id for unit in picked for m in unit}
+            blocks = await self._recall.blocks(
+                self._latest_query() if query is None else query,
+                reserve - BLOCK_FRAMING,
+                self._counter,
+                shown,
+            )
+            if blocks:
+                recall = {"role": "system", "content": "\n\n".join(blocks)}
+                if self._counter.count_message(recall) <= reserve:
+                    out.append(recall)
         for unit in reversed(picked):
             out.extend(m.to_openai() for m in unit)
         return out
 
+    def _latest_query(self) -> str:
+        """The newest user or agent_call text: what recall is ranked for by default."""
+        working = self._working
+        for i in range(len(working) - 1, -1, -1):
+            if working[i].role in ("user", "agent_call"):
+                return working[i].text()
+        return ""
+
     def _stats(self) -> MemoryStats:
+        recall = self._recall
         return MemoryStats(
             size=len(self._working),
             history_size=len(self._history),
             working_tokens=self._working_tokens,
             history_tokens=self._history_tokens,
             offloaded=len(self._offloaded),
+            insights_held=len(recall.inbox) if recall else 0,
+            longterm_entries=len(recall.longterm.entries()) if recall else 0,
+            episodes=len(recall.episodes.episodes()) if recall else 0,
+            core_messages=len(recall.episodes.core()) if recall else 0,
         )
 
     def _export(self, include_history: bool) -> MemoryExport:
@@ -441,6 +531,7 @@ class AgentMemory(Actor):
             offloaded=self._offloaded,
             history_skip=self._history_skip,
             version=self._version,
+            recall=self._recall.component_states() if self._recall is not None else {},
         )
         return appends, _snapshot_encoder.encode(snapshot)
 
@@ -459,13 +550,46 @@ class AgentMemory(Actor):
         self._working_tokens = sum(m.tokens for m in self._working)
         self._offloaded = state.offloaded
         self._version = state.version
+        if state.recall:
+            self.recall.load_component_states(state.recall)
 
 
-def memory_factory(config: MemoryConfig) -> Callable[[ActorContext], AgentMemory]:
+class _Conversation:
+    """The conversation (working view, history, offloads) as a retention component."""
+
+    __slots__ = ("_memory",)
+
+    def __init__(self, memory: AgentMemory) -> None:
+        self._memory = memory
+
+    def export_state(self) -> MemoryExport:
+        return self._memory._export(include_history=True)
+
+    def load_state(self, state: MemoryExport) -> None:
+        self._memory._load(state, overwrite=True)
+
+    def clear(self) -> None:
+        self._memory._clear(history=True)
+
+
+def memory_factory(config: AppConfig) -> Callable[[ActorContext], AgentMemory]:
     """Return the factory the runtime calls to activate an agent's memory actor."""
-    counter = get_counter(config.encoding)
+    counter = get_counter(config.memory.encoding)
+    recall = RecallConfig(
+        pool=config.pool,
+        longterm=config.longterm,
+        episodes=config.episodes,
+        retention=config.retention,
+    )
+    # Embeddings make retrieval await the network, so receive may suspend: asks
+    # must then go through the mailbox instead of running inline.
+    cls = AgentMemory if not config.longterm.embedding_base_url else _SuspendingAgentMemory
 
     def make(ctx: ActorContext) -> AgentMemory:
-        return AgentMemory(ctx, config, counter)
+        return cls(ctx, config, recall, counter)
 
     return make
+
+
+class _SuspendingAgentMemory(AgentMemory):
+    inline_asks = False

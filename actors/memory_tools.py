@@ -225,7 +225,8 @@ class LongTermControl:
 
     def __init__(self, memory: LongTermMemory, mode: ControlMode | None = None) -> None:
         self.memory = memory
-        self.mode = memory.config.mode if mode is None else ControlMode(mode)
+        # ControlMode() also accepts the plain string a config built in code may hold.
+        self.mode = ControlMode(memory.config.mode if mode is None else mode)
 
     def tools(self) -> list[dict[str, Any]]:
         """Return the tool schemas to offer (none in static_control)."""

@@ -61,7 +61,7 @@ async def run(args: argparse.Namespace) -> list[Row]:
         samples = []
         for _ in range(args.calls):
             t0 = time.perf_counter()
-            actor._context(args.budget)  # type: ignore[attr-defined]
+            await actor._context(args.budget, None)  # type: ignore[attr-defined]
             samples.append(time.perf_counter() - t0)
         asks = []
         for _ in range(args.calls):

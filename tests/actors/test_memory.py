@@ -203,7 +203,14 @@ async def test_context_is_openai_ready_and_within_budget(memory_rt: MemoryRuntim
     full = await alice.context()
     assert check_openai_messages(full) == []
     assert full[0]["role"] == "system"
-    assert len(full) == 7
+    assert [m.get("content") for m in full] == [m.to_openai()["content"] for m in chat()]
+    # Where the important fact no longer fits, core memory brings it back, quoted.
+    await alice.add([{"role": "user", "content": f"small talk number {i}"} for i in range(80)])
+    small = await alice.context(600)
+    assert all("4821" not in str(m["content"]) for m in small[2:])
+    assert small[1]["role"] == "system" and "<core_memory>" in small[1]["content"]
+    assert '"The vault code is 4821."' in small[1]["content"]
+    await alice.delete(*range(-80, 0))
     counter = get_counter()
     for budget in range(20, counter.count_messages(full) + 5):
         ctx = await alice.context(budget)
@@ -287,7 +294,7 @@ async def test_durable_state_round_trips_through_changes_and_restore(
     from actors.memory import AgentMemory, memory_factory
     from runtime import ActorContext
 
-    factory = memory_factory(memory_rt.app_config.memory)
+    factory = memory_factory(memory_rt.app_config)
     first = factory(ActorContext(memory_rt, "memory/durable"))
     first.durable_restore(None, [])  # what the Redis transport does on activation
     stored_log: list[bytes] = []

@@ -9,6 +9,7 @@ model sees one quoted string per line, under a preamble that says what it is.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -30,6 +31,12 @@ def quote(text: str) -> str:
 def format_time(timestamp: float) -> str:
     """Return a compact UTC time (``2026-11-21T14:50Z``) for provenance lines."""
     return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%dT%H:%MZ")
+
+
+@functools.lru_cache(maxsize=65_536)
+def _cost(counter: TokenCounter, text: str) -> int:
+    # Blocks are re-rendered for every context() with mostly the same lines.
+    return counter.count_text(text)
 
 
 def render_block(
@@ -57,12 +64,12 @@ def render_block(
     """
     head = f"<{tag}>\n{preamble}\n"
     tail = f"</{tag}>"
-    used = counter.count_text(head) + counter.count_text(tail)
+    used = _cost(counter, head) + _cost(counter, tail)
     if used >= budget_tokens:
         return None
     chosen: list[str] = []
     for line in lines:
-        cost = counter.count_text(line + "\n")
+        cost = _cost(counter, line + "\n")
         if used + cost <= budget_tokens:
             chosen.append(line)
             used += cost

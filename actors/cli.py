@@ -126,7 +126,7 @@ def _print_report(report: SimulationReport) -> None:
         ("agents x steps", f"{report.agents} x {report.steps} (seed {report.seed})"),
         ("transport", report.transport),
         ("messages processed", f"{report.messages_processed:,}"),
-        ("commands (add, context)", f"{report.commands:,}"),
+        ("commands", f"{report.commands:,}"),
         ("elapsed", f"{report.elapsed_s:.2f} s"),
         ("messages/s", f"{report.messages_per_s:,.0f}"),
         ("tokens stored (history)", f"{report.tokens_stored:,}"),
@@ -138,6 +138,16 @@ def _print_report(report: SimulationReport) -> None:
         ("  found by search", _share(report.facts_found_by_search, report.facts_planted)),
         ("  found in final context", _share(report.facts_found_in_context, report.facts_planted)),
         ("  found either way", _share(report.facts_found, report.facts_planted)),
+        (
+            "insights shared / deduplicated",
+            f"{report.insights_shared} / {report.insights_deduplicated}",
+        ),
+        ("insights delivered", f"{report.insights_delivered:,}"),
+        (
+            "facts known per agent",
+            f"{report.facts_known_before_sharing:.0%} before sharing, "
+            f"{report.facts_known_after_sharing:.0%} after",
+        ),
         ("actor failures / restarts", f"{report.runtime.failures} / {report.runtime.restarts}"),
     ]
     for what, value in rows:

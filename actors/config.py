@@ -66,6 +66,10 @@ class SimulationConfig(_Section, frozen=True):
         tool_call_rate: the share of turns in which an agent calls a tool.
         context_tokens: the budget of each agent's ``context()`` at the end.
         concurrency: agents acting at once in a step.
+        share_facts: planted facts each agent shares with the pool once the
+            facts have been told (topic: the fact's place).
+        gossip_rate: the share of turns in which an agent passes on an insight
+            it received (the pool drops these as duplicates).
     """
 
     agents: int = 50
@@ -76,13 +80,18 @@ class SimulationConfig(_Section, frozen=True):
     tool_call_rate: float = 0.3
     context_tokens: int = 4_096
     concurrency: int = 50
+    share_facts: int = 2
+    gossip_rate: float = 0.1
 
     def __post_init__(self) -> None:
         for key in ("agents", "steps", "facts_per_agent", "fact_steps", "concurrency"):
             if getattr(self, key) < 1:
                 raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
-        if not 0.0 <= self.tool_call_rate <= 1.0:
-            raise ValueError(f"tool_call_rate must be within 0..1, got {self.tool_call_rate}")
+        if self.share_facts < 0:
+            raise ValueError(f"share_facts must be >= 0, got {self.share_facts}")
+        for key in ("tool_call_rate", "gossip_rate"):
+            if not 0.0 <= getattr(self, key) <= 1.0:
+                raise ValueError(f"{key} must be within 0..1, got {getattr(self, key)}")
         if self.context_tokens < 64:
             raise ValueError(f"context_tokens must be >= 64, got {self.context_tokens}")
 

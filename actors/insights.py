@@ -20,6 +20,7 @@ keeps of the insights delivered to it.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import math
@@ -395,7 +396,9 @@ class InsightSigner:
 # -- rendering ------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=16_384)
 def _insight_line(insight: Insight, max_chars: int) -> str:
+    # Insights are immutable and re-rendered for every context(): sanitize once.
     source = sanitize_insight_text(str(insight.source), DEFAULT_MAX_LABEL_CHARS)
     topic = sanitize_insight_text(str(insight.topic), DEFAULT_MAX_LABEL_CHARS)
     importance = insight.importance if math.isfinite(insight.importance) else 0.0
@@ -467,6 +470,9 @@ class InsightInbox:
         self._held: dict[str, Insight] = {}
         self._texts: dict[str, str] = {}
         self.rejected = 0
+        # BM25 over the held texts, appended to on accept, rebuilt after a removal.
+        self._index: BM25 | None = None
+        self._index_ids: list[str] = []
 
     def __len__(self) -> int:
         return len(self._held)
@@ -495,12 +501,16 @@ class InsightInbox:
             return False
         self._held[insight.id] = insight
         self._texts[norm] = insight.id
+        if self._index is not None:
+            self._index.add(insight.text)
+            self._index_ids.append(insight.id)
         if len(self._held) > self.max_held:
             victim = min(self._held.values(), key=lambda i: (i.importance, i.created))
             self._forget(victim)
         return True
 
     def _forget(self, insight: Insight) -> None:
+        self._index = None
         self._held.pop(insight.id, None)
         norm = " ".join(words(insight.text))
         if self._texts.get(norm) == insight.id:
@@ -519,7 +529,11 @@ class InsightInbox:
         if not query or not tokenize(query):
             held.sort(key=lambda i: (-i.importance, -i.created))
             return held[:k]
-        scores = BM25([i.text for i in held]).scores(query)
+        if self._index is None:
+            self._index_ids = list(self._held)
+            self._index = BM25([self._held[i].text for i in self._index_ids])
+        by_id = dict(zip(self._index_ids, self._index.scores(query), strict=True))
+        scores = [by_id[i.id] for i in held]
         top = max(scores) or 1.0
         ranked = sorted(
             zip(held, scores, strict=True),
@@ -553,6 +567,7 @@ class InsightInbox:
         """Forget every held insight."""
         self._held.clear()
         self._texts.clear()
+        self._index = None
 
 
 def make_insight(

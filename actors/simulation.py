@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Final
 
 import anyio
@@ -25,6 +25,7 @@ from actors.app import MemoryRuntime
 from actors.config import AppConfig
 from actors.handle import MemoryHandle
 from actors.messages import Message, ToolCall
+from actors.pool_commands import GetPoolStats, PoolStats
 from runtime import RuntimeStats, get_counter
 
 __all__ = ("AgentReport", "PlantedFact", "SimulationReport", "plant_facts", "run_simulation")
@@ -62,6 +63,7 @@ class PlantedFact(msgspec.Struct, frozen=True):
     statement: str
     query: str
     answer: str
+    topic: str = "town"
 
 
 class AgentReport(msgspec.Struct, frozen=True, kw_only=True):
@@ -75,6 +77,8 @@ class AgentReport(msgspec.Struct, frozen=True, kw_only=True):
     found_by_search: int
     found_in_context: int
     found: int
+    known_before_sharing: float
+    known_after_sharing: float
 
 
 class SimulationReport(msgspec.Struct, frozen=True, kw_only=True):
@@ -95,6 +99,11 @@ class SimulationReport(msgspec.Struct, frozen=True, kw_only=True):
     facts_found_by_search: int
     facts_found_in_context: int
     facts_found: int
+    insights_shared: int
+    insights_deduplicated: int
+    insights_delivered: int
+    facts_known_before_sharing: float
+    facts_known_after_sharing: float
     runtime: RuntimeStats
     per_agent: list[AgentReport]
 
@@ -127,6 +136,7 @@ def plant_facts(names: list[str], per_agent: int, seed: int) -> list[PlantedFact
                     statement=f"Remember this: the {thing} of the {where} is {answer}.",
                     query=f"{thing} of the {where} is",
                     answer=answer,
+                    topic=place,
                 )
             )
             k += 1
@@ -167,6 +177,14 @@ class _Brain:
         )
         result = json.dumps({"place": place, "value": self.rng.randrange(1, 500), "ok": True})
         return call, result
+
+
+async def known_share(handle: MemoryHandle, facts: list[PlantedFact]) -> float:
+    """The share of ``facts`` whose answer this agent holds: in its history or insights."""
+    texts = [m.text() for m in await handle.get(scope="history")]
+    texts += [i.text for i in await handle.held_insights(k=10_000)]
+    corpus = "\n".join(texts)
+    return sum(f.answer in corpus for f in facts) / len(facts) if facts else 0.0
 
 
 async def run_simulation(
@@ -211,6 +229,7 @@ async def _run(
         messages += len(batch)
 
     for name in names:
+        await handles[name].subscribe()  # every topic: the town hears all news
         brain = brains[name]
         await add(
             handles[name],
@@ -250,6 +269,21 @@ async def _run(
                 batch.append(
                     Message(role="tool", tool_call_id=call.id, name=call.name, content=result)
                 )
+            if step == sim.fact_steps:  # the facts are told: now the agents share some
+                for fact in pending[: sim.share_facts]:
+                    await me.share(fact.statement, fact.topic, 0.8)
+                    commands += 1
+            elif step > sim.fact_steps and brain.rng.random() < sim.gossip_rate:
+                heard = await me.held_insights(k=50)
+                if heard:
+                    rumour = brain.rng.choice(heard)
+                    # Passed on as heard, or in other words: the pool drops both as
+                    # duplicates (exact, near).
+                    text = rumour.text
+                    if brain.rng.random() < 0.5:
+                        text = text.replace("Remember this:", "Word around town is that")
+                    await me.share(text, rumour.topic, 0.5)
+                    commands += 2
             partner = brain.partner()
             said = brain.line(step)
             batch.append(Message(role="assistant", name=name, content=said))
@@ -266,8 +300,12 @@ async def _run(
             await add(me, [Message(role="user", name=partner, content=answer)])
 
     log.info("simulation_started", agents=sim.agents, steps=sim.steps, seed=sim.seed)
+    known_before: dict[str, float] = {}
     started = time.perf_counter()
     for step in range(sim.steps):
+        if step == sim.fact_steps or (step == sim.steps - 1 and not known_before):
+            for name in names:  # before anyone has shared: what each agent knows alone
+                known_before[name] = await known_share(handles[name], facts)
         async with anyio.create_task_group() as tg:
             for name in names:
                 tg.start_soon(turn, name, step)
@@ -275,6 +313,7 @@ async def _run(
             on_step(step + 1)
     elapsed = time.perf_counter() - started
     log.info("simulation_finished", messages=messages, commands=commands, elapsed_s=elapsed)
+    pool: PoolStats = await rt.ask("pool/main", GetPoolStats())
 
     per_agent = []
     for name in names:
@@ -290,6 +329,7 @@ async def _run(
             by_search += searched
             in_context += seen
             found += searched or seen
+        after = await known_share(me, facts)
         per_agent.append(
             AgentReport(
                 agent=name,
@@ -300,6 +340,8 @@ async def _run(
                 found_by_search=by_search,
                 found_in_context=in_context,
                 found=found,
+                known_before_sharing=known_before.get(name, after),
+                known_after_sharing=after,
             )
         )
     return SimulationReport(
@@ -318,9 +360,19 @@ async def _run(
         facts_found_by_search=sum(a.found_by_search for a in per_agent),
         facts_found_in_context=sum(a.found_in_context for a in per_agent),
         facts_found=sum(a.found for a in per_agent),
+        insights_shared=pool.shared,
+        insights_deduplicated=pool.deduplicated,
+        insights_delivered=pool.delivered,
+        facts_known_before_sharing=_mean(a.known_before_sharing for a in per_agent),
+        facts_known_after_sharing=_mean(a.known_after_sharing for a in per_agent),
         runtime=rt.stats(),
         per_agent=per_agent,
     )
+
+
+def _mean(values: Iterable[float]) -> float:
+    items = list(values)
+    return round(sum(items) / len(items), 4) if items else 0.0
 
 
 def report_dict(report: SimulationReport) -> dict[str, Any]:

@@ -19,6 +19,9 @@ __all__ = ("BM25", "tokenize")
 _WORD: Final = re.compile(r"[^\W_]+(?:['.-][^\W_]+)*")
 K1: Final = 1.5
 B: Final = 0.75
+#: In an index this large, a word held by more than half of the documents is skipped
+#: when scoring: its weight is near nothing, and its postings would touch half the index.
+COMMON_WORD_MIN_DOCS: Final = 200
 
 
 def tokenize(text: str) -> list[str]:
@@ -27,7 +30,9 @@ def tokenize(text: str) -> list[str]:
 
 
 class BM25:
-    """A BM25 index over a list of documents; documents can be appended cheaply.
+    """A BM25 index over a list of documents, with postings so that scoring touches
+    only the documents that hold a query word; documents can be appended and
+    removed cheaply (a removed document keeps its index and scores 0).
 
     Args:
         documents: the texts, in the order scores are returned.
@@ -36,51 +41,73 @@ class BM25:
     def __init__(self, documents: Sequence[str] = (), k1: float = K1, b: float = B) -> None:
         self.k1 = k1
         self.b = b
-        self._docs: list[Counter[str]] = []
         self._lengths: list[int] = []
+        self._postings: dict[str, dict[int, int]] = {}
+        self._terms: list[tuple[str, ...]] = []
         self._total = 0
-        self._df: Counter[str] = Counter()
+        self._live = 0
         for d in documents:
             self.add(d)
 
     def __len__(self) -> int:
-        return len(self._docs)
+        return len(self._lengths)
 
-    def add(self, document: str) -> None:
-        """Append a document (its index is the previous ``len(self)``)."""
+    def add(self, document: str) -> int:
+        """Append a document; return its index."""
+        index = len(self._lengths)
         counts = Counter(tokenize(document))
-        self._docs.append(counts)
+        for term, freq in counts.items():
+            self._postings.setdefault(term, {})[index] = freq
         length = sum(counts.values())
         self._lengths.append(length)
+        self._terms.append(tuple(counts))
         self._total += length
-        self._df.update(counts.keys())
+        self._live += 1
+        return index
 
-    def _idf(self, term: str) -> float:
-        n = len(self._docs)
-        f = self._df.get(term, 0)
-        return math.log(1 + (n - f + 0.5) / (f + 0.5))
+    def remove(self, index: int) -> None:
+        """Take document ``index`` out of the index (it scores 0 from now on)."""
+        terms = self._terms[index]
+        if not terms and not self._lengths[index]:
+            return
+        for term in terms:
+            docs = self._postings.get(term)
+            if docs is not None:
+                docs.pop(index, None)
+                if not docs:
+                    del self._postings[term]
+        self._total -= self._lengths[index]
+        self._lengths[index] = 0
+        self._terms[index] = ()
+        self._live -= 1
+
+    def sparse_scores(self, query: str) -> dict[int, float]:
+        """Scores of the documents holding at least one query word (the others score 0)."""
+        out: dict[int, float] = {}
+        if not self._total:
+            return out
+        n = self._live
+        k1, b, avg = self.k1, self.b, self._total / max(1, n)
+        lengths = self._lengths
+        for term in set(tokenize(query)):
+            docs = self._postings.get(term)
+            if not docs or (n >= COMMON_WORD_MIN_DOCS and 2 * len(docs) > n):
+                continue
+            idf = math.log(1 + (n - len(docs) + 0.5) / (len(docs) + 0.5))
+            for i, f in docs.items():
+                norm = k1 * (1 - b + b * lengths[i] / avg)
+                out[i] = out.get(i, 0.0) + idf * f * (k1 + 1) / (f + norm)
+        return out
 
     def scores(self, query: str) -> list[float]:
         """Return each document's score for ``query`` (0 where no query word occurs)."""
-        n = len(self._docs)
-        out = [0.0] * n
-        terms = [t for t in set(tokenize(query)) if self._df.get(t)]
-        if not terms or not self._total:
-            return out
-        k1, b, avg = self.k1, self.b, self._total / n
-        idf = {t: self._idf(t) for t in terms}
-        for i, doc in enumerate(self._docs):
-            score = 0.0
-            for t in terms:
-                f = doc.get(t)
-                if f:
-                    norm = k1 * (1 - b + b * self._lengths[i] / avg)
-                    score += idf[t] * f * (k1 + 1) / (f + norm)
+        out = [0.0] * len(self._lengths)
+        for i, score in self.sparse_scores(query).items():
             out[i] = score
         return out
 
     def top(self, query: str, k: int) -> list[tuple[int, float]]:
         """Return up to ``k`` (index, score) pairs with a positive score, best first."""
-        scored = [(i, s) for i, s in enumerate(self.scores(query)) if s > 0]
+        scored = [(i, s) for i, s in self.sparse_scores(query).items() if s > 0]
         scored.sort(key=lambda p: (-p[1], -p[0]))
         return scored[:k]

@@ -38,6 +38,15 @@ def add_commands(subs: Any) -> None:
     sim.add_argument("--no-progress", action="store_true", help="no progress bar")
     sim.set_defaults(func=_simulate)
 
+    bench = subs.add_parser(
+        "bench",
+        help="run a benchmark (throughput, latency, scale, context, peers, load)",
+        description="Run a benchmark: python -m benchmarks NAME --help lists its options.",
+        add_help=False,
+    )
+    bench.add_argument("args", nargs=argparse.REMAINDER, help="NAME [options]")
+    bench.set_defaults(func=_bench)
+
     cfg = subs.add_parser(
         "config",
         help="check a config file and print it with every default filled in",
@@ -74,6 +83,15 @@ def _load(args: argparse.Namespace) -> AppConfig:
         args.log_format or config.logging.format, args.log_level or config.logging.level
     )
     return config
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from benchmarks.__main__ import main as bench_main
+
+    try:
+        return bench_main(args.args)
+    except SystemExit as exc:  # argparse of the benchmark runner: --help, bad options
+        return int(exc.code or 0)
 
 
 def _show_config(args: argparse.Namespace) -> int:

@@ -242,6 +242,7 @@ class LongTermMemory:
         self._embedding_off_until = 0.0
         self._bm25: BM25 | None = None
         self._bm25_ids: list[str] = []
+        self._bm25_pos: dict[str, int] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -313,7 +314,7 @@ class LongTermMemory:
         self._accessed[entry.id] = now
         self._by_text[norm] = entry.id
         if self._bm25 is not None:  # appending keeps the index valid: no rebuild
-            self._bm25.add(text)
+            self._bm25_pos[entry.id] = self._bm25.add(text)
             self._bm25_ids.append(entry.id)
         if len(self._entries) > self.config.max_entries:
             victim = min(self._entries.values(), key=lambda e: (e.importance, e.created))
@@ -330,7 +331,9 @@ class LongTermMemory:
         norm = " ".join(words(entry.text))
         if self._by_text.get(norm) == entry_id:
             del self._by_text[norm]
-        self._bm25 = None
+        position = self._bm25_pos.pop(entry_id, None)
+        if self._bm25 is not None and position is not None:
+            self._bm25.remove(position)
         return True
 
     def clear(self) -> None:
@@ -344,10 +347,13 @@ class LongTermMemory:
     # -- retrieval --------------------------------------------------------------------
 
     def _bm25_scores(self, query: str) -> dict[str, float]:
-        if self._bm25 is None:
+        """BM25 scores of the memories holding a query word (absent ids score 0)."""
+        if self._bm25 is None or len(self._bm25_ids) > 2 * len(self._entries) + 64:
             self._bm25_ids = list(self._entries)
             self._bm25 = BM25([self._entries[i].text for i in self._bm25_ids])
-        return dict(zip(self._bm25_ids, self._bm25.scores(query), strict=True))
+            self._bm25_pos = {i: n for n, i in enumerate(self._bm25_ids)}
+        ids = self._bm25_ids
+        return {ids[n]: score for n, score in self._bm25.sparse_scores(query).items()}
 
     async def _embedding_scores(self, query: str) -> dict[str, float] | None:
         embedder = self.embedder
@@ -405,13 +411,19 @@ class LongTermMemory:
             raise MemoryInputError(f"k must be an integer >= 1, got {k!r}")
         if not self._entries:
             return []
-        ids = list(self._entries)
         if relevance is None:
-            relevance = self._bm25_scores(query) if tokenize(query) else dict.fromkeys(ids, 0.0)
-            if self.config.require_relevance and tokenize(query):
-                ids = [i for i in ids if relevance.get(i, 0.0) > 0]
+            words = tokenize(query)
+            relevance = self._bm25_scores(query) if words else {}
+            if self.config.require_relevance and words:
+                # Only memories sharing a word with the query: the postings name them,
+                # so ranking does not touch the whole memory.
+                ids = [i for i, score in relevance.items() if score > 0 and i in self._entries]
                 if not ids:
                     return []
+            else:
+                ids = list(self._entries)
+        else:
+            ids = list(self._entries)
         cfg = self.config
         now = self.clock()
         hours = [max(0.0, now - self._accessed[i]) / cfg.recency_unit_seconds for i in ids]

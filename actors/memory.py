@@ -160,20 +160,25 @@ class AgentMemory(Actor):
             case HeldInsights(query=query, k=k):
                 return self.recall.inbox.relevant(query, k)
             case Record(messages=messages):
+                self.recall.changed()
                 return len(self.recall.longterm.record(self._counted(messages, "record")))
             case Retrieve(query=query, k=k):
+                self.recall.changed()  # a recall makes memories recent again
                 return await self.recall.longterm.retrieve(query, k)
             case MemoryTools():
                 return self.recall.control.tools()
             case AnswerToolCall(call=call):
+                self.recall.changed()
                 return await self.recall.control.answer(call)
             case StartEpisode(metadata=metadata):
+                self.recall.changed()
                 return self.recall.episodes.start_episode(metadata)
             case RecallEpisode(query=query, k=k):
                 return self.recall.episodes.recall_episodes(query, k)
             case SummarizeEpisodes():
                 return self.recall.episodes.summarize_episodes()
             case EndRun():
+                self.recall.changed()
                 await self.recall.retention.end_run()
                 return None
         raise MemoryInputError(f"an agent memory does not serve {type(message).__name__}")
@@ -472,6 +477,8 @@ class AgentMemory(Actor):
                 reserve - BLOCK_FRAMING,
                 self._counter,
                 shown,
+                # The window is fixed by the view (its version and length) and budget.
+                exclude_key=(self._version, len(working), budget),
             )
             if blocks:
                 recall = {"role": "system", "content": "\n\n".join(blocks)}

@@ -65,6 +65,10 @@ class AgentRecall:
         self.control = LongTermControl(self.longterm)
         self.episodes = EpisodicMemory(config.episodes)
         self._since_reply: list[Message] = []
+        # The last blocks() answer: recomputed only when the question or anything
+        # recall holds changed (context() is often asked again with nothing new).
+        self._generation = 0
+        self._cached: tuple[tuple[Any, ...], list[str]] | None = None
         components: dict[str, tuple[StateComponent, type[Any]]] = {
             "insights": (self.inbox, InboxState),
             "longterm": (self.longterm, LongTermState),
@@ -80,6 +84,7 @@ class AgentRecall:
 
     def observe(self, messages: Sequence[Message]) -> None:
         """Take in messages just added: episodes always; long-term memory after a reply."""
+        self._generation += 1
         self.episodes.add(messages)
         self._since_reply.extend(messages)
         if any(m.role in REPLY_ROLES for m in messages):
@@ -88,18 +93,33 @@ class AgentRecall:
 
     def accept_insight(self, insight: Insight) -> bool:
         """Keep an insight the pool delivered (see :meth:`InsightInbox.accept`)."""
+        self._generation += 1
         return self.inbox.accept(insight)
 
+    def changed(self) -> None:
+        """Note that something recall holds changed outside :meth:`observe` (a record,
+        a tool call, an episode, a load)."""
+        self._generation += 1
+
     async def blocks(
-        self, query: str, budget: int, counter: TokenCounter, exclude: Container[str] = ()
+        self,
+        query: str,
+        budget: int,
+        counter: TokenCounter,
+        exclude: Container[str] = (),
+        exclude_key: Any = None,
     ) -> list[str]:
         """The recall blocks for a context, within ``budget`` tokens, most important first.
 
         Core memory, then the insights most relevant to ``query``, then (static
         control) the long-term memories recalled for it, each within its own
         configured limit too. Messages whose ids are in ``exclude`` (already in the
-        context) are not repeated.
+        context) are not repeated. ``exclude_key`` names ``exclude`` for the cache
+        (None: do not cache).
         """
+        key = (query, budget, exclude_key, self._generation)
+        if exclude_key is not None and self._cached is not None and self._cached[0] == key:
+            return self._cached[1]
         left = budget
         out: list[str] = []
         renderers: list[Callable[[int], Any]] = [
@@ -125,6 +145,8 @@ class AgentRecall:
             )
             if block:
                 out.append(block)
+        if exclude_key is not None:
+            self._cached = (key, out)
         return out
 
     def component_states(self) -> dict[str, bytes]:
@@ -141,6 +163,7 @@ class AgentRecall:
             entry = self._components.get(name)
             if entry is not None and name != "conversation":
                 entry[0].load_state(msgspec.msgpack.decode(data, type=self._state_types[name]))
+        self._generation += 1
 
     def clear(self) -> None:
         """Forget everything held here (not the conversation)."""
@@ -148,6 +171,7 @@ class AgentRecall:
             if name != "conversation":
                 component.clear()
         self._since_reply = []
+        self._generation += 1
 
     @staticmethod
     def latest_query(messages: Iterable[Message]) -> str:

@@ -20,13 +20,16 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks._common import BenchResult, machine, write_result
+from runtime.cli import OneLineParser
 
-BENCHMARKS = ("throughput", "latency", "scale", "context", "peers")
+BENCHMARKS = ("throughput", "latency", "scale", "context", "peers", "load")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
-    subs = parser.add_subparsers(dest="name", metavar="NAME", required=True)
+    parser = OneLineParser(prog="python -m benchmarks", description=__doc__)
+    subs = parser.add_subparsers(
+        dest="name", metavar="NAME", required=True, parser_class=OneLineParser
+    )
     for name in BENCHMARKS:
         module = importlib.import_module(f"benchmarks.{name}")
         sub = subs.add_parser(name, help=(module.__doc__ or "").splitlines()[0])

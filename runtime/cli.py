@@ -20,14 +20,16 @@ from typing import NoReturn
 from runtime.errors import ActormemError
 from runtime.logging import configure_logging
 
-__all__ = ("main", "parser")
+__all__ = ("OneLineParser", "main", "parser")
 
 #: The module that adds the commands, unless ``ACTORMEM_APP`` names another.
 DEFAULT_APP = "actors.cli"
 EXIT_USAGE = 2
 
 
-class _Parser(argparse.ArgumentParser):
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one line on stderr (exit status 2)."""
+
     def error(self, message: str) -> NoReturn:
         # argparse prints the whole usage; a user wants the one line that matters.
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
@@ -35,7 +37,7 @@ class _Parser(argparse.ArgumentParser):
 
 def parser() -> argparse.ArgumentParser:
     """Build the parser with the app module's commands."""
-    top = _Parser(
+    top = OneLineParser(
         prog="actormem",
         description="An actor-based memory runtime for multi-agent LLM systems.",
     )
@@ -51,7 +53,7 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         help="the lowest level logged (default: the config's, else info)",
     )
-    subs = top.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    subs = top.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     subs.required = True
     app = importlib.import_module(os.environ.get("ACTORMEM_APP", DEFAULT_APP))
     app.add_commands(subs)

@@ -1,0 +1,290 @@
+"""Summarizers: the offline extractive one (the default) and the protocol they share.
+
+A summarizer turns a span of messages into text of at most ``max_tokens`` tokens.
+The offline summarizer needs no network: it picks whole sentences of the span,
+preferring those that carry names, numbers, dates and decisions (the details an
+agent most needs later and a naive "first N words" cut loses), greedily so that
+each pick covers facts the summary does not hold yet, and keeps them in their
+original order under a header naming the speakers and tools of the span.
+
+The LLM summarizer (:mod:`actors.compression.llm`) falls back to this one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Final, Literal, Protocol
+
+import anyio.lowlevel
+
+from actors.messages import Message
+from runtime.tokens import TokenCounter
+
+__all__ = (
+    "OfflineSummarizer",
+    "Purpose",
+    "RunUsage",
+    "Summarizer",
+    "extract_facts",
+)
+
+#: What a span is; an LLM summarizer words its instructions by it.
+Purpose = Literal["tool_run", "round", "history", "current_round"]
+
+_PIECE_SPLIT: Final = re.compile(r"(?<=[.!?;])\s+|\n+")
+_MAX_PIECE_CHARS: Final = 280
+#: Pieces looked at per span; a huge payload's tail adds little a reload cannot give.
+_MAX_PIECES: Final = 3000
+_NUMBER: Final = re.compile(r"[#$€£]?\b[\w.:/-]*\d[\w.:/%-]*")
+_MONTH: Final = (
+    r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)[a-z]*\.?\s+\d{1,2}(?:,\s*\d{4})?"
+)
+_DATE: Final = re.compile(
+    rf"\b\d{{4}}-\d{{2}}-\d{{2}}\b|\b\d{{1,2}}/\d{{1,2}}/\d{{2,4}}\b|\b{_MONTH}|\b\d{{1,2}}\s+"
+    r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]*\.?(?:\s+\d{4})?"
+    r"|\b(?:Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday|today|tomorrow|yesterday)\b",
+    re.IGNORECASE,
+)
+_NAME: Final = re.compile(r"\b[A-Z][\w'-]*[a-z][\w'-]*(?:\s+[A-Z][\w'-]*[a-z][\w'-]*)*")
+_DECISION: Final = re.compile(
+    r"\b(?:decid\w*|decision|agree\w*|chose|choose|chosen|will|won't|must|shall|plan\w*|"
+    r"approv\w*|reject\w*|confirm\w*|conclu\w*|resolv\w*|commit\w*|select\w*|final\w*|"
+    r"going to|let's|we'll|i'll|settled|assign\w*|deadline|todo|next step\w*)\b",
+    re.IGNORECASE,
+)
+#: Capitalised words that start sentences without naming anything.
+_NOT_NAMES: Final = frozenset(
+    str.split(
+        "a an the i we you he she they it this that these those there here my our "
+        "your his her their its and but or so if when then yes no ok okay please "
+        "thanks thank hi hello sure also what why how who where which let note summary "
+        "user assistant tool result calls true false null none"
+    )
+)
+
+
+class RunUsage:
+    """What one compression spent on summaries (shared by its summarizer calls).
+
+    Attributes:
+        llm_calls: requests sent to the LLM (retries included).
+        llm_tokens: prompt plus completion tokens the LLM reported (or we counted).
+        cost: dollars spent, by the configured prices.
+        fallbacks: summaries that fell back to the offline summarizer.
+        summaries: summaries written.
+    """
+
+    __slots__ = ("cost", "fallbacks", "llm_calls", "llm_tokens", "summaries")
+
+    def __init__(self) -> None:
+        self.llm_calls = 0
+        self.llm_tokens = 0
+        self.cost = 0.0
+        self.fallbacks = 0
+        self.summaries = 0
+
+    @property
+    def fell_back(self) -> bool:
+        """True when any summary of the run fell back to the offline summarizer."""
+        return self.fallbacks > 0
+
+
+class Summarizer(Protocol):
+    """Writes the summary of a span of messages."""
+
+    #: ``offline`` or ``openai``: reported in outcomes and logs.
+    name: str
+
+    async def summarize(
+        self,
+        messages: Sequence[Message],
+        *,
+        max_tokens: int,
+        purpose: Purpose,
+        usage: RunUsage,
+    ) -> str:
+        """Return a summary of ``messages`` of at most ``max_tokens`` tokens.
+
+        Never raises for a failing backend: a summarizer that cannot do its job
+        falls back to the offline one and counts it in ``usage``.
+        """
+        ...
+
+    async def aclose(self) -> None:
+        """Release what the summarizer holds (HTTP connections)."""
+        ...
+
+
+class _Piece:
+    __slots__ = ("decision", "facts", "order", "score_base", "speaker", "text", "tokens")
+
+    def __init__(self, order: int, speaker: str, text: str, tokens: int) -> None:
+        self.order = order
+        self.speaker = speaker
+        self.text = text
+        self.tokens = tokens
+        self.facts = extract_facts(text)
+        self.decision = bool(_DECISION.search(text))
+        self.score_base = (2.0 if self.decision else 0.0) + (0.5 if order == 0 else 0.0)
+
+
+def extract_facts(text: str) -> frozenset[str]:
+    """Return the facts a summary should keep from ``text``: names, numbers and dates.
+
+    Names are capitalised words (not the ones that merely start a sentence, such
+    as "The"); numbers are tokens holding a digit (codes, amounts, versions, ids);
+    dates include ISO and written forms and weekdays.
+    """
+    facts: set[str] = set()
+    for match in _DATE.finditer(text):
+        facts.add(match.group(0).lower())
+    for match in _NUMBER.finditer(text):
+        facts.add(match.group(0).strip(".,:;").lower())
+    for match in _NAME.finditer(text):
+        words = [w for w in match.group(0).split() if w.lower() not in _NOT_NAMES]
+        if words:
+            facts.add(" ".join(words).lower())
+    facts.discard("")
+    return frozenset(facts)
+
+
+def _speaker(message: Message) -> str:
+    if message.role == "tool":
+        return f"{message.name or 'tool'} result"
+    return message.name or message.role
+
+
+def _chunks(text: str) -> list[str]:
+    """Split text into sentence-sized pieces, cutting overlong ones at word boundaries."""
+    out: list[str] = []
+    for raw in _PIECE_SPLIT.split(text):
+        piece = " ".join(raw.split())
+        while len(piece) > _MAX_PIECE_CHARS:
+            cut = piece.rfind(" ", 0, _MAX_PIECE_CHARS)
+            if cut < _MAX_PIECE_CHARS // 2:
+                cut = _MAX_PIECE_CHARS
+            out.append(piece[:cut])
+            piece = piece[cut:].lstrip()
+        if piece:
+            out.append(piece)
+    return out
+
+
+def _header(messages: Sequence[Message]) -> str:
+    speakers: list[str] = []
+    tools: list[str] = []
+    for m in messages:
+        who = m.name if m.role != "tool" and m.name else None
+        if who is None and m.role in ("user", "assistant"):
+            who = m.role
+        if who and who not in speakers:
+            speakers.append(who)
+        for call in m.tool_calls:
+            if call.name not in tools:
+                tools.append(call.name)
+    header = f"{len(messages)} message{'s' if len(messages) != 1 else ''}"
+    if speakers:
+        header += f" from {', '.join(speakers)}"
+    if tools:
+        header += f"; tools used: {', '.join(tools)}"
+    return header + "."
+
+
+class OfflineSummarizer:
+    """Extractive summaries, offline and deterministic (the default summarizer).
+
+    Args:
+        counter: counts tokens so summaries fit their budget exactly.
+    """
+
+    name = "offline"
+
+    def __init__(self, counter: TokenCounter) -> None:
+        self._counter = counter
+
+    async def summarize(
+        self,
+        messages: Sequence[Message],
+        *,
+        max_tokens: int,
+        purpose: Purpose,
+        usage: RunUsage,
+    ) -> str:
+        """Return an extractive summary of ``messages`` in at most ``max_tokens`` tokens."""
+        # Picking sentences is CPU work; let other actors run between spans.
+        await anyio.lowlevel.checkpoint()
+        usage.summaries += 1
+        return self.summarize_sync(messages, max_tokens)
+
+    def summarize_sync(self, messages: Sequence[Message], max_tokens: int) -> str:
+        """The summary itself, without the event loop (see :meth:`summarize`)."""
+        counter = self._counter
+        header = _header(messages)
+        budget = max_tokens - counter.count_text(header) - 1
+        if budget <= 0:
+            return counter.truncate(header, max_tokens)
+        pieces = self._pieces(messages)
+        chosen = self._choose(pieces, budget)
+        chosen.sort(key=lambda p: p.order)
+        lines: list[str] = []
+        last_speaker = None
+        for piece in chosen:
+            if piece.speaker != last_speaker:
+                lines.append(f"{piece.speaker}: {piece.text}")
+                last_speaker = piece.speaker
+            else:
+                lines[-1] += f" {piece.text}"
+        text = header + ("\n" + "\n".join(lines) if lines else "")
+        # Joining can merge tokens differently than counted apart; cut to be exact.
+        return counter.truncate(text, max_tokens)
+
+    def _pieces(self, messages: Sequence[Message]) -> list[_Piece]:
+        texts: list[tuple[str, str]] = []
+        for m in messages:
+            speaker = _speaker(m)
+            for call in m.tool_calls:
+                texts.append((speaker, f"called {call.name}({' '.join(call.arguments.split())})"))
+            for chunk in _chunks(m.text()):
+                texts.append((speaker, chunk))
+            if len(texts) >= _MAX_PIECES:
+                break
+        texts = texts[:_MAX_PIECES]
+        counts = self._counter.count_texts([t for _, t in texts]) if texts else []
+        return [
+            _Piece(order, speaker, text, tokens + 1)
+            for order, ((speaker, text), tokens) in enumerate(zip(texts, counts, strict=True))
+        ]
+
+    @staticmethod
+    def _choose(pieces: list[_Piece], budget: int) -> list[_Piece]:
+        """Greedy: each step takes the piece adding the most new facts per token."""
+        covered: set[str] = set()
+        chosen: list[_Piece] = []
+        remaining = [p for p in pieces if p.tokens <= budget]
+        seen_texts: set[str] = set()
+        while remaining and budget > 0:
+            best: _Piece | None = None
+            best_score = -1.0
+            for p in remaining:
+                if p.tokens > budget:
+                    continue
+                new = len(p.facts - covered)
+                # New facts dominate; decisions next; shorter pieces break ties so
+                # more of them fit. Earlier pieces win exact ties (stable order).
+                score = (3.0 * new + p.score_base + 0.1) / (p.tokens**0.5)
+                if score > best_score:
+                    best, best_score = p, score
+            if best is None:
+                break
+            remaining.remove(best)
+            if best.text in seen_texts:
+                continue
+            seen_texts.add(best.text)
+            chosen.append(best)
+            covered |= best.facts
+            budget -= best.tokens
+        return chosen
+
+    async def aclose(self) -> None:
+        """Nothing to release."""

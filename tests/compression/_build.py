@@ -1,0 +1,102 @@
+"""Builders of hand-made conversations for the compression tests."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from actors.compression import CompressionConfig, CompressionOutcome, reload_ids
+from actors.compression.engine import render_problems
+from actors.messages import Message, ToolCall, count_tokens
+from runtime.tokens import get_counter
+
+_call_ids = itertools.count(1)
+
+
+def counted(messages: Iterable[Message]) -> list[Message]:
+    """Cache every message's token count, as the memory actor does on add."""
+    counter = get_counter()
+    return [m.with_tokens(count_tokens(m, counter)) for m in messages]
+
+
+def system(text: str = "You are a careful assistant.") -> Message:
+    return Message(role="system", content=text)
+
+
+def user(text: str, **kw: Any) -> Message:
+    return Message(role="user", content=text, **kw)
+
+
+def assistant(text: str, **kw: Any) -> Message:
+    return Message(role="assistant", content=text, **kw)
+
+
+def tool_unit(name: str, args: dict[str, Any], result: str, **kw: Any) -> list[Message]:
+    """An assistant message calling one tool, and its result."""
+    call_id = f"call_{next(_call_ids)}"
+    call = ToolCall(id=call_id, name=name, arguments=json.dumps(args))
+    return [
+        Message(role="assistant", content=None, tool_calls=(call,), **kw),
+        Message(role="tool", content=result, tool_call_id=call_id, name=name),
+    ]
+
+
+def chatter(n: int, topic: str = "the weather") -> str:
+    """Filler text of about ``n`` sentences without facts worth keeping."""
+    return " ".join(
+        f"we talked a little more about {topic} and nothing much changed." for _ in range(n)
+    )
+
+
+def tokens(view: Sequence[Message]) -> int:
+    return sum(m.tokens for m in view)
+
+
+def assert_valid(view: Sequence[Message]) -> None:
+    problems = render_problems(view)
+    assert not problems, problems
+
+
+def reachable_text(
+    outcome: CompressionOutcome, stored: dict[str, list[Message]] | None = None
+) -> str:
+    """All text an agent can reach: the view, and everything reload ids lead to, recursively."""
+    store = dict(stored or {})
+    store.update(outcome.offloaded)
+    seen: set[str] = set()
+    texts: list[str] = []
+    pending = list(outcome.messages)
+    while pending:
+        m = pending.pop()
+        text = m.searchable_text()
+        texts.append(text)
+        ids = reload_ids(text)
+        for key in ("reload_id", "offloaded"):
+            if isinstance(m.metadata.get(key), str):
+                ids.append(m.metadata[key])
+        for rid in ids:
+            if rid not in seen and rid in store:
+                seen.add(rid)
+                pending.extend(store[rid])
+    return "\n".join(texts)
+
+
+def reachable_ids(outcome: CompressionOutcome) -> set[str]:
+    """Ids of the original messages an agent can get back (view or reload chain)."""
+    seen: set[str] = set()
+    found: set[str] = set()
+    pending = list(outcome.messages)
+    while pending:
+        m = pending.pop()
+        found.add(m.id)
+        for rid in reload_ids(m.text()):
+            if rid not in seen and rid in outcome.offloaded:
+                seen.add(rid)
+                pending.extend(outcome.offloaded[rid])
+    return found
+
+
+def small_config(**kw: Any) -> CompressionConfig:
+    return CompressionConfig(**kw)

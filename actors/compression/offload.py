@@ -29,6 +29,7 @@ __all__ = (
     "reload_ids",
     "render_message",
     "render_transcript",
+    "strip_hints",
 )
 
 RELOAD_TOOL_NAME: Final = "context_reload"
@@ -58,6 +59,7 @@ CONTEXT_RELOAD_TOOL: Final[dict[str, Any]] = {
 }
 
 _HINT_ID: Final = re.compile(r'context_reload\(id="([^"]+)"\)')
+_HINT: Final = re.compile(r'\n?\[[^\[\]]*context_reload\(id="[^"]+"\)\]')
 _ELLIPSIS: Final = "…"
 
 
@@ -73,6 +75,11 @@ def offload_hint(reload_id: str, what: str) -> str:
 def reload_ids(text: str) -> list[str]:
     """Return the reload ids named by hints in ``text``, in order."""
     return _HINT_ID.findall(text)
+
+
+def strip_hints(text: str) -> str:
+    """Return ``text`` without its reload hints (they are pointers, not content)."""
+    return _HINT.sub("", text)
 
 
 def preview(text: str, limit: int) -> str:

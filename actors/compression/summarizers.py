@@ -13,11 +13,13 @@ The LLM summarizer (:mod:`actors.compression.llm`) falls back to this one.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Sequence
 from typing import Final, Literal, Protocol
 
 import anyio.lowlevel
 
+from actors.compression.offload import strip_hints
 from actors.messages import Message
 from runtime.tokens import TokenCounter
 
@@ -32,6 +34,8 @@ __all__ = (
 #: What a span is; an LLM summarizer words its instructions by it.
 Purpose = Literal["tool_run", "round", "history", "current_round"]
 
+_DIGITS: Final = re.compile(r"\d+")
+_LABELLED: Final = re.compile(r"^([\w .'-]{1,48}): (.+)$")
 _PIECE_SPLIT: Final = re.compile(r"(?<=[.!?;])\s+|\n+")
 _MAX_PIECE_CHARS: Final = 280
 #: Pieces looked at per span; a huge payload's tail adds little a reload cannot give.
@@ -117,7 +121,7 @@ class Summarizer(Protocol):
 
 
 class _Piece:
-    __slots__ = ("decision", "facts", "order", "score_base", "speaker", "text", "tokens")
+    __slots__ = ("decision", "facts", "order", "repeats", "score_base", "speaker", "text", "tokens")
 
     def __init__(self, order: int, speaker: str, text: str, tokens: int) -> None:
         self.order = order
@@ -127,6 +131,12 @@ class _Piece:
         self.facts = extract_facts(text)
         self.decision = bool(_DECISION.search(text))
         self.score_base = (2.0 if self.decision else 0.0) + (0.5 if order == 0 else 0.0)
+        self.repeats = 1
+
+
+def _shape(text: str) -> str:
+    """A piece with its digits masked: templated lines ("round 7", "page 12") share one."""
+    return _DIGITS.sub("#", text.lower())
 
 
 def extract_facts(text: str) -> frozenset[str]:
@@ -245,16 +255,30 @@ class OfflineSummarizer:
             speaker = _speaker(m)
             for call in m.tool_calls:
                 texts.append((speaker, f"called {call.name}({' '.join(call.arguments.split())})"))
-            for chunk in _chunks(m.text()):
-                texts.append((speaker, chunk))
+            summary = "compressed" in m.metadata
+            for chunk in _chunks(strip_hints(m.text())):
+                labelled = _LABELLED.match(chunk) if summary else None
+                if labelled is not None:
+                    # A summary being summarized again: keep its original speakers.
+                    texts.append((labelled.group(1), labelled.group(2)))
+                elif not (summary and chunk.startswith("[")):
+                    # (The label and reload hint of a summary are not content.)
+                    texts.append((speaker, chunk))
             if len(texts) >= _MAX_PIECES:
                 break
         texts = texts[:_MAX_PIECES]
         counts = self._counter.count_texts([t for _, t in texts]) if texts else []
-        return [
-            _Piece(order, speaker, text, tokens + 1)
+        # Each piece is charged its speaker label too (paid once per line in fact), so
+        # that the joined summary fits without being cut mid-sentence.
+        label = {sp: self._counter.count_text(f"{sp}: ") for sp in {sp for sp, _ in texts}}
+        pieces = [
+            _Piece(order, speaker, text, tokens + 1 + label[speaker])
             for order, ((speaker, text), tokens) in enumerate(zip(texts, counts, strict=True))
         ]
+        shapes = Counter(_shape(p.text) for p in pieces)
+        for p in pieces:
+            p.repeats = shapes[_shape(p.text)]
+        return pieces
 
     @staticmethod
     def _choose(pieces: list[_Piece], budget: int) -> list[_Piece]:
@@ -272,7 +296,9 @@ class OfflineSummarizer:
                 new = len(p.facts - covered)
                 # New facts dominate; decisions next; shorter pieces break ties so
                 # more of them fit. Earlier pieces win exact ties (stable order).
-                score = (3.0 * new + p.score_base + 0.1) / (p.tokens**0.5)
+                # Templated pieces ("round 7: ...", one per search) carry little that
+                # their siblings do not, so a shape's weight is shared among its repeats.
+                score = (3.0 * new + p.score_base + 0.1) / (p.tokens**0.5) / p.repeats
                 if score > best_score:
                     best, best_score = p, score
             if best is None:

@@ -213,13 +213,7 @@ class LLMSummarizer:
             raise SummaryFailedError(reason, f"no client (key from ${cfg.api_key_env})")
         if self.breaker.is_open:
             raise SummaryFailedError("circuit_open", "recent requests kept failing")
-        system = _SYSTEM.format(what=_INSTRUCTIONS[purpose], tokens=max_tokens)
-        transcript = render_transcript(messages)
-        prompt_tokens = (
-            self._counter.count_text(system)
-            + self._counter.count_text(transcript)
-            + _REQUEST_OVERHEAD
-        )
+        prompt, prompt_tokens = self._prompt(messages, max_tokens, purpose)
         if usage.llm_tokens + prompt_tokens + max_tokens > cfg.max_tokens_per_run:
             raise SummaryFailedError(
                 "token_cap",
@@ -233,10 +227,7 @@ class LLMSummarizer:
             )
         request: dict[str, Any] = {
             "model": cfg.model,
-            "messages": [
-                {"role": "system", "content": system},
-                {"role": "user", "content": transcript},
-            ],
+            "messages": prompt,
             "max_tokens": max_tokens,
             "temperature": 0,
         }
@@ -271,6 +262,23 @@ class LLMSummarizer:
         detail = f"{cfg.max_retries + 1} attempts; last: {type(last).__name__}: {last}"
         reason = "timeout" if isinstance(last, openai.APITimeoutError | TimeoutError) else "retries"
         raise SummaryFailedError(reason, detail[:200])
+
+    def _prompt(
+        self, messages: Sequence[Message], max_tokens: int, purpose: Purpose
+    ) -> tuple[list[dict[str, str]], int]:
+        system = _SYSTEM.format(what=_INSTRUCTIONS[purpose], tokens=max_tokens)
+        transcript = render_transcript(messages)
+        tokens = (
+            self._counter.count_text(system)
+            + self._counter.count_text(transcript)
+            + _REQUEST_OVERHEAD
+        )
+        prompt = [{"role": "system", "content": system}, {"role": "user", "content": transcript}]
+        return prompt, tokens
+
+    def request_tokens(self, messages: Sequence[Message], max_tokens: int, purpose: Purpose) -> int:
+        """The most tokens one summary request may cost: its prompt plus ``max_tokens``."""
+        return self._prompt(messages, max_tokens, purpose)[1] + max_tokens
 
     def _text_of(self, response: Any) -> str:
         """The summary text, or SummaryFailedError if the answer has the wrong shape."""

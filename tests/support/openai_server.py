@@ -7,7 +7,8 @@ answers according to the current *mode*, switchable while it runs:
 - ``normal``: a chat completion whose text comes from ``reply`` (the request body
   in, the text out), with a ``usage`` block;
 - ``429`` / ``500``: an OpenAI-style error with that status (``Retry-After: 0``);
-- ``hang``: no answer until the client gives up (or the server stops);
+- ``hang``: no answer until the client gives up, ``release()`` is called or the
+  server stops (``hanging`` is set meanwhile);
 - ``garbage``: status 200 with a body that is not JSON;
 - ``wrong_shape``: status 200 with JSON that is not a chat completion.
 
@@ -65,6 +66,9 @@ class OpenAIStub:
         self._script: deque[Mode] = deque()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
+        self._release = threading.Event()
+        #: Set while a request is being held in ``hang`` mode (wait on it from a test).
+        self.hanging = threading.Event()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -92,6 +96,17 @@ class OpenAIStub:
         with self._lock:
             self._script.extend(modes)
 
+    def release(self) -> None:
+        """Let requests held in ``hang`` mode go: each ends without an answer."""
+        self._release.set()
+
+    def _hold(self) -> None:
+        self.hanging.set()
+        waited = 0.0
+        while waited < _HANG_LIMIT and not (self._stopping.is_set() or self._release.is_set()):
+            self._stopping.wait(0.05)
+            waited += 0.05
+
     def _next_mode(self, body: dict[str, Any]) -> Mode:
         with self._lock:
             self.bodies.append(body)
@@ -109,7 +124,10 @@ class OpenAIStub:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(
-            target=self._server.serve_forever, name="openai-stub", daemon=True
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="openai-stub",
+            daemon=True,
         )
         self._thread.start()
         return self
@@ -166,7 +184,7 @@ class _Handler(BaseHTTPRequestHandler):
         stub = self.server_stub
         mode = stub._next_mode(body)
         if mode == "hang":
-            stub._stopping.wait(_HANG_LIMIT)
+            stub._hold()
             self.close_connection = True
             return
         if mode in ("429", "500"):

@@ -24,6 +24,7 @@ from actors.compression.offload import (
     offload_hint,
     parse_reload_arguments,
     reload_ids,
+    reload_tool_result,
 )
 from actors.compression.protocol import CompressionOutcome, CompressRequest
 from actors.compression.summarizers import OfflineSummarizer, RunUsage, Summarizer
@@ -52,5 +53,6 @@ __all__ = (
     "offload_hint",
     "parse_reload_arguments",
     "reload_ids",
+    "reload_tool_result",
     "render_problems",
 )

@@ -128,6 +128,9 @@ async def compress(
                 passes += 1
                 candidate = await strategy(ctx, view)
                 if candidate is None or not _shrank(view, candidate.view, config):
+                    log.debug(
+                        "compression_pass_skipped", strategy=name, found=candidate is not None
+                    )
                     continue
                 new_problems = _problem_kinds(candidate.view) - baseline
                 if new_problems:

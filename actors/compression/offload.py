@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from actors.errors import MemoryInputError
@@ -27,6 +27,7 @@ __all__ = (
     "parse_reload_arguments",
     "preview",
     "reload_ids",
+    "reload_tool_result",
     "render_message",
     "render_transcript",
     "strip_hints",
@@ -172,3 +173,25 @@ def format_reloaded(reload_id: str, messages: Sequence[Message] | None) -> str:
     count = len(messages)
     head = f"Reloaded {count} message{'s' if count != 1 else ''} (id {reload_id}):"
     return head + "\n" + render_transcript(messages)
+
+
+def reload_tool_result(
+    arguments: str | Mapping[str, Any],
+    lookup: Callable[[str], Sequence[Message] | None] | Mapping[str, Sequence[Message]],
+) -> str:
+    """Answer a ``context_reload`` tool call: the text of the ``tool`` message to send back.
+
+    Bad arguments and unknown ids are answered in words the model can act on,
+    not raised: a tool result is where the model learns it called a tool wrongly.
+
+    Args:
+        arguments: the call's JSON argument string (or the parsed mapping).
+        lookup: the memory's offload store, or a function from id to messages
+            (None when the id is unknown).
+    """
+    try:
+        reload_id = parse_reload_arguments(arguments)
+    except ReloadArgumentsError as exc:
+        return f"Cannot reload: {exc}."
+    found = lookup.get(reload_id) if isinstance(lookup, Mapping) else lookup(reload_id)
+    return format_reloaded(reload_id, found)

@@ -174,11 +174,15 @@ def _summary(
         "reload_id": reload_id,
         "summarized_ids": [m.id for m in originals],
     }
+    weights = [m.importance for m in originals if m.importance is not None]
     return ctx.counted(
         Message(
             role="assistant",
             content=f"[{label}] {body}\n{hint}",
             metadata=metadata,
+            # The summary stands for its most important message, and sorts where
+            # the span ended, so time filters and importance ranking still work.
+            importance=max(weights) if weights else None,
             timestamp=originals[-1].timestamp,
         )
     )

@@ -141,3 +141,15 @@ async def test_one_compressor_answers_while_another_waits_on_the_llm(stub: OpenA
     # The held request ended without an answer and was retried: nothing was lost.
     assert slow_out.under_budget
     assert_valid(slow_out.messages)
+
+
+async def test_outcomes_survive_msgpack() -> None:
+    config = CompressionConfig(msg_threshold=6)
+    async with Runtime() as rt:
+        rt.register(COMPRESSOR_KIND, compressor_factory(config))
+        out = await rt.ref("compressor/0").ask(
+            CompressRequest(agent="a", messages=conversation(), version=2)
+        )
+    assert out.offloaded
+    decoded = msgspec.msgpack.decode(msgspec.msgpack.encode(out), type=CompressionOutcome)
+    assert decoded == out

@@ -13,6 +13,7 @@ from actors.compression import (
     offload_hint,
     parse_reload_arguments,
     reload_ids,
+    reload_tool_result,
 )
 from actors.compression.offload import preview, strip_hints
 from actors.errors import MemoryInputError
@@ -73,3 +74,11 @@ def test_preview_cuts_at_a_word_boundary() -> None:
     cut = preview(text, 40)
     assert len(cut) <= 40 and cut.endswith("…") and text.startswith(cut[:-1])
     assert preview("short", 40) == "short"
+
+
+def test_a_reload_tool_call_is_answered_from_the_store() -> None:
+    stored = {"abc": [user("the original text")]}
+    assert "the original text" in reload_tool_result('{"id": "abc"}', stored)
+    assert "the original text" in reload_tool_result({"id": "abc"}, stored.get)
+    assert reload_tool_result('{"id": "zzz"}', stored).startswith("No offloaded content")
+    assert reload_tool_result("{oops", stored).startswith("Cannot reload: ")

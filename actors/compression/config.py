@@ -44,6 +44,7 @@ DEFAULT_CONCURRENCY: Final = 2
 DEFAULT_SUMMARY_RATIO: Final = 0.3
 DEFAULT_SUMMARY_MIN_TOKENS: Final = 48
 DEFAULT_SUMMARY_MAX_TOKENS: Final = 512
+DEFAULT_SUMMARY_CONCURRENCY: Final = 4
 
 #: The tools of AgentScope's plan notebook; their runs are compressed to one line.
 PLAN_NOTE_TOOLS: Final = (
@@ -145,6 +146,8 @@ class CompressionConfig(_Section, frozen=True):
         summary_ratio: a summary aims at this share of the tokens it replaces.
         summary_min_tokens: the smallest summary aimed at.
         summary_max_tokens: the largest summary written.
+        summary_concurrency: summaries one compression writes at once (LLM
+            requests in flight per compressor).
         llm: the OpenAI-compatible summarizer's settings.
     """
 
@@ -165,10 +168,17 @@ class CompressionConfig(_Section, frozen=True):
     summary_ratio: float = DEFAULT_SUMMARY_RATIO
     summary_min_tokens: int = DEFAULT_SUMMARY_MIN_TOKENS
     summary_max_tokens: int = DEFAULT_SUMMARY_MAX_TOKENS
+    summary_concurrency: int = DEFAULT_SUMMARY_CONCURRENCY
     llm: LLMConfig = msgspec.field(default_factory=LLMConfig)
 
     def __post_init__(self) -> None:
-        for key in ("msg_threshold", "max_tokens", "max_passes", "concurrency"):
+        for key in (
+            "msg_threshold",
+            "max_tokens",
+            "max_passes",
+            "concurrency",
+            "summary_concurrency",
+        ):
             if getattr(self, key) < 1:
                 raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
         for key in ("last_keep", "min_consecutive_tool_messages", "offload_preview"):

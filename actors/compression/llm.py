@@ -214,17 +214,39 @@ class LLMSummarizer:
         if self.breaker.is_open:
             raise SummaryFailedError("circuit_open", "recent requests kept failing")
         prompt, prompt_tokens = self._prompt(messages, max_tokens, purpose)
-        if usage.llm_tokens + prompt_tokens + max_tokens > cfg.max_tokens_per_run:
+        # Requests of one run may be in flight together: each reserves its worst case
+        # first, so that together they can never pass the caps.
+        needed = prompt_tokens + max_tokens
+        if usage.llm_tokens + usage.reserved_tokens + needed > cfg.max_tokens_per_run:
             raise SummaryFailedError(
                 "token_cap",
-                f"{usage.llm_tokens} spent + {prompt_tokens + max_tokens} needed > "
-                f"{cfg.max_tokens_per_run} per run",
+                f"{usage.llm_tokens + usage.reserved_tokens} spent or reserved + {needed} "
+                f"needed > {cfg.max_tokens_per_run} per run",
             )
         worst_cost = self._cost(prompt_tokens, max_tokens)
-        if cfg.max_cost_per_run is not None and usage.cost + worst_cost > cfg.max_cost_per_run:
+        committed = usage.cost + usage.reserved_cost
+        if cfg.max_cost_per_run is not None and committed + worst_cost > cfg.max_cost_per_run:
             raise SummaryFailedError(
-                "cost_cap", f"${usage.cost + worst_cost:.4f} would pass ${cfg.max_cost_per_run}"
+                "cost_cap", f"${committed + worst_cost:.4f} would pass ${cfg.max_cost_per_run}"
             )
+        usage.reserved_tokens += needed
+        usage.reserved_cost += worst_cost
+        try:
+            return await self._request(client, prompt, prompt_tokens, max_tokens, usage)
+        finally:
+            usage.reserved_tokens -= needed
+            usage.reserved_cost -= worst_cost
+
+    async def _request(
+        self,
+        client: openai.AsyncOpenAI,
+        prompt: list[dict[str, str]],
+        prompt_tokens: int,
+        max_tokens: int,
+        usage: RunUsage,
+    ) -> str:
+        """Send the request, retrying what is worth retrying; SummaryFailedError if it fails."""
+        cfg = self.config
         request: dict[str, Any] = {
             "model": cfg.model,
             "messages": prompt,

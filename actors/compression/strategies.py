@@ -31,6 +31,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
+import anyio
 import msgspec
 
 from actors.compression._layout import Layout
@@ -100,10 +101,62 @@ class PassContext:
     async def summarize(
         self, messages: Sequence[Message], max_tokens: int, purpose: Purpose
     ) -> str:
-        """Summarize ``messages`` in at most ``max_tokens`` tokens."""
+        """Summarize ``messages`` in at most ``max_tokens`` tokens ("" for no messages)."""
+        if not messages:
+            return ""
         return await self.summarizer.summarize(
             messages, max_tokens=max(1, max_tokens), purpose=purpose, usage=self.usage
         )
+
+    async def summarize_many(self, jobs: Sequence[_Job]) -> list[str]:
+        """Summarize every job's span, up to ``summary_concurrency`` at a time, in order.
+
+        An LLM summary takes seconds; a view of a hundred rounds must not take a
+        hundred of them in a row.
+        """
+        bodies = [""] * len(jobs)
+        limiter = anyio.CapacityLimiter(self.config.summary_concurrency)
+
+        async def one(index: int, job: _Job) -> None:
+            async with limiter:
+                bodies[index] = await self.summarize(job.messages, job.target, job.purpose)
+
+        if len(jobs) == 1:
+            await one(0, jobs[0])
+        elif jobs:
+            async with anyio.create_task_group() as tg:
+                for index, job in enumerate(jobs):
+                    tg.start_soon(one, index, job)
+        return bodies
+
+
+class _Job:
+    """One span to replace: what to summarize, how big, and how to build the replacement."""
+
+    __slots__ = ("build", "hi", "lo", "messages", "purpose", "target")
+
+    def __init__(
+        self,
+        lo: int,
+        hi: int,
+        messages: Sequence[Message],
+        target: int,
+        purpose: Purpose,
+        build: Callable[[str], Message],
+    ) -> None:
+        self.lo = lo
+        self.hi = hi
+        self.messages = messages
+        self.target = target
+        self.purpose = purpose
+        self.build = build
+
+
+async def _run_jobs(ctx: PassContext, draft: _Draft, jobs: list[_Job]) -> None:
+    """Summarize the jobs' spans, then replace each span where that shrinks it."""
+    bodies = await ctx.summarize_many(jobs)
+    for job, body in zip(jobs, bodies, strict=True):
+        draft.accept(job.lo, job.hi, [job.build(body)])
 
 
 Strategy = Callable[[PassContext, list[Message]], Awaitable[Candidate | None]]
@@ -156,6 +209,28 @@ class _Draft:
         return Candidate(out, {k: v for k, v in self.offloaded.items() if k in used})
 
 
+def _builder(
+    ctx: PassContext,
+    draft: _Draft,
+    originals: Sequence[Message],
+    *,
+    label: str,
+    kind: str,
+    strategy: str,
+    before: str = "",
+) -> Callable[[str], Message]:
+    """Return what builds the summary of ``originals`` from its body (storing the originals)."""
+
+    def build(body: str) -> Message:
+        reload_id = draft.store(list(originals))
+        text = f"{before}\n{body}" if before and body else before or body
+        return _summary(
+            ctx, originals, text, label=label, kind=kind, strategy=strategy, reload_id=reload_id
+        )
+
+    return build
+
+
 def _summary(
     ctx: PassContext,
     originals: Sequence[Message],
@@ -198,10 +273,10 @@ async def compress_tool_runs(ctx: PassContext, view: list[Message]) -> Candidate
         return None
     draft = _Draft(ctx, view)
     plan_tools = frozenset(ctx.config.plan_note_tools)
+    jobs: list[_Job] = []
     for lo, hi in layout.tool_runs(layout.first, layout.latest_assistant):
         if hi - lo <= ctx.config.min_consecutive_tool_messages:
             continue
-        run = view[lo:hi]
         plan_calls: Counter[str] = Counter()
         other: list[Message] = []
         i = lo
@@ -214,26 +289,24 @@ async def compress_tool_runs(ctx: PassContext, view: list[Message]) -> Candidate
             else:
                 other.extend(view[i:end])
             i = end
-        parts = []
+        plan_line = ""
         if plan_calls:
             # AutoContext keeps only that the plan was worked on: the plan notebook
             # itself holds the plan, so its tool traffic needs no summary.
             named = ", ".join(f"{n} x{c}" if c > 1 else n for n, c in plan_calls.items())
-            parts.append(f"plan notebook updated ({named}).")
-        if other:
-            span = sum(m.tokens for m in other)
-            parts.append(await ctx.summarize(other, ctx.target(span), "tool_run"))
-        reload_id = draft.store(run)
-        message = _summary(
+            plan_line = f"plan notebook updated ({named})."
+        build = _builder(
             ctx,
-            run,
-            " ".join(parts),
-            label=f"Compressed {len(run)} tool messages",
+            draft,
+            view[lo:hi],
+            label=f"Compressed {hi - lo} tool messages",
             kind="tool_run",
             strategy="compress_tool_runs",
-            reload_id=reload_id,
+            before=plan_line,
         )
-        draft.accept(lo, hi, [message])
+        target = ctx.target(sum(m.tokens for m in other))
+        jobs.append(_Job(lo, hi, other, target, "tool_run", build))
+    await _run_jobs(ctx, draft, jobs)
     return draft.candidate()
 
 
@@ -295,23 +368,23 @@ async def summarize_rounds(ctx: PassContext, view: list[Message]) -> Candidate |
     """Strategy 4: summarize each round before the current one; merge them if still over."""
     layout = Layout(view, ctx.config)
     draft = _Draft(ctx, view)
+    jobs: list[_Job] = []
     for round_lo, round_hi in layout.rounds(layout.first, layout.current_start):
         for lo, hi in layout.segments(round_lo, round_hi):
             span = view[lo:hi]
             if _is_summary(span):
                 continue
-            body = await ctx.summarize(span, ctx.target(sum(m.tokens for m in span)), "round")
-            reload_id = draft.store(span)
-            message = _summary(
+            build = _builder(
                 ctx,
+                draft,
                 span,
-                body,
                 label="Summary of an earlier round",
                 kind="round_summary",
                 strategy="summarize_rounds",
-                reload_id=reload_id,
             )
-            draft.accept(lo, hi, [message])
+            target = ctx.target(sum(m.tokens for m in span))
+            jobs.append(_Job(lo, hi, span, target, "round", build))
+    await _run_jobs(ctx, draft, jobs)
     first = draft.candidate()
     current = first.view if first is not None else view
     if not ctx.config.over_budget(len(current), sum(m.tokens for m in current)):
@@ -337,6 +410,7 @@ async def _merge_history(ctx: PassContext, view: list[Message]) -> Candidate | N
     in_segments = sum(m.tokens for lo, hi in segments for m in view[lo:hi])
     room = ctx.config.token_limit - (total - in_segments)
     share = room // len(segments) - _SUMMARY_OVERHEAD
+    jobs: list[_Job] = []
     for lo, hi in segments:
         span = view[lo:hi]
         span_tokens = sum(m.tokens for m in span)
@@ -344,18 +418,16 @@ async def _merge_history(ctx: PassContext, view: list[Message]) -> Candidate | N
             ctx.config.summary_min_tokens,
             min(ctx.config.summary_max_tokens, share, span_tokens // 2),
         )
-        body = await ctx.summarize(span, target, "history")
-        reload_id = draft.store(span)
-        message = _summary(
+        build = _builder(
             ctx,
+            draft,
             span,
-            body,
             label="Summary of the earlier conversation",
             kind="history_summary",
             strategy="summarize_rounds",
-            reload_id=reload_id,
         )
-        draft.accept(lo, hi, [message])
+        jobs.append(_Job(lo, hi, span, target, "history", build))
+    await _run_jobs(ctx, draft, jobs)
     return draft.candidate()
 
 
@@ -380,6 +452,7 @@ async def compress_current_round(ctx: PassContext, view: list[Message]) -> Candi
     lo_bound = layout.current_start + (1 if layout.latest_user is not None else 0)
     draft = _Draft(ctx, view)
     total = sum(m.tokens for m in view)
+    jobs: list[_Job] = []
     for lo, hi in layout.segments(lo_bound, len(view)):
         span = view[lo:hi]
         if _is_summary(span):
@@ -399,25 +472,18 @@ async def compress_current_round(ctx: PassContext, view: list[Message]) -> Candi
         # The calls are listed above; the summary is of what came back and was said.
         said = [msgspec.structs.replace(m, tool_calls=()) for m in span if m.content is not None]
         target = min(ctx.target(span_tokens), allowed - ctx.counter.count_text(lines))
-        body = (
-            await ctx.summarize(said, max(ctx.config.summary_min_tokens, target), "current_round")
-            if said
-            else ""
-        )
-        text = (f"tool calls made:\n{lines}\n" if calls else "") + (
-            f"results and notes: {body}" if body else ""
-        )
-        reload_id = draft.store(span)
-        message = _summary(
+        build = _builder(
             ctx,
+            draft,
             span,
-            text,
             label=f"Compressed {len(span)} messages of the current round",
             kind="current_round",
             strategy="compress_current_round",
-            reload_id=reload_id,
+            before=f"tool calls made:\n{lines}\nresults and notes:" if calls else "",
         )
-        draft.accept(lo, hi, [message])
+        target = max(ctx.config.summary_min_tokens, target)
+        jobs.append(_Job(lo, hi, said, target, "current_round", build))
+    await _run_jobs(ctx, draft, jobs)
     return draft.candidate()
 
 

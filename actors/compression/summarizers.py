@@ -77,9 +77,19 @@ class RunUsage:
         cost: dollars spent, by the configured prices.
         fallbacks: summaries that fell back to the offline summarizer.
         summaries: summaries written.
+        reserved_tokens: the most that requests in flight may still spend.
+        reserved_cost: the same in dollars.
     """
 
-    __slots__ = ("cost", "fallbacks", "llm_calls", "llm_tokens", "summaries")
+    __slots__ = (
+        "cost",
+        "fallbacks",
+        "llm_calls",
+        "llm_tokens",
+        "reserved_cost",
+        "reserved_tokens",
+        "summaries",
+    )
 
     def __init__(self) -> None:
         self.llm_calls = 0
@@ -87,6 +97,8 @@ class RunUsage:
         self.cost = 0.0
         self.fallbacks = 0
         self.summaries = 0
+        self.reserved_tokens = 0
+        self.reserved_cost = 0.0
 
     @property
     def fell_back(self) -> bool:

@@ -207,3 +207,21 @@ async def test_compress_falls_back_when_the_llm_fails(stub: OpenAIStub) -> None:
     assert out.under_budget and out.fell_back
     text = "\n".join(m.text() for m in out.messages)
     assert all(f"{r}{r}{r}" in text for r in range(6))
+
+
+async def test_concurrent_summaries_of_one_run_share_the_token_cap(stub: OpenAIStub) -> None:
+    view: list[Message] = [system()]
+    for r in range(6):
+        view += [user(f"round {r}: " + chatter(10)), assistant("ok " + chatter(10))]
+    view = counted([*view, user("go on")])
+    probe = LLMSummarizer(llm_config(stub), get_counter())
+    target = max(48, int(sum(m.tokens for m in view[1:3]) * 0.3))  # as strategy 4 aims
+    needed = probe.request_tokens(view[1:3], target, "round")
+    await probe.aclose()
+    llm = llm_config(stub, max_tokens_per_run=2 * needed + 10)
+    config = CompressionConfig(msg_threshold=8, summarizer="openai", llm=llm)
+    async with LLMSummarizer(config.llm, get_counter()) as summarizer:
+        out = await compress(view, config=config, counter=get_counter(), summarizer=summarizer)
+    # Six rounds were summarized at once; only two fit the cap, the rest went offline.
+    assert stub.requests == 2 and out.fell_back and out.under_budget
+    assert sum("LLM SUMMARY" in m.text() for m in out.messages) == 2

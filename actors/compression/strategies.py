@@ -398,26 +398,35 @@ async def summarize_rounds(ctx: PassContext, view: list[Message]) -> Candidate |
 
 
 async def _merge_history(ctx: PassContext, view: list[Message]) -> Candidate | None:
-    """Merge each run of history (summaries included) into one summary that fits."""
-    layout = Layout(view, ctx.config)
-    segments = [
-        (lo, hi) for lo, hi in layout.segments(layout.first, layout.current_start) if hi - lo > 1
-    ]
+    """Merge the oldest history (summaries included) into one summary: as little as fits.
+
+    Recent rounds keep their own summaries; only as many of the oldest messages
+    are merged as the budget needs, oldest segment first.
+    """
+    cfg = ctx.config
+    layout = Layout(view, cfg)
+    history = layout.segments(layout.first, layout.current_start)
+    segments = [(lo, hi) for lo, hi in history if hi - lo > 1]
     if not segments:
         return None
     draft = _Draft(ctx, view)
-    total = sum(m.tokens for m in view)
-    in_segments = sum(m.tokens for lo, hi in segments for m in view[lo:hi])
-    room = ctx.config.token_limit - (total - in_segments)
-    share = room // len(segments) - _SUMMARY_OVERHEAD
+    count, total = len(view), sum(m.tokens for m in view)
     jobs: list[_Job] = []
     for lo, hi in segments:
-        span = view[lo:hi]
-        span_tokens = sum(m.tokens for m in span)
-        target = max(
-            ctx.config.summary_min_tokens,
-            min(ctx.config.summary_max_tokens, share, span_tokens // 2),
-        )
+        if not cfg.over_budget(count, total):
+            break
+        prefix = view[lo].tokens
+        for end in range(lo + 2, hi + 1):
+            prefix += view[end - 1].tokens
+            room = cfg.token_limit - (total - prefix) - _SUMMARY_OVERHEAD
+            aim = min(cfg.summary_max_tokens, prefix // 2, room)
+            target = max(cfg.summary_min_tokens, aim)
+            merged_count = count - (end - lo - 1)
+            merged_total = total - prefix + target + _SUMMARY_OVERHEAD
+            if not cfg.over_budget(merged_count, merged_total):
+                break
+        count, total = merged_count, merged_total
+        span = view[lo:end]
         build = _builder(
             ctx,
             draft,
@@ -426,7 +435,7 @@ async def _merge_history(ctx: PassContext, view: list[Message]) -> Candidate | N
             kind="history_summary",
             strategy="summarize_rounds",
         )
-        jobs.append(_Job(lo, hi, span, target, "history", build))
+        jobs.append(_Job(lo, end, span, target, "history", build))
     await _run_jobs(ctx, draft, jobs)
     return draft.candidate()
 

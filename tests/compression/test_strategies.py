@@ -214,7 +214,7 @@ async def test_each_historical_round_becomes_one_summary() -> None:
     assert out.messages[-2:] == view[-2:]
 
 
-async def test_history_merges_into_one_summary_when_rounds_are_not_enough() -> None:
+async def test_the_oldest_history_merges_when_round_summaries_are_not_enough() -> None:
     view = counted(
         [system()]
         + [m for r in range(8) for m in (user(f"Round {r}: " + chatter(2)), assistant("ok"))]
@@ -222,13 +222,16 @@ async def test_history_merges_into_one_summary_when_rounds_are_not_enough() -> N
     )
     out = await run_one(summarize_rounds, "s4", view, msg_threshold=4)
     assert out.under_budget
+    # Eight round summaries would be too many: the oldest seven merge, the newest stays.
     assert [m.metadata.get("compressed") for m in out.messages] == [
         None,
         "history_summary",
+        "round_summary",
         None,
     ]
-    merged = out.messages[1]
-    assert len(out.offloaded[merged.metadata["reload_id"]]) == 8  # the eight round summaries
+    merged, newest = out.messages[1], out.messages[2]
+    assert len(out.offloaded[merged.metadata["reload_id"]]) == 7
+    assert newest.metadata["summarized_ids"] == [m.id for m in view[15:17]]
 
 
 async def test_a_pinned_message_inside_a_round_stays_and_splits_it() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import anyio
 from hypothesis import HealthCheck, given, settings
@@ -64,7 +65,8 @@ def conversations(draw: st.DrawFn) -> list[Message]:
         view.append(Message(role="system", content="You keep the town's records."))
     for _ in range(draw(st.integers(0, 10))):
         pinned = draw(st.integers(0, 12)) == 0
-        view.append(Message(role="user", content=draw(texts()), metadata={"pinned": pinned}))
+        role = draw(st.sampled_from(["user", "user", "agent_call"]))
+        view.append(Message(role=role, content=draw(texts()), metadata={"pinned": pinned}))
         for _ in range(draw(st.integers(0, 5))):
             names = draw(
                 st.lists(
@@ -79,13 +81,15 @@ def conversations(draw: st.DrawFn) -> list[Message]:
             )
             view.append(Message(role="assistant", content=None, tool_calls=tool_calls))
             for call in tool_calls:
+                result: str | dict[str, Any] = draw(texts())
+                if draw(st.integers(0, 5)) == 0:
+                    result = {"result": result, "rows": 3}  # structured tool output
                 view.append(
-                    Message(
-                        role="tool", content=draw(texts()), tool_call_id=call.id, name=call.name
-                    )
+                    Message(role="tool", content=result, tool_call_id=call.id, name=call.name)
                 )
         if draw(st.booleans()):
-            view.append(Message(role="assistant", content=draw(texts())))
+            role = draw(st.sampled_from(["assistant", "assistant", "agent_response"]))
+            view.append(Message(role=role, content=draw(texts())))
     if draw(st.integers(0, 4)) == 0:
         pending = ToolCall(id="pending", name="fetch", arguments="{}")
         view.append(Message(role="assistant", content=None, tool_calls=(pending,)))
@@ -108,7 +112,7 @@ def configs(draw: st.DrawFn) -> CompressionConfig:
 
 def protected(view: list[Message]) -> list[Message]:
     """What no strategy may touch: system, pinned, the latest user message, pending calls."""
-    users = [i for i, m in enumerate(view) if m.role == "user"]
+    users = [i for i, m in enumerate(view) if m.role in ("user", "agent_call")]
     answered = {m.tool_call_id for m in view if m.role == "tool"}
     keep = []
     for i, m in enumerate(view):
@@ -130,7 +134,7 @@ def run(view: list[Message], config: CompressionConfig) -> CompressionOutcome:
 
 
 @settings(
-    max_examples=60,
+    max_examples=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

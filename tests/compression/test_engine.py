@@ -39,13 +39,14 @@ pytestmark = pytest.mark.anyio
 ORDER = [name for name, _ in STRATEGIES]
 
 
-async def run(view: list[Message], **cfg: Any) -> Any:
+async def run(view: list[Message], strategies: Any = STRATEGIES, **cfg: Any) -> Any:
     counter = get_counter()
     return await compress(
         view,
         config=CompressionConfig(**cfg),
         counter=counter,
         summarizer=OfflineSummarizer(counter),
+        strategies=strategies,
     )
 
 
@@ -147,14 +148,7 @@ async def test_a_pass_that_does_not_shrink_the_view_is_skipped() -> None:
         return Candidate([*view, ctx.counted(assistant("more"))], {})
 
     view = counted([system(), *[user(f"m{i}") for i in range(6)]])
-    counter = get_counter()
-    out = await compress(
-        view,
-        config=CompressionConfig(msg_threshold=3),
-        counter=counter,
-        summarizer=OfflineSummarizer(counter),
-        strategies=[("grows", grows)],
-    )
+    out = await run(view, [("grows", grows)], msg_threshold=3)
     assert out.messages == view and out.strategies == [] and out.passes == 1
 
 
@@ -163,15 +157,8 @@ async def test_a_pass_that_breaks_validity_is_dropped_and_logged() -> None:
         return Candidate([m for m in view if m.role != "assistant"], {})
 
     view = counted([user("a"), *tool_unit("t", {}, "r"), user("b"), user("c")])
-    counter = get_counter()
     with capture_logs() as logs:
-        out = await compress(
-            view,
-            config=CompressionConfig(msg_threshold=2),
-            counter=counter,
-            summarizer=OfflineSummarizer(counter),
-            strategies=[("orphans", orphans)],
-        )
+        out = await run(view, [("orphans", orphans)], msg_threshold=2)
     assert out.messages == view
     assert [e["strategy"] for e in logs if e["event"] == "compression_pass_invalid"] == ["orphans"]
 
@@ -184,14 +171,7 @@ async def test_the_pass_cap_ends_compression() -> None:
         )
 
     view = counted([user("x " * 500)])
-    counter = get_counter()
-    out = await compress(
-        view,
-        config=CompressionConfig(max_tokens=10, max_passes=3),
-        counter=counter,
-        summarizer=OfflineSummarizer(counter),
-        strategies=[("trims", trims)],
-    )
+    out = await run(view, [("trims", trims)], max_tokens=10, max_passes=3)
     assert out.passes == 3 and out.strategies == ["trims"] * 3
     assert "pass cap" in out.note and not out.under_budget
 

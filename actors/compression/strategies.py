@@ -360,8 +360,28 @@ async def offload_large(ctx: PassContext, view: list[Message]) -> Candidate | No
 # -- strategy 4 -------------------------------------------------------------------------------
 
 
+#: Summaries strategy 4 wrote: it merges them when it must, never shrinks them again.
+_SETTLED: Final = frozenset({"round_summary", "history_summary"})
+
+
 def _is_summary(messages: Sequence[Message]) -> bool:
     return len(messages) == 1 and "compressed" in messages[0].metadata
+
+
+def _unsettled(view: Sequence[Message], lo: int, hi: int) -> list[tuple[int, int]]:
+    """Split ``[lo, hi)`` around the summaries strategy 4 already wrote.
+
+    Summarizing a summary again at a fraction of its size, on every compression,
+    would wear its facts away; new rounds get summaries of their own instead.
+    """
+    out: list[tuple[int, int]] = []
+    start = lo
+    for i in range(lo, hi + 1):
+        if i == hi or view[i].metadata.get("compressed") in _SETTLED:
+            if start < i:
+                out.append((start, i))
+            start = i + 1
+    return out
 
 
 async def summarize_rounds(ctx: PassContext, view: list[Message]) -> Candidate | None:
@@ -370,7 +390,8 @@ async def summarize_rounds(ctx: PassContext, view: list[Message]) -> Candidate |
     draft = _Draft(ctx, view)
     jobs: list[_Job] = []
     for round_lo, round_hi in layout.rounds(layout.first, layout.current_start):
-        for lo, hi in layout.segments(round_lo, round_hi):
+        segments = layout.segments(round_lo, round_hi)
+        for lo, hi in [part for seg in segments for part in _unsettled(view, *seg)]:
             span = view[lo:hi]
             if _is_summary(span):
                 continue
@@ -419,7 +440,9 @@ async def _merge_history(ctx: PassContext, view: list[Message]) -> Candidate | N
         for end in range(lo + 2, hi + 1):
             prefix += view[end - 1].tokens
             room = cfg.token_limit - (total - prefix) - _SUMMARY_OVERHEAD
-            aim = min(cfg.summary_max_tokens, prefix // 2, room)
+            # Merging already cuts the message count; the text shrinks only as far as
+            # the token budget needs, so older facts are not squeezed out early.
+            aim = min(cfg.summary_max_tokens, prefix, room)
             target = max(cfg.summary_min_tokens, aim)
             merged_count = count - (end - lo - 1)
             merged_total = total - prefix + target + _SUMMARY_OVERHEAD

@@ -133,16 +133,27 @@ class Summarizer(Protocol):
 
 
 class _Piece:
-    __slots__ = ("decision", "facts", "order", "repeats", "score_base", "speaker", "text", "tokens")
+    __slots__ = (
+        "decision",
+        "facts",
+        "lead",
+        "order",
+        "repeats",
+        "score_base",
+        "speaker",
+        "text",
+        "tokens",
+    )
 
-    def __init__(self, order: int, speaker: str, text: str, tokens: int) -> None:
+    def __init__(self, order: int, speaker: str, text: str, tokens: int, lead: bool) -> None:
         self.order = order
         self.speaker = speaker
         self.text = text
         self.tokens = tokens
         self.facts = extract_facts(text)
         self.decision = bool(_DECISION.search(text))
-        self.score_base = (2.0 if self.decision else 0.0) + (0.5 if order == 0 else 0.0)
+        self.lead = lead
+        self.score_base = (2.0 if self.decision else 0.0) + (1.0 if lead else 0.0)
         self.repeats = 1
 
 
@@ -262,30 +273,31 @@ class OfflineSummarizer:
         return counter.truncate(text, max_tokens)
 
     def _pieces(self, messages: Sequence[Message]) -> list[_Piece]:
-        texts: list[tuple[str, str]] = []
+        texts: list[tuple[str, str, bool]] = []  # speaker, text, leads its message
         for m in messages:
             speaker = _speaker(m)
             for call in m.tool_calls:
-                texts.append((speaker, f"called {call.name}({' '.join(call.arguments.split())})"))
+                call_text = f"called {call.name}({' '.join(call.arguments.split())})"
+                texts.append((speaker, call_text, False))
             summary = "compressed" in m.metadata
-            for chunk in _chunks(strip_hints(m.text())):
+            for index, chunk in enumerate(_chunks(strip_hints(m.text()))):
                 labelled = _LABELLED.match(chunk) if summary else None
                 if labelled is not None:
                     # A summary being summarized again: keep its original speakers.
-                    texts.append((labelled.group(1), labelled.group(2)))
+                    texts.append((labelled.group(1), labelled.group(2), True))
                 elif not (summary and chunk.startswith("[")):
                     # (The label and reload hint of a summary are not content.)
-                    texts.append((speaker, chunk))
+                    texts.append((speaker, chunk, index == 0))
             if len(texts) >= _MAX_PIECES:
                 break
         texts = texts[:_MAX_PIECES]
-        counts = self._counter.count_texts([t for _, t in texts]) if texts else []
+        counts = self._counter.count_texts([t for _, t, _ in texts]) if texts else []
         # Each piece is charged its speaker label too (paid once per line in fact), so
         # that the joined summary fits without being cut mid-sentence.
-        label = {sp: self._counter.count_text(f"{sp}: ") for sp in {sp for sp, _ in texts}}
+        label = {sp: self._counter.count_text(f"{sp}: ") for sp in {sp for sp, _, _ in texts}}
         pieces = [
-            _Piece(order, speaker, text, tokens + 1 + label[speaker])
-            for order, ((speaker, text), tokens) in enumerate(zip(texts, counts, strict=True))
+            _Piece(order, speaker, text, tokens + 1 + label[speaker], lead)
+            for order, ((speaker, text, lead), tokens) in enumerate(zip(texts, counts, strict=True))
         ]
         shapes = Counter(_shape(p.text) for p in pieces)
         for p in pieces:
@@ -294,7 +306,12 @@ class OfflineSummarizer:
 
     @staticmethod
     def _choose(pieces: list[_Piece], budget: int) -> list[_Piece]:
-        """Greedy: each step takes the piece adding the most new facts per token."""
+        """Greedy: each step takes the piece adding the most new facts per token.
+
+        It stops when what is left adds no fact, no decision and no message's
+        opening sentence: a summary is as short as its content, not as long as
+        its budget (padding would crowd out other summaries' facts).
+        """
         covered: set[str] = set()
         chosen: list[_Piece] = []
         remaining = [p for p in pieces if p.tokens <= budget]
@@ -314,6 +331,8 @@ class OfflineSummarizer:
                 if score > best_score:
                     best, best_score = p, score
             if best is None:
+                break
+            if not (best.facts - covered) and not best.decision and not best.lead:
                 break
             remaining.remove(best)
             if best.text in seen_texts:

@@ -54,20 +54,35 @@ def tokens(view: Sequence[Message]) -> int:
     return sum(m.tokens for m in view)
 
 
-def assert_valid(view: Sequence[Message]) -> None:
+def assert_valid(view: Sequence[Message], before: Sequence[Message] | None = None) -> None:
+    """Assert the view renders to a valid OpenAI list.
+
+    With ``before`` (the view compression started from), a call still waiting for
+    its result at the end is allowed if it was already waiting then.
+    """
     problems = render_problems(view)
-    assert not problems, problems
+    pending = [p for p in render_problems(before) if p.startswith("[end]")] if before else []
+    assert problems == pending, problems
 
 
 def reachable_text(
-    outcome: CompressionOutcome, stored: dict[str, list[Message]] | None = None
+    outcome: CompressionOutcome | Sequence[Message], store: dict[str, list[Message]] | None = None
 ) -> str:
-    """All text an agent can reach: the view, and everything reload ids lead to, recursively."""
-    store = dict(stored or {})
-    store.update(outcome.offloaded)
+    """All text an agent can reach: the view, and everything reload ids lead to, recursively.
+
+    Args:
+        outcome: an outcome (its view and offloads), or a view.
+        store: offloaded messages by reload id (besides the outcome's).
+    """
+    stored = dict(store or {})
+    if isinstance(outcome, CompressionOutcome):
+        stored.update(outcome.offloaded)
+        view: Sequence[Message] = outcome.messages
+    else:
+        view = outcome
     seen: set[str] = set()
     texts: list[str] = []
-    pending = list(outcome.messages)
+    pending = list(view)
     while pending:
         m = pending.pop()
         text = m.searchable_text()
@@ -77,9 +92,9 @@ def reachable_text(
             if isinstance(m.metadata.get(key), str):
                 ids.append(m.metadata[key])
         for rid in ids:
-            if rid not in seen and rid in store:
+            if rid not in seen and rid in stored:
                 seen.add(rid)
-                pending.extend(store[rid])
+                pending.extend(stored[rid])
     return "\n".join(texts)
 
 

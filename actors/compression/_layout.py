@@ -64,6 +64,7 @@ class Layout:
             protected.add(self.latest_user)
         # A compressible unit starts at its index here, mapped to its end (exclusive).
         self._unit_at: dict[int, int] = {}
+        blocked: set[int] = set()
         for unit in self.units:
             indices = [unit.start] + [
                 answer_at[m.tool_call_id]
@@ -77,12 +78,17 @@ class Layout:
             if not unit.complete or uses_pinned_tool:
                 protected.update(indices)
                 continue
-            if hi - lo == len(indices) and not protected.intersection(indices):
+            if hi - lo == len(indices):
                 self._unit_at[lo] = hi
+            else:
+                # Results separated from their call: what lies between them must stay
+                # put, or a summary would land inside the pair.
+                blocked.update(range(lo, hi))
         self.protected = frozenset(protected)
-        # A unit that became protected through one of its messages is not compressible.
+        # A unit with a protected or blocked message is not compressible.
+        untouchable = self.protected | blocked
         for lo in [
-            lo for lo, hi in self._unit_at.items() if self.protected.intersection(range(lo, hi))
+            lo for lo, hi in self._unit_at.items() if untouchable.intersection(range(lo, hi))
         ]:
             del self._unit_at[lo]
 

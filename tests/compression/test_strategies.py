@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from actors.compression import (
     CompressionConfig,
@@ -274,3 +275,21 @@ async def test_a_pending_tool_call_is_never_compressed() -> None:
     out = await run_one(compress_current_round, "s5", view, msg_threshold=3)
     assert out.messages[-1] == view[-1]
     assert len(out.messages) == 3
+
+
+async def test_messages_between_a_call_and_its_late_result_are_left_in_place() -> None:
+    call = ToolCall(id="call_late", name="fetch", arguments="{}")
+    view = counted(
+        [
+            user("start " + chatter(10)),
+            Message(role="assistant", content=None, tool_calls=(call,)),
+            user("meanwhile " + chatter(60)),
+            Message(role="tool", content="late " + chatter(10), tool_call_id="call_late"),
+            assistant("done " + chatter(10)),
+            user("next"),
+        ]
+    )
+    with capture_logs() as logs:
+        out = await run_one(summarize_rounds, "s4", view, msg_threshold=3)
+    assert not [e for e in logs if e["event"] == "compression_pass_invalid"]
+    assert [m.id for m in out.messages[1:4]] == [m.id for m in view[1:4]]

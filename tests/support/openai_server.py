@@ -53,6 +53,9 @@ class OpenAIStub:
     Args:
         reply: makes the completion text from the request body (``normal`` mode).
         mode: the mode when no scripted mode is queued.
+
+    Attributes:
+        delay: seconds every answer waits before it is sent (a slow endpoint).
     """
 
     def __init__(
@@ -62,6 +65,7 @@ class OpenAIStub:
     ) -> None:
         self.reply = reply
         self.mode: Mode = mode
+        self.delay = 0.0
         self.bodies: list[dict[str, Any]] = []
         self._script: deque[Mode] = deque()
         self._lock = threading.Lock()
@@ -183,6 +187,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         stub = self.server_stub
         mode = stub._next_mode(body)
+        if stub.delay > 0:
+            stub._stopping.wait(stub.delay)
         if mode == "hang":
             stub._hold()
             self.close_connection = True

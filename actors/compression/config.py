@@ -138,7 +138,7 @@ class CompressionConfig(_Section, frozen=True):
         offload_preview: characters of an offloaded message kept in the view.
         plan_note_tools: tool names compressed to one line (the plan notebook's).
         pinned_tools: tool names whose calls and results are never compressed.
-        max_passes: strategy passes one compression may run.
+        max_passes: strategy passes (proposed changes) one compression may run.
         timeout: seconds one compression may take; the view as it stood after the
             last finished pass is returned when time is up.
         concurrency: compressor actors in the pool.

@@ -125,8 +125,9 @@ async def compress(
                     note = f"stopped at the pass cap ({config.max_passes}); "
                     progress = False
                     break
-                passes += 1
                 candidate = await strategy(ctx, view)
+                if candidate is not None:
+                    passes += 1  # the strategy did work (summaries, offloads)
                 if candidate is None or not _shrank(view, candidate.view, config):
                     log.debug(
                         "compression_pass_skipped", strategy=name, found=candidate is not None

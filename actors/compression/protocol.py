@@ -28,7 +28,8 @@ class CompressionOutcome(msgspec.Struct, frozen=True, kw_only=True, tag=True):
         offloaded: original messages stored away by this compression, keyed by the
             reload id that a message of ``messages`` names in its hint.
         strategies: the strategies that changed the view, in the order they ran.
-        passes: strategy passes tried (including ones that changed nothing).
+        passes: strategy passes that proposed a change (kept or not); the pass cap
+            counts these.
         tokens_before: tokens of the snapshot.
         tokens_after: tokens of ``messages``.
         messages_before: messages in the snapshot.

@@ -45,6 +45,7 @@ DEFAULT_SUMMARY_RATIO: Final = 0.3
 DEFAULT_SUMMARY_MIN_TOKENS: Final = 48
 DEFAULT_SUMMARY_MAX_TOKENS: Final = 512
 DEFAULT_SUMMARY_CONCURRENCY: Final = 4
+DEFAULT_COMPRESS_TO: Final = 0.8
 
 #: The tools of AgentScope's plan notebook; their runs are compressed to one line.
 PLAN_NOTE_TOOLS: Final = (
@@ -122,8 +123,10 @@ class CompressionConfig(_Section, frozen=True):
     """When the working view is compressed, and how.
 
     The memory actor asks for compression when the view holds more than
-    ``msg_threshold`` messages or more than ``max_tokens * token_ratio`` tokens;
-    compression stops as soon as neither is exceeded.
+    ``msg_threshold`` messages or more than ``max_tokens * token_ratio`` tokens
+    (it is then *over budget*). Compression goes on until neither
+    ``compress_to`` times those limits is exceeded, or nothing is left to
+    compress: the headroom keeps it from running again on the very next message.
 
     Attributes:
         enabled: False turns compression off (the view then only grows).
@@ -148,6 +151,8 @@ class CompressionConfig(_Section, frozen=True):
         summary_max_tokens: the largest summary written.
         summary_concurrency: summaries one compression writes at once (LLM
             requests in flight per compressor).
+        compress_to: the share of both limits a compression aims at (1.0: just
+            under budget, as AutoContextMemory; lower: fewer compressions).
         llm: the OpenAI-compatible summarizer's settings.
     """
 
@@ -169,6 +174,7 @@ class CompressionConfig(_Section, frozen=True):
     summary_min_tokens: int = DEFAULT_SUMMARY_MIN_TOKENS
     summary_max_tokens: int = DEFAULT_SUMMARY_MAX_TOKENS
     summary_concurrency: int = DEFAULT_SUMMARY_CONCURRENCY
+    compress_to: float = DEFAULT_COMPRESS_TO
     llm: LLMConfig = msgspec.field(default_factory=LLMConfig)
 
     def __post_init__(self) -> None:
@@ -186,6 +192,8 @@ class CompressionConfig(_Section, frozen=True):
                 raise ValueError(f"{key} must be >= 0, got {getattr(self, key)}")
         if not 0.0 < self.token_ratio <= 1.0:
             raise ValueError(f"token_ratio must be within (0, 1], got {self.token_ratio}")
+        if not 0.0 < self.compress_to <= 1.0:
+            raise ValueError(f"compress_to must be within (0, 1], got {self.compress_to}")
         if not 0.0 < self.summary_ratio < 1.0:
             raise ValueError(f"summary_ratio must be within (0, 1), got {self.summary_ratio}")
         if self.timeout <= 0:
@@ -211,3 +219,17 @@ class CompressionConfig(_Section, frozen=True):
     def over_budget(self, count: int, tokens: int) -> bool:
         """True when a view of ``count`` messages and ``tokens`` tokens needs compressing."""
         return count > self.msg_threshold or tokens > self.token_limit
+
+    @property
+    def target_messages(self) -> int:
+        """The messages a compression aims to leave: ``msg_threshold * compress_to``."""
+        return max(1, int(self.msg_threshold * self.compress_to))
+
+    @property
+    def target_tokens(self) -> int:
+        """The tokens a compression aims to leave: ``token_limit * compress_to``."""
+        return max(1, int(self.token_limit * self.compress_to))
+
+    def over_target(self, count: int, tokens: int) -> bool:
+        """True while a compression should go on (see ``compress_to``)."""
+        return count > self.target_messages or tokens > self.target_tokens

@@ -67,7 +67,7 @@ def _shrank(old: Sequence[Message], new: Sequence[Message], config: CompressionC
     """
     old_tokens, new_tokens = _tokens(old), _tokens(new)
     if len(new) < len(old):
-        return new_tokens <= old_tokens or new_tokens <= config.token_limit
+        return new_tokens <= old_tokens or new_tokens <= config.target_tokens
     return len(new) == len(old) and new_tokens < old_tokens
 
 
@@ -116,10 +116,11 @@ async def compress(
     baseline = _problem_kinds(view)
     with anyio.move_on_after(config.timeout) as scope:
         progress = True
-        while progress and config.over_budget(len(view), _tokens(view)):
+        over = config.over_budget(len(view), _tokens(view))
+        while progress and over and config.over_target(len(view), _tokens(view)):
             progress = False
             for name, strategy in strategies:
-                if not config.over_budget(len(view), _tokens(view)):
+                if not config.over_target(len(view), _tokens(view)):
                     break
                 if passes >= config.max_passes:
                     note = f"stopped at the pass cap ({config.max_passes}); "

@@ -170,7 +170,7 @@ class _Draft:
         self.view = view
         self.replaced: dict[int, tuple[int, list[Message]]] = {}
         self.offloaded: dict[str, list[Message]] = {}
-        self.count_over = len(view) > ctx.config.msg_threshold
+        self.count_over = len(view) > ctx.config.target_messages
 
     def accept(self, lo: int, hi: int, new: list[Message]) -> bool:
         """Replace ``view[lo:hi]`` with ``new`` if that shrinks it; True if it did."""
@@ -408,7 +408,7 @@ async def summarize_rounds(ctx: PassContext, view: list[Message]) -> Candidate |
     await _run_jobs(ctx, draft, jobs)
     first = draft.candidate()
     current = first.view if first is not None else view
-    if not ctx.config.over_budget(len(current), sum(m.tokens for m in current)):
+    if not ctx.config.over_target(len(current), sum(m.tokens for m in current)):
         return first
     merged = await _merge_history(ctx, current)
     if merged is None:
@@ -434,19 +434,22 @@ async def _merge_history(ctx: PassContext, view: list[Message]) -> Candidate | N
     count, total = len(view), sum(m.tokens for m in view)
     jobs: list[_Job] = []
     for lo, hi in segments:
-        if not cfg.over_budget(count, total):
+        if not cfg.over_target(count, total):
             break
         prefix = view[lo].tokens
         for end in range(lo + 2, hi + 1):
             prefix += view[end - 1].tokens
-            room = cfg.token_limit - (total - prefix) - _SUMMARY_OVERHEAD
+            room = cfg.target_tokens - (total - prefix) - _SUMMARY_OVERHEAD
             # Merging already cuts the message count; the text shrinks only as far as
             # the token budget needs, so older facts are not squeezed out early.
             aim = min(cfg.summary_max_tokens, prefix, room)
             target = max(cfg.summary_min_tokens, aim)
             merged_count = count - (end - lo - 1)
             merged_total = total - prefix + target + _SUMMARY_OVERHEAD
-            if not cfg.over_budget(merged_count, merged_total):
+            # Merge one more summary rather than halve the merged text: the oldest
+            # summary holds the facts of the most rounds.
+            roomy = target >= min(cfg.summary_max_tokens, prefix // 2)
+            if roomy and not cfg.over_target(merged_count, merged_total):
                 break
         count, total = merged_count, merged_total
         span = view[lo:end]
@@ -490,8 +493,10 @@ async def compress_current_round(ctx: PassContext, view: list[Message]) -> Candi
         if _is_summary(span):
             continue
         span_tokens = sum(m.tokens for m in span)
-        room = ctx.config.token_limit - (total - span_tokens) - _SUMMARY_OVERHEAD
-        allowed = min(span_tokens - 1, room) if total > ctx.config.token_limit else span_tokens - 1
+        room = ctx.config.target_tokens - (total - span_tokens) - _SUMMARY_OVERHEAD
+        allowed = (
+            min(span_tokens - 1, room) if total > ctx.config.target_tokens else span_tokens - 1
+        )
         calls = [(c.name, c.arguments) for m in span for c in m.tool_calls]
         lines = ""
         if calls:

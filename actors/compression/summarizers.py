@@ -204,19 +204,25 @@ def _chunks(text: str) -> list[str]:
     return out
 
 
-def _header(messages: Sequence[Message]) -> str:
+def _represented(message: Message) -> int:
+    """How many original messages ``message`` stands for (a summary stands for many)."""
+    ids = message.metadata.get("summarized_ids") if "compressed" in message.metadata else None
+    return len(ids) if isinstance(ids, list) and ids else 1
+
+
+def _header(messages: Sequence[Message], pieces: Sequence[_Piece]) -> str:
+    """One line naming how many messages, who spoke and which tools were used."""
     speakers: list[str] = []
+    for p in pieces:
+        if not p.speaker.endswith(" result") and p.speaker not in speakers:
+            speakers.append(p.speaker)
     tools: list[str] = []
     for m in messages:
-        who = m.name if m.role != "tool" and m.name else None
-        if who is None and m.role in ("user", "assistant"):
-            who = m.role
-        if who and who not in speakers:
-            speakers.append(who)
         for call in m.tool_calls:
             if call.name not in tools:
                 tools.append(call.name)
-    header = f"{len(messages)} message{'s' if len(messages) != 1 else ''}"
+    count = sum(_represented(m) for m in messages)
+    header = f"{count} message{'s' if count != 1 else ''}"
     if speakers:
         header += f" from {', '.join(speakers)}"
     if tools:
@@ -253,11 +259,11 @@ class OfflineSummarizer:
     def summarize_sync(self, messages: Sequence[Message], max_tokens: int) -> str:
         """The summary itself, without the event loop (see :meth:`summarize`)."""
         counter = self._counter
-        header = _header(messages)
+        pieces = self._pieces(messages)
+        header = _header(messages, pieces)
         budget = max_tokens - counter.count_text(header) - 1
         if budget <= 0:
             return counter.truncate(header, max_tokens)
-        pieces = self._pieces(messages)
         chosen = self._choose(pieces, budget)
         chosen.sort(key=lambda p: p.order)
         lines: list[str] = []
@@ -280,13 +286,16 @@ class OfflineSummarizer:
                 call_text = f"called {call.name}({' '.join(call.arguments.split())})"
                 texts.append((speaker, call_text, False))
             summary = "compressed" in m.metadata
-            for index, chunk in enumerate(_chunks(strip_hints(m.text()))):
+            text = strip_hints(m.text())
+            if summary:
+                # A summary's first line is its label and header, not content.
+                text = text.partition("\n")[2]
+            for index, chunk in enumerate(_chunks(text)):
                 labelled = _LABELLED.match(chunk) if summary else None
                 if labelled is not None:
                     # A summary being summarized again: keep its original speakers.
                     texts.append((labelled.group(1), labelled.group(2), True))
-                elif not (summary and chunk.startswith("[")):
-                    # (The label and reload hint of a summary are not content.)
+                else:
                     texts.append((speaker, chunk, index == 0))
             if len(texts) >= _MAX_PIECES:
                 break

@@ -43,7 +43,7 @@ async def run(view: list[Message], strategies: Any = STRATEGIES, **cfg: Any) -> 
     counter = get_counter()
     return await compress(
         view,
-        config=CompressionConfig(**cfg),
+        config=CompressionConfig(**{"compress_to": 1.0, **cfg}),
         counter=counter,
         summarizer=OfflineSummarizer(counter),
         strategies=strategies,
@@ -245,3 +245,10 @@ async def test_planted_facts_survive_heavy_compression_offline() -> None:
         assert key in reachable, key
     # The extractive summaries favour facts over chatter: most stay in plain sight.
     assert sum(key in in_view for key in PLANTED) >= 3
+
+
+async def test_compression_leaves_headroom_so_it_does_not_run_on_every_message() -> None:
+    view = long_conversation()
+    out = await run(view, msg_threshold=40, max_tokens=8000, compress_to=0.5)
+    assert out.messages_after <= 20 and out.tokens_after <= 3000
+    assert "under budget" in out.note

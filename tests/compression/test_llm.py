@@ -182,7 +182,9 @@ async def test_compress_with_the_llm_summarizer(stub: OpenAIStub) -> None:
     for r in range(6):
         view += [user(f"round {r}: " + chatter(10)), assistant("ok " + chatter(10))]
     view = counted([*view, user("go on")])
-    config = CompressionConfig(msg_threshold=8, summarizer="openai", llm=llm_config(stub))
+    config = CompressionConfig(
+        msg_threshold=8, compress_to=1.0, summarizer="openai", llm=llm_config(stub)
+    )
     summarizer = make_summarizer(config, get_counter())
     try:
         out = await compress(view, config=config, counter=get_counter(), summarizer=summarizer)
@@ -201,7 +203,7 @@ async def test_compress_falls_back_when_the_llm_fails(stub: OpenAIStub) -> None:
         view += [user(f"round {r}: code {r}{r}{r}. " + chatter(10)), assistant("ok")]
     view = counted([*view, user("go on")])
     llm = llm_config(stub, max_retries=0, breaker_failures=0)
-    config = CompressionConfig(msg_threshold=8, summarizer="openai", llm=llm)
+    config = CompressionConfig(msg_threshold=8, compress_to=1.0, summarizer="openai", llm=llm)
     async with LLMSummarizer(config.llm, get_counter()) as summarizer:
         out = await compress(view, config=config, counter=get_counter(), summarizer=summarizer)
     assert out.under_budget and out.fell_back
@@ -219,7 +221,7 @@ async def test_concurrent_summaries_of_one_run_share_the_token_cap(stub: OpenAIS
     needed = probe.request_tokens(view[1:3], target, "round")
     await probe.aclose()
     llm = llm_config(stub, max_tokens_per_run=2 * needed + 10)
-    config = CompressionConfig(msg_threshold=8, summarizer="openai", llm=llm)
+    config = CompressionConfig(msg_threshold=8, compress_to=1.0, summarizer="openai", llm=llm)
     async with LLMSummarizer(config.llm, get_counter()) as summarizer:
         out = await compress(view, config=config, counter=get_counter(), summarizer=summarizer)
     # Six rounds were summarized at once; only two fit the cap, the rest went offline.

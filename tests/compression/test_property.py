@@ -106,6 +106,7 @@ def configs(draw: st.DrawFn) -> CompressionConfig:
         min_consecutive_tool_messages=draw(st.integers(1, 8)),
         large_payload_threshold=threshold,
         offload_preview=draw(st.integers(20, 200)),
+        compress_to=draw(st.sampled_from([0.5, 0.8, 1.0])),
     )
 
 

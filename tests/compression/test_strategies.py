@@ -38,7 +38,7 @@ BIG = "BEGIN " + "lorem ipsum dolor " * 400  # about 7200 characters, over the 5
 
 
 async def run_one(strategy: Any, name: str, view: list[Message], **cfg: Any) -> CompressionOutcome:
-    config = CompressionConfig(**cfg)
+    config = CompressionConfig(**{"compress_to": 1.0, **cfg})  # AutoContext's stop point
     counter = get_counter()
     out = await compress(
         view,

@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from actors.compression import CompressionConfig, CompressionOutcome, reload_ids
+from actors.compression import CompressionOutcome, reload_ids
 from actors.compression.engine import render_problems
 from actors.messages import Message, ToolCall, count_tokens
 from runtime.tokens import get_counter
@@ -114,7 +114,3 @@ def reachable_ids(outcome: CompressionOutcome) -> set[str]:
                 seen.add(rid)
                 pending.extend(outcome.offloaded[rid])
     return found
-
-
-def small_config(**kw: Any) -> CompressionConfig:
-    return CompressionConfig(**kw)

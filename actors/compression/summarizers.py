@@ -300,7 +300,9 @@ class OfflineSummarizer:
             if len(texts) >= _MAX_PIECES:
                 break
         texts = texts[:_MAX_PIECES]
-        counts = self._counter.count_texts([t for _, t, _ in texts]) if texts else []
+        # One by one: tiktoken's batch call starts a thread pool each time, which
+        # costs more than these sentence-sized pieces do.
+        counts = [self._counter.count_text(t) for _, t, _ in texts]
         # Each piece is charged its speaker label too (paid once per line in fact), so
         # that the joined summary fits without being cut mid-sentence.
         label = {sp: self._counter.count_text(f"{sp}: ") for sp in {sp for sp, _, _ in texts}}

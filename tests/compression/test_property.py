@@ -134,7 +134,7 @@ def run(view: list[Message], config: CompressionConfig) -> CompressionOutcome:
 
 
 @settings(
-    max_examples=40,
+    max_examples=60,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

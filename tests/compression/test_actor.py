@@ -153,3 +153,17 @@ async def test_outcomes_survive_msgpack() -> None:
     assert out.offloaded
     decoded = msgspec.msgpack.decode(msgspec.msgpack.encode(out), type=CompressionOutcome)
     assert decoded == out
+
+
+async def test_a_view_that_cannot_fit_is_answered_and_logged() -> None:
+    pins = [Message(role="user", content=f"rule {i}", metadata={"pinned": True}) for i in range(8)]
+    view = counted([system(), *pins, user("go")])
+    async with Runtime() as rt:
+        rt.register(COMPRESSOR_KIND, compressor_factory(CompressionConfig(msg_threshold=4)))
+        with capture_logs() as logs:
+            out = await rt.ref("compressor/0").ask(
+                CompressRequest(agent="a", messages=view, version=1)
+            )
+    assert not out.under_budget and out.messages == view
+    warned = [e for e in logs if e["event"] == "compression_over_budget"]
+    assert len(warned) == 1 and "protected" in warned[0]["note"]

@@ -252,3 +252,8 @@ async def test_compression_leaves_headroom_so_it_does_not_run_on_every_message()
     out = await run(view, msg_threshold=40, max_tokens=8000, compress_to=0.5)
     assert out.messages_after <= 20 and out.tokens_after <= 3000
     assert "under budget" in out.note
+
+
+async def test_an_empty_view_is_under_budget() -> None:
+    out = await run([])
+    assert out.messages == [] and out.under_budget and out.tokens_after == 0

@@ -9,6 +9,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from actors.compression import (
+    CircuitBreaker,
     CompressionConfig,
     LLMConfig,
     LLMSummarizer,
@@ -227,3 +228,24 @@ async def test_concurrent_summaries_of_one_run_share_the_token_cap(stub: OpenAIS
     # Six rounds were summarized at once; only two fit the cap, the rest went offline.
     assert stub.requests == 2 and out.fell_back and out.under_budget
     assert sum("LLM SUMMARY" in m.text() for m in out.messages) == 2
+
+
+def test_the_breaker_opens_after_failures_and_closes_after_a_good_trial(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    now = [1000.0]
+    monkeypatch.setattr("actors.compression.llm.time.monotonic", lambda: now[0])
+    breaker = CircuitBreaker(failures=2, reset_after=30)
+    breaker.record_failure()
+    assert not breaker.is_open
+    breaker.record_failure()
+    assert breaker.is_open
+    now[0] += 31  # half-open: one trial may go
+    assert not breaker.is_open
+    breaker.record_failure()  # the trial failed: open again
+    assert breaker.is_open
+    now[0] += 31
+    breaker.record_success()
+    assert not breaker.is_open
+    breaker.record_failure()  # counting starts over after a success
+    assert not breaker.is_open

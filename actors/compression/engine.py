@@ -153,6 +153,9 @@ async def compress(
         note += "under budget" if applied else "already under budget"
     else:
         note += _why_over(view, config)
+    if usage.fell_back:
+        reasons = ", ".join(sorted(usage.fallback_reasons)) or "summarizer failed"
+        note += f"; {usage.fallbacks} summaries written offline ({reasons})"
     return CompressionOutcome(
         version=version,
         messages=view,

@@ -142,7 +142,6 @@ class LLMSummarizer:
         self._fallback = fallback or OfflineSummarizer(counter)
         self.breaker = breaker or CircuitBreaker(config.breaker_failures, config.breaker_reset)
         self._client: openai.AsyncOpenAI | None = None
-        self._closed = False
         api_key = config.api_key()
         self._missing_key = api_key is None
         if api_key is not None:
@@ -171,7 +170,6 @@ class LLMSummarizer:
 
     async def aclose(self) -> None:
         """Close the HTTP connections (idempotent)."""
-        self._closed = True
         client, self._client = self._client, None
         if client is not None:
             with anyio.move_on_after(5, shield=True):
@@ -190,7 +188,11 @@ class LLMSummarizer:
             text = await self._summarize(messages, max_tokens, purpose, usage)
         except SummaryFailedError as exc:
             usage.fallbacks += 1
-            log.warning(
+            # Once per reason and run as a warning: a run of fifty spans against a
+            # dead endpoint is one problem, not fifty.
+            first = exc.reason not in usage.fallback_reasons
+            usage.fallback_reasons.add(exc.reason)
+            (log.warning if first else log.debug)(
                 "summarizer_fallback",
                 reason=exc.reason,
                 detail=exc.detail,

@@ -79,10 +79,12 @@ class RunUsage:
         summaries: summaries written.
         reserved_tokens: the most that requests in flight may still spend.
         reserved_cost: the same in dollars.
+        fallback_reasons: why summaries fell back (``timeout``, ``token_cap``, ...).
     """
 
     __slots__ = (
         "cost",
+        "fallback_reasons",
         "fallbacks",
         "llm_calls",
         "llm_tokens",
@@ -99,6 +101,7 @@ class RunUsage:
         self.summaries = 0
         self.reserved_tokens = 0
         self.reserved_cost = 0.0
+        self.fallback_reasons: set[str] = set()
 
     @property
     def fell_back(self) -> bool:

@@ -208,6 +208,7 @@ async def test_compress_falls_back_when_the_llm_fails(stub: OpenAIStub) -> None:
     async with LLMSummarizer(config.llm, get_counter()) as summarizer:
         out = await compress(view, config=config, counter=get_counter(), summarizer=summarizer)
     assert out.under_budget and out.fell_back
+    assert "6 summaries written offline (retries)" in out.note
     text = "\n".join(m.text() for m in out.messages)
     assert all(f"{r}{r}{r}" in text for r in range(6))
 

@@ -3,8 +3,10 @@
 :func:`compress` is pure (no actor, no runtime): the compressor actor calls it,
 and tests call it directly. It runs the five strategies of
 :mod:`actors.compression.strategies` in order, lightest first, and goes round
-again while any of them made progress, until the view is under budget, no
-strategy can shrink it any more, the pass cap is reached or the time is up.
+again while any of them made progress, until the view is within its target
+(``compress_to`` of both limits, so the next compression is some messages
+away), no strategy can shrink it any more, the pass cap is reached or the time
+is up. ``under_budget`` always refers to the limits themselves.
 
 What the reference systems leave to chance is checked here:
 

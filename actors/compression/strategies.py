@@ -13,11 +13,15 @@ and still renders to a valid OpenAI message list.
    ``last_keep`` messages, are offloaded: a preview and a reload hint remain.
 3. :func:`offload_large`: the same, anywhere in the view.
 4. :func:`summarize_rounds`: each round before the current one (a user message
-   and what followed it) becomes one summary; if the view is still over budget,
-   the summarized history merges into one summary sized to what is left.
+   and what followed it) becomes one summary (summaries it wrote before are not
+   shrunk again); if the view is still over its target, the *oldest* history
+   merges into one summary, as little of it as the budget needs.
 5. :func:`compress_current_round`: what followed the latest user message becomes
    one message listing each tool call's name and arguments, with the results
    summarized.
+
+Summaries of one pass are written concurrently (``summary_concurrency``), and
+each replaces its span only if that shrinks it.
 
 Every replaced message is stored under a reload id that the replacement names,
 and a summary lists the ids of the messages it stands for in

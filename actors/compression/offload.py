@@ -70,7 +70,7 @@ class ReloadArgumentsError(MemoryInputError):
 
 def offload_hint(reload_id: str, what: str) -> str:
     """Return the hint that tells the agent how to get ``what`` back by ``reload_id``."""
-    return f'[{what}; full content: context_reload(id="{reload_id}")]'
+    return f'[{what}: context_reload(id="{reload_id}")]'
 
 
 def reload_ids(text: str) -> list[str]:

@@ -156,11 +156,17 @@ class _Job:
         self.build = build
 
 
-async def _run_jobs(ctx: PassContext, draft: _Draft, jobs: list[_Job]) -> None:
-    """Summarize the jobs' spans, then replace each span where that shrinks it."""
+async def _run_jobs(
+    ctx: PassContext, draft: _Draft, jobs: list[_Job], *, may_grow: bool = True
+) -> None:
+    """Summarize the jobs' spans, then replace each span where that shrinks it.
+
+    ``may_grow``: a merge of many small messages may cost a few tokens when the
+    message count is what is over (see :meth:`_Draft.accept`).
+    """
     bodies = await ctx.summarize_many(jobs)
     for job, body in zip(jobs, bodies, strict=True):
-        draft.accept(job.lo, job.hi, [job.build(body)])
+        draft.accept(job.lo, job.hi, [job.build(body)], may_grow=may_grow)
 
 
 Strategy = Callable[[PassContext, list[Message]], Awaitable[Candidate | None]]
@@ -176,8 +182,12 @@ class _Draft:
         self.offloaded: dict[str, list[Message]] = {}
         self.count_over = len(view) > ctx.config.target_messages
 
-    def accept(self, lo: int, hi: int, new: list[Message]) -> bool:
-        """Replace ``view[lo:hi]`` with ``new`` if that shrinks it; True if it did."""
+    def accept(self, lo: int, hi: int, new: list[Message], *, may_grow: bool = True) -> bool:
+        """Replace ``view[lo:hi]`` with ``new`` if that shrinks it; True if it did.
+
+        With ``may_grow`` a replacement with fewer messages but more tokens counts
+        too, while the message count is over its target.
+        """
         old = self.view[lo:hi]
         old_tokens = sum(m.tokens for m in old)
         new_tokens = sum(m.tokens for m in new)
@@ -185,7 +195,7 @@ class _Draft:
         # Tokens must drop, except that merging many small messages into one may
         # cost a few tokens when the message count is what is over budget.
         if not (new_tokens < old_tokens and len(new) <= len(old)) and not (
-            fewer and self.count_over
+            may_grow and fewer and self.count_over
         ):
             return False
         self.replaced[lo] = (hi, new)
@@ -246,7 +256,7 @@ def _summary(
     reload_id: str,
 ) -> Message:
     """The message standing for ``originals``: a label, the body, and the reload hint."""
-    hint = offload_hint(reload_id, f"{len(originals)} original messages")
+    hint = offload_hint(reload_id, f"{len(originals)} messages")
     metadata: dict[str, Any] = {
         "compressed": kind,
         "strategy": strategy,
@@ -303,7 +313,7 @@ async def compress_tool_runs(ctx: PassContext, view: list[Message]) -> Candidate
             ctx,
             draft,
             view[lo:hi],
-            label=f"Compressed {hi - lo} tool messages",
+            label="Tool calls, compressed",
             kind="tool_run",
             strategy="compress_tool_runs",
             before=plan_line,
@@ -324,7 +334,7 @@ def _offload_in_place(ctx: PassContext, draft: _Draft, index: int, strategy: str
     content = (
         preview(text, ctx.config.offload_preview)
         + "\n"
-        + offload_hint(reload_id, f"offloaded {len(text)} characters")
+        + offload_hint(reload_id, f"offloaded {len(text)} chars")
     )
     metadata = {**original.metadata, "offloaded": reload_id, "compressed": "offloaded"}
     metadata["strategy"] = strategy
@@ -403,13 +413,15 @@ async def summarize_rounds(ctx: PassContext, view: list[Message]) -> Candidate |
                 ctx,
                 draft,
                 span,
-                label="Summary of an earlier round",
+                label="Earlier round, summarized",
                 kind="round_summary",
                 strategy="summarize_rounds",
             )
             target = ctx.target(sum(m.tokens for m in span))
             jobs.append(_Job(lo, hi, span, target, "round", build))
-    await _run_jobs(ctx, draft, jobs)
+    # A round summary must be smaller than its round; too many small rounds are the
+    # merge's job below, which saves the summaries' overhead too.
+    await _run_jobs(ctx, draft, jobs, may_grow=False)
     first = draft.candidate()
     current = first.view if first is not None else view
     if not ctx.config.over_target(len(current), sum(m.tokens for m in current)):
@@ -461,7 +473,7 @@ async def _merge_history(ctx: PassContext, view: list[Message]) -> Candidate | N
             ctx,
             draft,
             span,
-            label="Summary of the earlier conversation",
+            label="Earlier conversation, summarized",
             kind="history_summary",
             strategy="summarize_rounds",
         )
@@ -517,7 +529,7 @@ async def compress_current_round(ctx: PassContext, view: list[Message]) -> Candi
             ctx,
             draft,
             span,
-            label=f"Compressed {len(span)} messages of the current round",
+            label="This round so far, compressed",
             kind="current_round",
             strategy="compress_current_round",
             before=f"tool calls made:\n{lines}\nresults and notes:" if calls else "",

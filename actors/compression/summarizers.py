@@ -207,12 +207,6 @@ def _chunks(text: str) -> list[str]:
     return out
 
 
-def _represented(message: Message) -> int:
-    """How many original messages ``message`` stands for (a summary stands for many)."""
-    ids = message.metadata.get("summarized_ids") if "compressed" in message.metadata else None
-    return len(ids) if isinstance(ids, list) and ids else 1
-
-
 def _header(messages: Sequence[Message], pieces: Sequence[_Piece]) -> str:
     """One line naming how many messages, who spoke and which tools were used."""
     speakers: list[str] = []
@@ -224,12 +218,10 @@ def _header(messages: Sequence[Message], pieces: Sequence[_Piece]) -> str:
         for call in m.tool_calls:
             if call.name not in tools:
                 tools.append(call.name)
-    count = sum(_represented(m) for m in messages)
-    header = f"{count} message{'s' if count != 1 else ''}"
-    if speakers:
-        header += f" from {', '.join(speakers)}"
+    # (How many messages, the summary's reload hint says.)
+    header = f"From {', '.join(speakers)}" if speakers else "Tool results"
     if tools:
-        header += f"; tools used: {', '.join(tools)}"
+        header += f"; tools: {', '.join(tools)}"
     return header + "."
 
 
@@ -272,14 +264,17 @@ class OfflineSummarizer:
         lines: list[str] = []
         last_speaker = None
         for piece in chosen:
+            # Every piece ends a sentence, so that summarizing this summary again
+            # splits it into the same pieces (a fact is never glued to a neighbour).
+            text = piece.text if piece.text[-1] in ".!?;:" else piece.text + ";"
             if piece.speaker != last_speaker:
-                lines.append(f"{piece.speaker}: {piece.text}")
+                lines.append(f"{piece.speaker}: {text}")
                 last_speaker = piece.speaker
             else:
-                lines[-1] += f" {piece.text}"
-        text = header + ("\n" + "\n".join(lines) if lines else "")
+                lines[-1] += f" {text}"
+        summary = header + ("\n" + "\n".join(lines) if lines else "")
         # Joining can merge tokens differently than counted apart; cut to be exact.
-        return counter.truncate(text, max_tokens)
+        return counter.truncate(summary, max_tokens)
 
     def _pieces(self, messages: Sequence[Message]) -> list[_Piece]:
         texts: list[tuple[str, str, bool]] = []  # speaker, text, leads its message
@@ -288,18 +283,16 @@ class OfflineSummarizer:
             for call in m.tool_calls:
                 call_text = f"called {call.name}({' '.join(call.arguments.split())})"
                 texts.append((speaker, call_text, False))
-            summary = "compressed" in m.metadata
             text = strip_hints(m.text())
-            if summary:
-                # A summary's first line is its label and header, not content.
-                text = text.partition("\n")[2]
-            for index, chunk in enumerate(_chunks(text)):
-                labelled = _LABELLED.match(chunk) if summary else None
-                if labelled is not None:
-                    # A summary being summarized again: keep its original speakers.
-                    texts.append((labelled.group(1), labelled.group(2), True))
-                else:
-                    texts.append((speaker, chunk, index == 0))
+            if "compressed" not in m.metadata:
+                texts.extend((speaker, chunk, i == 0) for i, chunk in enumerate(_chunks(text)))
+            else:
+                # A summary summarized again: its first line is label and header, not
+                # content, and each line after it names its original speaker.
+                for line in text.split("\n")[1:]:
+                    labelled = _LABELLED.match(line)
+                    who, body = labelled.groups() if labelled else (speaker, line)
+                    texts.extend((who, chunk, i == 0) for i, chunk in enumerate(_chunks(body)))
             if len(texts) >= _MAX_PIECES:
                 break
         texts = texts[:_MAX_PIECES]

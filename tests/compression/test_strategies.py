@@ -213,7 +213,7 @@ async def test_each_historical_round_becomes_one_summary() -> None:
 async def test_the_oldest_history_merges_when_round_summaries_are_not_enough() -> None:
     view = counted(
         [system()]
-        + [m for r in range(8) for m in (user(f"Round {r}: " + chatter(2)), assistant("ok"))]
+        + [m for r in range(8) for m in (user(f"Round {r}: " + chatter(8)), assistant("ok"))]
         + [user("current question")]
     )
     out = await run_one(summarize_rounds, "s4", view, msg_threshold=4)

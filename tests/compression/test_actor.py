@@ -167,3 +167,21 @@ async def test_a_view_that_cannot_fit_is_answered_and_logged() -> None:
     assert not out.under_budget and out.messages == view
     warned = [e for e in logs if e["event"] == "compression_over_budget"]
     assert len(warned) == 1 and "protected" in warned[0]["note"]
+
+
+async def test_the_pool_shares_one_circuit_breaker(stub: OpenAIStub) -> None:
+    stub.mode = "garbage"
+    llm = LLMConfig(base_url=stub.base_url, api_key_env=KEY_ENV, breaker_failures=1)
+    config = CompressionConfig(msg_threshold=6, summarizer="openai", llm=llm)
+    first, second = agents_on_different_compressors(config.concurrency)
+    async with Runtime() as rt:
+        rt.register(COMPRESSOR_KIND, compressor_factory(config))
+        for agent in (first, second):
+            out = await rt.ref(compressor_address(agent, config.concurrency)).ask(
+                CompressRequest(agent=agent, messages=conversation(), version=1)
+            )
+            assert out.under_budget and out.fell_back
+            if agent == first:
+                sent = stub.requests
+    # The second compressor did not try the endpoint the first found broken.
+    assert sent >= 1 and stub.requests == sent

@@ -4,6 +4,22 @@ An agent's memory actor asks a compressor actor (``compressor/<i>``) with a
 :class:`CompressRequest` when its working view crosses a threshold; the answer is
 a :class:`CompressionOutcome` whose view replaces the snapshot it was computed
 from. :func:`compress` is the same pipeline without an actor.
+
+Wiring (what the memory actor does)::
+
+    rt.register(COMPRESSOR_KIND, compressor_factory(config))    # once, per runtime
+
+    if config.over_budget(len(working), working_tokens) and not in_flight:
+        request = CompressRequest(agent=name, messages=list(working), version=v)
+        ctx.pipe(lambda: ctx.ref(compressor_address(name, config.concurrency))
+                 .ask(request, timeout=config.timeout + 5), wrap=...)
+    # on the outcome, if its version is still current:
+    working = outcome.messages + working[len(request.messages):]
+    offload_store.update(outcome.offloaded)
+
+An agent gets offloaded content back through the ``context_reload`` tool
+(:data:`CONTEXT_RELOAD_TOOL`); :func:`reload_tool_result` answers the call from
+the offload store.
 """
 
 from actors.compression.actor import (

@@ -1,0 +1,175 @@
+"""The compressor actor: a small pool of them serves every agent memory's compression asks.
+
+The lead's app registers the kind once::
+
+    rt.register(COMPRESSOR_KIND, compressor_factory(config.compression))
+
+and a memory actor asks ``compressor_address(agent, concurrency)`` with a
+:class:`CompressRequest`. Each actor compresses one view at a time; the pool's
+size (``concurrency``) bounds how many compressions (and LLM requests) run at
+once. The actors of a pool share one circuit breaker, so a failing LLM endpoint
+is given up on once, not once per actor.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable
+from typing import Any, Final
+
+import structlog
+
+from actors.compression.config import CompressionConfig
+from actors.compression.engine import compress
+from actors.compression.llm import CircuitBreaker, LLMSummarizer
+from actors.compression.protocol import CompressionOutcome, CompressRequest
+from actors.compression.summarizers import OfflineSummarizer, Summarizer
+from actors.errors import MemoryInputError
+from actors.messages import count_tokens
+from runtime import Actor, ActorContext, TokenCounter, get_counter
+
+__all__ = (
+    "COMPRESSOR_KIND",
+    "CompressorActor",
+    "compressor_address",
+    "compressor_factory",
+    "make_summarizer",
+)
+
+log = structlog.get_logger("actormem.compression")
+
+#: The actor kind the compressor pool is registered under.
+COMPRESSOR_KIND: Final = "compressor"
+
+
+def compressor_address(agent: str, concurrency: int) -> str:
+    """Return the address of the pool member that serves ``agent``.
+
+    The hash is stable across processes (CRC-32, not Python's salted ``hash``),
+    so every worker sends one agent's asks to the same compressor.
+    """
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+    return f"{COMPRESSOR_KIND}/{zlib.crc32(agent.encode()) % concurrency}"
+
+
+def make_summarizer(
+    config: CompressionConfig,
+    counter: TokenCounter,
+    breaker: CircuitBreaker | None = None,
+) -> Summarizer:
+    """Build the summarizer the config asks for (the LLM one falls back offline)."""
+    offline = OfflineSummarizer(counter)
+    if config.summarizer == "openai":
+        return LLMSummarizer(config.llm, counter, fallback=offline, breaker=breaker)
+    return offline
+
+
+class CompressorActor(Actor):
+    """Answers :class:`CompressRequest` with a :class:`CompressionOutcome`.
+
+    Args:
+        ctx: the actor's context.
+        config: the compression config.
+        breaker: the pool's shared circuit breaker for the LLM summarizer.
+
+    Raises (to the asker):
+        MemoryInputError: the message is not a CompressRequest.
+    """
+
+    def __init__(
+        self,
+        ctx: ActorContext,
+        config: CompressionConfig,
+        breaker: CircuitBreaker | None = None,
+    ) -> None:
+        super().__init__(ctx)
+        self.config = config
+        self._breaker = breaker
+        self._counter = get_counter()
+        self._summarizer: Summarizer | None = None
+
+    async def on_start(self) -> None:
+        """Make the summarizer (the LLM client opens connections lazily)."""
+        self._summarizer = make_summarizer(self.config, self._counter, self._breaker)
+
+    async def on_stop(self) -> None:
+        """Close the summarizer's connections."""
+        summarizer, self._summarizer = self._summarizer, None
+        if summarizer is not None:
+            await summarizer.aclose()
+
+    async def receive(self, message: Any) -> CompressionOutcome:
+        """Compress the request's view; see :func:`actors.compression.compress`."""
+        if not isinstance(message, CompressRequest):
+            raise MemoryInputError(
+                f"the compressor takes CompressRequest, got {type(message).__name__}"
+            )
+        if self._summarizer is None:
+            await self.on_start()
+        assert self._summarizer is not None
+        if not self.config.enabled:
+            return self._unchanged(message, "compression is disabled")
+        outcome = await compress(
+            message.messages,
+            config=self.config,
+            counter=self._counter,
+            summarizer=self._summarizer,
+            version=message.version,
+        )
+        fields = {
+            "agent": message.agent,
+            "version": message.version,
+            "strategies": outcome.strategies,
+            "passes": outcome.passes,
+            "tokens_before": outcome.tokens_before,
+            "tokens_after": outcome.tokens_after,
+            "saved_tokens": outcome.tokens_saved,
+            "messages_before": outcome.messages_before,
+            "messages_after": outcome.messages_after,
+            "offloaded": len(outcome.offloaded),
+            "latency_s": round(outcome.latency_s, 4),
+            "summarizer": outcome.summarizer,
+            "fell_back": outcome.fell_back,
+            "under_budget": outcome.under_budget,
+        }
+        if outcome.strategies:
+            log.info("compression_applied", **fields)
+        if not outcome.under_budget:
+            log.warning("compression_over_budget", note=outcome.note, **fields)
+        elif not outcome.strategies:
+            log.debug("compression_noop", note=outcome.note, **fields)
+        return outcome
+
+    def _unchanged(self, request: CompressRequest, note: str) -> CompressionOutcome:
+        view = [
+            m if m.tokens >= 0 else m.with_tokens(count_tokens(m, self._counter))
+            for m in request.messages
+        ]
+        tokens = sum(m.tokens for m in view)
+        return CompressionOutcome(
+            version=request.version,
+            messages=view,
+            offloaded={},
+            strategies=[],
+            passes=0,
+            tokens_before=tokens,
+            tokens_after=tokens,
+            messages_before=len(view),
+            messages_after=len(view),
+            under_budget=not self.config.over_budget(len(view), tokens),
+            summarizer=self.config.summarizer,
+            fell_back=False,
+            latency_s=0.0,
+            note=note,
+        )
+
+
+def compressor_factory(config: CompressionConfig) -> Callable[[ActorContext], Actor]:
+    """Return the factory to register the compressor kind with (one breaker per pool)."""
+    breaker = CircuitBreaker(config.llm.breaker_failures, config.llm.breaker_reset)
+
+    def factory(ctx: ActorContext) -> Actor:
+        return CompressorActor(ctx, config, breaker)
+
+    return factory

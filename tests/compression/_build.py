@@ -1,0 +1,116 @@
+"""Builders of hand-made conversations for the compression tests."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from actors.compression import CompressionOutcome, reload_ids
+from actors.compression.engine import render_problems
+from actors.messages import Message, ToolCall, count_tokens
+from runtime.tokens import get_counter
+
+_call_ids = itertools.count(1)
+_INDEX = re.compile(r"^\[\w+\] ")
+
+
+def counted(messages: Iterable[Message]) -> list[Message]:
+    """Cache every message's token count, as the memory actor does on add."""
+    counter = get_counter()
+    return [m.with_tokens(count_tokens(m, counter)) for m in messages]
+
+
+def system(text: str = "You are a careful assistant.") -> Message:
+    return Message(role="system", content=text)
+
+
+def user(text: str, **kw: Any) -> Message:
+    return Message(role="user", content=text, **kw)
+
+
+def assistant(text: str, **kw: Any) -> Message:
+    return Message(role="assistant", content=text, **kw)
+
+
+def tool_unit(name: str, args: dict[str, Any], result: str, **kw: Any) -> list[Message]:
+    """An assistant message calling one tool, and its result."""
+    call_id = f"call_{next(_call_ids)}"
+    call = ToolCall(id=call_id, name=name, arguments=json.dumps(args))
+    return [
+        Message(role="assistant", content=None, tool_calls=(call,), **kw),
+        Message(role="tool", content=result, tool_call_id=call_id, name=name),
+    ]
+
+
+def chatter(n: int, topic: str = "the weather") -> str:
+    """Filler text of about ``n`` sentences without facts worth keeping."""
+    return " ".join(
+        f"we talked a little more about {topic} and nothing much changed." for _ in range(n)
+    )
+
+
+def tokens(view: Sequence[Message]) -> int:
+    return sum(m.tokens for m in view)
+
+
+def assert_valid(view: Sequence[Message], before: Sequence[Message] | None = None) -> None:
+    """Assert the view renders to a valid OpenAI list.
+
+    With ``before`` (the view compression started from), problems it already had
+    (a call still waiting for its result, say) may remain, but no new one.
+    """
+    problems = Counter(_INDEX.sub("", p) for p in render_problems(view))
+    allowed = Counter(_INDEX.sub("", p) for p in render_problems(before or []))
+    assert not problems - allowed, render_problems(view)
+
+
+def reachable_text(
+    outcome: CompressionOutcome | Sequence[Message], store: dict[str, list[Message]] | None = None
+) -> str:
+    """All text an agent can reach: the view, and everything reload ids lead to, recursively.
+
+    Args:
+        outcome: an outcome (its view and offloads), or a view.
+        store: offloaded messages by reload id (besides the outcome's).
+    """
+    stored = dict(store or {})
+    if isinstance(outcome, CompressionOutcome):
+        stored.update(outcome.offloaded)
+        view: Sequence[Message] = outcome.messages
+    else:
+        view = outcome
+    seen: set[str] = set()
+    texts: list[str] = []
+    pending = list(view)
+    while pending:
+        m = pending.pop()
+        text = m.searchable_text()
+        texts.append(text)
+        ids = reload_ids(text)
+        for key in ("reload_id", "offloaded"):
+            if isinstance(m.metadata.get(key), str):
+                ids.append(m.metadata[key])
+        for rid in ids:
+            if rid not in seen and rid in stored:
+                seen.add(rid)
+                pending.extend(stored[rid])
+    return "\n".join(texts)
+
+
+def reachable_ids(outcome: CompressionOutcome) -> set[str]:
+    """Ids of the original messages an agent can get back (view or reload chain)."""
+    seen: set[str] = set()
+    found: set[str] = set()
+    pending = list(outcome.messages)
+    while pending:
+        m = pending.pop()
+        found.add(m.id)
+        for rid in reload_ids(m.text()):
+            if rid not in seen and rid in outcome.offloaded:
+                seen.add(rid)
+                pending.extend(outcome.offloaded[rid])
+    return found

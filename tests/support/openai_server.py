@@ -1,0 +1,225 @@
+"""A loopback OpenAI-compatible Chat Completions server for tests, with switchable faults.
+
+Runs in a background thread (independent of the test's event loop) on a free
+port of 127.0.0.1; nothing leaves the machine. ``POST /v1/chat/completions``
+answers according to the current *mode*, switchable while it runs:
+
+- ``normal``: a chat completion whose text comes from ``reply`` (the request body
+  in, the text out), with a ``usage`` block;
+- ``429`` / ``500``: an OpenAI-style error with that status (``Retry-After: 0``);
+- ``hang``: no answer until the client gives up, ``release()`` is called or the
+  server stops (``hanging`` is set meanwhile);
+- ``garbage``: status 200 with a body that is not JSON;
+- ``wrong_shape``: status 200 with JSON that is not a chat completion.
+
+``script(...)`` queues modes for the next requests, one each, before ``mode``
+applies again. ``requests`` counts the requests received and ``bodies`` keeps
+their JSON.
+
+Example::
+
+    with OpenAIStub() as server:
+        server.script("429", "500")   # two failures, then normal answers
+        client = openai.AsyncOpenAI(base_url=server.base_url, api_key="test")
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import deque
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any, Final, Literal
+
+__all__ = ("MODES", "Mode", "OpenAIStub")
+
+Mode = Literal["normal", "429", "500", "hang", "garbage", "wrong_shape"]
+MODES: Final = ("normal", "429", "500", "hang", "garbage", "wrong_shape")
+_HANG_LIMIT: Final = 60.0
+
+
+def _default_reply(body: dict[str, Any]) -> str:
+    """Echo the start of the last message, so tests can tell an LLM summary apart."""
+    messages = body.get("messages") or [{}]
+    text = str(messages[-1].get("content", ""))
+    return "LLM SUMMARY: " + " ".join(text.split()[:30])
+
+
+class OpenAIStub:
+    """The server; a context manager that starts and stops it.
+
+    Args:
+        reply: makes the completion text from the request body (``normal`` mode).
+        mode: the mode when no scripted mode is queued.
+
+    Attributes:
+        delay: seconds every answer waits before it is sent (a slow endpoint).
+    """
+
+    def __init__(
+        self,
+        reply: Callable[[dict[str, Any]], str] = _default_reply,
+        mode: Mode = "normal",
+    ) -> None:
+        self.reply = reply
+        self.mode: Mode = mode
+        self.delay = 0.0
+        self.bodies: list[dict[str, Any]] = []
+        self._script: deque[Mode] = deque()
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._release = threading.Event()
+        #: Set while a request is being held in ``hang`` mode (wait on it from a test).
+        self.hanging = threading.Event()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- control -------------------------------------------------------------------
+
+    @property
+    def requests(self) -> int:
+        """Requests received so far."""
+        with self._lock:
+            return len(self.bodies)
+
+    @property
+    def base_url(self) -> str:
+        """The ``base_url`` to give an OpenAI client."""
+        if self._server is None:
+            raise RuntimeError("the stub server is not running")
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}/v1"
+
+    def script(self, *modes: Mode) -> None:
+        """Answer the next requests with ``modes``, one each, then with ``mode`` again."""
+        for mode in modes:
+            if mode not in MODES:
+                raise ValueError(f"unknown mode {mode!r}; expected one of {MODES}")
+        with self._lock:
+            self._script.extend(modes)
+
+    def release(self) -> None:
+        """Let requests held in ``hang`` mode go: each ends without an answer."""
+        self._release.set()
+
+    def _hold(self) -> None:
+        self.hanging.set()
+        waited = 0.0
+        while waited < _HANG_LIMIT and not (self._stopping.is_set() or self._release.is_set()):
+            self._stopping.wait(0.05)
+            waited += 0.05
+
+    def _next_mode(self, body: dict[str, Any]) -> Mode:
+        with self._lock:
+            self.bodies.append(body)
+            return self._script.popleft() if self._script else self.mode
+
+    # -- lifetime ------------------------------------------------------------------
+
+    def start(self) -> OpenAIStub:
+        """Start serving on a free loopback port."""
+        stub = self
+
+        class Handler(_Handler):
+            server_stub = stub
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="openai-stub",
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving; hanging requests are released."""
+        self._stopping.set()
+        server, self._server = self._server, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> OpenAIStub:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_stub: OpenAIStub
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet test output
+        pass
+
+    def _send(self, status: int, payload: bytes, headers: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length", "0"))
+        raw = self.rfile.read(length)
+        if not self.path.endswith("/chat/completions"):
+            self._send(404, b'{"error": {"message": "not found"}}')
+            return
+        try:
+            body = json.loads(raw)
+        except json.JSONDecodeError:
+            self._send(400, b'{"error": {"message": "request is not JSON"}}')
+            return
+        stub = self.server_stub
+        mode = stub._next_mode(body)
+        if stub.delay > 0:
+            stub._stopping.wait(stub.delay)
+        if mode == "hang":
+            stub._hold()
+            self.close_connection = True
+            return
+        if mode in ("429", "500"):
+            error = {"error": {"message": f"stub {mode}", "type": "stub", "code": mode}}
+            self._send(int(mode), json.dumps(error).encode(), {"Retry-After": "0"})
+            return
+        if mode == "garbage":
+            self._send(200, b"<html>this is not json {")
+            return
+        if mode == "wrong_shape":
+            self._send(200, b'{"object": "list", "data": [1, 2, 3]}')
+            return
+        text = stub.reply(body)
+        completion = {
+            "id": f"chatcmpl-stub-{stub.requests}",
+            "object": "chat.completion",
+            "created": 0,
+            "model": body.get("model", "stub"),
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {
+                "prompt_tokens": 100,
+                "completion_tokens": 20,
+                "total_tokens": 120,
+            },
+        }
+        self._send(200, json.dumps(completion).encode())

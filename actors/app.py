@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from actors.compression import COMPRESSOR_KIND, compressor_factory
 from actors.config import AppConfig
 from actors.handle import MemoryHandle
 from actors.memory import memory_factory
@@ -14,6 +15,7 @@ __all__ = ("MemoryRuntime", "register_actors")
 def register_actors(runtime: Runtime, config: AppConfig) -> None:
     """Register every domain actor kind on ``runtime`` (workers call this too)."""
     runtime.register("memory", memory_factory(config))
+    runtime.register(COMPRESSOR_KIND, compressor_factory(config.compression))
     store = config.retention.store() if config.retention.policy == "persistent" else None
     runtime.register("pool", PoolActor.factory(config.pool, store))
 

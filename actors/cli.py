@@ -155,7 +155,19 @@ def _print_report(report: SimulationReport) -> None:
         ("planted facts", f"{report.facts_planted}"),
         ("  found by search", _share(report.facts_found_by_search, report.facts_planted)),
         ("  found in final context", _share(report.facts_found_in_context, report.facts_planted)),
+        (
+            "  found by reload (offloaded)",
+            _share(report.facts_found_by_reload, report.facts_planted),
+        ),
         ("  found either way", _share(report.facts_found, report.facts_planted)),
+        ("compressions / tokens saved", f"{report.compressions:,} / {report.tokens_saved:,}"),
+        (
+            "peak working view (any agent)",
+            f"{report.peak_working_tokens:,} tokens, {report.peak_working_messages} messages "
+            f"(budget {report.compression_budget_tokens:,} tokens; "
+            f"compresses past {report.compression_budget_messages} messages)",
+        ),
+        ("agents ever over their token budget", f"{report.agents_over_budget}"),
         (
             "insights shared / deduplicated",
             f"{report.insights_shared} / {report.insights_deduplicated}",

@@ -11,6 +11,7 @@ from typing import Any, ClassVar, Literal
 
 import msgspec
 
+from actors.compression.protocol import CompressionOutcome
 from actors.episodes import Episode
 from actors.insights import Insight
 from actors.longterm import Recalled
@@ -22,6 +23,7 @@ __all__ = (
     "AddResult",
     "AnswerToolCall",
     "Clear",
+    "CompressionDone",
     "Context",
     "Delete",
     "EndRun",
@@ -48,7 +50,7 @@ __all__ = (
 #: The version of the export format written by ``Export`` and read by ``Load``.
 EXPORT_VERSION = 1
 
-Scope = Literal["working", "history"]
+Scope = Literal["working", "history", "offloaded"]
 
 
 class _Command(msgspec.Struct, frozen=True, kw_only=True, tag=True):
@@ -88,8 +90,9 @@ class Get(_Command, frozen=True):
         since / until: ``since <= timestamp < until``.
         important: only messages tagged ``important`` or with importance at or
             above the memory's ``important_threshold``.
-        scope: ``working`` (the view the agent sees) or ``history`` (everything
-            ever added, untouched by prune and compression).
+        scope: ``working`` (the view the agent sees), ``history`` (everything
+            ever added, untouched by prune and compression) or ``offloaded`` (the
+            originals compression stored away, reachable by reload).
     """
 
     reply_type = list[Message]
@@ -150,6 +153,11 @@ class MemoryStats(msgspec.Struct, frozen=True, kw_only=True):
     longterm_entries: int = 0
     episodes: int = 0
     core_messages: int = 0
+    compressions: int = 0
+    tokens_saved: int = 0
+    compressing: bool = False
+    peak_working_tokens: int = 0
+    peak_size: int = 0
 
 
 class Stats(_Command, frozen=True):
@@ -284,6 +292,18 @@ class HeldInsights(_Command, frozen=True):
     k: int = 10
 
 
+class CompressionDone(_Command, frozen=True):
+    """The compressor's answer, told back to the memory actor (internal).
+
+    ``outcome`` is None when the compression failed; ``error`` then says why.
+    """
+
+    reply_type = None
+    version: int
+    outcome: CompressionOutcome | None = None
+    error: str | None = None
+
+
 class EndRun(_Command, frozen=True):
     """A run ended: apply the retention policy (clear single_run, save persistent)."""
 
@@ -311,4 +331,5 @@ MemoryCommand = (
     | SummarizeEpisodes
     | HeldInsights
     | EndRun
+    | CompressionDone
 )

@@ -11,6 +11,7 @@ from typing import Final
 
 import msgspec
 
+from actors.compression.config import CompressionConfig
 from actors.episodes import EpisodeConfig
 from actors.longterm import LongTermConfig
 from actors.pool import PoolConfig
@@ -102,6 +103,7 @@ class AppConfig(_Section, frozen=True):
     runtime: RuntimeConfig = msgspec.field(default_factory=RuntimeConfig)
     logging: LoggingConfig = msgspec.field(default_factory=LoggingConfig)
     memory: MemoryConfig = msgspec.field(default_factory=MemoryConfig)
+    compression: CompressionConfig = msgspec.field(default_factory=CompressionConfig)
     pool: PoolConfig = msgspec.field(default_factory=PoolConfig)
     longterm: LongTermConfig = msgspec.field(default_factory=LongTermConfig)
     episodes: EpisodeConfig = msgspec.field(default_factory=EpisodeConfig)

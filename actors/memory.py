@@ -23,6 +23,7 @@ from actors.commands import (
     AddResult,
     AnswerToolCall,
     Clear,
+    CompressionDone,
     Context,
     Delete,
     EndRun,
@@ -43,6 +44,15 @@ from actors.commands import (
     StartEpisode,
     Stats,
     SummarizeEpisodes,
+)
+from actors.compression import (
+    CONTEXT_RELOAD_TOOL,
+    RELOAD_TOOL_NAME,
+    CompressionConfig,
+    CompressionOutcome,
+    CompressRequest,
+    compressor_address,
+    reload_tool_result,
 )
 from actors.config import AppConfig
 from actors.conversation import group_units, leading_system_count
@@ -75,6 +85,10 @@ class _Snapshot(msgspec.Struct, kw_only=True):
     history_skip: int = 0
     version: int = 0
     recall: dict[str, bytes] = {}
+    compressions: int = 0
+    tokens_saved: int = 0
+    peak_tokens: int = 0
+    peak_size: int = 0
 
 
 _snapshot_encoder = msgspec.msgpack.Encoder()
@@ -90,6 +104,10 @@ class AgentMemory(Actor):
 
     __slots__ = (
         "_bm25",
+        "_compress_floor",
+        "_compressing",
+        "_compression",
+        "_compressions",
         "_config",
         "_counter",
         "_durable",
@@ -99,8 +117,11 @@ class AgentMemory(Actor):
         "_history_tokens",
         "_log_pending",
         "_offloaded",
+        "_peak_size",
+        "_peak_tokens",
         "_recall",
         "_recall_config",
+        "_tokens_saved",
         "_version",
         "_working",
         "_working_tokens",
@@ -113,6 +134,15 @@ class AgentMemory(Actor):
         super().__init__(ctx)
         self.agent = ctx.key
         self._config = config.memory
+        self._compression = config.compression
+        self._compressing = False
+        # After a compression that could not get under budget, wait for this many
+        # messages before trying again (else every add would ask once more).
+        self._compress_floor = 0
+        self._compressions = 0
+        self._tokens_saved = 0
+        self._peak_tokens = 0
+        self._peak_size = 0
         self._recall_config = recall
         self._recall: AgentRecall | None = None
         self._counter = counter
@@ -166,10 +196,21 @@ class AgentMemory(Actor):
                 self.recall.changed()  # a recall makes memories recent again
                 return await self.recall.longterm.retrieve(query, k)
             case MemoryTools():
-                return self.recall.control.tools()
+                tools = self.recall.control.tools()
+                if self._compression.enabled:
+                    tools = [*tools, CONTEXT_RELOAD_TOOL]
+                return tools
             case AnswerToolCall(call=call):
+                if call.name == RELOAD_TOOL_NAME:
+                    content = reload_tool_result(call.arguments, self._offloaded)
+                    return Message(
+                        role="tool", content=content, tool_call_id=call.id, name=call.name
+                    )
                 self.recall.changed()
                 return await self.recall.control.answer(call)
+            case CompressionDone(version=version, outcome=outcome, error=error):
+                self._compression_done(version, outcome, error)
+                return None
             case StartEpisode(metadata=metadata):
                 self.recall.changed()
                 return self.recall.episodes.start_episode(metadata)
@@ -250,6 +291,8 @@ class AgentMemory(Actor):
         self._working_tokens += added
         self._append_history(counted)
         self.recall.observe(counted)
+        self._note_peak()
+        self._maybe_compress()
         return AddResult(
             ids=[m.id for m in counted],
             tokens=[m.tokens for m in counted],
@@ -326,6 +369,8 @@ class AgentMemory(Actor):
         self._append_history(history)
         self._append_history(working)
         self._offloaded.update(offloaded)
+        self._note_peak()
+        self._maybe_compress()
         return loaded
 
     def _prune(self, max_tokens: int, preserve_system: bool) -> PruneResult:
@@ -347,6 +392,67 @@ class AgentMemory(Actor):
             self._set_working([m for pos, m in enumerate(working) if pos in keep])
         return PruneResult(removed=removed, working_tokens=self._working_tokens)
 
+    # -- compression ------------------------------------------------------------------
+
+    def _note_peak(self) -> None:
+        self._peak_tokens = max(self._peak_tokens, self._working_tokens)
+        self._peak_size = max(self._peak_size, len(self._working))
+
+    def _maybe_compress(self) -> None:
+        """Ask the compressor when a threshold is crossed; keep serving meanwhile."""
+        cfg = self._compression
+        size = len(self._working)
+        if (
+            not cfg.enabled
+            or self._compressing
+            or size <= self._compress_floor
+            or not cfg.over_budget(size, self._working_tokens)
+        ):
+            return
+        self._compressing = True
+        version = self._version
+        request = CompressRequest(agent=self.agent, messages=list(self._working), version=version)
+        address = compressor_address(self.agent, cfg.concurrency)
+        runtime = self.ctx.runtime
+
+        async def ask() -> Any:
+            return await runtime.ask(address, request, timeout=cfg.timeout + 5)
+
+        def done(outcome: Any, error: BaseException | None) -> CompressionDone:
+            if error is not None:
+                return CompressionDone(version=version, error=f"{type(error).__name__}: {error}")
+            return CompressionDone(version=version, outcome=outcome)
+
+        self.ctx.pipe(ask, wrap=done)
+
+    def _compression_done(
+        self, version: int, outcome: CompressionOutcome | None, error: str | None
+    ) -> None:
+        """Apply a compression to the prefix it was computed from; keep what came after."""
+        self._compressing = False
+        cfg: CompressionConfig = self._compression
+        if outcome is None:
+            # Nothing changed; wait for more messages before asking again.
+            self._compress_floor = len(self._working) + max(1, cfg.msg_threshold // 10)
+            log.warning("compression_failed", agent=self.agent, reason=error)
+            return
+        if version != self._version or len(self._working) < outcome.messages_before:
+            # The view was rewritten meanwhile (delete, prune, clear, load): the
+            # result no longer fits it. The next add asks again if still needed.
+            log.info("compression_discarded", agent=self.agent, reason="view changed")
+            self._maybe_compress()
+            return
+        added_since = self._working[outcome.messages_before :]
+        self._set_working([*outcome.messages, *added_since])
+        self._offloaded.update(outcome.offloaded)
+        self._compressions += 1
+        self._tokens_saved += max(0, outcome.tokens_saved)
+        if outcome.under_budget:
+            self._compress_floor = 0
+        else:
+            self._compress_floor = len(self._working) + max(1, cfg.msg_threshold // 10)
+        self._maybe_compress()
+
     # -- reads ----------------------------------------------------------------------
 
     def _source(self, scope: str) -> list[Message]:
@@ -354,7 +460,9 @@ class AgentMemory(Actor):
             return self._working
         if scope == "history":
             return self._history
-        raise MemoryInputError(f"scope must be 'working' or 'history', got {scope!r}")
+        if scope == "offloaded":
+            return [m for block in self._offloaded.values() for m in block]
+        raise MemoryInputError(f"scope must be 'working', 'history' or 'offloaded', got {scope!r}")
 
     def _get(self, q: Get) -> list[Message]:
         if q.recent_n is not None and q.recent_n < 0:
@@ -411,7 +519,7 @@ class AgentMemory(Actor):
     def _index(self, scope: str, source: list[Message], cacheable: bool) -> BM25:
         if not cacheable:
             return BM25([m.searchable_text() for m in source])
-        key = (scope, self._version, len(source) if scope == "working" else len(self._history))
+        key = (scope, self._version, len(source))
         if self._bm25 is not None and self._bm25[0] == key:
             return self._bm25[1]
         index = BM25([m.searchable_text() for m in source])
@@ -508,6 +616,11 @@ class AgentMemory(Actor):
             longterm_entries=len(recall.longterm.entries()) if recall else 0,
             episodes=len(recall.episodes.episodes()) if recall else 0,
             core_messages=len(recall.episodes.core()) if recall else 0,
+            compressions=self._compressions,
+            tokens_saved=self._tokens_saved,
+            compressing=self._compressing,
+            peak_working_tokens=self._peak_tokens,
+            peak_size=self._peak_size,
         )
 
     def _export(self, include_history: bool) -> MemoryExport:
@@ -539,6 +652,10 @@ class AgentMemory(Actor):
             history_skip=self._history_skip,
             version=self._version,
             recall=self._recall.component_states() if self._recall is not None else {},
+            compressions=self._compressions,
+            tokens_saved=self._tokens_saved,
+            peak_tokens=self._peak_tokens,
+            peak_size=self._peak_size,
         )
         return appends, _snapshot_encoder.encode(snapshot)
 
@@ -557,6 +674,10 @@ class AgentMemory(Actor):
         self._working_tokens = sum(m.tokens for m in self._working)
         self._offloaded = state.offloaded
         self._version = state.version
+        self._compressions = state.compressions
+        self._tokens_saved = state.tokens_saved
+        self._peak_tokens = state.peak_tokens
+        self._peak_size = state.peak_size
         if state.recall:
             self.recall.load_component_states(state.recall)
 

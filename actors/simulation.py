@@ -79,6 +79,11 @@ class AgentReport(msgspec.Struct, frozen=True, kw_only=True):
     found: int
     known_before_sharing: float
     known_after_sharing: float
+    found_by_reload: int = 0
+    compressions: int = 0
+    tokens_saved: int = 0
+    peak_working_tokens: int = 0
+    peak_messages: int = 0
 
 
 class SimulationReport(msgspec.Struct, frozen=True, kw_only=True):
@@ -99,6 +104,14 @@ class SimulationReport(msgspec.Struct, frozen=True, kw_only=True):
     facts_found_by_search: int
     facts_found_in_context: int
     facts_found: int
+    facts_found_by_reload: int
+    compressions: int
+    tokens_saved: int
+    compression_budget_tokens: int
+    compression_budget_messages: int
+    peak_working_tokens: int
+    peak_working_messages: int
+    agents_over_budget: int
     insights_shared: int
     insights_deduplicated: int
     insights_delivered: int
@@ -321,14 +334,18 @@ async def _run(
         stats = await me.stats()
         context = await me.context(sim.context_tokens)
         context_text = "\n".join(str(m.get("content") or "") for m in context)
-        by_search = in_context = found = 0
+        by_search = in_context = by_reload = found = 0
         for fact in by_agent[name]:
             hits = await me.search(fact.query)
             searched = any(fact.answer in m.text() for m in hits)
             seen = fact.answer in context_text
+            # What compression offloaded, the agent gets back with reload(id).
+            offloaded = await me.search(fact.answer, scope="offloaded")
+            reloaded = any(fact.answer in m.text() for m in offloaded)
             by_search += searched
             in_context += seen
-            found += searched or seen
+            by_reload += reloaded
+            found += searched or seen or reloaded
         after = await known_share(me, facts)
         per_agent.append(
             AgentReport(
@@ -342,6 +359,11 @@ async def _run(
                 found=found,
                 known_before_sharing=known_before.get(name, after),
                 known_after_sharing=after,
+                found_by_reload=by_reload,
+                compressions=stats.compressions,
+                tokens_saved=stats.tokens_saved,
+                peak_working_tokens=stats.peak_working_tokens,
+                peak_messages=stats.peak_size,
             )
         )
     return SimulationReport(
@@ -360,6 +382,16 @@ async def _run(
         facts_found_by_search=sum(a.found_by_search for a in per_agent),
         facts_found_in_context=sum(a.found_in_context for a in per_agent),
         facts_found=sum(a.found for a in per_agent),
+        facts_found_by_reload=sum(a.found_by_reload for a in per_agent),
+        compressions=sum(a.compressions for a in per_agent),
+        tokens_saved=sum(a.tokens_saved for a in per_agent),
+        compression_budget_tokens=config.compression.max_tokens,
+        compression_budget_messages=config.compression.msg_threshold,
+        peak_working_tokens=max((a.peak_working_tokens for a in per_agent), default=0),
+        peak_working_messages=max((a.peak_messages for a in per_agent), default=0),
+        agents_over_budget=sum(
+            a.peak_working_tokens > config.compression.max_tokens for a in per_agent
+        ),
         insights_shared=pool.shared,
         insights_deduplicated=pool.deduplicated,
         insights_delivered=pool.delivered,

@@ -10,8 +10,9 @@ from actors import AppConfig, MemoryRuntime
 from runtime import InProcessTransport, Transport
 from runtime.logging import configure_logging
 
-# Quiet by default; tests that check log events use structlog.testing.capture_logs.
-configure_logging("console", "warning")
+# Every level reaches the processors, so structlog.testing.capture_logs sees info
+# events too; pytest keeps the output and shows it only for failing tests.
+configure_logging("console", "debug")
 
 
 @pytest.fixture

@@ -104,3 +104,23 @@ def test_default_toml_documents_the_real_defaults() -> None:
     from actors import AppConfig, load_app_config
 
     assert load_app_config(ROOT / "configs" / "default.toml") == AppConfig()
+
+
+def test_small_budget_town_stays_under_budget_and_keeps_facts(tmp_path: Path) -> None:
+    out = tmp_path / "small.json"
+    proc = run_cli(
+        "simulate",
+        "configs/town-small.toml",
+        "--agents",
+        "8",
+        "--steps",
+        "30",
+        "--json",
+        str(out),
+    )
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(out.read_text())
+    assert report["compressions"] > 0 and report["tokens_saved"] > 0
+    assert report["agents_over_budget"] == 0
+    assert report["peak_working_tokens"] <= report["compression_budget_tokens"]
+    assert report["facts_found"] >= 0.9 * report["facts_planted"]

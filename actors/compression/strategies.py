@@ -119,6 +119,15 @@ class PassContext:
         hundred of them in a row.
         """
         bodies = [""] * len(jobs)
+        sync = getattr(self.summarizer, "summarize_sync", None)
+        if sync is not None:
+            # CPU work with nothing to wait for: yielding between spans would only
+            # queue the compressor behind every other task, many times per pass.
+            for index, job in enumerate(jobs):
+                if job.messages:
+                    self.usage.summaries += 1
+                    bodies[index] = sync(job.messages, max(1, job.target))
+            return bodies
         limiter = anyio.CapacityLimiter(self.config.summary_concurrency)
 
         async def one(index: int, job: _Job) -> None:

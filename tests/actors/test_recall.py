@@ -93,7 +93,8 @@ async def test_static_control_records_replies_and_injects_relevant_memories() ->
         window = [m["content"] for m in context if m["role"] != "system"]
         assert "Porto" not in str(window)  # not in the conversation window any more
         assert get_counter().count_messages(context) <= 600
-        assert await mem.memory_tools() == []  # static control offers no tools
+        # Static control offers no long-term memory tools, only compression's reload.
+        assert [t["function"]["name"] for t in await mem.memory_tools()] == ["context_reload"]
 
 
 async def test_agent_control_tools_record_and_retrieve() -> None:
@@ -102,6 +103,7 @@ async def test_agent_control_tools_record_and_retrieve() -> None:
         mem = rt.memory("ana")
         tools = await mem.memory_tools()
         assert sorted(t["function"]["name"] for t in tools) == [
+            "context_reload",
             "record_to_memory",
             "retrieve_from_memory",
         ]
@@ -125,7 +127,7 @@ async def test_both_modes_offer_tools_and_inject() -> None:
     config = AppConfig(longterm=LongTermConfig(mode="both"))
     async with MemoryRuntime(config) as rt:
         mem = rt.memory("ana")
-        assert len(await mem.memory_tools()) == 2
+        assert len(await mem.memory_tools()) == 3
         note = ToolCall("n1", "record_to_memory", json.dumps({"content": ["The well is dry."]}))
         await mem.answer_tool_call(note)  # agent control ...
         await mem.add({"role": "user", "content": "Can we water the orchard from the well?"})

@@ -3,8 +3,14 @@
 ::
 
     ActormemError (runtime.errors)
-    └── MemoryInputError          bad input to an agent memory (also a ValueError)
-        └── ContextBudgetError    a context cannot fit the budget at all
+    ├── MemoryInputError              bad input to an agent memory (also a ValueError)
+    │   ├── ContextBudgetError        a context cannot fit the budget at all
+    │   ├── InsightError              an unusable insight (actors.insights)
+    │   │   └── InsightSignatureError a missing or forged provenance HMAC
+    │   ├── ToolArgumentsError        bad memory-tool arguments (actors.memory_tools)
+    │   └── ReloadArgumentsError      bad context_reload arguments (actors.compression)
+    ├── SessionFileError              a corrupt or unwritable session file (actors.retention)
+    └── EmbeddingError                an embeddings endpoint failed (actors._embeddings)
 """
 
 from __future__ import annotations

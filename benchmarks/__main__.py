@@ -21,6 +21,7 @@ from rich.table import Table
 
 from benchmarks._common import BenchResult, machine, write_result
 from runtime.cli import OneLineParser
+from runtime.logging import configure_logging
 
 BENCHMARKS = ("throughput", "latency", "scale", "context", "peers", "load")
 
@@ -56,6 +57,7 @@ def print_result(result: BenchResult, console: Console) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    configure_logging("console", "warning")
     module = importlib.import_module(f"benchmarks.{args.name}")
     command = "python -m benchmarks " + shlex.join(list(argv if argv is not None else sys.argv[1:]))
     started = time.time()

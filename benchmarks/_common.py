@@ -21,6 +21,7 @@ import msgspec
 __all__ = (
     "BenchResult",
     "Row",
+    "bench_config",
     "machine",
     "message_texts",
     "percentile",
@@ -52,6 +53,22 @@ class BenchResult(msgspec.Struct, kw_only=True):
     started: float
     elapsed_s: float
     series: dict[str, Any] = {}
+
+
+def bench_config(mailbox_size: int = 1_000, compression: bool = False) -> Any:
+    """The app config the runtime benchmarks use.
+
+    Compression is off unless asked for: a burst of adds to one agent would
+    otherwise measure the compressor (which the compression benchmark measures on
+    its own), not the runtime.
+    """
+    from actors import AppConfig, CompressionConfig
+    from runtime import RuntimeConfig
+
+    return AppConfig(
+        runtime=RuntimeConfig(mailbox_size=mailbox_size),
+        compression=CompressionConfig(enabled=compression),
+    )
 
 
 def machine() -> dict[str, Any]:

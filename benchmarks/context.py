@@ -8,10 +8,10 @@ import time
 
 import tiktoken
 
-from actors import AppConfig, MemoryRuntime, Message
+from actors import MemoryRuntime, Message
 from actors.commands import Add, Context
 from actors.messages import count_tokens
-from benchmarks._common import Row, message_texts, percentile
+from benchmarks._common import Row, bench_config, message_texts, percentile
 from runtime import get_counter
 
 NAME = "context"
@@ -52,7 +52,7 @@ async def run(args: argparse.Namespace) -> list[Row]:
         )
     )
 
-    async with MemoryRuntime(AppConfig()) as rt:
+    async with MemoryRuntime(bench_config()) as rt:
         address = "memory/big"
         for i in range(0, len(messages), 1000):
             await rt.ask(address, Add(messages=messages[i : i + 1000]))

@@ -10,9 +10,9 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 
-from actors import AppConfig, MemoryRuntime, Message
+from actors import MemoryRuntime, Message
 from actors.commands import Add, Context
-from benchmarks._common import Row, message_texts, percentile
+from benchmarks._common import Row, bench_config, message_texts, percentile
 
 NAME = "latency"
 
@@ -69,7 +69,7 @@ async def open_loop(
 async def run(args: argparse.Namespace) -> list[Row]:
     rows: list[Row] = []
     texts = message_texts(1000)
-    async with MemoryRuntime(AppConfig()) as rt:
+    async with MemoryRuntime(bench_config()) as rt:
         addresses = [f"memory/agent{i}" for i in range(args.agents)]
         for a in addresses:  # each agent holds a short conversation
             await rt.ask(a, Add(messages=[Message(role="user", content=t) for t in texts[:20]]))

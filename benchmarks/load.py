@@ -12,10 +12,10 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from actors import AppConfig, MemoryRuntime, Message
+from actors import MemoryRuntime, Message
 from actors.commands import Add, Context
-from benchmarks._common import Row, message_texts, percentile
-from runtime import ActormemError, RuntimeConfig
+from benchmarks._common import Row, bench_config, message_texts, percentile
+from runtime import ActormemError
 
 NAME = "load"
 
@@ -82,7 +82,7 @@ def _table(seconds: list[_Second]) -> Table:
 
 async def run(args: argparse.Namespace) -> list[Row]:
     texts = message_texts(2_000)
-    config = AppConfig(runtime=RuntimeConfig(mailbox_size=args.mailbox))
+    config = bench_config(mailbox_size=args.mailbox)
     seconds: list[_Second] = []
     all_latencies: list[float] = []
     errors: dict[str, int] = {}

@@ -7,9 +7,9 @@ import argparse
 import time
 from typing import Any
 
-from actors import AppConfig, MemoryRuntime, Message
+from actors import MemoryRuntime, Message
 from actors.commands import Add
-from benchmarks._common import Row, message_texts
+from benchmarks._common import Row, bench_config, message_texts
 from runtime import Actor, Runtime
 
 NAME = "peers"
@@ -48,7 +48,7 @@ async def _actormem_asks(n: int) -> tuple[float, float]:
 
 async def _actormem_adds(texts: list[str], agents: int) -> float:
     messages = [Message(role="user", content=t) for t in texts]
-    async with MemoryRuntime(AppConfig()) as rt:
+    async with MemoryRuntime(bench_config()) as rt:
         addresses = [f"memory/a{i}" for i in range(agents)]
         for address in addresses:
             await rt.ask(address, Add(messages=[]))

@@ -11,9 +11,9 @@ import sys
 
 import anyio
 
-from actors import AppConfig, MemoryRuntime, Message
+from actors import MemoryRuntime, Message
 from actors.commands import Add
-from benchmarks._common import Row, rss_bytes
+from benchmarks._common import Row, bench_config, rss_bytes
 
 NAME = "scale"
 
@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 async def _child_actormem(n: int) -> float:
-    async with MemoryRuntime(AppConfig()) as rt:
+    async with MemoryRuntime(bench_config()) as rt:
         await rt.ask("memory/warm", Add(messages=[Message(role="user", content="warm up")]))
         gc.collect()
         before = rss_bytes()

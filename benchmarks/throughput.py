@@ -15,10 +15,9 @@ import time
 import anyio
 import tiktoken
 
-from actors import AppConfig, MemoryRuntime, Message
+from actors import MemoryRuntime, Message
 from actors.commands import Add
-from benchmarks._common import Row, message_texts
-from runtime import RuntimeConfig
+from benchmarks._common import Row, bench_config, message_texts
 
 NAME = "throughput"
 
@@ -63,7 +62,7 @@ def raw_tiktoken(texts: list[str]) -> float:
 async def actormem_add(texts: list[str], agents: int) -> float:
     """Messages/s of ``add`` commands told to ``agents`` memory actors, until all are stored."""
     messages = [Message(role="user", content=t) for t in texts]
-    config = AppConfig(runtime=RuntimeConfig(mailbox_size=10_000))
+    config = bench_config(mailbox_size=10_000)
     async with MemoryRuntime(config) as rt:
         addresses = [f"memory/agent{i}" for i in range(agents)]
         # Activate every agent first: this measures steady-state adds, not activation.

@@ -23,7 +23,7 @@ from benchmarks._common import BenchResult, machine, write_result
 from runtime.cli import OneLineParser
 from runtime.logging import configure_logging
 
-BENCHMARKS = ("throughput", "latency", "scale", "context", "peers", "load")
+BENCHMARKS = ("throughput", "latency", "scale", "context", "compression", "peers", "load")
 
 
 def build_parser() -> argparse.ArgumentParser:

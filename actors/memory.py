@@ -122,6 +122,7 @@ class AgentMemory(Actor):
         "_recall",
         "_recall_config",
         "_tokens_saved",
+        "_unobserved",
         "_version",
         "_working",
         "_working_tokens",
@@ -145,6 +146,8 @@ class AgentMemory(Actor):
         self._peak_size = 0
         self._recall_config = recall
         self._recall: AgentRecall | None = None
+        # Messages added before anything asked for recall: handed over when it is made.
+        self._unobserved: list[Message] | None = None
         self._counter = counter
         self._working: list[Message] = []
         self._working_tokens = 0
@@ -227,11 +230,15 @@ class AgentMemory(Actor):
     @property
     def recall(self) -> AgentRecall:
         """Insights, long-term memory and episodes; made on first use (idle agents stay small)."""
-        if self._recall is None:
-            self._recall = AgentRecall(
+        recall = self._recall
+        if recall is None:
+            recall = self._recall = AgentRecall(
                 self.agent, self._recall_config, conversation=(_Conversation(self), MemoryExport)
             )
-        return self._recall
+            if self._unobserved:
+                recall.observe(self._unobserved)
+            self._unobserved = None
+        return recall
 
     async def on_start(self) -> None:
         if self._recall_config.retention.policy_for(self.agent) == "persistent":
@@ -290,7 +297,12 @@ class AgentMemory(Actor):
         added = sum(m.tokens for m in counted)
         self._working_tokens += added
         self._append_history(counted)
-        self.recall.observe(counted)
+        if self._recall is not None:
+            self._recall.observe(counted)
+        elif self._unobserved is None:
+            self._unobserved = list(counted)
+        else:
+            self._unobserved.extend(counted)
         self._note_peak()
         self._maybe_compress()
         return AddResult(
@@ -342,6 +354,7 @@ class AgentMemory(Actor):
             self._offloaded = {}
             if self._recall is not None:
                 self._recall.clear()
+            self._unobserved = None
             log.info("memory_history_wiped", agent=self.agent, working_removed=removed)
         return removed
 
@@ -544,6 +557,8 @@ class AgentMemory(Actor):
         # A share of the budget is kept for the recall blocks (core memory, insights,
         # long-term memories), filled after the conversation is picked so that
         # nothing already in the context is repeated there.
+        if self._unobserved:
+            self.recall  # noqa: B018 (made now: the messages so far feed core memory)
         reserve = int(remaining * BLOCK_SHARE) if self._recall is not None else 0
         remaining -= reserve
         # Walk back from the newest message, one unit at a time, until the budget
@@ -605,7 +620,7 @@ class AgentMemory(Actor):
         return ""
 
     def _stats(self) -> MemoryStats:
-        recall = self._recall
+        recall = self.recall if self._unobserved else self._recall
         return MemoryStats(
             size=len(self._working),
             history_size=len(self._history),

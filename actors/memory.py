@@ -657,6 +657,7 @@ class AgentMemory(Actor):
 
     def durable_changes(self) -> tuple[list[bytes], bytes | None]:
         """History messages added since the last call, and the rest as a snapshot."""
+        recall = self.recall if self._unobserved else self._recall
         appends = [encode_message(m) for m in self._log_pending]
         self._log_pending = []
         in_history = self._history_ids
@@ -666,7 +667,7 @@ class AgentMemory(Actor):
             offloaded=self._offloaded,
             history_skip=self._history_skip,
             version=self._version,
-            recall=self._recall.component_states() if self._recall is not None else {},
+            recall=recall.component_states() if recall is not None else {},
             compressions=self._compressions,
             tokens_saved=self._tokens_saved,
             peak_tokens=self._peak_tokens,

@@ -203,8 +203,13 @@ class Codec:
             )
         )
 
-    def decode_reply(self, data: bytes, reply_type: Any = Any) -> Reply:
+    def decode_reply(self, data: bytes, reply_type: Any = Any, address: str = "?") -> Reply:
         """Decode a reply, its value into ``reply_type`` and its error into a class.
+
+        Args:
+            data: the encoded reply.
+            reply_type: the type of the value (the command's ``reply_type``).
+            address: the actor asked, named by errors that carry no address.
 
         Raises:
             MessageDecodeError: not a reply, or a value not of ``reply_type``.
@@ -214,7 +219,7 @@ class Codec:
         except msgspec.DecodeError as exc:
             raise MessageDecodeError(f"not a valid reply: {exc}") from exc
         if wire.error_type is not None:
-            return Reply(wire.correlation, error=self._rebuild_error(wire))
+            return Reply(wire.correlation, error=self._rebuild_error(wire, address))
         decoder = self._reply_decoders.get(reply_type)
         if decoder is None:
             decoder = self._reply_decoders[reply_type] = msgspec.msgpack.Decoder(reply_type)
@@ -224,11 +229,11 @@ class Codec:
             error = MessageDecodeError(f"the reply is not a valid {reply_type!r}: {exc}")
             return Reply(wire.correlation, error=error)
 
-    def _rebuild_error(self, wire: _WireReply) -> BaseException:
+    def _rebuild_error(self, wire: _WireReply, asked: str) -> BaseException:
         name = wire.error_type or "Exception"
         text = wire.error_text
         cls = self._errors.get(name)
-        address = wire.error_address or "?"
+        address = wire.error_address or asked
         if cls is not None:
             if issubclass(cls, ActorError):
                 # The text already reads "actor <address>: ..."; keep it as it was.

@@ -1,0 +1,389 @@
+"""The owner's side of a shard: read, deduplicate, deliver, store and ack.
+
+Functions here work on a :class:`~runtime.transports.redis.RedisTransport`'s
+state; they live apart so the transport module stays one idea (sending and
+lifetimes) and this one another (consuming a shard).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any, Final, cast
+
+import anyio
+import redis.exceptions as rexc
+import structlog
+
+from runtime._envelope import Envelope, Reply
+from runtime.errors import ActorError, MessageDecodeError, TransportError
+from runtime.redis._client import redis_errors, retrying
+from runtime.redis.durable import Durable, is_durable
+from runtime.redis.keys import CONSUMER_GROUP, shard_of
+
+if TYPE_CHECKING:
+    from runtime._actor import Actor
+    from runtime.transports.redis import RedisTransport
+
+__all__ = ("Agent", "Shard", "StreamEnvelope", "consume", "handled")
+
+log = structlog.get_logger("actormem.redis")
+
+#: Entries read per XREADGROUP / XPENDING page.
+BATCH: Final = 64
+#: Entries kept in the dead-letter stream, approximately.
+_DLQ_MAXLEN: Final = 100_000
+
+
+class StreamEnvelope(Envelope, kw_only=True):
+    """An envelope read from a shard stream: where to XACK it, under which lease."""
+
+    shard: int = -1
+    entry: str = ""
+    lease: str = ""
+
+
+class Shard:
+    """A shard this worker owns: its lease value and the entries it has in flight."""
+
+    __slots__ = ("inflight", "lease", "number", "scope")
+
+    def __init__(self, number: int, lease: str) -> None:
+        self.number = number
+        self.lease = lease
+        self.scope = anyio.CancelScope()
+        self.inflight: set[str] = set()
+
+
+class Agent:
+    """What this worker remembers of one actor it serves: applied command ids."""
+
+    __slots__ = ("applied", "busy", "durable", "inflight", "last_used", "order", "shard")
+
+    def __init__(self, shard: int, applied: list[str]) -> None:
+        self.shard = shard
+        self.applied = set(applied)
+        self.order: deque[str] = deque(applied)
+        self.inflight: set[str] = set()
+        self.busy = 0
+        self.durable = False
+        self.last_used = time.monotonic()
+
+    def remember(self, command: str, keep: int) -> None:
+        """Record ``command`` as applied, forgetting the oldest beyond ``keep``."""
+        self.applied.add(command)
+        self.order.append(command)
+        while len(self.order) > keep:
+            self.applied.discard(self.order.popleft())
+
+
+# -- reading ----------------------------------------------------------------------------
+
+
+async def consume(t: RedisTransport, shard: Shard) -> None:
+    """Serve ``shard`` until cancelled: claim what earlier owners left, then read."""
+    stream = t.keys.stream(shard.number)
+    client: Any = t.client
+    blocking: Any = t.blocking_client
+    await t.forever("create_group", lambda: _ensure_group(client, stream))
+    await t.wait_host_open()
+    host = t.host
+    await t.forever("recover", lambda: _recover(t, shard, 0))
+    claim_every = t.config.claim_idle_ms / 2000
+    next_claim = time.monotonic() + claim_every
+
+    async def read() -> Any:
+        try:
+            with redis_errors(f"XREADGROUP {stream}"):
+                return await blocking.xreadgroup(
+                    CONSUMER_GROUP, t.id, {stream: ">"}, count=BATCH, block=t.config.block_ms
+                )
+        except TransportError as exc:
+            if isinstance(exc.__cause__, rexc.ResponseError) and "NOGROUP" in str(exc.__cause__):
+                # The stream was lost (a restart without AOF): start it again.
+                await _ensure_group(client, stream)
+                return None
+            raise
+
+    while True:
+        if not host.is_open:
+            await anyio.sleep_forever()  # shutting down: read nothing new
+        response = await t.forever("read", read)
+        for _stream, entries in response or ():
+            for entry_id, fields in entries:
+                await _accept(t, shard, entry_id.decode(), fields)
+        if time.monotonic() >= next_claim:
+            next_claim = time.monotonic() + claim_every
+            await t.forever("recover", lambda: _recover(t, shard, t.config.claim_idle_ms))
+            await t.forever("trim", lambda: _trim(t, shard))
+
+
+async def _ensure_group(client: Any, stream: str) -> None:
+    try:
+        with redis_errors(f"XGROUP CREATE {stream}"):
+            await client.xgroup_create(stream, CONSUMER_GROUP, id="0", mkstream=True)
+    except TransportError as exc:
+        if not str(exc.__cause__).startswith("BUSYGROUP"):
+            raise
+
+
+async def _recover(t: RedisTransport, shard: Shard, min_idle: int) -> None:
+    """Claim entries pending for ``min_idle`` ms (any consumer), or dead-letter them."""
+    stream = t.keys.stream(shard.number)
+    client: Any = t.client
+    start = "-"
+    while True:
+        with redis_errors(f"XPENDING {stream}"):
+            page = await client.xpending_range(
+                stream, CONSUMER_GROUP, min=start, max="+", count=BATCH, idle=min_idle or None
+            )
+        for item in page:
+            entry = item["message_id"].decode()
+            if entry in shard.inflight:
+                continue
+            if item["times_delivered"] >= t.config.max_deliveries:
+                with redis_errors(f"XRANGE {stream}"):
+                    found = await client.xrange(stream, entry, entry)
+                data = found[0][1].get(b"e") if found and found[0][1] else None
+                reason = (
+                    f"delivered {item['times_delivered']} times without being handled "
+                    f"(max_deliveries={t.config.max_deliveries})"
+                )
+                await _dead_letter(t, shard, entry, data, reason)
+                continue
+            with redis_errors(f"XCLAIM {stream}"):
+                claimed = await client.xclaim(
+                    stream, CONSUMER_GROUP, t.id, min_idle_time=min_idle, message_ids=[entry]
+                )
+            for entry_id, fields in claimed:
+                if fields is None:  # trimmed meanwhile: nothing left to do
+                    await _ack(t, shard, [entry])
+                else:
+                    await _accept(t, shard, entry_id.decode(), fields)
+        if len(page) < BATCH:
+            return
+        start = "(" + page[-1]["message_id"].decode()
+
+
+async def _trim(t: RedisTransport, shard: Shard) -> None:
+    """Trim the stream past ``stream_maxlen``, but never at or above a pending entry."""
+    stream = t.keys.stream(shard.number)
+    client: Any = t.client
+    with redis_errors(f"trimming {stream}"):
+        if await client.xlen(stream) <= t.config.stream_maxlen:
+            return
+        summary = await client.xpending(stream, CONSUMER_GROUP)
+        if summary["pending"]:
+            minid = summary["min"].decode()
+        else:
+            groups = await client.xinfo_groups(stream)
+            last = next(
+                (g["last-delivered-id"] for g in groups if g["name"] == CONSUMER_GROUP.encode()),
+                None,
+            )
+            if last is None:
+                return
+            ms, _, seq = last.decode().partition("-")
+            minid = f"{ms}-{int(seq) + 1}"
+        # Exact: approximate trimming only drops whole radix-tree nodes (~100 entries).
+        removed = await client.xtrim(stream, minid=minid, approximate=False)
+    if removed:
+        log.debug("stream_trimmed", stream=stream, removed=removed, below=minid)
+
+
+async def _accept(t: RedisTransport, shard: Shard, entry: str, fields: dict[bytes, bytes]) -> None:
+    """Check, deduplicate and deliver one stream entry."""
+    data = fields.get(b"e")
+    if data is None:
+        await _dead_letter(t, shard, entry, None, "the entry has no 'e' field")
+        return
+    if len(data) > t.config.max_message_bytes:
+        reason = (
+            f"the entry is {len(data)} bytes, over max_message_bytes={t.config.max_message_bytes}"
+        )
+        await _dead_letter(t, shard, entry, data, reason)
+        return
+    try:
+        env = t.codec.decode_envelope(data)
+    except MessageDecodeError as exc:
+        await _dead_letter(t, shard, entry, data, str(exc))
+        return
+    expected = shard_of(env.recipient, t.config.shards)
+    if expected != shard.number:
+        reason = (
+            f"{env.recipient} belongs to shard {expected}, not {shard.number} "
+            "(do all workers and clients use the same 'shards'?)"
+        )
+        await _dead_letter(t, shard, entry, data, reason)
+        return
+    agent = await _agent(t, env.recipient, shard.number)
+    if env.id and (env.id in agent.applied or env.id in agent.inflight):
+        t.duplicates += 1
+        log.info("duplicate_skipped", actor=env.recipient, msg_id=env.id, entry=entry)
+        await _ack(t, shard, [entry])
+        return
+    delivery = StreamEnvelope(
+        recipient=env.recipient,
+        body=env.body,
+        id=env.id,
+        sender=env.sender,
+        reply_to=env.reply_to,
+        correlation=env.correlation,
+        deadline=env.deadline,
+        shard=shard.number,
+        entry=entry,
+        lease=shard.lease,
+    )
+    shard.inflight.add(entry)
+    if env.id:
+        agent.inflight.add(env.id)
+    agent.busy += 1
+    agent.last_used = time.monotonic()
+    try:
+        await t.host.deliver(delivery)
+    except ActorError as exc:
+        t.dropped(delivery)
+        await _dead_letter(t, shard, entry, data, str(exc))
+        if delivery.correlation is not None:
+            await t.reply(delivery, Reply(delivery.correlation, error=exc))
+
+
+async def _agent(t: RedisTransport, address: str, shard: int) -> Agent:
+    agent = t.agents.get(address)
+    if agent is None:
+        key = t.keys.agent_applied(shard, address)
+        with redis_errors(f"loading the applied ids of {address}"):
+            ids: list[bytes] = await t.client.zrange(key, 0, -1)  # type: ignore[assignment]
+        agent = t.agents.get(address)  # another task may have loaded it meanwhile
+        if agent is None:
+            agent = t.agents[address] = Agent(shard, [i.decode() for i in ids])
+    return agent
+
+
+async def _dead_letter(
+    t: RedisTransport, shard: Shard, entry: str, data: bytes | None, reason: str
+) -> None:
+    stream = t.keys.stream(shard.number)
+    fields: dict[Any, Any] = {
+        b"reason": reason,
+        b"stream": stream,
+        b"entry": entry,
+        b"worker": t.id,
+    }
+    if data is not None:
+        fields[b"e"] = data
+    with redis_errors("XADD to the dead letters"):
+        await t.client.xadd(t.keys.dead_letters(), fields, maxlen=_DLQ_MAXLEN, approximate=True)
+    await _ack(t, shard, [entry])
+    t.dead_lettered += 1
+    log.warning("dead_lettered", stream=stream, entry=entry, reason=reason)
+
+
+async def _ack(t: RedisTransport, shard: Shard, entries: list[str]) -> None:
+    with redis_errors("XACK"):
+        result = await t.script("ack")(
+            keys=[t.keys.lease(shard.number), t.keys.stream(shard.number)],
+            args=[shard.lease, CONSUMER_GROUP, *entries],
+        )
+    if result == -1:
+        log.warning("ack_fenced_off", shard=shard.number, entries=len(entries))
+
+
+# -- storing effects ------------------------------------------------------------------------
+
+
+async def handled(t: RedisTransport, env: Envelope, actor: Actor | None, ok: bool) -> bool:
+    """The runtime's hook: store the effect of ``env`` and ack it (see ``Transport.handled``)."""
+    durable = actor is not None and is_durable(actor)
+    if not isinstance(env, StreamEnvelope):
+        # A broadcast copy: nothing to ack, but a durable actor's changes are stored.
+        if not (ok and durable):
+            return ok or not durable
+        shard = t.shards.get(shard_of(env.recipient, t.config.shards))
+        if shard is None:
+            return False
+        return await _commit(t, shard.number, shard.lease, "", env, cast(Durable, actor))
+    agent = t.agents.get(env.recipient)
+    try:
+        shard = t.shards.get(env.shard)
+        if shard is None or shard.lease != env.lease:
+            log.warning("effect_not_stored", actor=env.recipient, reason="shard lost meanwhile")
+            return False
+        if agent is not None and durable:
+            agent.durable = True
+        if not ok:
+            return not durable  # not acked: delivered again after claim_idle_ms
+        if durable:
+            stored = await _commit(
+                t, shard.number, shard.lease, env.entry, env, cast(Durable, actor)
+            )
+        else:
+            stored = await _ack_fenced(t, shard, env.entry)
+        if stored and agent is not None and env.id:
+            agent.remember(env.id, t.config.applied_keep)
+        return stored
+    finally:
+        t.dropped(env)
+        if agent is not None:
+            agent.last_used = time.monotonic()
+
+
+async def _ack_fenced(t: RedisTransport, shard: Shard, entry: str) -> bool:
+    async def ack() -> Any:
+        with redis_errors("XACK"):
+            return await t.script("ack")(
+                keys=[t.keys.lease(shard.number), t.keys.stream(shard.number)],
+                args=[shard.lease, CONSUMER_GROUP, entry],
+            )
+
+    try:
+        result = await retrying(ack, what="ack", retry_for=t.config.retry_for)
+    except TransportError as exc:
+        log.error("ack_failed", entry=entry, reason=str(exc))
+        return False
+    if result == -1:
+        log.warning("write_fenced_off", shard=shard.number, entry=entry)
+        return False
+    return True
+
+
+async def _commit(
+    t: RedisTransport, number: int, lease: str, entry: str, env: Envelope, actor: Durable
+) -> bool:
+    """Store a durable actor's changes, the command id and the XACK in one fenced call."""
+    appends, snapshot = actor.durable_changes()
+    address = env.recipient
+    keys = [
+        t.keys.lease(number),
+        t.keys.stream(number),
+        t.keys.agent_log(number, address),
+        t.keys.agent_snapshot(number, address),
+        t.keys.agent_applied(number, address),
+    ]
+    args: list[Any] = [
+        lease,
+        CONSUMER_GROUP,
+        entry,
+        env.id,
+        f"{time.time():.6f}",
+        t.config.applied_keep,
+        "0" if snapshot is None else "1",
+        snapshot or b"",
+        *appends,
+    ]
+
+    async def commit() -> Any:
+        with redis_errors(f"storing the state of {address}"):
+            return await t.script("commit")(keys=keys, args=args)
+
+    try:
+        result = await retrying(commit, what="commit", retry_for=t.config.retry_for)
+    except TransportError as exc:
+        log.error("commit_failed", actor=address, msg_id=env.id, reason=str(exc))
+        return False
+    if result == -1:
+        log.warning("write_fenced_off", shard=number, actor=address, msg_id=env.id)
+        return False
+    if result == 2:
+        log.info("commit_already_stored", actor=address, msg_id=env.id)
+    return True

@@ -1,0 +1,614 @@
+"""The Redis streams transport: actors across processes and hosts, durably.
+
+Every envelope is msgpack on the stream of its recipient's shard (a stable hash
+of the address). A *worker* transport owns shards through leases (see
+``runtime.redis._leases``) and reads each owned shard through the consumer group
+``workers``; it delivers entries to its runtime's local cells and XACKs an entry
+only once the handler's effect is stored (the runtime's ``handled`` hook): for a
+:class:`~runtime.redis.durable.Durable` actor the state changes, the command's id
+and the XACK are one fenced Lua call. A *client* transport (``worker=False``)
+only sends, and reads the replies to its asks from its own reply stream.
+
+Delivery is at least once; effects are exactly once: every envelope has a
+command id set once by its producer, and a command whose id the agent already
+applied (a redelivery, or a second XADD after a lost reply) is acked and skipped.
+Entries that cannot be decoded, are too large, or fail ``max_deliveries`` times
+go to the dead-letter stream with the reason, and the consumer carries on.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from typing import Any, Final, TypeVar
+
+import anyio
+import anyio.abc
+import redis.asyncio as aioredis
+import structlog
+
+from runtime._actor import Actor
+from runtime._envelope import Envelope, Reply
+from runtime.errors import (
+    ActorError,
+    MailboxFullError,
+    MessageDecodeError,
+    MessageTooLargeError,
+    RuntimeClosedError,
+    TransportError,
+    TransportUnavailableError,
+)
+from runtime.ids import new_id
+from runtime.redis import _scripts
+from runtime.redis._client import (
+    blocking_twin,
+    check_server,
+    connect,
+    redis_errors,
+    retrying,
+)
+from runtime.redis._consumer import Agent, Shard, StreamEnvelope, consume, handled
+from runtime.redis._leases import LeaseManager
+from runtime.redis._server import EmbeddedRedis
+from runtime.redis.codec import Codec, default_codec
+from runtime.redis.config import RedisConfig
+from runtime.redis.durable import is_durable
+from runtime.redis.keys import Keys, shard_of
+from runtime.transports.base import Transport, TransportHost
+
+__all__ = ("RedisTransport",)
+
+log = structlog.get_logger("actormem.redis")
+
+T = TypeVar("T")
+
+#: Entries read per XREAD / pipelined per XADD batch.
+_BATCH: Final = 64
+#: Reply streams outlive a silent client by this long (ms).
+_REPLY_TTL_MS: Final = 3_600_000
+#: Entries kept in a reply stream, approximately.
+_REPLY_MAXLEN: Final = 10_000
+#: Entries kept in the broadcast and dead-letter streams, approximately.
+_SIDE_MAXLEN: Final = 100_000
+#: How often a waiting loop looks whether the runtime opened (s).
+_OPEN_POLL: Final = 0.01
+#: Longest pause of a background loop while Redis is away (s).
+_MAX_LOOP_BACKOFF: Final = 2.0
+
+
+class RedisTransport(Transport):
+    """Carries envelopes over Redis streams (see the module docstring).
+
+    Args:
+        redis: a client (kept open: the caller owns it), a URL (a client is made
+            and closed here), or None for ``config.url``, else an embedded server
+            started on open and stopped on close.
+        config: the ``[redis]`` section.
+        worker: own shards and host actors (True), or only send and ask (False).
+        codec: how bodies, replies and errors are encoded (the default codec,
+            where :func:`~runtime.redis.codec.register_message_types` registers).
+        worker_id: this process's name in leases and consumer groups.
+
+    Example::
+
+        transport = RedisTransport("redis://127.0.0.1:6380", RedisConfig(shards=8))
+        async with Runtime(transport=transport) as rt:
+            rt.register("echo", Echo)
+            assert await rt.ref("echo/a").ask("hi") == "hi"
+    """
+
+    name = "redis"
+
+    def __init__(
+        self,
+        redis: aioredis.Redis | str | None = None,
+        config: RedisConfig | None = None,
+        *,
+        worker: bool = True,
+        codec: Codec | None = None,
+        worker_id: str | None = None,
+    ) -> None:
+        self.config = config or RedisConfig()
+        self.keys = Keys(self.config.prefix)
+        self.codec = codec or default_codec
+        self.worker = worker
+        self.id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{new_id()[-8:]}"
+        self._given = redis
+        self._client: aioredis.Redis | None = None
+        self._blocking: aioredis.Redis | None = None
+        self._stack = AsyncExitStack()
+        self._host: TransportHost | None = None
+        self._state = "new"
+        self._replies = self.keys.replies(self.id)
+        # correlation -> (reply type, deadline, address asked)
+        self._asks: dict[int, tuple[Any, float, str]] = {}
+        # (stream, data, set when sent): tell_nowait's queue, and sends that
+        # must wait their turn behind it (a sender's messages stay in order).
+        self._outbox: deque[tuple[str, bytes, anyio.Event | None]] = deque()
+        self._outbox_ready = anyio.Event()
+        self.shards: dict[int, Shard] = {}
+        self.agents: dict[str, Agent] = {}
+        self._leases: LeaseManager | None = None
+        self._scripts: dict[str, Any] = {}
+        self.dead_lettered = 0
+        self.duplicates = 0
+
+    def __repr__(self) -> str:
+        return f"RedisTransport(id={self.id!r}, worker={self.worker}, state={self._state!r})"
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def open(self, host: TransportHost) -> None:
+        if self._state != "new":
+            raise RuntimeError("a RedisTransport can be opened only once")
+        self._state = "open"
+        self._host = host
+        try:
+            await self._connect()
+            # The loops run in the runtime's task group: they end when it closes,
+            # after the mailboxes drained and before this transport's aclose.
+            host.spawn(self._reply_loop, await self._stream_end(self._replies))
+            host.spawn(self._outbox_loop)
+            if self.worker:
+                await self._start_worker(host)
+        except BaseException:
+            await self.aclose()
+            raise
+        log.info("redis_transport_opened", id=self.id, worker=self.worker)
+
+    async def _connect(self) -> None:
+        given = self._given
+        if isinstance(given, aioredis.Redis):
+            client = given
+        else:
+            url = given or self.config.url
+            if not url:
+                server = EmbeddedRedis(aof=self.config.aof)
+                await self._stack.enter_async_context(server)
+                url = server.url
+            client = connect(self.config, url)
+            self._stack.push_async_callback(client.aclose)
+        self._client = client
+        await check_server(client)
+        blocking = blocking_twin(client, self.config.shards + 4)
+        self._stack.push_async_callback(blocking.aclose)
+        self._blocking = blocking
+        for name, text in (("ack", _scripts.ACK), ("commit", _scripts.COMMIT)):
+            self._scripts[name] = client.register_script(text)
+
+    async def _start_worker(self, host: TransportHost) -> None:
+        leases = LeaseManager(
+            self.client,
+            self.keys,
+            self.id,
+            self.config.shards,
+            self.config.lease_ms,
+            self._gained,
+            self._lost,
+        )
+        self._leases = leases
+        # Stop consuming and give the leases back on close, before the task
+        # group is cancelled, so another worker can take the shards at once.
+        self._stack.push_async_callback(self._leave)
+        start = await self._stream_end(self.keys.broadcast())
+        host.spawn(self._broadcast_loop, start)
+        host.spawn(self._lease_loop)
+        host.spawn(self._passivate_loop)
+
+    async def aclose(self) -> None:
+        if self._state == "closed":
+            return
+        self._state = "closed"
+        with anyio.CancelScope(shield=True):
+            await self._stack.aclose()
+        self._host = None
+        self.shards.clear()
+        self.agents.clear()
+        log.info("redis_transport_closed", id=self.id)
+
+    async def _leave(self) -> None:
+        leases = self._leases
+        if leases is None:
+            return
+        for shard in self.shards.values():
+            shard.scope.cancel()
+        with anyio.move_on_after(self.config.socket_timeout, shield=True):
+            try:
+                await leases.release_all()
+            except TransportError as exc:
+                log.warning("shard_release_failed", reason=str(exc))
+        if self._client is not None:
+            with anyio.move_on_after(self.config.socket_timeout, shield=True):
+                try:
+                    with redis_errors("deleting the reply stream"):
+                        await self._client.delete(self._replies)
+                except TransportError:
+                    pass
+
+    @property
+    def client(self) -> aioredis.Redis:
+        """The client for commands (raises :class:`RuntimeClosedError` when closed)."""
+        client = self._client
+        if client is None or self._state != "open":
+            raise RuntimeClosedError("the Redis transport is not open")
+        return client
+
+    @property
+    def blocking_client(self) -> aioredis.Redis:
+        """The client for blocking reads (its own pool)."""
+        client = self._blocking
+        if client is None or self._state != "open":
+            raise RuntimeClosedError("the Redis transport is not open")
+        return client
+
+    @property
+    def host(self) -> TransportHost:
+        """The runtime this transport delivers to."""
+        return self._require_host()
+
+    def script(self, name: str) -> Any:
+        """A registered Lua script (``ack``, ``commit``)."""
+        return self._scripts[name]
+
+    def _require_host(self) -> TransportHost:
+        host = self._host
+        if host is None:
+            raise RuntimeClosedError("the Redis transport is closed")
+        return host
+
+    # -- sending ---------------------------------------------------------------------------
+
+    def _prepare(self, envelope: Envelope) -> tuple[str, bytes]:
+        if not envelope.id:
+            envelope.id = new_id()
+        if envelope.correlation is not None and envelope.reply_to is None:
+            envelope.reply_to = self._replies
+            reply_type = getattr(type(envelope.body), "reply_type", Any)
+            deadline = envelope.deadline or time.time() + 3600
+            self._asks[envelope.correlation] = (reply_type, deadline, envelope.recipient)
+        data = self.codec.encode_envelope(envelope)
+        if len(data) > self.config.max_message_bytes:
+            raise MessageTooLargeError(
+                f"{type(envelope.body).__name__} for {envelope.recipient} encodes to "
+                f"{len(data)} bytes, over max_message_bytes={self.config.max_message_bytes}"
+            )
+        stream = self.keys.stream(shard_of(envelope.recipient, self.config.shards))
+        return stream, data
+
+    async def send(self, envelope: Envelope) -> None:
+        """XADD ``envelope`` to its shard's stream, retrying while Redis is away.
+
+        A retry sends the same bytes (the same command id), so an XADD that
+        succeeded but whose reply was lost cannot cause a second effect.
+
+        Raises:
+            MessageTooLargeError: the encoded envelope is over ``max_message_bytes``.
+            TransportError: the body's type is not registered, or Redis stayed
+                unavailable for ``retry_for`` seconds.
+        """
+        stream, data = self._prepare(envelope)
+        try:
+            if self._outbox:
+                sent = anyio.Event()
+                self._outbox.append((stream, data, sent))
+                self._outbox_ready.set()
+                with anyio.fail_after(self.config.retry_for):
+                    await sent.wait()
+            else:
+                await retrying(
+                    lambda: self._xadd(stream, data), what="send", retry_for=self.config.retry_for
+                )
+        except TimeoutError:
+            self._asks.pop(envelope.correlation or 0, None)
+            raise TransportUnavailableError(
+                f"send to {envelope.recipient}: not sent within retry_for="
+                f"{self.config.retry_for:g}s (it may still be sent)"
+            ) from None
+        except BaseException:
+            if envelope.correlation is not None:
+                self._asks.pop(envelope.correlation, None)
+            raise
+
+    async def _xadd(self, stream: str, data: bytes) -> None:
+        with redis_errors(f"XADD to {stream}"):
+            await self.client.xadd(stream, {b"e": data})
+
+    def send_nowait(self, envelope: Envelope) -> None:
+        """Queue ``envelope`` for a background XADD; never waits.
+
+        Raises:
+            MailboxFullError: ``outbox_size`` envelopes are already queued.
+            MessageTooLargeError, TransportError: as :meth:`send`.
+        """
+        if len(self._outbox) >= self.config.outbox_size:
+            raise MailboxFullError(
+                envelope.recipient,
+                f"the Redis outbox is full ({self.config.outbox_size} envelopes queued)",
+            )
+        self._require_host()
+        self._outbox.append((*self._prepare(envelope), None))
+        self._outbox_ready.set()
+
+    async def _outbox_loop(self) -> None:
+        while True:
+            await self._outbox_ready.wait()
+            self._outbox_ready = anyio.Event()
+            while self._outbox:
+                batch = [self._outbox[i] for i in range(min(len(self._outbox), _BATCH))]
+                await self.forever("outbox", lambda b=batch: self._xadd_batch(b))  # type: ignore[misc]
+                for _ in batch:
+                    _, _, sent = self._outbox.popleft()
+                    if sent is not None:
+                        sent.set()
+
+    async def _xadd_batch(self, batch: list[tuple[str, bytes, anyio.Event | None]]) -> None:
+        with redis_errors("XADD from the outbox"):
+            async with self.client.pipeline(transaction=False) as pipe:
+                for stream, data, _ in batch:
+                    pipe.xadd(stream, {b"e": data})
+                await pipe.execute()
+
+    async def publish(self, kind: str, message: Any) -> None:
+        """Tell ``message`` to every active actor of ``kind`` on every worker.
+
+        Each worker fans the broadcast out to the actors of that kind it has in
+        memory; an actor not active anywhere does not get it.
+
+        Raises:
+            MessageTooLargeError, TransportError: as :meth:`send`.
+        """
+        envelope = Envelope(recipient=f"{kind}/*", body=message, id=new_id())
+        data = self.codec.encode_envelope(envelope)
+        if len(data) > self.config.max_message_bytes:
+            raise MessageTooLargeError(
+                f"broadcast {type(message).__name__} encodes to {len(data)} bytes, "
+                f"over max_message_bytes={self.config.max_message_bytes}"
+            )
+
+        async def add() -> None:
+            with redis_errors("XADD to the broadcast stream"):
+                await self.client.xadd(
+                    self.keys.broadcast(), {b"e": data}, maxlen=_SIDE_MAXLEN, approximate=True
+                )
+
+        await retrying(add, what="publish", retry_for=self.config.retry_for)
+
+    async def reply(self, envelope: Envelope, reply: Reply) -> None:
+        """XADD ``reply`` to the asker's reply stream (a lost reply times the ask out)."""
+        if envelope.reply_to is None:
+            self._require_host().resolve(reply)
+            return
+        data = self.codec.encode_reply(reply)
+        if len(data) > self.config.max_message_bytes:
+            error = MessageTooLargeError(
+                f"the reply to {type(envelope.body).__name__} is {len(data)} bytes, "
+                f"over max_message_bytes={self.config.max_message_bytes}"
+            )
+            data = self.codec.encode_reply(Reply(reply.correlation, error=error))
+        stream = envelope.reply_to
+
+        async def add() -> None:
+            with redis_errors(f"XADD to {stream}"):
+                async with self.client.pipeline(transaction=False) as pipe:
+                    pipe.xadd(stream, {b"r": data}, maxlen=_REPLY_MAXLEN, approximate=True)
+                    pipe.pexpire(stream, _REPLY_TTL_MS)
+                    await pipe.execute()
+
+        try:
+            await retrying(add, what="reply", retry_for=self.config.retry_for)
+        except TransportError as exc:
+            log.warning("reply_undelivered", to=stream, reason=str(exc))
+
+    # -- replies -------------------------------------------------------------------------------
+
+    async def _reply_loop(self, last: str) -> None:
+        blocking: Any = self.blocking_client
+        while True:
+
+            async def read(after: str = last) -> Any:
+                with redis_errors("XREAD replies"):
+                    return await blocking.xread(
+                        {self._replies: after}, count=_BATCH, block=self.config.block_ms
+                    )
+
+            response = await self.forever("replies", read)
+            for _stream, entries in response or ():
+                for entry_id, fields in entries:
+                    last = entry_id.decode()
+                    self._accept_reply(fields.get(b"r"))
+            self._expire_asks()
+
+    def _accept_reply(self, data: bytes | None) -> None:
+        host = self._host
+        if host is None or data is None:
+            return
+        if len(data) > self.config.max_message_bytes:
+            log.warning("reply_too_large", size=len(data))
+            return
+        try:
+            correlation = self.codec.decode_reply(data).correlation
+        except MessageDecodeError as exc:
+            log.warning("reply_undecodable", reason=str(exc))
+            return
+        reply_type, _, address = self._asks.pop(correlation, (Any, 0.0, "?"))
+        host.resolve(self.codec.decode_reply(data, reply_type, address))
+
+    def _expire_asks(self) -> None:
+        now = time.time()
+        for correlation, (_, deadline, _) in list(self._asks.items()):
+            if deadline < now:
+                del self._asks[correlation]
+
+    # -- background loops -------------------------------------------------------------------------
+
+    async def forever(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
+        """Await ``call()`` until it succeeds, backing off while Redis is away.
+
+        For the background loops, which must outlive a Redis restart: an
+        unavailable server is waited for, and any other transport error is logged
+        and tried again (a loop that died would silently stop a shard).
+        """
+        delay = 0.05
+        failed = False
+        while True:
+            try:
+                result = await call()
+            except TransportUnavailableError as exc:
+                if not failed:
+                    log.warning("redis_unavailable", loop=what, reason=str(exc))
+                    failed = True
+            except TransportError as exc:
+                log.error("redis_loop_error", loop=what, reason=str(exc))
+                failed = True
+            else:
+                if failed:
+                    log.info("redis_reconnected", loop=what)
+                return result
+            await anyio.sleep(delay)
+            delay = min(delay * 2, _MAX_LOOP_BACKOFF)
+
+    async def _lease_loop(self) -> None:
+        leases = self._leases
+        assert leases is not None
+        await self.wait_host_open()
+        while True:
+            try:
+                await leases.heartbeat()
+            except TransportUnavailableError as exc:
+                log.warning("lease_heartbeat_failed", reason=str(exc))
+            await anyio.sleep(leases.interval)
+
+    async def wait_host_open(self) -> None:
+        # Entries must not be delivered before the runtime is open and the user
+        # has registered the actor kinds.
+        while not self._require_host().is_open:  # noqa: ASYNC110 (startup only, no event)
+            await anyio.sleep(_OPEN_POLL)
+
+    async def _gained(self, number: int, lease: str) -> None:
+        shard = self.shards[number] = Shard(number, lease)
+        self._require_host().spawn(self._consume, shard)
+
+    async def _lost(self, number: int, released: bool) -> None:
+        shard = self.shards.pop(number, None)
+        if shard is None:
+            return
+        shard.scope.cancel()
+        if released:
+            # Let what was delivered finish (and be acked) before the lease goes.
+            with anyio.move_on_after(self.config.lease_ms / 1000):
+                while shard.inflight:  # noqa: ASYNC110 (bounded wait for handlers)
+                    await anyio.sleep(_OPEN_POLL)
+        host = self._host
+        for address, agent in list(self.agents.items()):
+            if agent.shard == number:
+                del self.agents[address]
+                if host is not None:
+                    await host.passivate(address)
+
+    # -- consuming a shard -------------------------------------------------------------------------
+
+    async def _consume(self, shard: Shard) -> None:
+        with shard.scope:
+            await consume(self, shard)
+
+    async def _stream_end(self, stream: str) -> str:
+        """The id of the newest entry of ``stream`` (``0-0`` if empty): read after it."""
+        with redis_errors(f"reading {stream}"):
+            newest: Any = await self.client.xrevrange(stream, count=1)
+        return newest[0][0].decode() if newest else "0-0"
+
+    async def _broadcast_loop(self, last: str) -> None:
+        blocking: Any = self.blocking_client
+        stream = self.keys.broadcast()
+        await self.wait_host_open()
+        while True:
+
+            async def read(after: str = last) -> Any:
+                with redis_errors("XREAD broadcast"):
+                    return await blocking.xread(
+                        {stream: after}, count=_BATCH, block=self.config.block_ms
+                    )
+
+            response = await self.forever("broadcast", read)
+            for _stream, entries in response or ():
+                for entry_id, fields in entries:
+                    last = entry_id.decode()
+                    await self._fan_out(fields.get(b"e"))
+
+    async def _fan_out(self, data: bytes | None) -> None:
+        host = self._require_host()
+        if data is None or len(data) > self.config.max_message_bytes:
+            log.warning("broadcast_dropped", reason="missing or too large")
+            return
+        try:
+            envelope = self.codec.decode_envelope(data)
+        except MessageDecodeError as exc:
+            log.warning("broadcast_undecodable", reason=str(exc))
+            return
+        kind = envelope.recipient.partition("/")[0]
+        for address in host.local_addresses(kind):
+            copy = Envelope(recipient=address, body=envelope.body, id=envelope.id)
+            try:
+                await host.deliver(copy)
+            except ActorError as exc:
+                log.warning("broadcast_undelivered", to=address, reason=str(exc))
+
+    async def _passivate_loop(self) -> None:
+        after = self.config.passivate_after
+        while True:
+            await anyio.sleep(min(after / 2, 5.0))
+            host = self._host
+            if host is None:
+                return
+            cutoff = time.monotonic() - after
+            for address, agent in list(self.agents.items()):
+                idle = agent.durable and not agent.busy and agent.last_used < cutoff
+                if idle and await host.passivate(address):
+                    self.agents.pop(address, None)
+                    log.debug("actor_passivated", actor=address)
+
+    # -- the runtime's hooks ---------------------------------------------------------------
+
+    async def activated(self, address: str, actor: Actor) -> None:
+        """Load a durable actor's state from Redis before its ``on_start``."""
+        if not is_durable(actor):
+            return
+        shard = shard_of(address, self.config.shards)
+        agent = self.agents.get(address)
+        if agent is not None:
+            agent.durable = True
+
+        async def load() -> tuple[bytes | None, list[bytes]]:
+            with redis_errors(f"loading the state of {address}"):
+                async with self.client.pipeline(transaction=False) as pipe:
+                    pipe.get(self.keys.agent_snapshot(shard, address))
+                    pipe.lrange(self.keys.agent_log(shard, address), 0, -1)
+                    snapshot, entries = await pipe.execute()
+            return snapshot, entries
+
+        snapshot, entries = await retrying(load, what="load", retry_for=self.config.retry_for)
+        actor.durable_restore(snapshot, entries)
+        log.debug("actor_state_loaded", actor=address, log_entries=len(entries))
+
+    async def handled(self, envelope: Envelope, actor: Actor | None, ok: bool) -> bool:
+        return await handled(self, envelope, actor, ok)
+
+    def dropped(self, envelope: Envelope) -> None:
+        if isinstance(envelope, StreamEnvelope):
+            shard = self.shards.get(envelope.shard)
+            if shard is not None:
+                shard.inflight.discard(envelope.entry)
+            agent = self.agents.get(envelope.recipient)
+            if agent is not None:
+                agent.inflight.discard(envelope.id)
+                agent.busy = max(agent.busy - 1, 0)
+
+    # -- inspection -------------------------------------------------------------------------
+
+    def owned_shards(self) -> list[int]:
+        """The shards this worker owns now."""
+        return sorted(self.shards)

@@ -1,0 +1,108 @@
+"""Small actors for the Redis tests, importable by worker subprocesses too.
+
+``Ledger`` is a durable actor: its append-only log holds every command id it
+applied (so a test can check that each was applied exactly once), its snapshot
+holds a running total.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import msgspec
+
+from runtime import Actor, ActorContext, ActormemError, Runtime
+from runtime.redis import register_error_types, register_message_types
+
+
+class Add(msgspec.Struct, frozen=True, tag=True):
+    """Add ``amount``; ``token`` is what the ledger records (unique per command)."""
+
+    token: str
+    amount: int = 1
+
+
+class LedgerState(msgspec.Struct, frozen=True):
+    tokens: list[str]
+    total: int
+    activations: int
+
+
+class GetState(msgspec.Struct, frozen=True, tag=True):
+    reply_type: ClassVar[Any] = LedgerState
+
+
+class Boom(msgspec.Struct, frozen=True, tag=True):
+    """Makes the handler crash."""
+
+
+class Refuse(msgspec.Struct, frozen=True, tag=True):
+    """Makes the handler raise an expected error."""
+
+
+register_message_types(Add, GetState, Boom, Refuse)
+
+_encoder = msgspec.msgpack.Encoder()
+_int = msgspec.msgpack.Decoder(int)
+
+
+class RefusedError(ActormemError):
+    """The ledger refused the command."""
+
+
+register_error_types(RefusedError)
+
+
+class Ledger(Actor):
+    """A durable ledger (see the module docstring)."""
+
+    activations = 0
+
+    def __init__(self, ctx: ActorContext) -> None:
+        super().__init__(ctx)
+        self.tokens: list[str] = []
+        self.total = 0
+        self._new: list[bytes] = []
+        self._dirty = False
+
+    async def on_start(self) -> None:
+        Ledger.activations += 1
+
+    async def receive(self, message: Any) -> Any:
+        match message:
+            case Add(token=token, amount=amount):
+                self.tokens.append(token)
+                self._new.append(token.encode())
+                self.total += amount
+                self._dirty = True
+                return self.total
+            case GetState():
+                return LedgerState(list(self.tokens), self.total, Ledger.activations)
+            case Boom():
+                raise RuntimeError("boom")
+            case Refuse():
+                raise RefusedError("refused on purpose")
+        raise TypeError(f"unexpected {message!r}")
+
+    def durable_changes(self) -> tuple[list[bytes], bytes | None]:
+        appended, self._new = self._new, []
+        snapshot = _encoder.encode(self.total) if self._dirty else None
+        self._dirty = False
+        return appended, snapshot
+
+    def durable_restore(self, snapshot: bytes | None, log: list[bytes]) -> None:
+        self.tokens = [entry.decode() for entry in log]
+        self.total = _int.decode(snapshot) if snapshot is not None else 0
+
+
+class Echo(Actor):
+    """Replies with what it got; not durable."""
+
+    async def receive(self, message: Any) -> Any:
+        return message
+
+
+def register(rt: Runtime) -> None:
+    """Register the test kinds (the worker subprocesses call this)."""
+    rt.register("ledger", Ledger)
+    rt.register("echo", Echo)

@@ -1,0 +1,285 @@
+"""The Redis transport in one process: asks, tells, durability, exactly-once."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import msgspec
+import pytest
+import redis.asyncio as aioredis
+
+from runtime import (
+    HandlerError,
+    MessageTooLargeError,
+    Runtime,
+    RuntimeConfig,
+    SupervisionConfig,
+)
+from runtime._envelope import Envelope
+from runtime.redis import Keys, RedisConfig, default_codec, shard_of
+from runtime.transports.redis import RedisTransport
+from tests.redis.actors import (
+    Add,
+    Boom,
+    GetState,
+    Ledger,
+    LedgerState,
+    Refuse,
+    RefusedError,
+    register,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+@asynccontextmanager
+async def worker(
+    client: aioredis.Redis | str, config: RedisConfig, **kwargs: Any
+) -> AsyncIterator[Runtime]:
+    transport = RedisTransport(client, config, **kwargs)
+    async with Runtime(RuntimeConfig(ask_timeout=10.0), transport=transport) as rt:
+        register(rt)
+        yield rt
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], what: str, limit: float = 15.0) -> None:
+    """Poll ``check`` until it holds (a bound on waiting, not a timing assertion)."""
+    with anyio.move_on_after(limit):
+        while not await check():  # noqa: ASYNC110 (polling Redis from outside)
+            await anyio.sleep(0.05)
+        return
+    raise AssertionError(f"never happened: {what}")
+
+
+async def test_ask_and_tell_round_trip(
+    redis_client: aioredis.Redis, redis_config: RedisConfig
+) -> None:
+    async with worker(redis_client, redis_config) as rt:
+        assert await rt.ref("echo/a").ask("hi") == "hi"
+        await rt.ref("ledger/x").tell(Add("t1", 2))
+        rt.ref("ledger/x").tell_nowait(Add("t2", 3))
+        state = await rt.ref("ledger/x").ask(GetState())
+    assert isinstance(state, LedgerState)
+    assert (state.tokens, state.total) == (["t1", "t2"], 5)
+
+
+async def test_errors_cross_as_their_own_class(
+    redis_client: aioredis.Redis, redis_config: RedisConfig
+) -> None:
+    async with worker(redis_client, redis_config) as rt:
+        with pytest.raises(RefusedError, match="refused on purpose"):
+            await rt.ref("ledger/x").ask(Refuse())
+        with pytest.raises(HandlerError, match="RuntimeError: boom"):
+            await rt.ref("ledger/y").ask(Boom())
+
+
+async def test_a_client_asks_a_worker_in_another_runtime(
+    redis_client: aioredis.Redis, redis_config: RedisConfig
+) -> None:
+    async with (
+        worker(redis_client, redis_config),
+        worker(redis_client, redis_config, worker=False) as client,
+    ):
+        assert await client.ref("ledger/a").ask(Add("c1", 7)) == 7
+        assert (await client.ref("ledger/a").ask(GetState())).tokens == ["c1"]
+
+
+async def test_a_message_over_the_size_limit_is_refused_before_sending(
+    redis_client: aioredis.Redis, redis_config: RedisConfig
+) -> None:
+    config = msgspec.structs.replace(redis_config, max_message_bytes=200)
+    async with worker(redis_client, config) as rt:
+        with pytest.raises(MessageTooLargeError, match="max_message_bytes=200"):
+            await rt.ref("echo/a").tell("x" * 500)
+    keys = Keys(config.prefix)
+    assert await redis_client.xlen(keys.stream(shard_of("echo/a", config.shards))) == 0
+
+
+async def test_state_is_durable_and_the_log_grows_by_appends(
+    redis_client: aioredis.Redis, redis_config: RedisConfig
+) -> None:
+    async with worker(redis_client, redis_config) as rt:
+        for i in range(5):
+            await rt.ref("ledger/d").tell(Add(f"t{i}"))
+        assert (await rt.ref("ledger/d").ask(GetState())).total == 5
+    keys = Keys(redis_config.prefix)
+    shard = shard_of("ledger/d", redis_config.shards)
+    assert await redis_client.lrange(keys.agent_log(shard, "ledger/d"), 0, -1) == [
+        f"t{i}".encode() for i in range(5)
+    ]
+    async with worker(redis_client, redis_config) as rt:
+        state = await rt.ref("ledger/d").ask(GetState())
+    assert (state.tokens, state.total) == ([f"t{i}" for i in range(5)], 5)
+
+
+async def test_a_second_xadd_of_the_same_command_changes_nothing(
+    redis_client: aioredis.Redis, redis_config: RedisConfig
+) -> None:
+    keys = Keys(redis_config.prefix)
+    stream = keys.stream(shard_of("ledger/dup", redis_config.shards))
+    data = default_codec.encode_envelope(
+        Envelope(recipient="ledger/dup", body=Add("once", 10), id="cmd-0001")
+    )
+    async with worker(redis_client, redis_config) as rt:
+        # A producer whose XADD reply was lost sends the same bytes again.
+        await redis_client.xadd(stream, {b"e": data})
+        await redis_client.xadd(stream, {b"e": data})
+        transport = rt.transport
+        assert isinstance(transport, RedisTransport)
+
+        async def skipped() -> bool:
+            return transport.duplicates == 1
+
+        await eventually(skipped, "the duplicate is skipped")
+        state = await rt.ref("ledger/dup").ask(GetState())
+    assert (state.tokens, state.total) == (["once"], 10)
+    # And after a restart (the applied ids are reloaded from Redis), still nothing.
+    async with worker(redis_client, redis_config) as rt:
+        await redis_client.xadd(stream, {b"e": data})
+        state = await rt.ref("ledger/dup").ask(GetState())
+    assert (state.tokens, state.total) == (["once"], 10)
+
+
+async def test_malformed_entries_go_to_the_dead_letters_and_the_consumer_goes_on(
+    redis_client: aioredis.Redis, redis_config: RedisConfig
+) -> None:
+    config = msgspec.structs.replace(redis_config, max_message_bytes=1000)
+    keys = Keys(config.prefix)
+    address = "ledger/m"
+    stream = keys.stream(shard_of(address, config.shards))
+    wrong = next(
+        f"ledger/w{i}" for i in range(100) if shard_of(f"ledger/w{i}", 4) != shard_of(address, 4)
+    )
+    bad = {
+        "no 'e' field": {b"x": b"1"},
+        "not a valid envelope": {b"e": b"\x93garbage"},
+        "invalid body": {
+            b"e": msgspec.msgpack.encode({"recipient": address, "body": {"type": "Nope"}})
+        },
+        "over max_message_bytes": {b"e": b"\x00" * 2000},
+        "belongs to shard": {
+            b"e": default_codec.encode_envelope(Envelope(recipient=wrong, body=Add("w")))
+        },
+        "no actor kind 'ghost'": {
+            b"e": default_codec.encode_envelope(Envelope(recipient="ghost/m", body="boo"))
+        },
+    }
+    ghost_stream = keys.stream(shard_of("ghost/m", config.shards))
+    async with worker(redis_client, config) as rt:
+        for reason, fields in bad.items():
+            await redis_client.xadd(ghost_stream if "ghost" in reason else stream, fields)
+        assert await rt.ref(address).ask(Add("after", 1)) == 1
+
+        async def all_dead() -> bool:
+            return int(await redis_client.xlen(keys.dead_letters())) >= len(bad)
+
+        await eventually(all_dead, "every bad entry is dead-lettered")
+    letters = await redis_client.xrange(keys.dead_letters())
+    reasons = [fields[b"reason"].decode() for _, fields in letters]
+    for expected in bad:
+        assert any(expected in r for r in reasons), (expected, reasons)
+
+
+async def test_a_command_that_keeps_failing_is_dead_lettered_after_max_deliveries(
+    redis_client: aioredis.Redis, redis_config: RedisConfig
+) -> None:
+    keys = Keys(redis_config.prefix)
+    async with worker(redis_client, redis_config) as rt:
+        await rt.ref("ledger/f").tell(Boom())
+        await rt.ref("ledger/f").tell(Add("ok"))
+
+        async def dead() -> bool:
+            return int(await redis_client.xlen(keys.dead_letters())) == 1
+
+        await eventually(dead, "the failing command is dead-lettered")
+        assert (await rt.ref("ledger/f").ask(GetState())).tokens == ["ok"]
+    [(_, fields)] = await redis_client.xrange(keys.dead_letters())
+    assert b"delivered 3 times" in fields[b"reason"]
+    envelope = default_codec.decode_envelope(fields[b"e"])
+    assert envelope.body == Boom()
+
+
+async def test_a_worker_that_lost_its_lease_cannot_store_state(
+    redis_client: aioredis.Redis, redis_config: RedisConfig
+) -> None:
+    keys = Keys(redis_config.prefix)
+    address = "ledger/s"
+    shard = shard_of(address, redis_config.shards)
+    async with worker(redis_client, redis_config) as rt:
+        await rt.ref(address).ask(Add("before"))
+        # Another worker takes the shard over (a larger fencing token).
+        await redis_client.set(keys.lease(shard), "999:someone-else")
+        await rt.ref(address).tell(Add("stale"))
+
+        async def pending() -> bool:
+            summary = await redis_client.xpending(keys.stream(shard), "workers")
+            return bool(summary["pending"] == 1)
+
+        await eventually(pending, "the stale worker's command stays pending")
+        await anyio.sleep(0.3)  # give a wrongful write every chance to land
+    assert await redis_client.lrange(keys.agent_log(shard, address), 0, -1) == [b"before"]
+
+
+async def test_broadcast_reaches_every_active_actor_of_a_kind(
+    redis_client: aioredis.Redis, redis_config: RedisConfig
+) -> None:
+    async with worker(redis_client, redis_config) as rt:
+        for name in ("b1", "b2", "b3"):
+            await rt.ref(f"ledger/{name}").ask(Add(f"{name}-own"))
+        transport = rt.transport
+        assert isinstance(transport, RedisTransport)
+        await transport.publish("ledger", Add("news", 10))
+
+        async def everyone_heard() -> bool:
+            states = [await rt.ref(f"ledger/b{i}").ask(GetState()) for i in (1, 2, 3)]
+            return all(s.total == 11 for s in states)
+
+        await eventually(everyone_heard, "the broadcast reaches all three")
+    # The broadcast's effect is durable like any other.
+    async with worker(redis_client, redis_config) as rt:
+        assert (await rt.ref("ledger/b2").ask(GetState())).tokens == ["b2-own", "news"]
+
+
+async def test_an_idle_durable_actor_is_passivated_and_reloaded(
+    redis_client: aioredis.Redis, redis_config: RedisConfig
+) -> None:
+    config = msgspec.structs.replace(redis_config, passivate_after=0.2)
+    async with worker(redis_client, config) as rt:
+        first = await rt.ref("ledger/p").ask(GetState())
+        await rt.ref("ledger/p").ask(Add("kept", 4))
+
+        async def gone() -> bool:
+            return "ledger/p" not in rt.local_addresses("ledger")
+
+        await eventually(gone, "the idle actor is passivated")
+        state = await rt.ref("ledger/p").ask(GetState())
+    assert (state.tokens, state.total) == (["kept"], 4)
+    assert state.activations > first.activations
+
+
+async def test_streams_are_trimmed_but_never_past_a_pending_entry(
+    redis_client: aioredis.Redis, redis_config: RedisConfig
+) -> None:
+    config = msgspec.structs.replace(redis_config, stream_maxlen=3, shards=1, max_deliveries=100)
+    keys = Keys(config.prefix)
+    stream = keys.stream(0)
+    async with worker(redis_client, config) as rt:
+        patient = SupervisionConfig(max_restarts=10_000)
+        rt.register("patient", Ledger, supervision=patient)
+        for i in range(15):
+            await rt.ref("echo/t").tell(i)
+        await rt.ref("patient/t").tell(Boom())  # stays pending: it keeps failing
+        for i in range(15):
+            await rt.ref("echo/t").tell(i)
+        await rt.ref("echo/t").ask("sync")
+
+        async def trimmed() -> bool:
+            return int(await redis_client.xlen(stream)) <= 17
+
+        await eventually(trimmed, "the stream is trimmed below the pending entry")
+        pending = await redis_client.xpending(stream, "workers")
+        assert pending["pending"] == 1
+        assert await redis_client.xrange(stream, pending["min"], pending["min"]) != []

@@ -155,6 +155,14 @@ async def _recover(t: RedisTransport, shard: Shard, min_idle: int) -> None:
                 claimed = await client.xclaim(
                     stream, CONSUMER_GROUP, t.id, min_idle_time=min_idle, message_ids=[entry]
                 )
+            if claimed and item["consumer"].decode() != t.id:
+                log.info(
+                    "entry_taken_over",
+                    shard=shard.number,
+                    entry=entry,
+                    previous=item["consumer"].decode(),
+                    deliveries=item["times_delivered"] + 1,
+                )
             for entry_id, fields in claimed:
                 if fields is None:  # trimmed meanwhile: nothing left to do
                     await _ack(t, shard, [entry])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+import anyio
 import msgspec
 
 from runtime import Actor, ActorContext, ActormemError, Runtime
@@ -16,10 +17,14 @@ from runtime.redis import register_error_types, register_message_types
 
 
 class Add(msgspec.Struct, frozen=True, tag=True):
-    """Add ``amount``; ``token`` is what the ledger records (unique per command)."""
+    """Add ``amount``; ``token`` is what the ledger records (unique per command).
+
+    ``delay`` seconds of work make a backlog that a test can interrupt.
+    """
 
     token: str
     amount: int = 1
+    delay: float = 0.0
 
 
 class LedgerState(msgspec.Struct, frozen=True):
@@ -70,7 +75,9 @@ class Ledger(Actor):
 
     async def receive(self, message: Any) -> Any:
         match message:
-            case Add(token=token, amount=amount):
+            case Add(token=token, amount=amount, delay=delay):
+                if delay:
+                    await anyio.sleep(delay)
                 self.tokens.append(token)
                 self._new.append(token.encode())
                 self.total += amount

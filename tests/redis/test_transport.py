@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -31,6 +31,7 @@ from tests.redis.actors import (
     RefusedError,
     register,
 )
+from tests.redis.helpers import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -43,15 +44,6 @@ async def worker(
     async with Runtime(RuntimeConfig(ask_timeout=10.0), transport=transport) as rt:
         register(rt)
         yield rt
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], what: str, limit: float = 15.0) -> None:
-    """Poll ``check`` until it holds (a bound on waiting, not a timing assertion)."""
-    with anyio.move_on_after(limit):
-        while not await check():  # noqa: ASYNC110 (polling Redis from outside)
-            await anyio.sleep(0.05)
-        return
-    raise AssertionError(f"never happened: {what}")
 
 
 async def test_ask_and_tell_round_trip(

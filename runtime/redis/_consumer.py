@@ -215,6 +215,11 @@ async def _accept(t: RedisTransport, shard: Shard, entry: str, fields: dict[byte
         env = t.codec.decode_envelope(data)
     except MessageDecodeError as exc:
         await _dead_letter(t, shard, entry, data, str(exc))
+        asker = t.codec.reply_address(data)
+        if asker is not None:
+            reply_to, correlation, recipient = asker
+            bounce = Envelope(recipient=recipient, body=None, reply_to=reply_to)
+            await t.reply(bounce, Reply(correlation, error=exc))
         return
     expected = shard_of(env.recipient, t.config.shards)
     if expected != shard.number:

@@ -176,6 +176,20 @@ class Codec:
             deadline=wire.deadline,
         )
 
+    def reply_address(self, data: bytes) -> tuple[str, int, str] | None:
+        """``(reply_to, correlation, recipient)`` of an ask whose body is invalid.
+
+        Lets a consumer answer the asker at once instead of leaving it to time out.
+        Returns None when ``data`` is not an ask or not even a valid envelope.
+        """
+        try:
+            wire = self._wire_decoder.decode(data)
+        except msgspec.DecodeError:
+            return None
+        if wire.reply_to is None or wire.correlation is None:
+            return None
+        return wire.reply_to, wire.correlation, wire.recipient
+
     # -- replies --------------------------------------------------------------------------
 
     def encode_reply(self, reply: Reply) -> bytes:

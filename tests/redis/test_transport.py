@@ -19,7 +19,8 @@ from runtime import (
     SupervisionConfig,
 )
 from runtime._envelope import Envelope
-from runtime.redis import Keys, RedisConfig, default_codec, shard_of
+from runtime.errors import MessageDecodeError
+from runtime.redis import Codec, Keys, RedisConfig, default_codec, shard_of
 from runtime.transports.redis import RedisTransport
 from tests.redis.actors import (
     Add,
@@ -275,3 +276,24 @@ async def test_streams_are_trimmed_but_never_past_a_pending_entry(
         pending = await redis_client.xpending(stream, "workers")
         assert pending["pending"] == 1
         assert await redis_client.xrange(stream, pending["min"], pending["min"]) != []
+
+
+class ForgedAdd(msgspec.Struct, frozen=True, tag="Add"):
+    """Looks like ``Add`` on the wire, but with a field of the wrong type."""
+
+    token: str
+    amount: str
+
+
+async def test_an_ask_with_an_invalid_body_fails_at_once(
+    redis_client: aioredis.Redis, redis_config: RedisConfig
+) -> None:
+    forger = Codec((ForgedAdd,))
+    async with (
+        worker(redis_client, redis_config),
+        worker(redis_client, redis_config, worker=False, codec=forger) as client,
+    ):
+        with pytest.raises(MessageDecodeError, match=r"invalid body: Expected `int`, got `str`"):
+            await client.ref("ledger/v").ask(ForgedAdd("t", "three"))
+    letters = await redis_client.xrange(Keys(redis_config.prefix).dead_letters())
+    assert len(letters) == 1

@@ -108,6 +108,11 @@ async def consume(t: RedisTransport, shard: Shard) -> None:
     while True:
         if not host.is_open:
             await anyio.sleep_forever()  # shutting down: read nothing new
+        if not t.lease_fresh(shard.number):
+            # Not renewed for most of a lease: another worker may own the shard
+            # by now, so read nothing until the heartbeat settles it.
+            await anyio.sleep(t.config.block_ms / 1000)
+            continue
         response = await t.forever("read", read)
         for _stream, entries in response or ():
             for entry_id, fields in entries:
@@ -364,7 +369,13 @@ async def _commit(
     t: RedisTransport, number: int, lease: str, entry: str, env: Envelope, actor: Durable
 ) -> bool:
     """Store a durable actor's changes, the command id and the XACK in one fenced call."""
-    appends, snapshot = actor.durable_changes()
+    try:
+        appends, snapshot = actor.durable_changes()
+    except Exception:
+        # The actor cannot say what changed: drop it, and let the command be
+        # delivered again to a fresh activation loaded from what is stored.
+        log.exception("durable_changes_failed", actor=env.recipient, msg_id=env.id)
+        return False
     address = env.recipient
     keys = [
         t.keys.lease(number),

@@ -79,6 +79,13 @@ class LeaseManager:
         """Seconds between heartbeats."""
         return self._lease_ms / 3000
 
+    def fresh(self, shard: int) -> bool:
+        """True while ``shard``'s lease was renewed within most of its time to live."""
+        renewed = self._renewed.get(shard)
+        if renewed is None or shard not in self.owned:
+            return False
+        return time.monotonic() - renewed < self._lease_ms / 1000 * _SAFETY
+
     async def heartbeat(self) -> None:
         """Register as live, renew, rebalance and acquire (one round).
 

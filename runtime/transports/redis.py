@@ -177,6 +177,9 @@ class RedisTransport(Transport):
         blocking = blocking_twin(client, self.config.shards + 4)
         self._stack.push_async_callback(blocking.aclose)
         self._blocking = blocking
+        # Runs first on close (callbacks unwind last in, first out), while the
+        # clients are still open: give the leases back, delete the reply stream.
+        self._stack.push_async_callback(self._leave)
         for name, text in (("ack", _scripts.ACK), ("commit", _scripts.COMMIT)):
             self._scripts[name] = client.register_script(text)
 
@@ -191,9 +194,6 @@ class RedisTransport(Transport):
             self._lost,
         )
         self._leases = leases
-        # Stop consuming and give the leases back on close, before the task
-        # group is cancelled, so another worker can take the shards at once.
-        self._stack.push_async_callback(self._leave)
         start = await self._stream_end(self.keys.broadcast())
         host.spawn(self._broadcast_loop, start)
         host.spawn(self._lease_loop)
@@ -211,16 +211,17 @@ class RedisTransport(Transport):
         log.info("redis_transport_closed", id=self.id)
 
     async def _leave(self) -> None:
+        """Give the leases back at once (other workers take the shards over without
+        waiting for them to expire) and delete this client's reply stream."""
         leases = self._leases
-        if leases is None:
-            return
         for shard in self.shards.values():
             shard.scope.cancel()
-        with anyio.move_on_after(self.config.socket_timeout, shield=True):
-            try:
-                await leases.release_all()
-            except TransportError as exc:
-                log.warning("shard_release_failed", reason=str(exc))
+        if leases is not None:
+            with anyio.move_on_after(self.config.socket_timeout, shield=True):
+                try:
+                    await leases.release_all()
+                except TransportError as exc:
+                    log.warning("shard_release_failed", reason=str(exc))
         if self._client is not None:
             with anyio.move_on_after(self.config.socket_timeout, shield=True):
                 try:
@@ -249,6 +250,10 @@ class RedisTransport(Transport):
     def host(self) -> TransportHost:
         """The runtime this transport delivers to."""
         return self._require_host()
+
+    def lease_fresh(self, shard: int) -> bool:
+        """True while this worker's lease on ``shard`` was recently renewed."""
+        return self._leases is not None and self._leases.fresh(shard)
 
     def script(self, name: str) -> Any:
         """A registered Lua script (``ack``, ``commit``)."""

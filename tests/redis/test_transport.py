@@ -78,6 +78,12 @@ async def test_a_client_asks_a_worker_in_another_runtime(
     ):
         assert await client.ref("ledger/a").ask(Add("c1", 7)) == 7
         assert (await client.ref("ledger/a").ask(GetState())).tokens == ["c1"]
+        transport = client.transport
+        assert isinstance(transport, RedisTransport)
+        replies = Keys(redis_config.prefix).replies(transport.id)
+        assert await redis_client.exists(replies)
+    # A client that leaves deletes its reply stream.
+    assert not await redis_client.exists(replies)
 
 
 async def test_a_message_over_the_size_limit_is_refused_before_sending(

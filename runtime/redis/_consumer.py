@@ -46,13 +46,15 @@ class StreamEnvelope(Envelope, kw_only=True):
 class Shard:
     """A shard this worker owns: its lease value and the entries it has in flight."""
 
-    __slots__ = ("inflight", "lease", "number", "scope")
+    __slots__ = ("acks", "inflight", "lease", "number", "scope")
 
     def __init__(self, number: int, lease: str) -> None:
         self.number = number
         self.lease = lease
         self.scope = anyio.CancelScope()
         self.inflight: set[str] = set()
+        # Handled entries of non-durable actors, acked in one call per batch.
+        self.acks: list[str] = []
 
 
 class Agent:
@@ -117,6 +119,7 @@ async def consume(t: RedisTransport, shard: Shard) -> None:
         for _stream, entries in response or ():
             for entry_id, fields in entries:
                 await _accept(t, shard, entry_id.decode(), fields)
+        await t.forever("ack", lambda: flush_acks(t, shard))
         if time.monotonic() >= next_claim:
             next_claim = time.monotonic() + claim_every
             await t.forever("recover", lambda: _recover(t, shard, t.config.claim_idle_ms))
@@ -144,7 +147,7 @@ async def _recover(t: RedisTransport, shard: Shard, min_idle: int) -> None:
             )
         for item in page:
             entry = item["message_id"].decode()
-            if entry in shard.inflight:
+            if entry in shard.inflight or entry in shard.acks:
                 continue
             if item["times_delivered"] >= t.config.max_deliveries:
                 with redis_errors(f"XRANGE {stream}"):
@@ -336,7 +339,10 @@ async def handled(t: RedisTransport, env: Envelope, actor: Actor | None, ok: boo
                 t, shard.number, shard.lease, env.entry, env, cast(Durable, actor)
             )
         else:
-            stored = await _ack_fenced(t, shard, env.entry)
+            # A non-durable actor's effect lives in memory only: nothing to
+            # store, so its ack can wait for the next batch.
+            shard.acks.append(env.entry)
+            stored = True
         if stored and agent is not None and env.id:
             agent.remember(env.id, t.config.applied_keep)
         return stored
@@ -346,23 +352,17 @@ async def handled(t: RedisTransport, env: Envelope, actor: Actor | None, ok: boo
             agent.last_used = time.monotonic()
 
 
-async def _ack_fenced(t: RedisTransport, shard: Shard, entry: str) -> bool:
-    async def ack() -> Any:
-        with redis_errors("XACK"):
-            return await t.script("ack")(
-                keys=[t.keys.lease(shard.number), t.keys.stream(shard.number)],
-                args=[shard.lease, CONSUMER_GROUP, entry],
-            )
+async def flush_acks(t: RedisTransport, shard: Shard) -> None:
+    """XACK the handled entries of non-durable actors in one fenced call.
 
-    try:
-        result = await retrying(ack, what="ack", retry_for=t.config.retry_for)
-    except TransportError as exc:
-        log.error("ack_failed", entry=entry, reason=str(exc))
-        return False
-    if result == -1:
-        log.warning("write_fenced_off", shard=shard.number, entry=entry)
-        return False
-    return True
+    Raises:
+        TransportUnavailableError: Redis is away (the entries stay queued).
+    """
+    if not shard.acks:
+        return
+    entries = list(shard.acks)
+    await _ack(t, shard, entries)
+    del shard.acks[: len(entries)]
 
 
 async def _commit(

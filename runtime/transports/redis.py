@@ -51,7 +51,14 @@ from runtime.redis._client import (
     redis_errors,
     retrying,
 )
-from runtime.redis._consumer import Agent, Shard, StreamEnvelope, consume, handled
+from runtime.redis._consumer import (
+    Agent,
+    Shard,
+    StreamEnvelope,
+    consume,
+    flush_acks,
+    handled,
+)
 from runtime.redis._leases import LeaseManager
 from runtime.redis._server import EmbeddedRedis
 from runtime.redis.codec import Codec, default_codec
@@ -126,10 +133,12 @@ class RedisTransport(Transport):
         self._replies = self.keys.replies(self.id)
         # correlation -> (reply type, deadline, address asked)
         self._asks: dict[int, tuple[Any, float, str]] = {}
-        # (stream, data, set when sent): tell_nowait's queue, and sends that
-        # must wait their turn behind it (a sender's messages stay in order).
-        self._outbox: deque[tuple[str, bytes, anyio.Event | None]] = deque()
+        # (stream, data) waiting for XADD: one queue, so a sender's messages
+        # reach the streams in the order they were sent.
+        self._outbox: deque[tuple[str, bytes]] = deque()
         self._outbox_ready = anyio.Event()
+        self._outbox_space: anyio.Event | None = None
+        self._outbox_drained: anyio.Event | None = None
         self.shards: dict[int, Shard] = {}
         self.agents: dict[str, Agent] = {}
         self._leases: LeaseManager | None = None
@@ -200,11 +209,12 @@ class RedisTransport(Transport):
         host.spawn(self._passivate_loop)
 
     async def aclose(self) -> None:
-        if self._state == "closed":
+        if self._state in ("closing", "closed"):
             return
-        self._state = "closed"
+        self._state = "closing"
         with anyio.CancelScope(shield=True):
             await self._stack.aclose()
+        self._state = "closed"
         self._host = None
         self.shards.clear()
         self.agents.clear()
@@ -213,9 +223,16 @@ class RedisTransport(Transport):
     async def _leave(self) -> None:
         """Give the leases back at once (other workers take the shards over without
         waiting for them to expire) and delete this client's reply stream."""
+        if self._outbox and self._client is not None:
+            with anyio.move_on_after(self.config.retry_for, shield=True):
+                await self.forever("outbox", self._send_batch_while_queued)
+            if self._outbox:
+                log.error("outbox_not_flushed", envelopes=len(self._outbox))
         leases = self._leases
         for shard in self.shards.values():
             shard.scope.cancel()
+            with anyio.move_on_after(self.config.socket_timeout, shield=True):
+                await flush_acks(self, shard)
         if leases is not None:
             with anyio.move_on_after(self.config.socket_timeout, shield=True):
                 try:
@@ -234,7 +251,7 @@ class RedisTransport(Transport):
     def client(self) -> aioredis.Redis:
         """The client for commands (raises :class:`RuntimeClosedError` when closed)."""
         client = self._client
-        if client is None or self._state != "open":
+        if client is None or self._state == "closed":
             raise RuntimeClosedError("the Redis transport is not open")
         return client
 
@@ -242,7 +259,7 @@ class RedisTransport(Transport):
     def blocking_client(self) -> aioredis.Redis:
         """The client for blocking reads (its own pool)."""
         client = self._blocking
-        if client is None or self._state != "open":
+        if client is None or self._state == "closed":
             raise RuntimeClosedError("the Redis transport is not open")
         return client
 
@@ -285,45 +302,26 @@ class RedisTransport(Transport):
         return stream, data
 
     async def send(self, envelope: Envelope) -> None:
-        """XADD ``envelope`` to its shard's stream, retrying while Redis is away.
+        """Queue ``envelope`` for its shard's stream; wait only while the outbox is full.
 
-        A retry sends the same bytes (the same command id), so an XADD that
-        succeeded but whose reply was lost cannot cause a second effect.
+        A background task XADDs what is queued in pipelined batches, in order,
+        retrying with backoff while Redis is away; a retry sends the same bytes
+        (the same command id), so an XADD that succeeded but whose reply was lost
+        causes no second effect. :meth:`flush` waits until all is written.
 
         Raises:
             MessageTooLargeError: the encoded envelope is over ``max_message_bytes``.
-            TransportError: the body's type is not registered, or Redis stayed
-                unavailable for ``retry_for`` seconds.
+            TransportError: the body's type is not registered (nothing is queued).
         """
-        stream, data = self._prepare(envelope)
-        try:
-            if self._outbox:
-                sent = anyio.Event()
-                self._outbox.append((stream, data, sent))
-                self._outbox_ready.set()
-                with anyio.fail_after(self.config.retry_for):
-                    await sent.wait()
-            else:
-                await retrying(
-                    lambda: self._xadd(stream, data), what="send", retry_for=self.config.retry_for
-                )
-        except TimeoutError:
-            self._asks.pop(envelope.correlation or 0, None)
-            raise TransportUnavailableError(
-                f"send to {envelope.recipient}: not sent within retry_for="
-                f"{self.config.retry_for:g}s (it may still be sent)"
-            ) from None
-        except BaseException:
-            if envelope.correlation is not None:
-                self._asks.pop(envelope.correlation, None)
-            raise
-
-    async def _xadd(self, stream: str, data: bytes) -> None:
-        with redis_errors(f"XADD to {stream}"):
-            await self.client.xadd(stream, {b"e": data})
+        item = self._prepare(envelope)
+        while len(self._outbox) >= self.config.outbox_size:
+            if self._outbox_space is None:
+                self._outbox_space = anyio.Event()
+            await self._outbox_space.wait()
+        self._enqueue(item)
 
     def send_nowait(self, envelope: Envelope) -> None:
-        """Queue ``envelope`` for a background XADD; never waits.
+        """Queue ``envelope`` now, or raise; never waits (see :meth:`send`).
 
         Raises:
             MailboxFullError: ``outbox_size`` envelopes are already queued.
@@ -334,28 +332,48 @@ class RedisTransport(Transport):
                 envelope.recipient,
                 f"the Redis outbox is full ({self.config.outbox_size} envelopes queued)",
             )
+        self._enqueue(self._prepare(envelope))
+
+    def _enqueue(self, item: tuple[str, bytes]) -> None:
         self._require_host()
-        self._outbox.append((*self._prepare(envelope), None))
+        self._outbox.append(item)
         self._outbox_ready.set()
+
+    async def flush(self) -> None:
+        """Wait until every envelope queued so far is in Redis."""
+        while self._outbox:
+            if self._outbox_drained is None:
+                self._outbox_drained = anyio.Event()
+            await self._outbox_drained.wait()
 
     async def _outbox_loop(self) -> None:
         while True:
             await self._outbox_ready.wait()
             self._outbox_ready = anyio.Event()
             while self._outbox:
-                batch = [self._outbox[i] for i in range(min(len(self._outbox), _BATCH))]
-                await self.forever("outbox", lambda b=batch: self._xadd_batch(b))  # type: ignore[misc]
-                for _ in batch:
-                    _, _, sent = self._outbox.popleft()
-                    if sent is not None:
-                        sent.set()
+                await self.forever("outbox", self._send_batch)
 
-    async def _xadd_batch(self, batch: list[tuple[str, bytes, anyio.Event | None]]) -> None:
+    async def _send_batch_while_queued(self) -> None:
+        while self._outbox:
+            await self._send_batch()
+
+    async def _send_batch(self) -> None:
+        """XADD the head of the outbox in one pipeline, then drop it from the queue."""
+        batch = [self._outbox[i] for i in range(min(len(self._outbox), _BATCH))]
         with redis_errors("XADD from the outbox"):
             async with self.client.pipeline(transaction=False) as pipe:
-                for stream, data, _ in batch:
+                for stream, data in batch:
                     pipe.xadd(stream, {b"e": data})
                 await pipe.execute()
+        for _ in batch:
+            self._outbox.popleft()
+        space, self._outbox_space = self._outbox_space, None
+        if space is not None:
+            space.set()
+        if not self._outbox:
+            drained, self._outbox_drained = self._outbox_drained, None
+            if drained is not None:
+                drained.set()
 
     async def publish(self, kind: str, message: Any) -> None:
         """Tell ``message`` to every active actor of ``kind`` on every worker.
@@ -507,6 +525,7 @@ class RedisTransport(Transport):
             with anyio.move_on_after(self.config.lease_ms / 1000):
                 while shard.inflight:  # noqa: ASYNC110 (bounded wait for handlers)
                     await anyio.sleep(_OPEN_POLL)
+                await flush_acks(self, shard)
         host = self._host
         for address, agent in list(self.agents.items()):
             if agent.shard == number:

@@ -187,11 +187,14 @@ async def test_workers_carry_on_after_redis_restarts_with_aof(
             finally:
                 await client.aclose()
             await server.aclose()  # Redis goes away mid-run...
-            server = EmbeddedRedis(aof=True, port=port, directory=tmp_path)
-            await server.start()  # ...and comes back with its AOF
             more = {a: [f"late{i}-{a}"] for i, a in enumerate(LEDGERS)}
             for address, tokens in more.items():
-                await rt.ref(address).tell(Add(tokens[0]))
+                await rt.ref(address).tell(Add(tokens[0]))  # queued meanwhile
+            server = EmbeddedRedis(aof=True, port=port, directory=tmp_path)
+            await server.start()  # ...and comes back with its AOF
+            transport = rt.transport
+            assert isinstance(transport, RedisTransport)
+            await transport.flush()
             expected = {a: first[a] + more[a] for a in LEDGERS}
             client = connect(config)
             try:

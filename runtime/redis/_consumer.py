@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any, Final, cast
 
 import anyio
@@ -16,7 +18,7 @@ import redis.exceptions as rexc
 import structlog
 
 from runtime._envelope import Envelope, Reply
-from runtime.errors import ActorError, MessageDecodeError, TransportError
+from runtime.errors import ActorError, HandlerError, MessageDecodeError, TransportError
 from runtime.redis._client import redis_errors, retrying
 from runtime.redis.durable import Durable, is_durable
 from runtime.redis.keys import CONSUMER_GROUP, shard_of
@@ -60,10 +62,12 @@ class Shard:
 class Agent:
     """What this worker remembers of one actor it serves: applied command ids."""
 
-    __slots__ = ("applied", "busy", "durable", "inflight", "last_used", "order", "shard")
+    __slots__ = ("applied", "busy", "durable", "inflight", "last_used", "lease", "order", "shard")
 
     def __init__(self, shard: int, applied: list[str]) -> None:
         self.shard = shard
+        # The shard lease the actor was activated under ('' = not activated).
+        self.lease = ""
         self.applied = set(applied)
         self.order: deque[str] = deque(applied)
         self.inflight: set[str] = set()
@@ -158,6 +162,9 @@ async def _recover(t: RedisTransport, shard: Shard, min_idle: int) -> None:
                     f"(max_deliveries={t.config.max_deliveries})"
                 )
                 await _dead_letter(t, shard, entry, data, reason)
+                if data is not None:
+                    # An ask whose every delivery died with its worker got no answer.
+                    await _answer_asker(t, data, partial(_given_up, reason=reason))
                 continue
             with redis_errors(f"XCLAIM {stream}"):
                 claimed = await client.xclaim(
@@ -223,11 +230,8 @@ async def _accept(t: RedisTransport, shard: Shard, entry: str, fields: dict[byte
         env = t.codec.decode_envelope(data)
     except MessageDecodeError as exc:
         await _dead_letter(t, shard, entry, data, str(exc))
-        asker = t.codec.reply_address(data)
-        if asker is not None:
-            reply_to, correlation, recipient = asker
-            bounce = Envelope(recipient=recipient, body=None, reply_to=reply_to)
-            await t.reply(bounce, Reply(correlation, error=exc))
+        error = exc
+        await _answer_asker(t, data, lambda _: error)
         return
     expected = shard_of(env.recipient, t.config.shards)
     if expected != shard.number:
@@ -267,6 +271,25 @@ async def _accept(t: RedisTransport, shard: Shard, entry: str, fields: dict[byte
         await _dead_letter(t, shard, entry, data, str(exc))
         if delivery.correlation is not None:
             await t.reply(delivery, Reply(delivery.correlation, error=exc))
+
+
+def _given_up(address: str, *, reason: str) -> BaseException:
+    return HandlerError(address, reason)
+
+
+async def _answer_asker(
+    t: RedisTransport, data: bytes, error_for: Callable[[str], BaseException]
+) -> None:
+    """If ``data`` is an ask that will never be handled, fail it now, not at its timeout.
+
+    Args:
+        error_for: makes the error from the address that was asked.
+    """
+    asker = t.codec.reply_address(data)
+    if asker is not None:
+        reply_to, correlation, recipient = asker
+        bounce = Envelope(recipient=recipient, body=None, reply_to=reply_to)
+        await t.reply(bounce, Reply(correlation, error=error_for(recipient)))
 
 
 async def _agent(t: RedisTransport, address: str, shard: int) -> Agent:
@@ -316,21 +339,24 @@ async def _ack(t: RedisTransport, shard: Shard, entries: list[str]) -> None:
 async def handled(t: RedisTransport, env: Envelope, actor: Actor | None, ok: bool) -> bool:
     """The runtime's hook: store the effect of ``env`` and ack it (see ``Transport.handled``)."""
     durable = actor is not None and is_durable(actor)
+    agent = t.agents.get(env.recipient)
     if not isinstance(env, StreamEnvelope):
         # A broadcast copy: nothing to ack, but a durable actor's changes are stored.
         if not (ok and durable):
             return ok or not durable
         shard = t.shards.get(shard_of(env.recipient, t.config.shards))
-        if shard is None:
+        if shard is None or agent is None or agent.lease != shard.lease:
             return False
         return await _commit(t, shard.number, shard.lease, "", env, cast(Durable, actor))
-    agent = t.agents.get(env.recipient)
     try:
         shard = t.shards.get(env.shard)
-        if shard is None or shard.lease != env.lease:
+        current = shard is not None and shard.lease == env.lease
+        if shard is None or not current or agent is None or agent.lease != shard.lease:
+            # The shard was lost (and maybe taken again) since this actor was
+            # activated or this entry read: its state may be stale.
             log.warning("effect_not_stored", actor=env.recipient, reason="shard lost meanwhile")
             return False
-        if agent is not None and durable:
+        if durable:
             agent.durable = True
         if not ok:
             return not durable  # not acked: delivered again after claim_idle_ms
@@ -343,7 +369,7 @@ async def handled(t: RedisTransport, env: Envelope, actor: Actor | None, ok: boo
             # store, so its ack can wait for the next batch.
             shard.acks.append(env.entry)
             stored = True
-        if stored and agent is not None and env.id:
+        if stored and env.id:
             agent.remember(env.id, t.config.applied_keep)
         return stored
     finally:

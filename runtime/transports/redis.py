@@ -598,11 +598,19 @@ class RedisTransport(Transport):
     # -- the runtime's hooks ---------------------------------------------------------------
 
     async def activated(self, address: str, actor: Actor) -> None:
-        """Load a durable actor's state from Redis before its ``on_start``."""
+        """Load a durable actor's state from Redis before its ``on_start``.
+
+        The activation is tied to the shard's current lease: if the lease is
+        lost and taken again, this activation's effects are refused (it may have
+        missed another owner's changes) and the actor is loaded afresh.
+        """
+        shard = shard_of(address, self.config.shards)
+        owned = self.shards.get(shard)
+        agent = self.agents.get(address)
+        if agent is not None and owned is not None:
+            agent.lease = owned.lease
         if not is_durable(actor):
             return
-        shard = shard_of(address, self.config.shards)
-        agent = self.agents.get(address)
         if agent is not None:
             agent.durable = True
 

@@ -7,6 +7,7 @@ holds a running total.
 
 from __future__ import annotations
 
+import os
 from typing import Any, ClassVar
 
 import anyio
@@ -41,11 +42,15 @@ class Boom(msgspec.Struct, frozen=True, tag=True):
     """Makes the handler crash."""
 
 
+class Crash(msgspec.Struct, frozen=True, tag=True):
+    """Kills the worker process on the spot (a poison pill)."""
+
+
 class Refuse(msgspec.Struct, frozen=True, tag=True):
     """Makes the handler raise an expected error."""
 
 
-register_message_types(Add, GetState, Boom, Refuse)
+register_message_types(Add, GetState, Boom, Crash, Refuse)
 
 _encoder = msgspec.msgpack.Encoder()
 _int = msgspec.msgpack.Decoder(int)
@@ -87,6 +92,8 @@ class Ledger(Actor):
                 return LedgerState(list(self.tokens), self.total, Ledger.activations)
             case Boom():
                 raise RuntimeError("boom")
+            case Crash():
+                os._exit(3)
             case Refuse():
                 raise RefusedError("refused on purpose")
         raise TypeError(f"unexpected {message!r}")

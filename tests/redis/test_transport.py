@@ -186,16 +186,20 @@ async def test_a_command_that_keeps_failing_is_dead_lettered_after_max_deliverie
     redis_client: aioredis.Redis, redis_config: RedisConfig
 ) -> None:
     keys = Keys(redis_config.prefix)
-    async with worker(redis_client, redis_config) as rt:
+    config = msgspec.structs.replace(redis_config, claim_idle_ms=200)
+    async with worker(redis_client, config) as rt:
         await rt.ref("ledger/f").tell(Boom())
         await rt.ref("ledger/f").tell(Add("ok"))
+        # The asker learns of the failure at once (the retries are the worker's).
+        with pytest.raises(HandlerError, match="RuntimeError: boom"):
+            await rt.ref("ledger/g").ask(Boom())
 
         async def dead() -> bool:
-            return int(await redis_client.xlen(keys.dead_letters())) == 1
+            return int(await redis_client.xlen(keys.dead_letters())) == 2
 
-        await eventually(dead, "the failing command is dead-lettered")
+        await eventually(dead, "the failing commands are dead-lettered")
         assert (await rt.ref("ledger/f").ask(GetState())).tokens == ["ok"]
-    [(_, fields)] = await redis_client.xrange(keys.dead_letters())
+    [(_, fields), _] = await redis_client.xrange(keys.dead_letters())
     assert b"delivered 3 times" in fields[b"reason"]
     envelope = default_codec.decode_envelope(fields[b"e"])
     assert envelope.body == Boom()

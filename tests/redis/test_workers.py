@@ -13,11 +13,19 @@ import msgspec
 import pytest
 import redis.asyncio as aioredis
 
-from runtime import Runtime, RuntimeConfig
-from runtime.redis import EmbeddedRedis, Keys, RedisConfig, connect, free_port, shard_of
+from runtime import HandlerError, Runtime, RuntimeConfig
+from runtime.redis import (
+    EmbeddedRedis,
+    Keys,
+    RedisConfig,
+    connect,
+    default_codec,
+    free_port,
+    shard_of,
+)
 from runtime.transports.redis import RedisTransport
 from runtime.worker import WorkerProcesses
-from tests.redis.actors import Add, GetState
+from tests.redis.actors import Add, Crash, GetState
 from tests.redis.helpers import eventually
 
 pytestmark = pytest.mark.anyio
@@ -207,3 +215,31 @@ async def test_workers_carry_on_after_redis_restarts_with_aof(
                 await client.aclose()
     finally:
         await server.aclose()
+
+
+async def test_a_poison_pill_that_kills_its_workers_is_dead_lettered_and_answered(
+    redis_client: aioredis.Redis, redis_config: RedisConfig
+) -> None:
+    config = msgspec.structs.replace(redis_config, max_deliveries=1)
+    async with WorkerProcesses(1, config, REGISTER) as workers, client_runtime(config) as rt:
+        async with anyio.create_task_group() as tg:
+            outcome: list[BaseException] = []
+
+            async def ask_crash() -> None:
+                try:
+                    await rt.ref("ledger/poison").ask(Crash())
+                except HandlerError as exc:
+                    outcome.append(exc)
+
+            tg.start_soon(ask_crash)
+
+            async def died() -> bool:
+                return workers.pid(0) is None
+
+            await eventually(died, "the pill kills the worker")
+            workers.start(0)  # a new worker finds the pill pending, delivered once already
+        [error] = outcome
+        assert "delivered 1 times without being handled" in str(error)
+        assert await rt.ref("ledger/poison").ask(Add("after")) == 1
+    letters = await redis_client.xrange(Keys(config.prefix).dead_letters())
+    assert [default_codec.decode_envelope(f[b"e"]).body for _, f in letters] == [Crash()]

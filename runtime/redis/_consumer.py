@@ -1,4 +1,4 @@
-"""The owner's side of a shard: read, deduplicate, deliver, store and ack.
+"""The owner's side of a shard: read, deduplicate, deliver, load, store and ack.
 
 Functions here work on a :class:`~runtime.transports.redis.RedisTransport`'s
 state; they live apart so the transport module stays one idea (sending and
@@ -27,7 +27,16 @@ if TYPE_CHECKING:
     from runtime._actor import Actor
     from runtime.transports.redis import RedisTransport
 
-__all__ = ("Agent", "Shard", "StreamEnvelope", "consume", "handled")
+__all__ = (
+    "Agent",
+    "Shard",
+    "StreamEnvelope",
+    "activated",
+    "consume",
+    "fan_out",
+    "flush_acks",
+    "handled",
+)
 
 log = structlog.get_logger("actormem.redis")
 
@@ -170,6 +179,7 @@ async def _recover(t: RedisTransport, shard: Shard, min_idle: int) -> None:
                 claimed = await client.xclaim(
                     stream, CONSUMER_GROUP, t.id, min_idle_time=min_idle, message_ids=[entry]
                 )
+            t.redelivered += len(claimed)
             if claimed and item["consumer"].decode() != t.id:
                 log.info(
                     "entry_taken_over",
@@ -331,6 +341,59 @@ async def _ack(t: RedisTransport, shard: Shard, entries: list[str]) -> None:
         )
     if result == -1:
         log.warning("ack_fenced_off", shard=shard.number, entries=len(entries))
+
+
+# -- broadcasts and activations ------------------------------------------------------
+
+
+async def fan_out(t: RedisTransport, data: bytes | None) -> None:
+    """Deliver a broadcast to every active local actor of its kind."""
+    host = t.host
+    if data is None or len(data) > t.config.max_message_bytes:
+        log.warning("broadcast_dropped", reason="missing or too large")
+        return
+    try:
+        envelope = t.codec.decode_envelope(data)
+    except MessageDecodeError as exc:
+        log.warning("broadcast_undecodable", reason=str(exc))
+        return
+    kind = envelope.recipient.partition("/")[0]
+    for address in host.local_addresses(kind):
+        copy = Envelope(recipient=address, body=envelope.body, id=envelope.id)
+        try:
+            await host.deliver(copy)
+        except ActorError as exc:
+            log.warning("broadcast_undelivered", to=address, reason=str(exc))
+
+
+async def activated(t: RedisTransport, address: str, actor: Actor) -> None:
+    """Load a durable actor's state from Redis before its ``on_start``.
+
+    The activation is tied to the shard's current lease: if the lease is
+    lost and taken again, this activation's effects are refused (it may have
+    missed another owner's changes) and the actor is loaded afresh.
+    """
+    shard = shard_of(address, t.config.shards)
+    owned = t.shards.get(shard)
+    agent = t.agents.get(address)
+    if agent is not None and owned is not None:
+        agent.lease = owned.lease
+    if not is_durable(actor):
+        return
+    if agent is not None:
+        agent.durable = True
+
+    async def load() -> tuple[bytes | None, list[bytes]]:
+        with redis_errors(f"loading the state of {address}"):
+            async with t.client.pipeline(transaction=False) as pipe:
+                pipe.get(t.keys.agent_snapshot(shard, address))
+                pipe.lrange(t.keys.agent_log(shard, address), 0, -1)
+                snapshot, entries = await pipe.execute()
+        return snapshot, entries
+
+    snapshot, entries = await retrying(load, what="load", retry_for=t.config.retry_for)
+    actor.durable_restore(snapshot, entries)
+    log.debug("actor_state_loaded", actor=address, log_entries=len(entries))
 
 
 # -- storing effects ------------------------------------------------------------------------

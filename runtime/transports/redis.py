@@ -21,20 +21,20 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
+from functools import partial
 from typing import Any, Final, TypeVar
 
 import anyio
 import anyio.abc
+import msgspec
 import redis.asyncio as aioredis
 import structlog
 
 from runtime._actor import Actor
 from runtime._envelope import Envelope, Reply
 from runtime.errors import (
-    ActorError,
     MailboxFullError,
     MessageDecodeError,
     MessageTooLargeError,
@@ -55,19 +55,21 @@ from runtime.redis._consumer import (
     Agent,
     Shard,
     StreamEnvelope,
+    activated,
     consume,
+    fan_out,
     flush_acks,
     handled,
 )
 from runtime.redis._leases import LeaseManager
+from runtime.redis._outbox import Outbox
 from runtime.redis._server import EmbeddedRedis
 from runtime.redis.codec import Codec, default_codec
 from runtime.redis.config import RedisConfig
-from runtime.redis.durable import is_durable
 from runtime.redis.keys import Keys, shard_of
 from runtime.transports.base import Transport, TransportHost
 
-__all__ = ("RedisTransport",)
+__all__ = ("RedisTransport", "RedisTransportStats")
 
 log = structlog.get_logger("actormem.redis")
 
@@ -85,6 +87,30 @@ _SIDE_MAXLEN: Final = 100_000
 _OPEN_POLL: Final = 0.01
 #: Longest pause of a background loop while Redis is away (s).
 _MAX_LOOP_BACKOFF: Final = 2.0
+
+
+class RedisTransportStats(msgspec.Struct, frozen=True, kw_only=True):
+    """A snapshot of one Redis transport's counters.
+
+    Attributes:
+        worker: the transport's id (in leases and consumer groups).
+        owned_shards: the shards it owns now.
+        agents: actors it tracks on those shards.
+        outbox: envelopes queued for XADD.
+        pending_asks: asks waiting for their reply.
+        redelivered: entries delivered again (after a failure or a worker's death).
+        duplicates: commands skipped because their id was already applied.
+        dead_lettered: entries moved to the dead-letter stream.
+    """
+
+    worker: str
+    owned_shards: list[int]
+    agents: int
+    outbox: int
+    pending_asks: int
+    redelivered: int
+    duplicates: int
+    dead_lettered: int
 
 
 class RedisTransport(Transport):
@@ -135,16 +161,14 @@ class RedisTransport(Transport):
         self._asks: dict[int, tuple[Any, float, str]] = {}
         # (stream, data) waiting for XADD: one queue, so a sender's messages
         # reach the streams in the order they were sent.
-        self._outbox: deque[tuple[str, bytes]] = deque()
-        self._outbox_ready = anyio.Event()
-        self._outbox_space: anyio.Event | None = None
-        self._outbox_drained: anyio.Event | None = None
+        self._outbox = Outbox(lambda: self.client, self.config.outbox_size)
         self.shards: dict[int, Shard] = {}
         self.agents: dict[str, Agent] = {}
         self._leases: LeaseManager | None = None
         self._scripts: dict[str, Any] = {}
         self.dead_lettered = 0
         self.duplicates = 0
+        self.redelivered = 0
 
     def __repr__(self) -> str:
         return f"RedisTransport(id={self.id!r}, worker={self.worker}, state={self._state!r})"
@@ -160,7 +184,8 @@ class RedisTransport(Transport):
             await self._connect()
             # The loops run in the runtime's task group: they end when it closes,
             # after the mailboxes drained and before this transport's aclose.
-            host.spawn(self._reply_loop, await self._stream_end(self._replies))
+            # The reply stream is this transport's own (its id is new): read it all.
+            host.spawn(self._tail, self._replies, "0-0", b"r", self._accept_reply)
             host.spawn(self._outbox_loop)
             if self.worker:
                 await self._start_worker(host)
@@ -203,8 +228,10 @@ class RedisTransport(Transport):
             self._lost,
         )
         self._leases = leases
-        start = await self._stream_end(self.keys.broadcast())
-        host.spawn(self._broadcast_loop, start)
+        # Broadcasts count from now: those sent before this worker started are old.
+        stream = self.keys.broadcast()
+        start = await self._stream_end(stream)
+        host.spawn(self._tail, stream, start, b"e", partial(fan_out, self))
         host.spawn(self._lease_loop)
         host.spawn(self._passivate_loop)
 
@@ -225,7 +252,7 @@ class RedisTransport(Transport):
         waiting for them to expire) and delete this client's reply stream."""
         if self._outbox and self._client is not None:
             with anyio.move_on_after(self.config.retry_for, shield=True):
-                await self.forever("outbox", self._send_batch_while_queued)
+                await self.forever("outbox", self._outbox.write_all)
             if self._outbox:
                 log.error("outbox_not_flushed", envelopes=len(self._outbox))
         leases = self._leases
@@ -314,11 +341,8 @@ class RedisTransport(Transport):
             TransportError: the body's type is not registered (nothing is queued).
         """
         item = self._prepare(envelope)
-        while len(self._outbox) >= self.config.outbox_size:
-            if self._outbox_space is None:
-                self._outbox_space = anyio.Event()
-            await self._outbox_space.wait()
-        self._enqueue(item)
+        self._require_host()
+        await self._outbox.put(item)
 
     def send_nowait(self, envelope: Envelope) -> None:
         """Queue ``envelope`` now, or raise; never waits (see :meth:`send`).
@@ -327,53 +351,23 @@ class RedisTransport(Transport):
             MailboxFullError: ``outbox_size`` envelopes are already queued.
             MessageTooLargeError, TransportError: as :meth:`send`.
         """
-        if len(self._outbox) >= self.config.outbox_size:
+        if self._outbox.full():
             raise MailboxFullError(
                 envelope.recipient,
                 f"the Redis outbox is full ({self.config.outbox_size} envelopes queued)",
             )
-        self._enqueue(self._prepare(envelope))
-
-    def _enqueue(self, item: tuple[str, bytes]) -> None:
+        item = self._prepare(envelope)
         self._require_host()
-        self._outbox.append(item)
-        self._outbox_ready.set()
+        self._outbox.put_nowait(item)
 
     async def flush(self) -> None:
         """Wait until every envelope queued so far is in Redis."""
-        while self._outbox:
-            if self._outbox_drained is None:
-                self._outbox_drained = anyio.Event()
-            await self._outbox_drained.wait()
+        await self._outbox.flush()
 
     async def _outbox_loop(self) -> None:
         while True:
-            await self._outbox_ready.wait()
-            self._outbox_ready = anyio.Event()
-            while self._outbox:
-                await self.forever("outbox", self._send_batch)
-
-    async def _send_batch_while_queued(self) -> None:
-        while self._outbox:
-            await self._send_batch()
-
-    async def _send_batch(self) -> None:
-        """XADD the head of the outbox in one pipeline, then drop it from the queue."""
-        batch = [self._outbox[i] for i in range(min(len(self._outbox), _BATCH))]
-        with redis_errors("XADD from the outbox"):
-            async with self.client.pipeline(transaction=False) as pipe:
-                for stream, data in batch:
-                    pipe.xadd(stream, {b"e": data})
-                await pipe.execute()
-        for _ in batch:
-            self._outbox.popleft()
-        space, self._outbox_space = self._outbox_space, None
-        if space is not None:
-            space.set()
-        if not self._outbox:
-            drained, self._outbox_drained = self._outbox_drained, None
-            if drained is not None:
-                drained.set()
+            await self._outbox.wait_ready()
+            await self.forever("outbox", self._outbox.write_all)
 
     async def publish(self, kind: str, message: Any) -> None:
         """Tell ``message`` to every active actor of ``kind`` on every worker.
@@ -428,24 +422,32 @@ class RedisTransport(Transport):
 
     # -- replies -------------------------------------------------------------------------------
 
-    async def _reply_loop(self, last: str) -> None:
+    async def _tail(
+        self,
+        stream: str,
+        last: str,
+        field: bytes,
+        handle: Callable[[bytes | None], Awaitable[None]],
+    ) -> None:
+        """Read ``stream`` (no consumer group) after entry ``last`` for ever, handing
+        each entry's ``field`` to ``handle``: a client's replies, the broadcasts."""
         blocking: Any = self.blocking_client
         while True:
 
             async def read(after: str = last) -> Any:
-                with redis_errors("XREAD replies"):
+                with redis_errors(f"XREAD {stream}"):
                     return await blocking.xread(
-                        {self._replies: after}, count=_BATCH, block=self.config.block_ms
+                        {stream: after}, count=_BATCH, block=self.config.block_ms
                     )
 
-            response = await self.forever("replies", read)
+            response = await self.forever(stream, read)
             for _stream, entries in response or ():
                 for entry_id, fields in entries:
                     last = entry_id.decode()
-                    self._accept_reply(fields.get(b"r"))
+                    await handle(fields.get(field))
             self._expire_asks()
 
-    def _accept_reply(self, data: bytes | None) -> None:
+    async def _accept_reply(self, data: bytes | None) -> None:
         host = self._host
         if host is None or data is None:
             return
@@ -545,42 +547,6 @@ class RedisTransport(Transport):
             newest: Any = await self.client.xrevrange(stream, count=1)
         return newest[0][0].decode() if newest else "0-0"
 
-    async def _broadcast_loop(self, last: str) -> None:
-        blocking: Any = self.blocking_client
-        stream = self.keys.broadcast()
-        await self.wait_host_open()
-        while True:
-
-            async def read(after: str = last) -> Any:
-                with redis_errors("XREAD broadcast"):
-                    return await blocking.xread(
-                        {stream: after}, count=_BATCH, block=self.config.block_ms
-                    )
-
-            response = await self.forever("broadcast", read)
-            for _stream, entries in response or ():
-                for entry_id, fields in entries:
-                    last = entry_id.decode()
-                    await self._fan_out(fields.get(b"e"))
-
-    async def _fan_out(self, data: bytes | None) -> None:
-        host = self._require_host()
-        if data is None or len(data) > self.config.max_message_bytes:
-            log.warning("broadcast_dropped", reason="missing or too large")
-            return
-        try:
-            envelope = self.codec.decode_envelope(data)
-        except MessageDecodeError as exc:
-            log.warning("broadcast_undecodable", reason=str(exc))
-            return
-        kind = envelope.recipient.partition("/")[0]
-        for address in host.local_addresses(kind):
-            copy = Envelope(recipient=address, body=envelope.body, id=envelope.id)
-            try:
-                await host.deliver(copy)
-            except ActorError as exc:
-                log.warning("broadcast_undelivered", to=address, reason=str(exc))
-
     async def _passivate_loop(self) -> None:
         after = self.config.passivate_after
         while True:
@@ -598,33 +564,8 @@ class RedisTransport(Transport):
     # -- the runtime's hooks ---------------------------------------------------------------
 
     async def activated(self, address: str, actor: Actor) -> None:
-        """Load a durable actor's state from Redis before its ``on_start``.
-
-        The activation is tied to the shard's current lease: if the lease is
-        lost and taken again, this activation's effects are refused (it may have
-        missed another owner's changes) and the actor is loaded afresh.
-        """
-        shard = shard_of(address, self.config.shards)
-        owned = self.shards.get(shard)
-        agent = self.agents.get(address)
-        if agent is not None and owned is not None:
-            agent.lease = owned.lease
-        if not is_durable(actor):
-            return
-        if agent is not None:
-            agent.durable = True
-
-        async def load() -> tuple[bytes | None, list[bytes]]:
-            with redis_errors(f"loading the state of {address}"):
-                async with self.client.pipeline(transaction=False) as pipe:
-                    pipe.get(self.keys.agent_snapshot(shard, address))
-                    pipe.lrange(self.keys.agent_log(shard, address), 0, -1)
-                    snapshot, entries = await pipe.execute()
-            return snapshot, entries
-
-        snapshot, entries = await retrying(load, what="load", retry_for=self.config.retry_for)
-        actor.durable_restore(snapshot, entries)
-        log.debug("actor_state_loaded", actor=address, log_entries=len(entries))
+        """Load a durable actor's state from Redis before its ``on_start``."""
+        await activated(self, address, actor)
 
     async def handled(self, envelope: Envelope, actor: Actor | None, ok: bool) -> bool:
         return await handled(self, envelope, actor, ok)
@@ -644,3 +585,16 @@ class RedisTransport(Transport):
     def owned_shards(self) -> list[int]:
         """The shards this worker owns now."""
         return sorted(self.shards)
+
+    def stats(self) -> RedisTransportStats:
+        """Return a snapshot of the counters (cheap enough to poll)."""
+        return RedisTransportStats(
+            worker=self.id,
+            owned_shards=self.owned_shards(),
+            agents=len(self.agents),
+            outbox=len(self._outbox),
+            pending_asks=len(self._asks),
+            redelivered=self.redelivered,
+            duplicates=self.duplicates,
+            dead_lettered=self.dead_lettered,
+        )

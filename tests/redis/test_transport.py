@@ -199,6 +199,9 @@ async def test_a_command_that_keeps_failing_is_dead_lettered_after_max_deliverie
 
         await eventually(dead, "the failing commands are dead-lettered")
         assert (await rt.ref("ledger/f").ask(GetState())).tokens == ["ok"]
+        stats = rt.transport.stats()  # type: ignore[attr-defined]
+        assert stats.dead_lettered == 2
+        assert stats.redelivered >= 2
     [(_, fields), _] = await redis_client.xrange(keys.dead_letters())
     assert b"delivered 3 times" in fields[b"reason"]
     envelope = default_codec.decode_envelope(fields[b"e"])

@@ -42,10 +42,11 @@ class LeaseManager:
         shards: the number of shards.
         lease_ms: a lease's time to live.
         gained: awaited with ``(shard, lease value)`` when a shard is taken.
-        lost: awaited with ``(shard, released)`` when a shard is lost (lease
+        lost: awaited with ``(shards, released)`` when shards are lost (lease
             expired or taken by another) or given back (``released`` True). It is
-            awaited *before* a given-back lease is deleted, so the worker can stop
-            using the shard first.
+            awaited *before* given-back leases are deleted, so the worker can
+            finish and ack what it started first (within a third of a lease, so
+            the other leases are renewed in time).
     """
 
     def __init__(
@@ -56,7 +57,7 @@ class LeaseManager:
         shards: int,
         lease_ms: int,
         gained: Callable[[int, str], Awaitable[None]],
-        lost: Callable[[int, bool], Awaitable[None]],
+        lost: Callable[[list[int], bool], Awaitable[None]],
     ) -> None:
         self._client = client
         self._keys = keys
@@ -86,8 +87,12 @@ class LeaseManager:
             return False
         return time.monotonic() - renewed < self._lease_ms / 1000 * _SAFETY
 
-    async def heartbeat(self) -> None:
+    async def heartbeat(self, *, acquire: bool = True) -> None:
         """Register as live, renew, rebalance and acquire (one round).
+
+        Args:
+            acquire: take free shards (a worker's first round only registers,
+                so workers that start together see each other before sharing).
 
         Raises:
             TransportUnavailableError: Redis did not answer (leases held for
@@ -99,7 +104,8 @@ class LeaseManager:
             await self._renew_all()
             share = math.ceil(self._shards / max(live, 1))
             await self._give_back(share)
-            await self._take(share)
+            if acquire:
+                await self._take(share)
         except TransportUnavailableError:
             await self._expire_unrenewed()
             raise
@@ -124,7 +130,7 @@ class LeaseManager:
                 self._renewed[shard] = time.monotonic()
             else:
                 log.warning("shard_lease_lost", shard=shard, worker=self.worker)
-                await self._drop(shard, released=False)
+                await self._drop([shard], released=False)
 
     async def _expire_unrenewed(self) -> None:
         """Give up, locally, leases that cannot have survived without renewal."""
@@ -133,12 +139,12 @@ class LeaseManager:
         for shard in list(self.owned):
             if now - self._renewed.get(shard, now) > limit:
                 log.warning("shard_lease_expired_unrenewed", shard=shard, worker=self.worker)
-                await self._drop(shard, released=False)
+                await self._drop([shard], released=False)
 
     async def _give_back(self, share: int) -> None:
         extra = len(self.owned) - share
-        for shard in sorted(self.owned, reverse=True)[: max(extra, 0)]:
-            await self.release(shard)
+        if extra > 0:
+            await self.release(sorted(self.owned, reverse=True)[:extra])
 
     async def _take(self, share: int) -> None:
         if len(self.owned) >= share:
@@ -162,24 +168,25 @@ class LeaseManager:
             if len(self.owned) >= share:
                 return
 
-    async def release(self, shard: int) -> None:
-        """Stop using ``shard`` and give its lease back (if still ours)."""
-        value = self.owned.get(shard)
-        if value is None:
+    async def release(self, shards: list[int]) -> None:
+        """Stop using ``shards`` and give their leases back (those still ours)."""
+        values = {s: self.owned[s] for s in shards if s in self.owned}
+        if not values:
             return
-        await self._drop(shard, released=True)
-        with redis_errors("releasing a shard lease"):
-            await self._release(keys=[self._keys.lease(shard)], args=[value])
-        log.info("shard_released", shard=shard, worker=self.worker)
+        await self._drop(list(values), released=True)
+        for shard, value in values.items():
+            with redis_errors("releasing a shard lease"):
+                await self._release(keys=[self._keys.lease(shard)], args=[value])
+            log.info("shard_released", shard=shard, worker=self.worker)
 
     async def release_all(self) -> None:
         """Give every lease back and leave the live-worker registry."""
-        for shard in list(self.owned):
-            await self.release(shard)
+        await self.release(list(self.owned))
         with redis_errors("unregistering the worker"):
             await self._client.zrem(self._keys.workers(), self.worker)
 
-    async def _drop(self, shard: int, *, released: bool) -> None:
-        self.owned.pop(shard, None)
-        self._renewed.pop(shard, None)
-        await self._lost(shard, released)
+    async def _drop(self, shards: list[int], *, released: bool) -> None:
+        for shard in shards:
+            self.owned.pop(shard, None)
+            self._renewed.pop(shard, None)
+        await self._lost(shards, released)

@@ -85,6 +85,8 @@ _REPLY_MAXLEN: Final = 10_000
 _SIDE_MAXLEN: Final = 100_000
 #: How often a waiting loop looks whether the runtime opened (s).
 _OPEN_POLL: Final = 0.01
+#: Pause between a worker's registration and its first shard acquisition (s).
+_FIRST_ROUND_PAUSE: Final = 0.5
 #: Longest pause of a background loop while Redis is away (s).
 _MAX_LOOP_BACKOFF: Final = 2.0
 
@@ -258,8 +260,14 @@ class RedisTransport(Transport):
         leases = self._leases
         for shard in self.shards.values():
             shard.scope.cancel()
+            # The runtime has stopped: what is still in flight stays pending, for
+            # the next owner, and the release below need not wait for it.
+            shard.inflight.clear()
             with anyio.move_on_after(self.config.socket_timeout, shield=True):
-                await flush_acks(self, shard)
+                try:
+                    await flush_acks(self, shard)
+                except TransportError as exc:
+                    log.warning("ack_failed", shard=shard.number, reason=str(exc))
         if leases is not None:
             with anyio.move_on_after(self.config.socket_timeout, shield=True):
                 try:
@@ -500,12 +508,18 @@ class RedisTransport(Transport):
         leases = self._leases
         assert leases is not None
         await self.wait_host_open()
+        # The first round only registers, then a short pause: enough for workers
+        # started together to see each other, too short to delay a lone one.
+        acquire = False
+        pause = min(leases.interval, _FIRST_ROUND_PAUSE)
         while True:
             try:
-                await leases.heartbeat()
+                await leases.heartbeat(acquire=acquire)
             except TransportUnavailableError as exc:
                 log.warning("lease_heartbeat_failed", reason=str(exc))
-            await anyio.sleep(leases.interval)
+            else:
+                acquire = True
+            await anyio.sleep(pause if not acquire else leases.interval)
 
     async def wait_host_open(self) -> None:
         # Entries must not be delivered before the runtime is open and the user
@@ -517,20 +531,27 @@ class RedisTransport(Transport):
         shard = self.shards[number] = Shard(number, lease)
         self._require_host().spawn(self._consume, shard)
 
-    async def _lost(self, number: int, released: bool) -> None:
-        shard = self.shards.pop(number, None)
-        if shard is None:
-            return
-        shard.scope.cancel()
+    async def _lost(self, numbers: list[int], released: bool) -> None:
+        shards = [self.shards[n] for n in numbers if n in self.shards]
+        for shard in shards:
+            shard.scope.cancel()  # read nothing more from it
         if released:
-            # Let what was delivered finish (and be acked) before the lease goes.
-            with anyio.move_on_after(self.config.lease_ms / 1000):
-                while shard.inflight:  # noqa: ASYNC110 (bounded wait for handlers)
+            # Let what was delivered finish and be acked before the leases go;
+            # a third of a lease at most, so the other leases are renewed in time.
+            with anyio.move_on_after(self.config.lease_ms / 3000):
+                while any(shard.inflight for shard in shards):  # noqa: ASYNC110 (bounded)
                     await anyio.sleep(_OPEN_POLL)
-                await flush_acks(self, shard)
+            for shard in shards:
+                with anyio.move_on_after(self.config.socket_timeout):
+                    try:
+                        await flush_acks(self, shard)
+                    except TransportError as exc:
+                        log.warning("ack_failed", shard=shard.number, reason=str(exc))
+        for shard in shards:
+            self.shards.pop(shard.number, None)
         host = self._host
         for address, agent in list(self.agents.items()):
-            if agent.shard == number:
+            if agent.shard in numbers:
                 del self.agents[address]
                 if host is not None:
                     await host.passivate(address)

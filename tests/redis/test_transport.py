@@ -310,3 +310,56 @@ async def test_an_ask_with_an_invalid_body_fails_at_once(
             await client.ref("ledger/v").ask(ForgedAdd("t", "three"))
     letters = await redis_client.xrange(Keys(redis_config.prefix).dead_letters())
     assert len(letters) == 1
+
+
+async def test_shards_move_between_workers_that_join_and_leave_without_loss(
+    redis_client: aioredis.Redis, redis_config: RedisConfig
+) -> None:
+    keys = Keys(redis_config.prefix)
+    addresses = [f"ledger/r{i}" for i in range(8)]
+    expected = {a: [f"{a}-{n}" for n in range(15)] for a in addresses}
+
+    async def stored() -> dict[str, list[str]]:
+        return {
+            a: [
+                t.decode()
+                for t in await redis_client.lrange(
+                    keys.agent_log(shard_of(a, redis_config.shards), a), 0, -1
+                )
+            ]
+            for a in addresses
+        }
+
+    async def owners() -> set[bytes]:
+        values = [await redis_client.get(keys.lease(s)) for s in range(redis_config.shards)]
+        return {v.partition(b":")[2] for v in values if v}
+
+    async with worker(redis_client, redis_config, worker=False) as client:
+        async with worker(redis_client, redis_config, worker_id="first"):
+
+            async def first_owns_all() -> bool:
+                return await owners() == {b"first"}
+
+            await eventually(first_owns_all, "the first worker takes every shard")
+            for n in range(15):
+                for a in addresses:
+                    await client.ref(a).tell(Add(f"{a}-{n}", delay=0.002))
+            async with worker(redis_client, redis_config, worker_id="second"):
+
+                async def both_own() -> bool:
+                    return await owners() == {b"first", b"second"}
+
+                await eventually(both_own, "the second worker gets its share")
+            # The second leaves gracefully mid-run, then the first: each gives its
+            # leases back, and what they had in flight stays pending for the next.
+
+        async def all_released() -> bool:
+            return await owners() == set()
+
+        await eventually(all_released, "both left and gave their leases back")
+        async with worker(redis_client, redis_config, worker_id="third"):
+
+            async def done() -> bool:
+                return await stored() == expected
+
+            await eventually(done, "every command applied once, in order")

@@ -14,6 +14,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from runtime import HandlerError, Runtime, RuntimeConfig
+from runtime.errors import ConfigError, TransportUnavailableError
 from runtime.redis import (
     EmbeddedRedis,
     Keys,
@@ -24,7 +25,7 @@ from runtime.redis import (
     shard_of,
 )
 from runtime.transports.redis import RedisTransport
-from runtime.worker import WorkerProcesses
+from runtime.worker import WorkerProcesses, load_register
 from tests.redis.actors import Add, Crash, GetState
 from tests.redis.helpers import eventually
 
@@ -243,3 +244,27 @@ async def test_a_poison_pill_that_kills_its_workers_is_dead_lettered_and_answere
         assert await rt.ref("ledger/poison").ask(Add("after")) == 1
     letters = await redis_client.xrange(Keys(config.prefix).dead_letters())
     assert [default_codec.decode_envelope(f[b"e"]).body for _, f in letters] == [Crash()]
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("no_colon", "must be 'module:function'"),
+        ("no_such_module_xyz:register", "cannot import 'no_such_module_xyz'"),
+        ("tests.redis.actors:nothing_here", "has no function 'nothing_here'"),
+    ],
+)
+def test_a_bad_register_spec_is_a_config_error(spec: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_register(spec)
+
+
+async def test_a_worker_that_cannot_start_says_why(redis_config: RedisConfig) -> None:
+    with pytest.raises(TransportUnavailableError, match="has no function 'nope'"):
+        async with WorkerProcesses(1, redis_config, "tests.redis.actors:nope"):
+            pass
+
+
+def test_workers_need_a_shared_redis_url() -> None:
+    with pytest.raises(ValueError, match="need a shared Redis"):
+        WorkerProcesses(2, RedisConfig(url=None), REGISTER)

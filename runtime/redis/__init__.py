@@ -13,7 +13,7 @@ from runtime.redis.codec import (
     register_message_types,
 )
 from runtime.redis.config import RedisConfig
-from runtime.redis.durable import Durable, is_durable
+from runtime.redis.durable import Durable, DurableChanges, is_durable
 from runtime.redis.keys import CONSUMER_GROUP, DEFAULT_PREFIX, Keys, shard_of
 
 __all__ = (
@@ -21,6 +21,7 @@ __all__ = (
     "DEFAULT_PREFIX",
     "Codec",
     "Durable",
+    "DurableChanges",
     "EmbeddedRedis",
     "Keys",
     "RedisConfig",

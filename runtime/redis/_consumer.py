@@ -20,7 +20,7 @@ import structlog
 from runtime._envelope import Envelope, Reply
 from runtime.errors import ActorError, HandlerError, MessageDecodeError, TransportError
 from runtime.redis._client import redis_errors, retrying
-from runtime.redis.durable import Durable, is_durable
+from runtime.redis.durable import Durable, DurableChanges, is_durable
 from runtime.redis.keys import CONSUMER_GROUP, shard_of
 
 if TYPE_CHECKING:
@@ -459,7 +459,7 @@ async def _commit(
 ) -> bool:
     """Store a durable actor's changes, the command id and the XACK in one fenced call."""
     try:
-        appends, snapshot = actor.durable_changes()
+        changes = DurableChanges(*actor.durable_changes())
     except Exception:
         # The actor cannot say what changed: drop it, and let the command be
         # delivered again to a fresh activation loaded from what is stored.
@@ -480,9 +480,10 @@ async def _commit(
         env.id,
         f"{time.time():.6f}",
         t.config.applied_keep,
-        "0" if snapshot is None else "1",
-        snapshot or b"",
-        *appends,
+        "0" if changes.snapshot is None else "1",
+        changes.snapshot or b"",
+        "1" if changes.replace_log else "0",
+        *changes.log_appends,
     ]
 
     async def commit() -> Any:

@@ -44,7 +44,8 @@ return redis.call('XACK', KEYS[2], ARGV[2], unpack(ARGV, 3))
 
 #: KEYS: lease, stream, log, snapshot, applied.
 #: ARGV: lease value, group, entry id ('' = none), command id ('' = none),
-#: score, applied ids to keep, has snapshot ('0'/'1'), snapshot, log items...
+#: score, applied ids to keep, has snapshot ('0'/'1'), snapshot,
+#: replace the log ('0'/'1'), log items...
 #: Returns 1 when stored (and acked), 2 when the command id was already applied
 #: (only the XACK is done), -1 when fenced off.
 COMMIT: Final = """
@@ -53,8 +54,9 @@ if ARGV[4] ~= '' and redis.call('ZSCORE', KEYS[5], ARGV[4]) then
   if ARGV[3] ~= '' then redis.call('XACK', KEYS[2], ARGV[2], ARGV[3]) end
   return 2
 end
+if ARGV[9] == '1' then redis.call('DEL', KEYS[3]) end
 local n = #ARGV
-local i = 9
+local i = 10
 while i <= n do
   local j = math.min(i + 499, n)
   redis.call('RPUSH', KEYS[3], unpack(ARGV, i, j))

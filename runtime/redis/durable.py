@@ -18,24 +18,40 @@ Both are bytes the actor encodes itself (msgpack via msgspec; never pickle).
 
 from __future__ import annotations
 
-from typing import Protocol, TypeGuard, runtime_checkable
+from typing import NamedTuple, Protocol, TypeGuard, runtime_checkable
 
-__all__ = ("Durable", "is_durable")
+__all__ = ("Durable", "DurableChanges", "is_durable")
+
+
+class DurableChanges(NamedTuple):
+    """What changed in a durable actor since the last commit.
+
+    Attributes:
+        log_appends: log entries added, in order.
+        snapshot: the new snapshot, or None if the rest of the state is unchanged.
+        replace_log: the log was rewritten (cleared, or loaded over): the stored
+            log is replaced by ``log_appends`` instead of extended. Rare by design:
+            an agent's history is append-only.
+    """
+
+    log_appends: list[bytes]
+    snapshot: bytes | None = None
+    replace_log: bool = False
 
 
 @runtime_checkable
 class Durable(Protocol):
     """What an actor implements to keep its state in Redis."""
 
-    def durable_changes(self) -> tuple[list[bytes], bytes | None]:
+    def durable_changes(self) -> DurableChanges | tuple[list[bytes], bytes | None]:
         """Return the changes since the last call and start tracking anew.
 
         Returns:
-            ``(log_appends, snapshot)``: log entries appended since the last call
-            (in order), and the new snapshot, or None when the non-log state did
-            not change. Called once after every handled command; when storing
-            them fails, the actor is dropped and later reloaded from what was
-            stored, so the changes are never asked for twice.
+            A :class:`DurableChanges`, or just ``(log_appends, snapshot)``: log
+            entries appended since the last call (in order), and the new snapshot,
+            or None when the non-log state did not change. Called once after every
+            handled command; when storing them fails, the actor is dropped and
+            later reloaded from what was stored, so changes are never asked twice.
         """
         ...
 

@@ -14,7 +14,7 @@ import anyio
 import msgspec
 
 from runtime import Actor, ActorContext, ActormemError, Runtime
-from runtime.redis import register_error_types, register_message_types
+from runtime.redis import DurableChanges, register_error_types, register_message_types
 
 
 class Add(msgspec.Struct, frozen=True, tag=True):
@@ -42,6 +42,10 @@ class Boom(msgspec.Struct, frozen=True, tag=True):
     """Makes the handler crash."""
 
 
+class Reset(msgspec.Struct, frozen=True, tag=True):
+    """Clears the ledger (its log is replaced, not appended to)."""
+
+
 class Crash(msgspec.Struct, frozen=True, tag=True):
     """Kills the worker process on the spot (a poison pill)."""
 
@@ -50,7 +54,7 @@ class Refuse(msgspec.Struct, frozen=True, tag=True):
     """Makes the handler raise an expected error."""
 
 
-register_message_types(Add, GetState, Boom, Crash, Refuse)
+register_message_types(Add, GetState, Boom, Crash, Refuse, Reset)
 
 _encoder = msgspec.msgpack.Encoder()
 _int = msgspec.msgpack.Decoder(int)
@@ -74,6 +78,7 @@ class Ledger(Actor):
         self.total = 0
         self._new: list[bytes] = []
         self._dirty = False
+        self._replace = False
 
     async def on_start(self) -> None:
         Ledger.activations += 1
@@ -92,17 +97,21 @@ class Ledger(Actor):
                 return LedgerState(list(self.tokens), self.total, Ledger.activations)
             case Boom():
                 raise RuntimeError("boom")
+            case Reset():
+                self.tokens, self.total = [], 0
+                self._new, self._dirty, self._replace = [], True, True
+                return 0
             case Crash():
                 os._exit(3)
             case Refuse():
                 raise RefusedError("refused on purpose")
         raise TypeError(f"unexpected {message!r}")
 
-    def durable_changes(self) -> tuple[list[bytes], bytes | None]:
+    def durable_changes(self) -> DurableChanges:
         appended, self._new = self._new, []
         snapshot = _encoder.encode(self.total) if self._dirty else None
-        self._dirty = False
-        return appended, snapshot
+        replace, self._dirty, self._replace = self._replace, False, False
+        return DurableChanges(appended, snapshot, replace)
 
     def durable_restore(self, snapshot: bytes | None, log: list[bytes]) -> None:
         self.tokens = [entry.decode() for entry in log]

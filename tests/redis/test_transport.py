@@ -30,6 +30,7 @@ from tests.redis.actors import (
     LedgerState,
     Refuse,
     RefusedError,
+    Reset,
     register,
 )
 from tests.redis.helpers import eventually
@@ -111,7 +112,12 @@ async def test_state_is_durable_and_the_log_grows_by_appends(
     ]
     async with worker(redis_client, redis_config) as rt:
         state = await rt.ref("ledger/d").ask(GetState())
-    assert (state.tokens, state.total) == ([f"t{i}" for i in range(5)], 5)
+        assert (state.tokens, state.total) == ([f"t{i}" for i in range(5)], 5)
+        # A rewrite of the log (clearing it) replaces the stored log.
+        await rt.ref("ledger/d").tell(Reset())
+        await rt.ref("ledger/d").tell(Add("fresh"))
+        assert (await rt.ref("ledger/d").ask(GetState())).tokens == ["fresh"]
+    assert await redis_client.lrange(keys.agent_log(shard, "ledger/d"), 0, -1) == [b"fresh"]
 
 
 async def test_a_second_xadd_of_the_same_command_changes_nothing(

@@ -2,7 +2,10 @@
 
 One queue per transport, so a sender's messages reach the streams in the order
 they were sent; bounded, so a producer that outruns Redis (or sends while Redis
-is away) waits instead of growing memory without limit.
+is away) waits instead of growing memory without limit. Streams are bounded
+too: while a shard stream holds more than ``stream_limit`` entries (its workers
+are down or behind) the outbox stops writing, so producers wait (backpressure)
+instead of filling Redis's memory.
 """
 
 from __future__ import annotations
@@ -13,13 +16,18 @@ from typing import Final
 
 import anyio
 import redis.asyncio as aioredis
+import structlog
 
 from runtime.redis._client import redis_errors
 
 __all__ = ("Outbox",)
 
+log = structlog.get_logger("actormem.redis")
+
 #: Entries XADDed per pipeline.
 _BATCH: Final = 64
+#: Longest pause while a stream is over its limit (s).
+_MAX_FULL_PAUSE: Final = 1.0
 
 
 class Outbox:
@@ -28,11 +36,13 @@ class Outbox:
     Args:
         client: returns the Redis client to write with.
         size: the most entries queued.
+        stream_limit: the longest a stream may grow before writing pauses.
     """
 
-    def __init__(self, client: Callable[[], aioredis.Redis], size: int) -> None:
+    def __init__(self, client: Callable[[], aioredis.Redis], size: int, stream_limit: int) -> None:
         self._client = client
         self.size = size
+        self.stream_limit = stream_limit
         self._queue: deque[tuple[str, bytes]] = deque()
         self._ready = anyio.Event()
         self._space: anyio.Event | None = None
@@ -78,6 +88,7 @@ class Outbox:
                 queued, and is written again whole: the same bytes, the same ids).
         """
         while self._queue:
+            await self._wait_for_room()
             batch = [self._queue[i] for i in range(min(len(self._queue), _BATCH))]
             with redis_errors("XADD from the outbox"):
                 async with self._client().pipeline(transaction=False) as pipe:
@@ -92,3 +103,21 @@ class Outbox:
         drained, self._drained = self._drained, None
         if drained is not None:
             drained.set()
+
+    async def _wait_for_room(self) -> None:
+        """Pause while the stream the next entry goes to is over ``stream_limit``."""
+        stream = self._queue[0][0]
+        pause = 0.02
+        waited = False
+        while True:
+            with redis_errors(f"XLEN {stream}"):
+                length = int(await self._client().xlen(stream))
+            if length < self.stream_limit:
+                if waited:
+                    log.info("stream_has_room", stream=stream, length=length)
+                return
+            if not waited:
+                log.warning("stream_full_waiting", stream=stream, length=length)
+                waited = True
+            await anyio.sleep(pause)
+            pause = min(pause * 2, _MAX_FULL_PAUSE)

@@ -17,6 +17,7 @@ __all__ = (
     "DEFAULT_MAX_DELIVERIES",
     "DEFAULT_MAX_MESSAGE_BYTES",
     "DEFAULT_SHARDS",
+    "DEFAULT_STREAM_LIMIT",
     "DEFAULT_STREAM_MAXLEN",
     "RedisConfig",
 )
@@ -28,6 +29,7 @@ DEFAULT_CLAIM_IDLE_MS: Final = 30_000
 DEFAULT_LEASE_MS: Final = 10_000
 DEFAULT_MAX_DELIVERIES: Final = 5
 DEFAULT_STREAM_MAXLEN: Final = 100_000
+DEFAULT_STREAM_LIMIT: Final = 1_000_000
 DEFAULT_POOL_SIZE: Final = 32
 DEFAULT_SOCKET_TIMEOUT: Final = 5.0
 DEFAULT_PASSIVATE_AFTER: Final = 300.0
@@ -57,6 +59,8 @@ class RedisConfig(_Section, frozen=True):
         max_deliveries: deliveries after which an entry goes to the dead letters.
         stream_maxlen: a shard stream longer than this is trimmed, but only below
             its lowest pending entry.
+        stream_limit: producers stop writing to a shard stream this long (its
+            workers are down or behind) and wait until it is shorter.
         pool_size: the most connections one client opens.
         socket_timeout: seconds a command may take (blocking reads get
             ``block_ms`` on top, so they never time out spuriously).
@@ -78,6 +82,7 @@ class RedisConfig(_Section, frozen=True):
     lease_ms: int = DEFAULT_LEASE_MS
     max_deliveries: int = DEFAULT_MAX_DELIVERIES
     stream_maxlen: int = DEFAULT_STREAM_MAXLEN
+    stream_limit: int = DEFAULT_STREAM_LIMIT
     pool_size: int = DEFAULT_POOL_SIZE
     socket_timeout: float = DEFAULT_SOCKET_TIMEOUT
     passivate_after: float = DEFAULT_PASSIVATE_AFTER
@@ -95,6 +100,7 @@ class RedisConfig(_Section, frozen=True):
             "lease_ms",
             "max_deliveries",
             "stream_maxlen",
+            "stream_limit",
             "pool_size",
             "applied_keep",
             "outbox_size",
@@ -104,6 +110,11 @@ class RedisConfig(_Section, frozen=True):
         for key in ("socket_timeout", "passivate_after", "retry_for"):
             if getattr(self, key) <= 0:
                 raise ValueError(f"{key} must be > 0, got {getattr(self, key)}")
+        if self.stream_limit <= self.stream_maxlen:
+            raise ValueError(
+                f"stream_limit ({self.stream_limit}) must be above stream_maxlen "
+                f"({self.stream_maxlen}): streams are trimmed back to stream_maxlen"
+            )
         if not self.prefix or "{" in self.prefix or "}" in self.prefix:
             raise ValueError(f"prefix must be non-empty without braces, got {self.prefix!r}")
 

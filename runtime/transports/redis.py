@@ -163,7 +163,9 @@ class RedisTransport(Transport):
         self._asks: dict[int, tuple[Any, float, str]] = {}
         # (stream, data) waiting for XADD: one queue, so a sender's messages
         # reach the streams in the order they were sent.
-        self._outbox = Outbox(lambda: self.client, self.config.outbox_size)
+        self._outbox = Outbox(
+            lambda: self.client, self.config.outbox_size, self.config.stream_limit
+        )
         self.shards: dict[int, Shard] = {}
         self.agents: dict[str, Agent] = {}
         self._leases: LeaseManager | None = None

@@ -369,3 +369,42 @@ async def test_shards_move_between_workers_that_join_and_leave_without_loss(
                 return await stored() == expected
 
             await eventually(done, "every command applied once, in order")
+
+
+async def test_producers_wait_while_a_stream_is_full_and_carry_on_when_it_drains(
+    redis_client: aioredis.Redis, redis_config: RedisConfig
+) -> None:
+    config = msgspec.structs.replace(
+        redis_config, shards=1, stream_maxlen=5, stream_limit=10, outbox_size=4
+    )
+    stream = Keys(config.prefix).stream(0)
+    async with worker(redis_client, config, worker=False) as client:
+        sent = 0
+
+        async def produce() -> None:
+            nonlocal sent
+            for i in range(40):
+                await client.ref("ledger/bp").tell(Add(f"p{i}"))
+                sent += 1
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(produce)
+
+            async def blocked() -> bool:
+                return int(await redis_client.xlen(stream)) >= 10 and sent < 40
+
+            await eventually(blocked, "the producer is held back by the full stream")
+            # No worker reads the stream: it stays at the limit, the producer waits.
+            await anyio.sleep(0.3)
+            assert int(await redis_client.xlen(stream)) < 10 + 64
+            assert sent < 40
+            async with worker(redis_client, config) as rt:
+
+                async def all_sent() -> bool:
+                    return sent == 40
+
+                await eventually(all_sent, "the producer carries on once workers drain it")
+                await client.transport.flush()  # type: ignore[attr-defined]
+                state = await client.ref("ledger/bp").ask(GetState())
+                assert state.tokens == [f"p{i}" for i in range(40)]
+                assert rt.transport.stats().owned_shards == [0]  # type: ignore[attr-defined]

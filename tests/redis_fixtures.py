@@ -9,7 +9,7 @@ FLUSH anything: each gets a unique key prefix, and its keys are deleted after.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import anyio
 import pytest
@@ -17,6 +17,7 @@ import redis.asyncio as aioredis
 
 from runtime.ids import new_id
 from runtime.redis import EmbeddedRedis, RedisConfig, connect
+from runtime.transports.redis import RedisTransport
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -81,3 +82,21 @@ async def redis_client(redis_config: RedisConfig) -> AsyncIterator[aioredis.Redi
         with anyio.CancelScope(shield=True):
             await delete_prefix(client, redis_config.prefix)
             await client.aclose()
+
+
+@pytest.fixture
+async def make_redis_transport(
+    redis_config: RedisConfig,
+) -> AsyncIterator[Callable[[], RedisTransport]]:
+    """A factory of worker transports on the test's Redis, under the test's prefix.
+
+    For the ``make_transport`` fixture that runs every actor test on both
+    transports; the test's keys are deleted afterwards.
+    """
+    yield lambda: RedisTransport(redis_config.url, redis_config)
+    client = connect(redis_config)
+    try:
+        with anyio.CancelScope(shield=True):
+            await delete_prefix(client, redis_config.prefix)
+    finally:
+        await client.aclose()

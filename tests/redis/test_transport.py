@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -408,3 +408,11 @@ async def test_producers_wait_while_a_stream_is_full_and_carry_on_when_it_drains
                 state = await client.ref("ledger/bp").ask(GetState())
                 assert state.tokens == [f"p{i}" for i in range(40)]
                 assert rt.transport.stats().owned_shards == [0]  # type: ignore[attr-defined]
+
+
+async def test_the_transport_factory_fixture_gives_a_working_transport(
+    make_redis_transport: Callable[[], RedisTransport],
+) -> None:
+    async with Runtime(transport=make_redis_transport()) as rt:
+        register(rt)
+        assert await rt.ref("echo/f").ask("from the factory") == "from the factory"

@@ -8,7 +8,10 @@ FLUSH anything: each gets a unique key prefix, and its keys are deleted after.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import random
+import socket
 from collections.abc import AsyncIterator, Callable, Iterator
 
 import anyio
@@ -100,3 +103,71 @@ async def make_redis_transport(
             await delete_prefix(client, redis_config.prefix)
     finally:
         await client.aclose()
+
+
+#: Nodes of the test cluster (each owns a third of the slots; no replicas).
+_CLUSTER_NODES = 3
+
+
+def _cluster_port() -> int:
+    """A free port for a cluster node: below 55536, its bus port (+10000) free too."""
+    rng = random.Random()
+    while True:
+        port = rng.randrange(20_000, 45_000)
+        try:
+            for p in (port, port + 10_000):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", p))
+        except OSError:
+            continue
+        return port
+
+
+async def _start_cluster(stack: contextlib.AsyncExitStack) -> str:
+    """Start a private three-node Redis Cluster; return a URL naming one node."""
+    try:
+        return await _form_cluster(stack)
+    except BaseException:
+        await stack.aclose()
+        raise
+
+
+async def _form_cluster(stack: contextlib.AsyncExitStack) -> str:
+    nodes = [
+        await stack.enter_async_context(EmbeddedRedis(port=_cluster_port(), cluster=True))
+        for _ in range(_CLUSTER_NODES)
+    ]
+    clients = [aioredis.Redis.from_url(node.url) for node in nodes]
+    try:
+        per_node = 16384 // _CLUSTER_NODES
+        for i, client in enumerate(clients):
+            last = 16383 if i == _CLUSTER_NODES - 1 else (i + 1) * per_node - 1
+            await client.execute_command("CLUSTER ADDSLOTS", *range(i * per_node, last + 1))
+        first = nodes[0].url.rpartition(":")[2]
+        for client in clients[1:]:
+            await client.execute_command("CLUSTER MEET", "127.0.0.1", first)
+        with anyio.fail_after(30):
+            while True:
+                infos = [await c.execute_command("CLUSTER INFO") for c in clients]
+                if all(info.get("cluster_state") in ("ok", b"ok") for info in infos):
+                    break
+                await anyio.sleep(0.05)
+    finally:
+        for client in clients:
+            await client.aclose()
+    return nodes[0].url
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_url() -> Iterator[str]:
+    """A Redis Cluster for the tests: ``REDIS_CLUSTER_URL`` if set, else a private one."""
+    given = os.environ.get("REDIS_CLUSTER_URL")
+    if given:
+        yield given
+        return
+    stack = contextlib.AsyncExitStack()
+    url = anyio.run(_start_cluster, stack)
+    try:
+        yield url
+    finally:
+        anyio.run(stack.aclose)

@@ -13,12 +13,13 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar, cast
 
 import anyio
 import redis.asyncio as aioredis
 import redis.exceptions as rexc
 import structlog
+from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 
@@ -30,6 +31,7 @@ __all__ = (
     "blocking_twin",
     "check_server",
     "connect",
+    "is_cluster",
     "open_client",
     "redis_errors",
     "retrying",
@@ -66,11 +68,22 @@ def redis_errors(what: str) -> Iterator[None]:
         raise TransportError(f"{what}: Redis error: {exc}") from exc
 
 
-def connect(config: RedisConfig, url: str | None = None) -> aioredis.Redis:
+def connect(
+    config: RedisConfig, url: str | None = None, *, connections: int | None = None
+) -> aioredis.Redis:
     """Make an asyncio client for ``url`` (else ``config.url``) with the config's limits.
 
+    With ``config.cluster`` the client is a ``RedisCluster`` (the URL names any
+    node). It is typed as ``Redis`` on purpose: it offers the same commands, and
+    actormem sends only commands whose keys share one slot (hash tags).
     Nothing is sent until the first command; call :func:`check_server` to find out
     early whether the server is reachable and suitable.
+
+    Args:
+        config: the ``[redis]`` section.
+        url: the server (``config.url`` by default).
+        connections: the pool's bound (``config.pool_size`` by default; per node
+            in a cluster).
 
     Raises:
         ValueError: no URL given and none in the config.
@@ -78,11 +91,25 @@ def connect(config: RedisConfig, url: str | None = None) -> aioredis.Redis:
     target = url or config.url
     if not target:
         raise ValueError("no Redis URL: pass one, or use open_client() for an embedded server")
+    size = connections or config.pool_size
+    timeout = config.socket_timeout + config.block_ms / 1000 + _BLOCK_MARGIN
+    if config.cluster:
+        cluster = RedisCluster.from_url(
+            target,
+            max_connections=size,
+            socket_timeout=timeout,
+            socket_connect_timeout=config.socket_timeout,
+            health_check_interval=_HEALTH_CHECK_INTERVAL,
+            password=config.password(),
+            retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), retries=2),
+            decode_responses=False,
+        )
+        return cast(aioredis.Redis, cluster)
     pool = aioredis.BlockingConnectionPool.from_url(
         target,
-        max_connections=config.pool_size,
-        timeout=config.socket_timeout + config.block_ms / 1000 + _BLOCK_MARGIN,
-        socket_timeout=config.socket_timeout + config.block_ms / 1000 + _BLOCK_MARGIN,
+        max_connections=size,
+        timeout=timeout,
+        socket_timeout=timeout,
         socket_connect_timeout=config.socket_timeout,
         health_check_interval=_HEALTH_CHECK_INTERVAL,
         password=config.password(),
@@ -93,6 +120,11 @@ def connect(config: RedisConfig, url: str | None = None) -> aioredis.Redis:
     return aioredis.Redis.from_pool(pool)
 
 
+def is_cluster(client: object) -> bool:
+    """True when ``client`` is a Redis Cluster client (see :func:`connect`)."""
+    return isinstance(client, RedisCluster)
+
+
 async def check_server(client: aioredis.Redis) -> None:
     """Check that the server answers and never evicts keys.
 
@@ -100,17 +132,22 @@ async def check_server(client: aioredis.Redis) -> None:
         TransportUnavailableError: the server cannot be reached.
         TransportError: its ``maxmemory-policy`` is not ``noeviction``.
     """
+    infos: dict[str, Any]
     with redis_errors("connecting to Redis"):
-        info = await client.info("memory")
-    policy = info.get("maxmemory_policy", "noeviction")
-    if isinstance(policy, bytes):
-        policy = policy.decode()
-    if policy != "noeviction":
-        raise TransportError(
-            f"Redis maxmemory-policy is {policy!r}: actormem needs 'noeviction' "
-            "(an evicted stream or agent history would be lost silently); "
-            "run CONFIG SET maxmemory-policy noeviction"
-        )
+        if is_cluster(client):
+            infos = await client.info("memory", target_nodes=RedisCluster.PRIMARIES)
+        else:
+            infos = {"the server": await client.info("memory")}
+    for node, info in infos.items():
+        policy = info.get("maxmemory_policy", "noeviction")
+        if isinstance(policy, bytes):
+            policy = policy.decode()
+        if policy != "noeviction":
+            raise TransportError(
+                f"Redis maxmemory-policy is {policy!r} on {node}: actormem needs "
+                "'noeviction' (an evicted stream or agent history would be lost "
+                "silently); run CONFIG SET maxmemory-policy noeviction"
+            )
 
 
 @asynccontextmanager
@@ -183,10 +220,14 @@ async def retrying(call: Callable[[], Awaitable[T]], *, what: str, retry_for: fl
 def blocking_twin(client: aioredis.Redis, connections: int) -> aioredis.Redis:
     """A client to the same server with its own pool, for blocking reads.
 
+    A cluster client is returned as it is (its pools are per node already).
+
     Blocking ``XREAD``/``XREADGROUP`` calls hold a connection for up to
     ``block_ms``; giving them a pool of their own keeps them from starving
     commits and sends of connections.
     """
+    if is_cluster(client):
+        return client
     pool = client.connection_pool
     twin = type(pool)(
         connection_class=pool.connection_class,

@@ -114,7 +114,7 @@ class LeaseManager:
         now_ms = int(time.time() * 1000)
         key = self._keys.workers()
         with redis_errors("registering the worker"):
-            async with self._client.pipeline(transaction=True) as pipe:
+            async with self._client.pipeline(transaction=False) as pipe:
                 pipe.zadd(key, {self.worker: now_ms + self._lease_ms})
                 pipe.zremrangebyscore(key, "-inf", now_ms)
                 pipe.zcard(key)

@@ -74,6 +74,8 @@ class EmbeddedRedis:
             if omitted).
         directory: the working directory (a fresh temp dir, removed on exit, if
             omitted; a given one is kept, so a restarted server finds its AOF).
+        cluster: start it as a Redis Cluster node (it owns no slots until
+            it is given some: see the test fixtures).
 
     Attributes:
         url: the URL clients connect to (``unix://...`` or ``redis://127.0.0.1:port``).
@@ -89,8 +91,10 @@ class EmbeddedRedis:
         port: int | None = None,
         binary: str | None = None,
         directory: str | Path | None = None,
+        cluster: bool = False,
     ) -> None:
         self.aof = aof
+        self.cluster = cluster
         self._port = port
         self._binary = binary
         self._given_dir = Path(directory) if directory is not None else None
@@ -164,6 +168,8 @@ class EmbeddedRedis:
             "--logfile",
             str(self._dir / "redis.log"),
         ]
+        if self.cluster:
+            args += ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
         try:
             # Popen only forks and execs; the waiting is done in a thread below.
             self._proc = subprocess.Popen(  # noqa: ASYNC220

@@ -47,6 +47,7 @@ class RedisConfig(_Section, frozen=True):
     Attributes:
         url: ``redis://host:port/db``, ``unix:///path.sock``, or None to start an
             embedded ``redis-server`` on a Unix socket in a temp dir.
+        cluster: ``url`` names a node of a Redis Cluster.
         password_env: the environment variable holding the password (never put a
             password in a config file; one in ``url`` is hidden from reprs).
         prefix: the first part of every key.
@@ -73,6 +74,7 @@ class RedisConfig(_Section, frozen=True):
     """
 
     url: str | None = None
+    cluster: bool = False
     password_env: str = DEFAULT_PASSWORD_ENV
     prefix: str = "am"
     shards: int = DEFAULT_SHARDS

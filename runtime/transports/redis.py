@@ -212,8 +212,10 @@ class RedisTransport(Transport):
             self._stack.push_async_callback(client.aclose)
         self._client = client
         await check_server(client)
+        # Blocking reads (one per owned shard) get a pool of their own.
         blocking = blocking_twin(client, self.config.shards + 4)
-        self._stack.push_async_callback(blocking.aclose)
+        if blocking is not client:
+            self._stack.push_async_callback(blocking.aclose)
         self._blocking = blocking
         # Runs first on close (callbacks unwind last in, first out), while the
         # clients are still open: give the leases back, delete the reply stream.

@@ -3,6 +3,7 @@
 from tests.redis_fixtures import (
     make_redis_transport,
     redis_client,
+    redis_cluster_url,
     redis_config,
     redis_prefix,
     redis_url,
@@ -11,6 +12,7 @@ from tests.redis_fixtures import (
 __all__ = (
     "make_redis_transport",
     "redis_client",
+    "redis_cluster_url",
     "redis_config",
     "redis_prefix",
     "redis_url",

@@ -91,31 +91,23 @@ def connect(
     target = url or config.url
     if not target:
         raise ValueError("no Redis URL: pass one, or use open_client() for an embedded server")
-    size = connections or config.pool_size
     timeout = config.socket_timeout + config.block_ms / 1000 + _BLOCK_MARGIN
+    options: dict[str, Any] = {
+        "max_connections": connections or config.pool_size,
+        "socket_timeout": timeout,
+        "socket_connect_timeout": config.socket_timeout,
+        "health_check_interval": _HEALTH_CHECK_INTERVAL,
+        "password": config.password(),
+        "retry": Retry(ExponentialBackoff(cap=1.0, base=0.05), retries=2),
+        "decode_responses": False,
+    }
     if config.cluster:
-        cluster = RedisCluster.from_url(
-            target,
-            max_connections=size,
-            socket_timeout=timeout,
-            socket_connect_timeout=config.socket_timeout,
-            health_check_interval=_HEALTH_CHECK_INTERVAL,
-            password=config.password(),
-            retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), retries=2),
-            decode_responses=False,
-        )
-        return cast(aioredis.Redis, cluster)
+        return cast(aioredis.Redis, RedisCluster.from_url(target, **options))
     pool = aioredis.BlockingConnectionPool.from_url(
         target,
-        max_connections=size,
-        timeout=timeout,
-        socket_timeout=timeout,
-        socket_connect_timeout=config.socket_timeout,
-        health_check_interval=_HEALTH_CHECK_INTERVAL,
-        password=config.password(),
-        retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), retries=2),
+        timeout=timeout,  # waiting for a free connection
         retry_on_error=[rexc.ConnectionError, rexc.TimeoutError],
-        decode_responses=False,
+        **options,
     )
     return aioredis.Redis.from_pool(pool)
 

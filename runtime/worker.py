@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import secrets
 import signal
 import subprocess
 import sys
@@ -29,7 +30,6 @@ import structlog
 from runtime._runtime import Runtime
 from runtime.config import RuntimeConfig
 from runtime.errors import ConfigError, TransportUnavailableError
-from runtime.ids import new_id
 from runtime.redis._client import connect, redis_errors
 from runtime.redis.config import RedisConfig
 from runtime.redis.keys import Keys
@@ -148,7 +148,7 @@ class WorkerProcesses:
         self.register = register
         self.runtime = runtime or RuntimeConfig()
         self.log_level = log_level
-        self.ids = [f"w{i}-{new_id()[-8:]}" for i in range(count)]
+        self.ids = [f"w{i}-{secrets.token_hex(4)}" for i in range(count)]
         self._procs: list[subprocess.Popen[bytes] | None] = [None] * count
         self._dir = Path(tempfile.mkdtemp(prefix="actormem-workers-"))
 

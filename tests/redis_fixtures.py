@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import secrets
 import socket
 from collections.abc import AsyncIterator, Callable, Iterator
 
@@ -18,7 +19,6 @@ import anyio
 import pytest
 import redis.asyncio as aioredis
 
-from runtime.ids import new_id
 from runtime.redis import EmbeddedRedis, RedisConfig, connect
 from runtime.transports.redis import RedisTransport
 
@@ -49,7 +49,7 @@ def redis_url(request: pytest.FixtureRequest) -> Iterator[str]:
 @pytest.fixture
 def redis_prefix() -> str:
     """A key prefix no other test uses."""
-    return f"t{new_id()[-12:]}"
+    return f"t{secrets.token_hex(6)}"
 
 
 @pytest.fixture

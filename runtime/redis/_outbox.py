@@ -47,6 +47,8 @@ class Outbox:
         self._ready = anyio.Event()
         self._space: anyio.Event | None = None
         self._drained: anyio.Event | None = None
+        # Each stream's length as of the last batch written to it.
+        self._lengths: dict[str, int] = {}
 
     def __len__(self) -> int:
         return len(self._queue)
@@ -90,11 +92,15 @@ class Outbox:
         while self._queue:
             await self._wait_for_room()
             batch = [self._queue[i] for i in range(min(len(self._queue), _BATCH))]
+            streams = list(dict.fromkeys(stream for stream, _ in batch))
             with redis_errors("XADD from the outbox"):
                 async with self._client().pipeline(transaction=False) as pipe:
                     for stream, data in batch:
                         pipe.xadd(stream, {b"e": data})
-                    await pipe.execute()
+                    for stream in streams:  # lengths ride along: no extra round trip
+                        pipe.xlen(stream)
+                    results = await pipe.execute()
+            self._lengths.update(zip(streams, map(int, results[len(batch) :]), strict=True))
             for _ in batch:
                 self._queue.popleft()
             space, self._space = self._space, None
@@ -107,11 +113,14 @@ class Outbox:
     async def _wait_for_room(self) -> None:
         """Pause while the stream the next entry goes to is over ``stream_limit``."""
         stream = self._queue[0][0]
+        if self._lengths.get(stream, 0) < self.stream_limit:
+            return
         pause = 0.02
         waited = False
         while True:
             with redis_errors(f"XLEN {stream}"):
                 length = int(await self._client().xlen(stream))
+            self._lengths[stream] = length
             if length < self.stream_limit:
                 if waited:
                     log.info("stream_has_room", stream=stream, length=length)

@@ -19,6 +19,7 @@ go to the dead-letter stream with the reason, and the consumer carries on.
 from __future__ import annotations
 
 import os
+import secrets
 import socket
 import time
 from collections.abc import Awaitable, Callable
@@ -151,7 +152,7 @@ class RedisTransport(Transport):
         self.keys = Keys(self.config.prefix)
         self.codec = codec or default_codec
         self.worker = worker
-        self.id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{new_id()[-8:]}"
+        self.id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
         self._given = redis
         self._client: aioredis.Redis | None = None
         self._blocking: aioredis.Redis | None = None
@@ -407,8 +408,13 @@ class RedisTransport(Transport):
         await retrying(add, what="publish", retry_for=self.config.retry_for)
 
     async def reply(self, envelope: Envelope, reply: Reply) -> None:
-        """XADD ``reply`` to the asker's reply stream (a lost reply times the ask out)."""
-        if envelope.reply_to is None:
+        """XADD ``reply`` to the asker's reply stream (a lost reply times the ask out).
+
+        A reply to an ask made through this same transport is handed over in
+        memory: it would only travel to Redis and back into this process.
+        """
+        if envelope.reply_to is None or envelope.reply_to == self._replies:
+            self._asks.pop(reply.correlation, None)
             self._require_host().resolve(reply)
             return
         data = self.codec.encode_reply(reply)

@@ -1,5 +1,8 @@
 """Small actors for the Redis tests, importable by worker subprocesses too.
 
+Their message tags are namespaced (``ledger.Add``): tags share one registry with
+the app's own commands, and two types with one tag cannot both be registered.
+
 ``Ledger`` is a durable actor: its append-only log holds every command id it
 applied (so a test can check that each was applied exactly once), its snapshot
 holds a running total.
@@ -17,7 +20,7 @@ from runtime import Actor, ActorContext, ActormemError, Runtime
 from runtime.redis import DurableChanges, register_error_types, register_message_types
 
 
-class Add(msgspec.Struct, frozen=True, tag=True):
+class Add(msgspec.Struct, frozen=True, tag="ledger.Add"):
     """Add ``amount``; ``token`` is what the ledger records (unique per command).
 
     ``delay`` seconds of work make a backlog that a test can interrupt.
@@ -34,23 +37,23 @@ class LedgerState(msgspec.Struct, frozen=True):
     activations: int
 
 
-class GetState(msgspec.Struct, frozen=True, tag=True):
+class GetState(msgspec.Struct, frozen=True, tag="ledger.GetState"):
     reply_type: ClassVar[Any] = LedgerState
 
 
-class Boom(msgspec.Struct, frozen=True, tag=True):
+class Boom(msgspec.Struct, frozen=True, tag="ledger.Boom"):
     """Makes the handler crash."""
 
 
-class Reset(msgspec.Struct, frozen=True, tag=True):
+class Reset(msgspec.Struct, frozen=True, tag="ledger.Reset"):
     """Clears the ledger (its log is replaced, not appended to)."""
 
 
-class Crash(msgspec.Struct, frozen=True, tag=True):
+class Crash(msgspec.Struct, frozen=True, tag="ledger.Crash"):
     """Kills the worker process on the spot (a poison pill)."""
 
 
-class Refuse(msgspec.Struct, frozen=True, tag=True):
+class Refuse(msgspec.Struct, frozen=True, tag="ledger.Refuse"):
     """Makes the handler raise an expected error."""
 
 

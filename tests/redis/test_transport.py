@@ -297,7 +297,7 @@ async def test_streams_are_trimmed_but_never_past_a_pending_entry(
         assert await redis_client.xrange(stream, pending["min"], pending["min"]) != []
 
 
-class ForgedAdd(msgspec.Struct, frozen=True, tag="Add"):
+class ForgedAdd(msgspec.Struct, frozen=True, tag="ledger.Add"):
     """Looks like ``Add`` on the wire, but with a field of the wrong type."""
 
     token: str
@@ -416,3 +416,10 @@ async def test_the_transport_factory_fixture_gives_a_working_transport(
     async with Runtime(transport=make_redis_transport()) as rt:
         register(rt)
         assert await rt.ref("echo/f").ask("from the factory") == "from the factory"
+
+
+def test_every_transport_has_its_own_id_even_within_one_process() -> None:
+    # The id names the reply stream and the lease holder: two sharing one would
+    # read each other's replies and defeat the fencing between them.
+    ids = {RedisTransport("redis://unused", RedisConfig()).id for _ in range(50)}
+    assert len(ids) == 50

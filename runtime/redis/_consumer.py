@@ -410,7 +410,7 @@ async def handled(t: RedisTransport, env: Envelope, actor: Actor | None, ok: boo
         shard = t.shards.get(shard_of(env.recipient, t.config.shards))
         if shard is None or agent is None or agent.lease != shard.lease:
             return False
-        return await _commit(t, shard.number, shard.lease, "", env, cast(Durable, actor))
+        return await _commit(t, shard, "", env, cast(Durable, actor))
     try:
         shard = t.shards.get(env.shard)
         current = shard is not None and shard.lease == env.lease
@@ -424,9 +424,7 @@ async def handled(t: RedisTransport, env: Envelope, actor: Actor | None, ok: boo
         if not ok:
             return not durable  # not acked: delivered again after claim_idle_ms
         if durable:
-            stored = await _commit(
-                t, shard.number, shard.lease, env.entry, env, cast(Durable, actor)
-            )
+            stored = await _commit(t, shard, env.entry, env, cast(Durable, actor))
         else:
             # A non-durable actor's effect lives in memory only: nothing to
             # store, so its ack can wait for the next batch.
@@ -455,9 +453,13 @@ async def flush_acks(t: RedisTransport, shard: Shard) -> None:
 
 
 async def _commit(
-    t: RedisTransport, number: int, lease: str, entry: str, env: Envelope, actor: Durable
+    t: RedisTransport, shard: Shard, entry: str, env: Envelope, actor: Durable
 ) -> bool:
-    """Store a durable actor's changes, the command id and the XACK in one fenced call."""
+    """Store a durable actor's changes, the command id and the XACK in one fenced call.
+
+    A command that changed nothing (a read) stores nothing: its entry joins the
+    batched acks, and a redelivery of it would only read again.
+    """
     try:
         changes = DurableChanges(*actor.durable_changes())
     except Exception:
@@ -465,7 +467,11 @@ async def _commit(
         # delivered again to a fresh activation loaded from what is stored.
         log.exception("durable_changes_failed", actor=env.recipient, msg_id=env.id)
         return False
-    address = env.recipient
+    if not changes.log_appends and changes.snapshot is None and not changes.replace_log:
+        if entry:
+            shard.acks.append(entry)
+        return True
+    number, lease, address = shard.number, shard.lease, env.recipient
     keys = [
         t.keys.lease(number),
         t.keys.stream(number),

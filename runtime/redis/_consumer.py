@@ -462,10 +462,15 @@ async def _commit(
     """
     try:
         changes = DurableChanges(*actor.durable_changes())
-    except Exception:
+    except Exception as exc:
         # The actor cannot say what changed: drop it, and let the command be
         # delivered again to a fresh activation loaded from what is stored.
         log.exception("durable_changes_failed", actor=env.recipient, msg_id=env.id)
+        if env.correlation is not None:
+            error = HandlerError(
+                env.recipient, f"durable_changes failed: {type(exc).__name__}: {exc}"
+            )
+            await t.reply(env, Reply(env.correlation, error=error))
         return False
     if not changes.log_appends and changes.snapshot is None and not changes.replace_log:
         if entry:

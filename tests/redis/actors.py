@@ -132,3 +132,10 @@ def register(rt: Runtime) -> None:
     """Register the test kinds (the worker subprocesses call this)."""
     rt.register("ledger", Ledger)
     rt.register("echo", Echo)
+
+
+class Brittle(Ledger):
+    """A durable actor that cannot say what changed (a bug in its protocol code)."""
+
+    def durable_changes(self) -> DurableChanges:
+        raise ValueError("cannot encode my state")

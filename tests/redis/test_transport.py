@@ -25,6 +25,7 @@ from runtime.transports.redis import RedisTransport
 from tests.redis.actors import (
     Add,
     Boom,
+    Brittle,
     GetState,
     Ledger,
     LedgerState,
@@ -423,3 +424,17 @@ def test_every_transport_has_its_own_id_even_within_one_process() -> None:
     # read each other's replies and defeat the fencing between them.
     ids = {RedisTransport("redis://unused", RedisConfig()).id for _ in range(50)}
     assert len(ids) == 50
+
+
+async def test_an_actor_whose_changes_cannot_be_taken_fails_the_ask_at_once(
+    redis_client: aioredis.Redis, redis_config: RedisConfig
+) -> None:
+    async with worker(redis_client, redis_config) as rt:
+        rt.register("brittle", Brittle)
+        with pytest.raises(HandlerError, match="durable_changes failed: ValueError: cannot encode"):
+            await rt.ref("brittle/b").ask(Add("x"))
+    # Nothing was stored, and the command stays pending for another try.
+    keys = Keys(redis_config.prefix)
+    shard = shard_of("brittle/b", redis_config.shards)
+    assert await redis_client.llen(keys.agent_log(shard, "brittle/b")) == 0
+    assert (await redis_client.xpending(keys.stream(shard), "workers"))["pending"] == 1

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import secrets
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Final, Self
@@ -120,6 +121,8 @@ class WorkerProcesses:
         register: ``module:function`` registering the actor kinds in each worker.
         runtime: the runtime section for the workers.
         log_level: the workers' log level (their logs go to files, see ``log_path``).
+        env: extra environment variables for the workers (the path of the app's
+            config for its register function to read, say).
 
     Raises:
         ValueError: ``count`` < 1 or no Redis URL.
@@ -138,6 +141,7 @@ class WorkerProcesses:
         *,
         runtime: RuntimeConfig | None = None,
         log_level: str = "info",
+        env: Mapping[str, str] | None = None,
     ) -> None:
         if count < 1:
             raise ValueError(f"count must be >= 1, got {count}")
@@ -148,6 +152,7 @@ class WorkerProcesses:
         self.register = register
         self.runtime = runtime or RuntimeConfig()
         self.log_level = log_level
+        self.env = {**os.environ, **(env or {})}
         self.ids = [f"w{i}-{secrets.token_hex(4)}" for i in range(count)]
         self._procs: list[subprocess.Popen[bytes] | None] = [None] * count
         self._dir = Path(tempfile.mkdtemp(prefix="actormem-workers-"))
@@ -199,7 +204,11 @@ class WorkerProcesses:
         ]
         with self.log_path(index).open("ab") as logfile:
             self._procs[index] = subprocess.Popen(
-                args, stdin=subprocess.DEVNULL, stdout=logfile, stderr=subprocess.STDOUT
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=logfile,
+                stderr=subprocess.STDOUT,
+                env=self.env,
             )
 
     async def wait_ready(self, indexes: Sequence[int] | None = None) -> None:

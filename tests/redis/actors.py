@@ -139,3 +139,8 @@ class Brittle(Ledger):
 
     def durable_changes(self) -> DurableChanges:
         raise ValueError("cannot encode my state")
+
+
+def register_named(rt: Runtime) -> None:
+    """Register the ledger under the kind named by ``TEST_LEDGER_KIND``."""
+    rt.register(os.environ["TEST_LEDGER_KIND"], Ledger)

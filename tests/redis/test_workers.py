@@ -268,3 +268,12 @@ async def test_a_worker_that_cannot_start_says_why(redis_config: RedisConfig) ->
 def test_workers_need_a_shared_redis_url() -> None:
     with pytest.raises(ValueError, match="need a shared Redis"):
         WorkerProcesses(2, RedisConfig(url=None), REGISTER)
+
+
+async def test_workers_get_the_environment_they_are_given(
+    redis_config: RedisConfig,
+) -> None:
+    env = {"TEST_LEDGER_KIND": "books"}
+    spec = "tests.redis.actors:register_named"
+    async with WorkerProcesses(1, redis_config, spec, env=env), client_runtime(redis_config) as rt:
+        assert await rt.ref("books/b").ask(Add("x", 5)) == 5

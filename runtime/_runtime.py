@@ -172,7 +172,13 @@ class Runtime:
         except BaseException as exc:
             tg.cancel_scope.cancel()
             self._state = "closed"
-            await tg.__aexit__(type(exc), exc, exc.__traceback__)
+            try:
+                await tg.__aexit__(type(exc), exc, exc.__traceback__)
+            except BaseExceptionGroup as group:
+                # The task group wraps the error that stopped the start (say, an
+                # unreachable Redis) in a group; the caller wants that error itself.
+                if group.exceptions != (exc,):
+                    raise
             raise
         self._state = "open"
         return self

@@ -19,8 +19,8 @@ from runtime import (
     SupervisionConfig,
 )
 from runtime._envelope import Envelope
-from runtime.errors import MessageDecodeError
-from runtime.redis import Codec, Keys, RedisConfig, default_codec, shard_of
+from runtime.errors import MessageDecodeError, TransportUnavailableError
+from runtime.redis import Codec, Keys, RedisConfig, default_codec, free_port, shard_of
 from runtime.transports.redis import RedisTransport
 from tests.redis.actors import (
     Add,
@@ -438,3 +438,11 @@ async def test_an_actor_whose_changes_cannot_be_taken_fails_the_ask_at_once(
     shard = shard_of("brittle/b", redis_config.shards)
     assert await redis_client.llen(keys.agent_log(shard, "brittle/b")) == 0
     assert (await redis_client.xpending(keys.stream(shard), "workers"))["pending"] == 1
+
+
+async def test_an_unreachable_redis_is_one_clear_error_when_the_runtime_opens() -> None:
+    config = RedisConfig(socket_timeout=0.3)
+    transport = RedisTransport(f"redis://127.0.0.1:{free_port()}", config)
+    with pytest.raises(TransportUnavailableError, match="Redis unavailable"):
+        async with Runtime(transport=transport):
+            pass

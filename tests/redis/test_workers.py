@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -277,3 +279,26 @@ async def test_workers_get_the_environment_they_are_given(
     spec = "tests.redis.actors:register_named"
     async with WorkerProcesses(1, redis_config, spec, env=env), client_runtime(redis_config) as rt:
         assert await rt.ref("books/b").ask(Add("x", 5)) == 5
+
+
+def test_a_worker_command_with_an_unreachable_redis_prints_one_line() -> None:
+    redis = RedisConfig(url=f"redis://127.0.0.1:{free_port()}", socket_timeout=0.3)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "runtime.worker",
+            "--register",
+            REGISTER,
+            "--redis-json",
+            msgspec.json.encode(redis).decode(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("actormem worker: error: connecting to Redis: Redis unavailable")

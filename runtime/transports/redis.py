@@ -14,6 +14,14 @@ command id set once by its producer, and a command whose id the agent already
 applied (a redelivery, or a second XADD after a lost reply) is acked and skipped.
 Entries that cannot be decoded, are too large, or fail ``max_deliveries`` times
 go to the dead-letter stream with the reason, and the consumer carries on.
+
+Sending is asynchronous: ``tell`` returns once the envelope is queued in the
+outbox (bounded; a full outbox, or a shard stream over ``stream_limit``, makes
+senders wait), and a background task XADDs the queue in order, in pipelined
+batches, retrying while Redis is away; :meth:`RedisTransport.flush` waits until
+everything queued is in Redis, and closing flushes too. Effects a handler has
+on the world outside its own state (tells it sends, say) happen when it runs,
+not when its commit lands: a redelivered command sends them again, with new ids.
 """
 
 from __future__ import annotations

@@ -19,8 +19,7 @@ boundary with ``raise ... from exc`` so the cause stays visible.
     ├── TransportError               a transport cannot carry an envelope
     │   ├── MessageTooLargeError     an encoded envelope is over the size limit
     │   ├── TransportUnavailableError  the broker (Redis) is unreachable or refuses
-    │   ├── MessageDecodeError       bytes that are not a valid envelope or reply
-    │   └── StaleLeaseError          a write by a worker that no longer owns the shard
+    │   └── MessageDecodeError       bytes that are not a valid envelope or reply
     └── (actors) MemoryInputError    bad input to an agent memory (actors.errors)
 
 ``actors`` defines its domain errors as subclasses of :class:`ActormemError` too.
@@ -90,7 +89,3 @@ class TransportUnavailableError(TransportError):
 
 class MessageDecodeError(TransportError):
     """Bytes read from the broker are not a valid envelope or reply (or are too large)."""
-
-
-class StaleLeaseError(TransportError):
-    """A worker tried to write for a shard whose lease it no longer holds (fenced off)."""

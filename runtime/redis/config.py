@@ -67,10 +67,13 @@ class RedisConfig(_Section, frozen=True):
             ``block_ms`` on top, so they never time out spuriously).
         passivate_after: seconds an idle virtual actor stays in memory.
         applied_keep: command ids remembered per agent for exactly-once effects.
-        retry_for: seconds a send or a commit keeps retrying while Redis is
-            unavailable before it fails (background loops retry for ever).
-        outbox_size: envelopes ``tell_nowait`` may queue for sending.
-        aof: append-only persistence for the embedded server.
+        retry_for: seconds a commit, a reply, a publish or a state load keeps
+            retrying while Redis is unavailable before it fails (the outbox and
+            the background loops retry for ever).
+        outbox_size: envelopes queued for XADD at most (``tell`` then waits,
+            ``tell_nowait`` raises ``MailboxFullError``).
+        aof: append-only persistence for the embedded server (off by default: its
+            temp dir is removed on exit, so AOF only helps it survive its own crash).
     """
 
     url: str | None = None
@@ -91,7 +94,7 @@ class RedisConfig(_Section, frozen=True):
     applied_keep: int = DEFAULT_APPLIED_KEEP
     retry_for: float = DEFAULT_RETRY_FOR
     outbox_size: int = DEFAULT_OUTBOX_SIZE
-    aof: bool = True
+    aof: bool = False
 
     def __post_init__(self) -> None:
         for key in (

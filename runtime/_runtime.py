@@ -135,6 +135,8 @@ class Runtime:
     ) -> None:
         self.config = config or RuntimeConfig()
         self.transport: Transport = transport or InProcessTransport()
+        # Only transports that store effects (Redis) take the per-message hooks.
+        self._hooked = type(self.transport).handled is not Transport.handled
         self._kinds: dict[str, _Kind] = {}
         self._cells: dict[str, _Cell] = {}
         self._ready: deque[_Cell] = deque()
@@ -170,7 +172,13 @@ class Runtime:
         except BaseException as exc:
             tg.cancel_scope.cancel()
             self._state = "closed"
-            await tg.__aexit__(type(exc), exc, exc.__traceback__)
+            try:
+                await tg.__aexit__(type(exc), exc, exc.__traceback__)
+            except BaseExceptionGroup as group:
+                # The task group wraps the error that stopped the start (say, an
+                # unreachable Redis) in a group; the caller wants that error itself.
+                if group.exceptions != (exc,):
+                    raise
             raise
         self._state = "open"
         return self
@@ -495,6 +503,8 @@ class Runtime:
             await self.transport.reply(env, reply)
 
     def _fail_envelope(self, env: Envelope, error: BaseException) -> None:
+        if self._hooked:
+            self.transport.dropped(env)
         if env.correlation is None:
             return
         if env.reply_to is None:
@@ -557,6 +567,9 @@ class Runtime:
                 value = await actor.receive(env.body)
             except actor.expected_errors as exc:
                 self._rejected += 1
+                if self._hooked and not await self.transport.handled(env, actor, True):
+                    actor = cell.actor = None
+                    continue
                 if env.correlation is not None:
                     await self._send_reply(env, Reply(env.correlation, error=exc))
                 else:
@@ -568,8 +581,14 @@ class Runtime:
                     )
                 continue
             except Exception as exc:
+                keep = not self._hooked or await self.transport.handled(env, actor, False)
                 await self._on_failure(cell, env, exc)
+                if not keep:
+                    cell.actor = None
                 actor = cell.actor
+                continue
+            if self._hooked and not await self.transport.handled(env, actor, True):
+                actor = cell.actor = None
                 continue
             if env.correlation is not None:
                 await self._send_reply(env, Reply(env.correlation, value))
@@ -586,10 +605,14 @@ class Runtime:
         """Make the actor from its kind and start it; a failure counts as a crash."""
         try:
             actor = cell.kind.factory(ActorContext(self, cell.address))
+            if self._hooked:
+                await self.transport.activated(cell.address, actor)
             await actor.on_start()
         except Exception as exc:
             assert cell.mailbox is not None
             cell.mailbox.popleft()
+            if self._hooked:
+                self.transport.dropped(first)
             await self._on_failure(cell, first, exc)
             return None
         cell.actor = actor
@@ -646,6 +669,43 @@ class Runtime:
             cell.space.set()
             cell.space = None
         log.error("actor_stopped", actor=cell.address, reason=reason)
+
+    async def passivate(self, address: str) -> bool:
+        """Drop the idle actor at ``address`` from memory (a virtual actor's state
+        is stored by its transport; the next message activates it again).
+
+        Returns:
+            True if it was dropped (or was not here); False if it has mail or is running.
+        """
+        cell = self._cells.get(address)
+        if cell is None:
+            return True
+        if cell.scheduled or cell.mailbox or cell.stopped is not None:
+            return False
+        del self._cells[address]
+        actor, cell.actor = cell.actor, None
+        if actor is not None and type(actor).on_stop is not Actor.on_stop:
+            await self._call_stop_hook(cell, actor)
+        return True
+
+    def spawn(self, func: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        """Run ``func(*args)`` as a task of the runtime's task group.
+
+        For a transport's background loops: they end when the runtime closes
+        (after the mailboxes drained, before the transport's ``aclose``). An
+        exception escaping ``func`` crashes the runtime, so loops handle their own.
+        """
+        if self._tg is None:
+            raise RuntimeClosedError("the runtime is not open")
+        self._tg.start_soon(func, *args)
+
+    def local_addresses(self, kind: str) -> list[str]:
+        """Addresses of the actors of ``kind`` active (activated, not stopped) here."""
+        return [
+            cell.address
+            for cell in self._cells.values()
+            if cell.kind.name == kind and cell.actor is not None and cell.stopped is None
+        ]
 
     # -- introspection ------------------------------------------------------------------
 

@@ -17,7 +17,9 @@ boundary with ``raise ... from exc`` so the cause stays visible.
     │   ├── AskTimeoutError          no reply within the ask timeout
     │   └── HandlerError             the handler raised while serving this request
     ├── TransportError               a transport cannot carry an envelope
-    │   └── MessageTooLargeError     an encoded envelope is over the size limit
+    │   ├── MessageTooLargeError     an encoded envelope is over the size limit
+    │   ├── TransportUnavailableError  the broker (Redis) is unreachable or refuses
+    │   └── MessageDecodeError       bytes that are not a valid envelope or reply
     └── (actors) MemoryInputError    bad input to an agent memory (actors.errors)
 
 ``actors`` defines its domain errors as subclasses of :class:`ActormemError` too.
@@ -79,3 +81,11 @@ class TransportError(ActormemError):
 
 class MessageTooLargeError(TransportError):
     """An encoded envelope is larger than the configured maximum message size."""
+
+
+class TransportUnavailableError(TransportError):
+    """The broker (Redis) cannot be reached, or refuses the connection or command."""
+
+
+class MessageDecodeError(TransportError):
+    """Bytes read from the broker are not a valid envelope or reply (or are too large)."""

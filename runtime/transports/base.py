@@ -10,15 +10,23 @@ puts envelopes on shard streams and has the owning worker's runtime deliver them
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Protocol
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from runtime._envelope import Envelope, Reply
+
+if TYPE_CHECKING:
+    from runtime._actor import Actor
 
 __all__ = ("Transport", "TransportHost")
 
 
 class TransportHost(Protocol):
     """What a transport may ask of the runtime that opened it."""
+
+    @property
+    def is_open(self) -> bool:
+        """True once the runtime is fully open and until its shutdown starts."""
 
     async def deliver(self, envelope: Envelope) -> None:
         """Put an envelope into its local mailbox, waiting while the mailbox is full."""
@@ -28,6 +36,15 @@ class TransportHost(Protocol):
 
     def resolve(self, reply: Reply) -> None:
         """Hand a reply to the ask that waits for it (dropped if nobody waits)."""
+
+    async def passivate(self, address: str) -> bool:
+        """Drop an idle actor from memory (its state is stored); False if it is busy."""
+
+    def local_addresses(self, kind: str) -> list[str]:
+        """Addresses of the actors of ``kind`` active in this runtime."""
+
+    def spawn(self, func: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        """Run a background task in the runtime's task group (cancelled at close)."""
 
 
 class Transport(ABC):
@@ -74,3 +91,32 @@ class Transport(ABC):
     @abstractmethod
     async def reply(self, envelope: Envelope, reply: Reply) -> None:
         """Carry ``reply`` back to whoever asked ``envelope``."""
+
+    # Optional hooks for transports that store effects (Redis). The runtime calls
+    # them only when a transport overrides ``handled``, so the in-process path
+    # pays nothing for them.
+
+    async def activated(self, address: str, actor: Actor) -> None:  # noqa: B027 (optional hook)
+        """Called when the runtime made a fresh actor, before its ``on_start``.
+
+        A transport with durable state loads it into the actor here.
+        """
+
+    async def handled(self, envelope: Envelope, actor: Actor | None, ok: bool) -> bool:
+        """Called after the actor handled ``envelope``, before any reply is sent.
+
+        Args:
+            envelope: the message handled.
+            actor: the actor that handled it.
+            ok: False when the handler raised an unexpected exception.
+
+        Returns:
+            True when the effect is stored (the runtime then sends the reply);
+            False when it is not: the runtime drops the actor's in-memory state
+            (it is reloaded on its next message) and sends no success reply.
+        """
+        return True
+
+    def dropped(self, envelope: Envelope) -> None:  # noqa: B027 (optional hook)
+        """Called when the runtime fails ``envelope`` without handling it
+        (actor stopped, activation failed, shutdown)."""

@@ -1,0 +1,132 @@
+"""The outbox: envelopes waiting to be XADDed, written in pipelined batches.
+
+One queue per transport, so a sender's messages reach the streams in the order
+they were sent; bounded, so a producer that outruns Redis (or sends while Redis
+is away) waits instead of growing memory without limit. Streams are bounded
+too: while a shard stream holds more than ``stream_limit`` entries (its workers
+are down or behind) the outbox stops writing, so producers wait (backpressure)
+instead of filling Redis's memory.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import Final
+
+import anyio
+import redis.asyncio as aioredis
+import structlog
+
+from runtime.redis._client import redis_errors
+
+__all__ = ("Outbox",)
+
+log = structlog.get_logger("actormem.redis")
+
+#: Entries XADDed per pipeline.
+_BATCH: Final = 64
+#: Longest pause while a stream is over its limit (s).
+_MAX_FULL_PAUSE: Final = 1.0
+
+
+class Outbox:
+    """A bounded queue of ``(stream, data)`` and the batch writer that empties it.
+
+    Args:
+        client: returns the Redis client to write with.
+        size: the most entries queued.
+        stream_limit: the longest a stream may grow before writing pauses.
+    """
+
+    def __init__(self, client: Callable[[], aioredis.Redis], size: int, stream_limit: int) -> None:
+        self._client = client
+        self.size = size
+        self.stream_limit = stream_limit
+        self._queue: deque[tuple[str, bytes]] = deque()
+        self._ready = anyio.Event()
+        self._space: anyio.Event | None = None
+        self._drained: anyio.Event | None = None
+        # Each stream's length as of the last batch written to it.
+        self._lengths: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    def full(self) -> bool:
+        """True when ``size`` entries are queued."""
+        return len(self._queue) >= self.size
+
+    def put_nowait(self, item: tuple[str, bytes]) -> None:
+        """Queue ``item`` (the caller checked :meth:`full`)."""
+        self._queue.append(item)
+        self._ready.set()
+
+    async def put(self, item: tuple[str, bytes]) -> None:
+        """Queue ``item``, waiting while the outbox is full."""
+        while self.full():
+            if self._space is None:
+                self._space = anyio.Event()
+            await self._space.wait()
+        self.put_nowait(item)
+
+    async def flush(self) -> None:
+        """Wait until everything queued so far is written."""
+        while self._queue:
+            if self._drained is None:
+                self._drained = anyio.Event()
+            await self._drained.wait()
+
+    async def wait_ready(self) -> None:
+        """Wait until something is queued."""
+        await self._ready.wait()
+        self._ready = anyio.Event()
+
+    async def write_all(self) -> None:
+        """Write batches until the queue is empty.
+
+        Raises:
+            TransportUnavailableError, TransportError: a batch failed (it stays
+                queued, and is written again whole: the same bytes, the same ids).
+        """
+        while self._queue:
+            await self._wait_for_room()
+            batch = [self._queue[i] for i in range(min(len(self._queue), _BATCH))]
+            streams = list(dict.fromkeys(stream for stream, _ in batch))
+            with redis_errors("XADD from the outbox"):
+                async with self._client().pipeline(transaction=False) as pipe:
+                    for stream, data in batch:
+                        pipe.xadd(stream, {b"e": data})
+                    for stream in streams:  # lengths ride along: no extra round trip
+                        pipe.xlen(stream)
+                    results = await pipe.execute()
+            self._lengths.update(zip(streams, map(int, results[len(batch) :]), strict=True))
+            for _ in batch:
+                self._queue.popleft()
+            space, self._space = self._space, None
+            if space is not None:
+                space.set()
+        drained, self._drained = self._drained, None
+        if drained is not None:
+            drained.set()
+
+    async def _wait_for_room(self) -> None:
+        """Pause while the stream the next entry goes to is over ``stream_limit``."""
+        stream = self._queue[0][0]
+        if self._lengths.get(stream, 0) < self.stream_limit:
+            return
+        pause = 0.02
+        waited = False
+        while True:
+            with redis_errors(f"XLEN {stream}"):
+                length = int(await self._client().xlen(stream))
+            self._lengths[stream] = length
+            if length < self.stream_limit:
+                if waited:
+                    log.info("stream_has_room", stream=stream, length=length)
+                return
+            if not waited:
+                log.warning("stream_full_waiting", stream=stream, length=length)
+                waited = True
+            await anyio.sleep(pause)
+            pause = min(pause * 2, _MAX_FULL_PAUSE)

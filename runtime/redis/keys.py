@@ -1,0 +1,115 @@
+"""Every Redis key actormem uses, in one place, under one prefix.
+
+Per-shard keys carry the shard's Redis Cluster hash tag (``am:{s17}:...``), so a
+shard's stream, its lease and the state of every agent on it hash to one slot:
+a state write and the XACK of the command that caused it can be one Lua call, in
+Cluster too. Keys that belong to no shard (reply streams, the broadcast stream,
+the worker registry) have tags of their own.
+
+Layout (prefix ``am``)::
+
+    am:{s17}:stream              the shard's command stream (consumer group "workers")
+    am:{s17}:lease               "<token>:<worker>" of the shard's owner, with a TTL
+    am:{s17}:fence               the shard's fencing counter (INCR per lease taken)
+    am:{s17}:agent:<addr>:log    an agent's append-only history (a list)
+    am:{s17}:agent:<addr>:snap   the rest of an agent's state (a string)
+    am:{s17}:agent:<addr>:done   command ids the agent applied (zset by time)
+    am:{bcast}:stream            the broadcast stream every worker reads
+    am:{dlq}:stream              dead letters, with the reason
+    am:{workers}                 live workers (zset: worker id -> expiry ms)
+    am:{r:<client>}:replies      one client's reply stream
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Final
+
+__all__ = ("CONSUMER_GROUP", "DEFAULT_PREFIX", "Keys", "shard_of")
+
+DEFAULT_PREFIX: Final = "am"
+#: The consumer group every shard stream is read through.
+CONSUMER_GROUP: Final = "workers"
+
+
+def shard_of(address: str, shards: int) -> int:
+    """Return the shard an actor address lives on (stable across processes and runs).
+
+    CRC-32 of the UTF-8 address, modulo ``shards``: Python's ``hash`` is salted per
+    process, so it cannot be used.
+
+    Raises:
+        ValueError: ``shards`` is not positive.
+    """
+    if shards < 1:
+        raise ValueError(f"shards must be >= 1, got {shards}")
+    return zlib.crc32(address.encode()) % shards
+
+
+class Keys:
+    """Key names under one prefix.
+
+    Args:
+        prefix: the first part of every key (no ``{`` or ``}``, which are hash tags).
+
+    Raises:
+        ValueError: the prefix is empty or holds a brace.
+    """
+
+    __slots__ = ("prefix",)
+
+    def __init__(self, prefix: str = DEFAULT_PREFIX) -> None:
+        if not prefix or "{" in prefix or "}" in prefix:
+            raise ValueError(f"a key prefix is non-empty and has no braces, got {prefix!r}")
+        self.prefix = prefix
+
+    def __repr__(self) -> str:
+        return f"Keys({self.prefix!r})"
+
+    def tag(self, shard: int) -> str:
+        """The common start of a shard's keys: ``am:{s17}``."""
+        return f"{self.prefix}:{{s{shard}}}"
+
+    def stream(self, shard: int) -> str:
+        """The shard's command stream."""
+        return f"{self.tag(shard)}:stream"
+
+    def lease(self, shard: int) -> str:
+        """The shard's lease (owner and fencing token, expiring)."""
+        return f"{self.tag(shard)}:lease"
+
+    def fence(self, shard: int) -> str:
+        """The shard's fencing counter."""
+        return f"{self.tag(shard)}:fence"
+
+    def agent_log(self, shard: int, address: str) -> str:
+        """An agent's append-only history."""
+        return f"{self.tag(shard)}:agent:{address}:log"
+
+    def agent_snapshot(self, shard: int, address: str) -> str:
+        """An agent's snapshot (everything but the append-only history)."""
+        return f"{self.tag(shard)}:agent:{address}:snap"
+
+    def agent_applied(self, shard: int, address: str) -> str:
+        """Command ids an agent has applied (zset scored by the id's time)."""
+        return f"{self.tag(shard)}:agent:{address}:done"
+
+    def broadcast(self) -> str:
+        """The broadcast stream every worker reads."""
+        return f"{self.prefix}:{{bcast}}:stream"
+
+    def dead_letters(self) -> str:
+        """The dead-letter stream."""
+        return f"{self.prefix}:{{dlq}}:stream"
+
+    def workers(self) -> str:
+        """The registry of live workers."""
+        return f"{self.prefix}:{{workers}}"
+
+    def replies(self, client: str) -> str:
+        """One client's reply stream."""
+        return f"{self.prefix}:{{r:{client}}}:replies"
+
+    def pattern(self) -> str:
+        """A SCAN pattern matching every key under this prefix."""
+        return f"{self.prefix}:*"

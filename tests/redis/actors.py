@@ -1,0 +1,146 @@
+"""Small actors for the Redis tests, importable by worker subprocesses too.
+
+Their message tags are namespaced (``ledger.Add``): tags share one registry with
+the app's own commands, and two types with one tag cannot both be registered.
+
+``Ledger`` is a durable actor: its append-only log holds every command id it
+applied (so a test can check that each was applied exactly once), its snapshot
+holds a running total.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, ClassVar
+
+import anyio
+import msgspec
+
+from runtime import Actor, ActorContext, ActormemError, Runtime
+from runtime.redis import DurableChanges, register_error_types, register_message_types
+
+
+class Add(msgspec.Struct, frozen=True, tag="ledger.Add"):
+    """Add ``amount``; ``token`` is what the ledger records (unique per command).
+
+    ``delay`` seconds of work make a backlog that a test can interrupt.
+    """
+
+    token: str
+    amount: int = 1
+    delay: float = 0.0
+
+
+class LedgerState(msgspec.Struct, frozen=True):
+    tokens: list[str]
+    total: int
+    activations: int
+
+
+class GetState(msgspec.Struct, frozen=True, tag="ledger.GetState"):
+    reply_type: ClassVar[Any] = LedgerState
+
+
+class Boom(msgspec.Struct, frozen=True, tag="ledger.Boom"):
+    """Makes the handler crash."""
+
+
+class Reset(msgspec.Struct, frozen=True, tag="ledger.Reset"):
+    """Clears the ledger (its log is replaced, not appended to)."""
+
+
+class Crash(msgspec.Struct, frozen=True, tag="ledger.Crash"):
+    """Kills the worker process on the spot (a poison pill)."""
+
+
+class Refuse(msgspec.Struct, frozen=True, tag="ledger.Refuse"):
+    """Makes the handler raise an expected error."""
+
+
+register_message_types(Add, GetState, Boom, Crash, Refuse, Reset)
+
+_encoder = msgspec.msgpack.Encoder()
+_int = msgspec.msgpack.Decoder(int)
+
+
+class RefusedError(ActormemError):
+    """The ledger refused the command."""
+
+
+register_error_types(RefusedError)
+
+
+class Ledger(Actor):
+    """A durable ledger (see the module docstring)."""
+
+    activations = 0
+
+    def __init__(self, ctx: ActorContext) -> None:
+        super().__init__(ctx)
+        self.tokens: list[str] = []
+        self.total = 0
+        self._new: list[bytes] = []
+        self._dirty = False
+        self._replace = False
+
+    async def on_start(self) -> None:
+        Ledger.activations += 1
+
+    async def receive(self, message: Any) -> Any:
+        match message:
+            case Add(token=token, amount=amount, delay=delay):
+                if delay:
+                    await anyio.sleep(delay)
+                self.tokens.append(token)
+                self._new.append(token.encode())
+                self.total += amount
+                self._dirty = True
+                return self.total
+            case GetState():
+                return LedgerState(list(self.tokens), self.total, Ledger.activations)
+            case Boom():
+                raise RuntimeError("boom")
+            case Reset():
+                self.tokens, self.total = [], 0
+                self._new, self._dirty, self._replace = [], True, True
+                return 0
+            case Crash():
+                os._exit(3)
+            case Refuse():
+                raise RefusedError("refused on purpose")
+        raise TypeError(f"unexpected {message!r}")
+
+    def durable_changes(self) -> DurableChanges:
+        appended, self._new = self._new, []
+        snapshot = _encoder.encode(self.total) if self._dirty else None
+        replace, self._dirty, self._replace = self._replace, False, False
+        return DurableChanges(appended, snapshot, replace)
+
+    def durable_restore(self, snapshot: bytes | None, log: list[bytes]) -> None:
+        self.tokens = [entry.decode() for entry in log]
+        self.total = _int.decode(snapshot) if snapshot is not None else 0
+
+
+class Echo(Actor):
+    """Replies with what it got; not durable."""
+
+    async def receive(self, message: Any) -> Any:
+        return message
+
+
+def register(rt: Runtime) -> None:
+    """Register the test kinds (the worker subprocesses call this)."""
+    rt.register("ledger", Ledger)
+    rt.register("echo", Echo)
+
+
+class Brittle(Ledger):
+    """A durable actor that cannot say what changed (a bug in its protocol code)."""
+
+    def durable_changes(self) -> DurableChanges:
+        raise ValueError("cannot encode my state")
+
+
+def register_named(rt: Runtime) -> None:
+    """Register the ledger under the kind named by ``TEST_LEDGER_KIND``."""
+    rt.register(os.environ["TEST_LEDGER_KIND"], Ledger)

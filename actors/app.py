@@ -2,14 +2,66 @@
 
 from __future__ import annotations
 
-from actors.compression import COMPRESSOR_KIND, compressor_factory
-from actors.config import AppConfig
-from actors.handle import MemoryHandle
-from actors.memory import memory_factory
-from actors.pool import PoolActor
-from runtime import Runtime, Transport
+import os
+from typing import Any
 
-__all__ = ("MemoryRuntime", "register_actors")
+import msgspec
+
+from actors import commands, pool_commands
+from actors.compression import (
+    COMPRESSOR_KIND,
+    CompressionOutcome,
+    CompressRequest,
+    ReloadArgumentsError,
+    compressor_factory,
+)
+from actors.config import AppConfig, load_app_config
+from actors.errors import ContextBudgetError, MemoryInputError
+from actors.handle import MemoryHandle
+from actors.insights import InsightDelivery, InsightError, InsightSignatureError
+from actors.memory import memory_factory
+from actors.memory_tools import ToolArgumentsError
+from actors.pool import PoolActor
+from actors.retention import SessionFileError
+from runtime import Runtime, Transport
+from runtime.redis import register_error_types, register_message_types
+from runtime.transports.redis import RedisTransport
+
+__all__ = ("CONFIG_ENV", "MemoryRuntime", "register_actors", "worker_register")
+
+#: The environment variable through which worker processes find the app's config.
+CONFIG_ENV = "ACTORMEM_CONFIG"
+
+
+def _tagged(module: Any) -> list[type[msgspec.Struct]]:
+    return [
+        value
+        for value in vars(module).values()
+        if isinstance(value, type)
+        and issubclass(value, msgspec.Struct)
+        and value.__struct_config__.tag is not None
+        and value.__module__ == module.__name__
+    ]
+
+
+# Everything that crosses a Redis stream: the commands (tagged Structs) and the
+# errors a remote asker should get back as themselves.
+register_message_types(
+    *_tagged(commands),
+    *_tagged(pool_commands),
+    InsightDelivery,
+    CompressRequest,
+    CompressionOutcome,
+)
+register_error_types(
+    MemoryInputError,
+    ContextBudgetError,
+    InsightError,
+    InsightSignatureError,
+    ToolArgumentsError,
+    ReloadArgumentsError,
+    SessionFileError,
+)
 
 
 def register_actors(runtime: Runtime, config: AppConfig) -> None:
@@ -20,12 +72,29 @@ def register_actors(runtime: Runtime, config: AppConfig) -> None:
     runtime.register("pool", PoolActor.factory(config.pool, store))
 
 
+def worker_register(runtime: Runtime) -> None:
+    """``actors.app:worker_register``: what a worker process registers.
+
+    Reads the app config named by ``ACTORMEM_CONFIG`` (defaults if unset).
+    """
+    register_actors(runtime, load_app_config(os.environ.get(CONFIG_ENV) or None))
+
+
+def transport_for(config: AppConfig, *, worker: bool = True) -> Transport | None:
+    """The transport the config asks for (None: the in-process default)."""
+    if config.runtime.transport == "redis":
+        return RedisTransport(config.redis.url, config.redis, worker=worker)
+    return None
+
+
 class MemoryRuntime(Runtime):
     """A :class:`runtime.Runtime` with the agent memory actors registered.
 
     Args:
         config: the whole app config (defaults if omitted).
-        transport: how envelopes travel (in-process by default).
+        transport: how envelopes travel; by default the config's
+            ``runtime.transport`` (in-process, or Redis streams with this process
+            as a worker; an embedded Redis when ``[redis] url`` is unset).
 
     Example::
 
@@ -36,7 +105,9 @@ class MemoryRuntime(Runtime):
 
     def __init__(self, config: AppConfig | None = None, *, transport: Transport | None = None):
         self.app_config = config or AppConfig()
-        super().__init__(self.app_config.runtime, transport=transport)
+        super().__init__(
+            self.app_config.runtime, transport=transport or transport_for(self.app_config)
+        )
         register_actors(self, self.app_config)
 
     def memory(self, agent: str, *, timeout: float | None = None) -> MemoryHandle:

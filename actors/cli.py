@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
@@ -13,11 +15,15 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from actors.app import CONFIG_ENV, MemoryRuntime
 from actors.config import AppConfig, load_app_config
 from actors.simulation import SimulationReport, report_dict, run_simulation
 from runtime.config import decode_config
 from runtime.errors import ConfigError
 from runtime.logging import configure_logging
+from runtime.redis import EmbeddedRedis
+from runtime.transports.redis import RedisTransport
+from runtime.worker import WorkerProcesses
 
 __all__ = ("add_commands",)
 
@@ -33,10 +39,28 @@ def add_commands(subs: Any) -> None:
     sim.add_argument("--agents", type=_positive, help="override simulation.agents")
     sim.add_argument("--steps", type=_positive, help="override simulation.steps")
     sim.add_argument("--seed", type=int, help="override simulation.seed")
-    sim.add_argument("--transport", choices=("memory",), help="override runtime.transport")
+    sim.add_argument(
+        "--transport",
+        choices=("memory", "redis"),
+        help="override runtime.transport (redis: embedded unless [redis] url is set)",
+    )
+    sim.add_argument(
+        "--workers",
+        type=_positive,
+        help="run the agents in N worker processes against one Redis (implies redis)",
+    )
     sim.add_argument("--json", metavar="PATH", help="also write the report as JSON to PATH")
     sim.add_argument("--no-progress", action="store_true", help="no progress bar")
     sim.set_defaults(func=_simulate)
+
+    worker = subs.add_parser(
+        "worker",
+        help="run a worker process that owns shards of the agents, until SIGTERM/SIGINT",
+        description="Serve agents from Redis streams; start several on one Redis to scale out.",
+    )
+    worker.add_argument("config", nargs="?", default=None, help="a TOML config with [redis] url")
+    worker.add_argument("--config", dest="config_opt", default=None, help=argparse.SUPPRESS)
+    worker.set_defaults(func=_worker)
 
     bench = subs.add_parser(
         "bench",
@@ -72,8 +96,13 @@ def _load(args: argparse.Namespace) -> AppConfig:
         value = getattr(args, key, None)
         if value is not None:
             overrides.setdefault("simulation", {})[key] = value
-    if getattr(args, "transport", None):
-        overrides.setdefault("runtime", {})["transport"] = args.transport
+    transport = getattr(args, "transport", None)
+    if getattr(args, "workers", None):
+        if transport == "memory":
+            raise ConfigError("--workers needs the redis transport, not --transport memory")
+        transport = "redis"
+    if transport:
+        overrides.setdefault("runtime", {})["transport"] = transport
     if overrides:
         data = msgspec.to_builtins(config)
         for section, values in overrides.items():
@@ -83,6 +112,25 @@ def _load(args: argparse.Namespace) -> AppConfig:
         args.log_format or config.logging.format, args.log_level or config.logging.level
     )
     return config
+
+
+def _worker(args: argparse.Namespace) -> int:
+    args.config = args.config_opt or args.config
+    config = _load(args)
+    if not config.redis.url:
+        raise ConfigError(
+            f"{args.config or 'the default config'}: a worker needs [redis] url "
+            "(the Redis its agents live in)"
+        )
+    from actors.app import register_actors
+    from runtime.worker import run_worker
+
+    anyio.run(
+        lambda: run_worker(
+            config.redis, lambda rt: register_actors(rt, config), runtime=config.runtime
+        )
+    )
+    return 0
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -102,10 +150,6 @@ def _show_config(args: argparse.Namespace) -> int:
 
 def _simulate(args: argparse.Namespace) -> int:
     config = _load(args)
-    if config.runtime.transport != "memory":
-        raise ConfigError(
-            f"runtime.transport = {config.runtime.transport!r} is not available yet; use 'memory'"
-        )
     err = Console(stderr=True)
     show = not args.no_progress and err.is_terminal
     progress = Progress(
@@ -123,7 +167,8 @@ def _simulate(args: argparse.Namespace) -> int:
         def step(n: int) -> None:
             progress.update(task, completed=n)
 
-        report = anyio.run(lambda: run_simulation(config, on_step=step))
+        path = str(Path(args.config).resolve()) if args.config else None
+        report = anyio.run(lambda: _run(config, path, args.workers or 0, step))
     _print_report(report)
     if args.json:
         path = Path(args.json)
@@ -133,6 +178,33 @@ def _simulate(args: argparse.Namespace) -> int:
             raise ConfigError(f"cannot write the report to {path}: {exc.strerror}") from exc
         print(f"report written to {path}")
     return 0
+
+
+async def _run(
+    config: AppConfig, path: str | None, workers: int, step: Callable[[int], None]
+) -> SimulationReport:
+    """Run in this process, or drive ``workers`` worker processes over one Redis.
+
+    ``path`` (absolute) is the config file the workers load too.
+    """
+    if not workers:
+        return await run_simulation(config, on_step=step)
+    async with AsyncExitStack() as stack:
+        redis = config.redis
+        if not redis.url:
+            server = await stack.enter_async_context(EmbeddedRedis())
+            redis = msgspec.structs.replace(redis, url=server.url)
+        env = {CONFIG_ENV: path} if path else {}
+        await stack.enter_async_context(
+            WorkerProcesses(
+                workers, redis, "actors.app:worker_register", runtime=config.runtime, env=env
+            )
+        )
+        config = msgspec.structs.replace(config, redis=redis)
+        transport = RedisTransport(redis.url, redis, worker=False)
+        async with MemoryRuntime(config, transport=transport) as rt:
+            return await run_simulation(config, on_step=step, runtime=rt)
+    raise AssertionError("unreachable")
 
 
 def _print_report(report: SimulationReport) -> None:

@@ -17,6 +17,7 @@ from actors.longterm import LongTermConfig
 from actors.pool import PoolConfig
 from actors.retention import RetentionConfig
 from runtime.config import LoggingConfig, RuntimeConfig, _Section, load_toml
+from runtime.redis import RedisConfig
 
 __all__ = ("AppConfig", "MemoryConfig", "SimulationConfig", "load_app_config")
 
@@ -102,6 +103,7 @@ class AppConfig(_Section, frozen=True):
 
     runtime: RuntimeConfig = msgspec.field(default_factory=RuntimeConfig)
     logging: LoggingConfig = msgspec.field(default_factory=LoggingConfig)
+    redis: RedisConfig = msgspec.field(default_factory=RedisConfig)
     memory: MemoryConfig = msgspec.field(default_factory=MemoryConfig)
     compression: CompressionConfig = msgspec.field(default_factory=CompressionConfig)
     pool: PoolConfig = msgspec.field(default_factory=PoolConfig)

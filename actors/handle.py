@@ -43,7 +43,7 @@ from actors.episodes import Episode
 from actors.errors import MemoryInputError
 from actors.insights import Insight
 from actors.longterm import Recalled
-from actors.messages import Message, Role, ToolCall
+from actors.messages import ROLES, Message, Role, ToolCall
 from actors.pool_commands import (
     QueryInsights,
     RegisterFact,
@@ -98,6 +98,28 @@ def _tool_call(call: Any) -> Any:
             "arguments": fn.get("arguments", "{}"),
         }
     return call
+
+
+_SCOPES = ("working", "history", "offloaded")
+_MODES = ("substring", "ranked")
+
+
+def _choice(value: str, allowed: Sequence[str], what: str) -> str:
+    # Checked here, so every transport gives the same error (over Redis a bad
+    # value would otherwise fail decoding on the worker instead).
+    if value not in allowed:
+        raise MemoryInputError(
+            f"{what} must be one of {', '.join(map(repr, allowed))}, got {value!r}"
+        )
+    return value
+
+
+def _roles(roles: Sequence[Role] | None) -> list[Role] | None:
+    if roles is None:
+        return None
+    for role in roles:
+        _choice(role, sorted(ROLES), "a role")
+    return list(roles)
 
 
 def write_export(data: MemoryExport, path: str | Path) -> None:
@@ -190,13 +212,13 @@ class MemoryHandle:
         return await self._ask(  # type: ignore[no-any-return]
             Get(
                 recent_n=recent_n,
-                roles=list(roles) if roles is not None else None,
+                roles=_roles(roles),
                 names=list(names) if names is not None else None,
                 metadata=dict(metadata) if metadata is not None else None,
                 since=since,
                 until=until,
                 important=important,
-                scope=scope,  # type: ignore[arg-type]
+                scope=_choice(scope, _SCOPES, "scope"),  # type: ignore[arg-type]
             )
         )
 
@@ -225,10 +247,10 @@ class MemoryHandle:
         return await self._ask(  # type: ignore[no-any-return]
             Search(
                 query=query,
-                mode=mode,  # type: ignore[arg-type]
+                mode=_choice(mode, _MODES, "search mode"),  # type: ignore[arg-type]
                 k=k,
-                roles=list(roles) if roles is not None else None,
-                scope=scope,  # type: ignore[arg-type]
+                roles=_roles(roles),
+                scope=_choice(scope, _SCOPES, "scope"),  # type: ignore[arg-type]
             )
         )
 

@@ -10,6 +10,8 @@ from actors import AppConfig, MemoryRuntime
 from runtime import InProcessTransport, Transport
 from runtime.logging import configure_logging
 
+pytest_plugins = ["tests.redis_fixtures"]
+
 # Every level reaches the processors, so structlog.testing.capture_logs sees info
 # events too; pytest keeps the output and shows it only for failing tests.
 configure_logging("console", "debug")
@@ -21,12 +23,17 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-@pytest.fixture(params=["memory"])
+@pytest.fixture(params=["memory", "redis"])
 def make_transport(request: pytest.FixtureRequest) -> Callable[[], Transport]:
-    """A factory for the transport under test (each actor test runs on every one)."""
+    """A factory for the transport under test: every actor test runs on both.
+
+    Redis is a private server the session starts (or ``REDIS_URL``), each test
+    under its own key prefix.
+    """
     if request.param == "memory":
         return InProcessTransport
-    raise AssertionError(request.param)
+    factory: Callable[[], Transport] = request.getfixturevalue("make_redis_transport")
+    return factory
 
 
 @pytest.fixture

@@ -53,7 +53,17 @@ def test_same_seed_same_story(tmp_path: Path) -> None:
     for i in range(2):
         out = tmp_path / f"r{i}.json"
         proc = run_cli(
-            "simulate", "--agents", "4", "--steps", "5", "--seed", "3", "--json", str(out)
+            "simulate",
+            "--agents",
+            "4",
+            "--steps",
+            "5",
+            "--seed",
+            "3",
+            "--json",
+            str(out),
+            "--transport",
+            "memory",
         )
         assert proc.returncode == 0, proc.stderr
         reports.append(json.loads(out.read_text()))
@@ -124,3 +134,36 @@ def test_small_budget_town_stays_under_budget_and_keeps_facts(tmp_path: Path) ->
     assert report["agents_over_budget"] == 0
     assert report["peak_working_tokens"] <= report["compression_budget_tokens"]
     assert report["facts_found"] >= 0.9 * report["facts_planted"]
+
+
+def test_three_workers_give_the_in_process_planted_fact_results(tmp_path: Path) -> None:
+    reports = {}
+    for mode, extra in (("memory", ["--transport", "memory"]), ("workers", ["--workers", "3"])):
+        out = tmp_path / f"{mode}.json"
+        proc = run_cli(
+            "simulate",
+            "configs/town.toml",
+            "--agents",
+            "6",
+            "--steps",
+            "8",
+            "--json",
+            str(out),
+            *extra,
+        )
+        assert proc.returncode == 0, proc.stderr
+        reports[mode] = json.loads(out.read_text())
+    assert reports["workers"]["transport"] == "redis"
+    for key in ("facts_planted", "facts_found", "facts_found_in_context"):
+        assert reports["workers"][key] == reports["memory"][key], key
+    known = [a["known_after_sharing"] for a in reports["workers"]["per_agent"]]
+    assert known == [a["known_after_sharing"] for a in reports["memory"]["per_agent"]]
+
+
+def test_a_worker_without_a_redis_url_is_one_line() -> None:
+    proc = run_cli("worker", "configs/default.toml")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "actormem: error: configs/default.toml: a worker needs [redis] url "
+        "(the Redis its agents live in)"
+    ]

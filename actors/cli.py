@@ -167,8 +167,8 @@ def _simulate(args: argparse.Namespace) -> int:
         def step(n: int) -> None:
             progress.update(task, completed=n)
 
-        path = str(Path(args.config).resolve()) if args.config else None
-        report = anyio.run(lambda: _run(config, path, args.workers or 0, step))
+        config_path = str(Path(args.config).resolve()) if args.config else None
+        report = anyio.run(lambda: _run(config, config_path, args.workers or 0, step))
     _print_report(report)
     if args.json:
         path = Path(args.json)

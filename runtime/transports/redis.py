@@ -260,7 +260,7 @@ class RedisTransport(Transport):
         self._host = None
         self.shards.clear()
         self.agents.clear()
-        log.info("redis_transport_closed", id=self.id)
+        log.debug("redis_transport_closed", id=self.id)
 
     async def _leave(self) -> None:
         """Give the leases back at once (other workers take the shards over without

@@ -10,6 +10,7 @@ one actor never runs two messages at once.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import time
 from collections import deque
@@ -106,11 +107,24 @@ class _Cell:
 
 
 class _Slot:
-    __slots__ = ("event", "reply")
+    """Where an ask's reply lands: an asyncio future (cheaper than an anyio Event
+    and a cancel scope per ask; redis-py ties the runtime to asyncio anyway)."""
 
-    def __init__(self) -> None:
-        self.event = anyio.Event()
+    __slots__ = ("future", "reply")
+
+    def __init__(self, future: asyncio.Future[None]) -> None:
+        self.future = future
         self.reply: Reply | None = None
+
+    def fill(self, reply: Reply) -> None:
+        self.reply = reply
+        if not self.future.done():
+            self.future.set_result(None)
+
+
+def _expire(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_exception(TimeoutError())
 
 
 class Runtime:
@@ -146,7 +160,8 @@ class Runtime:
         # Inline asks need the actor to live here, which only the in-process transport promises.
         self._inline_ok = type(self.transport) is InProcessTransport
         self._tg: Any = None
-        self._wakeup: anyio.Event | None = None
+        # Dispatchers waiting for a cell with mail; a new ready cell wakes one.
+        self._idle: deque[asyncio.Future[None]] = deque()
         self._busy = 0
         self._pipes = 0
         self._unyielded = 0
@@ -161,7 +176,6 @@ class Runtime:
         if self._state != "new":
             raise RuntimeError("a Runtime can be opened only once")
         self._state = "closing"  # nothing may be sent until the transport is up
-        self._wakeup = anyio.Event()
         tg = anyio.create_task_group()
         await tg.__aenter__()
         self._tg = tg
@@ -247,8 +261,7 @@ class Runtime:
                 cell.space.set()
         self._ready.clear()
         for correlation, slot in list(self._pending.items()):
-            slot.reply = Reply(correlation, error=RuntimeClosedError("runtime shut down"))
-            slot.event.set()
+            slot.fill(Reply(correlation, error=RuntimeClosedError("runtime shut down")))
         self._pending.clear()
 
     def _check_open(self) -> None:
@@ -340,7 +353,8 @@ class Runtime:
             return await self._ask_inline(cell, cell.actor, message)
         limit = self.config.ask_timeout if timeout is None else timeout
         correlation = next(self._correlation)
-        slot = _Slot()
+        loop = asyncio.get_running_loop()
+        slot = _Slot(loop.create_future())
         self._pending[correlation] = slot
         env = Envelope(
             recipient=address,
@@ -348,15 +362,25 @@ class Runtime:
             correlation=correlation,
             deadline=time.time() + limit,
         )
+        timer = loop.call_later(limit, _expire, slot.future)
         try:
-            with anyio.fail_after(limit):
-                await self.transport.send(env)
-                await slot.event.wait()
+            sent = False
+            if self._inline_ok:  # in process: enqueue now unless the mailbox is full
+                try:
+                    self.transport.send_nowait(env)
+                    sent = True
+                except MailboxFullError:
+                    pass
+            if not sent:
+                with anyio.fail_after(limit):
+                    await self.transport.send(env)
+            await slot.future
         except TimeoutError:
             raise AskTimeoutError(
                 address, f"no reply to {type(message).__name__} within {limit:g}s"
             ) from None
         finally:
+            timer.cancel()
             self._pending.pop(correlation, None)
         reply = slot.reply
         assert reply is not None
@@ -398,9 +422,12 @@ class Runtime:
         return error
 
     def _wake(self) -> None:
-        wakeup = self._wakeup
-        if wakeup is not None and not wakeup.is_set():
-            wakeup.set()
+        idle = self._idle
+        while idle:
+            waiter = idle.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
 
     def pipe(
         self,
@@ -493,8 +520,7 @@ class Runtime:
         if slot is None:
             log.debug("reply_dropped", correlation=reply.correlation)
             return
-        slot.reply = reply
-        slot.event.set()
+        slot.fill(reply)
 
     async def _send_reply(self, env: Envelope, reply: Reply) -> None:
         if env.reply_to is None:
@@ -523,17 +549,16 @@ class Runtime:
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         task_status.started()
+        loop = asyncio.get_running_loop()
         ready = self._ready
         throughput = self.config.throughput
         since_yield = 0
         while True:
             if not ready:
                 since_yield = 0
-                wakeup = self._wakeup
-                assert wakeup is not None
-                if wakeup.is_set():
-                    wakeup = self._wakeup = anyio.Event()
-                await wakeup.wait()
+                waiter = loop.create_future()
+                self._idle.append(waiter)
+                await waiter
                 continue
             cell = ready.popleft()
             self._busy += 1

@@ -12,6 +12,7 @@ New fields go last, with defaults; a field's type never changes.
 
 from __future__ import annotations
 
+import copy
 import re
 import time
 from typing import Any, Final, Literal, get_args
@@ -188,19 +189,36 @@ class Message(msgspec.Struct, frozen=True, kw_only=True):
             return {"role": "tool", "content": self.text(), "tool_call_id": self.tool_call_id}
         out = {"role": "assistant" if role == "agent_response" else role, "content": content}
         if self.name:
-            out["name"] = _NAME_BAD_CHARS.sub("_", self.name)[:_NAME_MAX]
+            out["name"] = _openai_name(self.name)
         if self.tool_calls:
             out["tool_calls"] = [call.to_openai() for call in self.tool_calls]
         return out
 
     def with_tokens(self, tokens: int) -> Message:
-        """Return a copy with the token count cached."""
-        return msgspec.structs.replace(self, tokens=tokens)
+        """Return a copy with the token count cached (``self`` when it already has it)."""
+        if self.tokens == tokens:
+            return self
+        # copy + force_setattr skips __post_init__: the copy is as valid as self.
+        out = copy.copy(self)
+        msgspec.structs.force_setattr(out, "tokens", tokens)
+        return out
+
+
+_PLAIN_ROLES: Final = frozenset({"system", "user", "assistant"})
 
 
 def count_tokens(message: Message, counter: TokenCounter) -> int:
     """Return the tokens ``message`` costs in a request, as it is rendered for OpenAI."""
+    content = message.content
+    if type(content) is str and message.role in _PLAIN_ROLES and not message.tool_calls:
+        # What to_openai() would render, counted without building the dict.
+        name = message.name
+        return counter.count_plain(message.role, content, _openai_name(name) if name else None)
     return counter.count_message(message.to_openai())
+
+
+def _openai_name(name: str) -> str:
+    return _NAME_BAD_CHARS.sub("_", name)[:_NAME_MAX]
 
 
 _encoder: Final = msgspec.msgpack.Encoder()

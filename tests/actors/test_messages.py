@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from actors import MemoryInputError, Message, ToolCall
-from actors.messages import decode_message, decode_messages, encode_message, encode_messages
+from actors.messages import (
+    count_tokens,
+    decode_message,
+    decode_messages,
+    encode_message,
+    encode_messages,
+)
 
 
 def test_ids_are_unique_and_time_ordered() -> None:
@@ -80,3 +88,26 @@ def test_to_openai_renders_tool_calls_structured_content_and_safe_names() -> Non
     parts = Message(role="user", content=[{"type": "text", "text": "look"}])
     assert parts.to_openai()["content"] == [{"type": "text", "text": "look"}]
     assert parts.text() == "look"
+
+
+@settings(deadline=None)  # the first call loads the encoding
+@given(
+    role=st.sampled_from(["system", "user", "assistant", "agent_call", "agent_response"]),
+    content=st.text(max_size=300),
+    name=st.none() | st.text(min_size=1, max_size=80),
+)
+def test_the_fast_token_count_equals_the_rendered_one(
+    role: str, content: str, name: str | None
+) -> None:
+    from runtime import get_counter
+
+    counter = get_counter()
+    m = Message(role=role, content=content or "x", name=name)  # type: ignore[arg-type]
+    assert count_tokens(m, counter) == counter.count_message(m.to_openai())
+
+
+def test_with_tokens_copies_without_touching_the_original() -> None:
+    m = Message(role="user", content="hello")
+    counted = m.with_tokens(7)
+    assert (m.tokens, counted.tokens, counted.id, counted.content) == (-1, 7, m.id, "hello")
+    assert counted.with_tokens(7) is counted

@@ -239,7 +239,7 @@ def decode_message(data: bytes) -> Message:
     """
     try:
         return _decoder.decode(data)
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise MemoryInputError(f"invalid message: {exc}") from exc
 
 
@@ -256,5 +256,5 @@ def decode_messages(data: bytes) -> list[Message]:
     """
     try:
         return _list_decoder.decode(data)
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise MemoryInputError(f"invalid message list: {exc}") from exc

@@ -155,6 +155,10 @@ def decode_config(data: bytes | str | dict[str, Any], type: type[T], *, source: 
         return msgspec.toml.decode(data, type=type)
     except msgspec.MsgspecError as exc:
         raise _translate(exc, source) from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{source}: not valid TOML: not UTF-8 text") from exc
+    except RecursionError as exc:
+        raise ConfigError(f"{source}: not valid TOML: nested too deeply") from exc
 
 
 def load_toml(path: str | Path, type: type[T]) -> T:

@@ -34,6 +34,13 @@ __all__ = (
 _PLAIN: Final[tuple[type, ...]] = (str, int, float, bool, type(None), list)
 
 
+# msgspec raises DecodeError for most bad frames, but UnicodeDecodeError for invalid
+# UTF-8 in a string and RecursionError for nesting past the interpreter's limit: a
+# frame must never escape as anything but MessageDecodeError (it would kill the
+# consumer instead of going to the dead letters).
+_DECODE_ERRORS = (msgspec.DecodeError, UnicodeDecodeError, RecursionError)
+
+
 class _WireEnvelope(msgspec.Struct, kw_only=True):
     """:class:`Envelope` as it is read back: the body is decoded in a second step."""
 
@@ -158,11 +165,11 @@ class Codec:
         """
         try:
             wire = self._wire_decoder.decode(data)
-        except msgspec.DecodeError as exc:
+        except _DECODE_ERRORS as exc:
             raise MessageDecodeError(f"not a valid envelope: {exc}") from exc
         try:
             body = self._body_decoder.decode(wire.body)
-        except msgspec.DecodeError as exc:
+        except _DECODE_ERRORS as exc:
             raise MessageDecodeError(
                 f"envelope {wire.id or '?'} for {wire.recipient}: invalid body: {exc}"
             ) from exc
@@ -184,7 +191,7 @@ class Codec:
         """
         try:
             wire = self._wire_decoder.decode(data)
-        except msgspec.DecodeError:
+        except _DECODE_ERRORS:
             return None
         if wire.reply_to is None or wire.correlation is None:
             return None
@@ -230,7 +237,7 @@ class Codec:
         """
         try:
             wire = self._reply_decoder.decode(data)
-        except msgspec.DecodeError as exc:
+        except _DECODE_ERRORS as exc:
             raise MessageDecodeError(f"not a valid reply: {exc}") from exc
         if wire.error_type is not None:
             return Reply(wire.correlation, error=self._rebuild_error(wire, address))
@@ -239,7 +246,7 @@ class Codec:
             decoder = self._reply_decoders[reply_type] = msgspec.msgpack.Decoder(reply_type)
         try:
             return Reply(wire.correlation, decoder.decode(wire.value))
-        except msgspec.DecodeError as exc:
+        except _DECODE_ERRORS as exc:
             error = MessageDecodeError(f"the reply is not a valid {reply_type!r}: {exc}")
             return Reply(wire.correlation, error=error)
 

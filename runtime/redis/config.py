@@ -7,6 +7,7 @@ import re
 from typing import Final
 
 import msgspec
+from redis.connection import parse_url
 
 from runtime.config import _Section
 
@@ -97,6 +98,11 @@ class RedisConfig(_Section, frozen=True):
     aof: bool = False
 
     def __post_init__(self) -> None:
+        if self.url is not None:
+            try:
+                parse_url(self.url)  # type: ignore[no-untyped-call]
+            except ValueError as exc:
+                raise ValueError(f"url must be redis://, rediss:// or unix:// ({exc})") from None
         for key in (
             "shards",
             "max_message_bytes",

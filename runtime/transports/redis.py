@@ -27,6 +27,7 @@ not when its commit lands: a redelivered command sends them again, with new ids.
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import socket
 import time
@@ -168,6 +169,9 @@ class RedisTransport(Transport):
         self._host: TransportHost | None = None
         self._state = "new"
         self._replies = self.keys.replies(self.id)
+        self._reply_stream = re.compile(
+            re.escape(self.config.prefix) + r":\{r:[A-Za-z0-9._-]{1,200}\}:replies"
+        )
         # correlation -> (reply type, deadline, address asked)
         self._asks: dict[int, tuple[Any, float, str]] = {}
         # (stream, data) waiting for XADD: one queue, so a sender's messages
@@ -425,6 +429,12 @@ class RedisTransport(Transport):
             self._asks.pop(reply.correlation, None)
             self._require_host().resolve(reply)
             return
+        stream = envelope.reply_to
+        if not self._reply_stream.fullmatch(stream):
+            # A frame could name any key here (an agent's history, say): only
+            # reply streams under our prefix may be written to.
+            log.warning("reply_to_refused", reply_to=stream[:200], recipient=envelope.recipient)
+            return
         data = self.codec.encode_reply(reply)
         if len(data) > self.config.max_message_bytes:
             error = MessageTooLargeError(
@@ -432,7 +442,6 @@ class RedisTransport(Transport):
                 f"over max_message_bytes={self.config.max_message_bytes}"
             )
             data = self.codec.encode_reply(Reply(reply.correlation, error=error))
-        stream = envelope.reply_to
 
         async def add() -> None:
             with redis_errors(f"XADD to {stream}"):

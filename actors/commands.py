@@ -296,12 +296,15 @@ class CompressionDone(_Command, frozen=True):
     """The compressor's answer, told back to the memory actor (internal).
 
     ``outcome`` is None when the compression failed; ``error`` then says why.
+    ``token`` is the secret of the request in flight: a CompressionDone that does
+    not carry it (one nobody asked for) changes nothing.
     """
 
     reply_type = None
     version: int
     outcome: CompressionOutcome | None = None
     error: str | None = None
+    token: str = ""
 
 
 class EndRun(_Command, frozen=True):

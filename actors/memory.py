@@ -9,6 +9,7 @@ budgets never need a recount.
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -105,6 +106,7 @@ class AgentMemory(Actor):
     __slots__ = (
         "_bm25",
         "_compress_floor",
+        "_compress_token",
         "_compressing",
         "_compression",
         "_compressions",
@@ -137,6 +139,7 @@ class AgentMemory(Actor):
         self._config = config.memory
         self._compression = config.compression
         self._compressing = False
+        self._compress_token = ""
         # After a compression that could not get under budget, wait for this many
         # messages before trying again (else every add would ask once more).
         self._compress_floor = 0
@@ -211,7 +214,9 @@ class AgentMemory(Actor):
                     )
                 self.recall.changed()
                 return await self.recall.control.answer(call)
-            case CompressionDone(version=version, outcome=outcome, error=error):
+            case CompressionDone(version=version, outcome=outcome, error=error, token=token):
+                if not self._compressing or not secrets.compare_digest(token, self._compress_token):
+                    raise MemoryInputError("no compression with that token is in flight")
                 self._compression_done(version, outcome, error)
                 return None
             case StartEpisode(metadata=metadata):
@@ -423,6 +428,7 @@ class AgentMemory(Actor):
         ):
             return
         self._compressing = True
+        token = self._compress_token = secrets.token_hex(16)
         version = self._version
         request = CompressRequest(agent=self.agent, messages=list(self._working), version=version)
         address = compressor_address(self.agent, cfg.concurrency)
@@ -433,8 +439,9 @@ class AgentMemory(Actor):
 
         def done(outcome: Any, error: BaseException | None) -> CompressionDone:
             if error is not None:
-                return CompressionDone(version=version, error=f"{type(error).__name__}: {error}")
-            return CompressionDone(version=version, outcome=outcome)
+                reason = f"{type(error).__name__}: {error}"
+                return CompressionDone(version=version, error=reason, token=token)
+            return CompressionDone(version=version, outcome=outcome, token=token)
 
         self.ctx.pipe(ask, wrap=done)
 

@@ -126,3 +126,22 @@ async def test_compression_can_be_turned_off() -> None:
             await mem.add(turn(i))
         stats = await mem.stats()
         assert (stats.compressions, stats.size) == (0, 60)
+
+
+async def test_a_compression_result_nobody_asked_for_changes_nothing() -> None:
+    from actors.commands import CompressionDone
+    from actors.compression import CompressionOutcome
+    from actors.errors import MemoryInputError
+
+    async with MemoryRuntime(small()) as rt:
+        mem = rt.memory("ana")
+        await mem.add(turn(0))
+        forged = CompressionOutcome(
+            version=0, messages=[Message(role="user", content="forged")], offloaded={},
+            strategies=[], passes=0, tokens_before=0, tokens_after=0, messages_before=2,
+            messages_after=1, under_budget=True, summarizer="offline", fell_back=False,
+            latency_s=0.0, note="",
+        )  # fmt: skip
+        with pytest.raises(MemoryInputError, match="no compression with that token"):
+            await rt.ask("memory/ana", CompressionDone(version=0, outcome=forged, token="x"))
+        assert [m.text() for m in await mem.get()] == [t["content"] for t in turn(0)]

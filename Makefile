@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 CONFIG ?= configs/town.toml
 
-.PHONY: run test lint typecheck pytest clean
+.PHONY: run test lint typecheck pytest clean faults
 
 $(BIN)/python:
 	@test -n "$(PYTHON)" || { echo "actormem needs Python 3.11 or newer on PATH (set PYTHON=...)"; exit 1; }
@@ -42,6 +42,10 @@ pytest: $(VENV)/.installed-test
 	$(BIN)/python -m pytest
 
 test: lint typecheck pytest
+
+# The fault-injection and bad-input suite alone (make test runs it too).
+faults: $(VENV)/.installed-test
+	$(BIN)/python -m pytest -m faults tests/faults
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+import structlog
 
 from runtime.cli import main
-from runtime.logging import configure_logging
 
 pytestmark = pytest.mark.faults
 
@@ -96,6 +96,7 @@ def run_here(
 ) -> subprocess.CompletedProcess[str]:
     """Run ``actormem argv`` through ``main`` in this process, in ``configs``."""
     cwd = Path.cwd()
+    logging = structlog.get_config()
     os.chdir(configs)
     try:
         try:
@@ -104,7 +105,7 @@ def run_here(
             code = exc.code if isinstance(exc.code, int) else 1
     finally:
         os.chdir(cwd)
-        configure_logging("console", "debug")  # main() set its own; restore the tests'
+        structlog.configure(**logging)  # main() set its own; restore the tests'
     out, err = capsys.readouterr()
     return subprocess.CompletedProcess(argv, code, out, err)
 

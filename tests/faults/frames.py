@@ -38,8 +38,12 @@ def _messages() -> list[Message]:
     ]
 
 
-def real_frames() -> dict[str, bytes]:
-    """Named frames: envelopes (tells and asks), replies and stored messages."""
+def real_frames(reply_to: str = "am:{r:client}:replies") -> dict[str, bytes]:
+    """Named frames: envelopes (tells and asks), replies and stored messages.
+
+    Args:
+        reply_to: the reply stream the asks name.
+    """
     messages = _messages()
     insight = Insight(
         id="i1", text="opens at 7", topic="town", importance=0.5, source="bob", created=1.0
@@ -59,7 +63,7 @@ def real_frames() -> dict[str, bytes]:
             body=body,
             id=f"cmd-{name}",
             sender="memory/bob",
-            reply_to="am:{r:client}:replies",
+            reply_to=reply_to,
             correlation=7,
             deadline=1e9,
         )

@@ -9,8 +9,6 @@ from __future__ import annotations
 import os
 import random
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,22 +24,12 @@ from runtime import Runtime, RuntimeConfig, TransportError
 from runtime.redis import EmbeddedRedis, RedisConfig, connect
 from runtime.transports.redis import RedisTransport
 from tests.faults.checker import Applied, History, observe_memory
-from tests.redis.actors import Add, GetState, register
+from tests.redis.actors import Add, GetState
+from tests.redis.test_transport import worker as runtime
 
 pytestmark = [pytest.mark.faults, pytest.mark.anyio]
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@asynccontextmanager
-async def runtime(
-    client: aioredis.Redis | str, config: RedisConfig, **kwargs: Any
-) -> AsyncIterator[Runtime]:
-    """A runtime on the Redis transport with the test actors (ledger, echo)."""
-    transport = RedisTransport(client, config, **kwargs)
-    async with Runtime(RuntimeConfig(ask_timeout=20.0), transport=transport) as rt:
-        register(rt)
-        yield rt
 
 
 async def ledgers(rt: Runtime, agents: list[str]) -> dict[str, list[Applied]]:

@@ -8,6 +8,7 @@ serve its agents with nothing lost (the history checker).
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -73,6 +74,11 @@ def garbage(keys: Keys, count: int) -> list[tuple[dict[bytes, bytes], str]]:
     return bad
 
 
+def invalid_utf8(fields: dict[str, Any]) -> bytes:
+    """``fields`` as msgpack, with the text ``\xff`` turned into bytes that are not UTF-8."""
+    return msgspec.msgpack.encode(fields).replace(b"\xc3\xbf", b"\xff\xfe")
+
+
 async def dead_letters(client: aioredis.Redis, keys: Keys) -> dict[str, dict[bytes, bytes]]:
     """The dead letters by the entry id they had on their shard stream."""
     letters = await client.xrange(keys.dead_letters())
@@ -80,12 +86,13 @@ async def dead_letters(client: aioredis.Redis, keys: Keys) -> dict[str, dict[byt
 
 
 async def serves_without_loss(rt: MemoryRuntime) -> None:
-    """The worker still serves: a few adds, checked with the history checker."""
+    """The worker still serves: a few adds to a new agent, checked with the history checker."""
     history = History()
+    agent = f"survivor-{secrets.token_hex(4)}"
     for n in range(5):
         message = Message(role="user", content=f"still here {n}")
-        await rt.memory("alice").add(history.message("alice", message))
-    verdict = history.check(await observe_memory(rt, ["alice"]))
+        await rt.memory(agent).add(history.message(agent, message))
+    verdict = history.check(await observe_memory(rt, [agent]))
     assert verdict.ok, str(verdict)
 
 
@@ -130,9 +137,7 @@ async def test_an_oversized_message_is_refused_at_the_producer(
 @pytest.mark.parametrize(
     "frame",
     [
-        msgspec.msgpack.encode({"recipient": "memory/\xff", "body": None}).replace(
-            b"\xc3\xbf", b"\xff"
-        ),
+        invalid_utf8({"recipient": "memory/\xff", "body": None}),
         deep(3_000),
     ],
     ids=["invalid-utf8", "deep-nesting"],
@@ -151,6 +156,30 @@ async def test_a_poison_frame_is_dead_lettered_and_the_worker_goes_on(
 
         await eventually(dead, "the poison frame is dead-lettered", limit=10)
         await serves_without_loss(runtime)
+
+
+@pytest.mark.xfail(strict=True, reason="defect: a poison frame kills the reader (test_decoders)")
+@pytest.mark.parametrize("where", ["broadcast", "replies"])
+async def test_a_poison_broadcast_or_reply_is_dropped_and_everyone_goes_on(
+    where: str, config: RedisConfig, redis_client: aioredis.Redis
+) -> None:
+    # Every worker reads the broadcast stream; each client reads its reply stream.
+    keys = Keys(config.prefix)
+    app = AppConfig()
+    async with (
+        MemoryRuntime(app, transport=RedisTransport(config.url, config)),
+        MemoryRuntime(app, transport=RedisTransport(config.url, config, worker=False)) as client,
+    ):
+        await client.memory("alice").add({"role": "user", "content": "before"})
+        if where == "broadcast":
+            poison = invalid_utf8({"recipient": "memory/*", "id": "\xff", "body": None})
+            await redis_client.xadd(keys.broadcast(), {b"e": poison})
+        else:
+            replies = keys.replies(client.transport.id)  # type: ignore[attr-defined]
+            poison = invalid_utf8({"correlation": 1, "error_type": "\xff"})
+            await redis_client.xadd(replies, {b"r": poison})
+        for _ in range(3):  # past the poison's turn on every reader
+            await serves_without_loss(client)
 
 
 @pytest.mark.xfail(strict=True, reason="defect: reply_to may name any key (see the report)")

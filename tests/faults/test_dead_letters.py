@@ -79,10 +79,12 @@ def invalid_utf8(fields: dict[str, Any]) -> bytes:
     return msgspec.msgpack.encode(fields).replace(b"\xc3\xbf", b"\xff\xfe")
 
 
-async def dead_letters(client: aioredis.Redis, keys: Keys) -> dict[str, dict[bytes, bytes]]:
-    """The dead letters by the entry id they had on their shard stream."""
+async def dead_letters(
+    client: aioredis.Redis, keys: Keys
+) -> dict[tuple[str, str], dict[bytes, bytes]]:
+    """The dead letters by the stream and entry id they had (ids repeat across streams)."""
     letters = await client.xrange(keys.dead_letters())
-    return {fields[b"entry"].decode(): fields for _, fields in letters}
+    return {(f[b"stream"].decode(), f[b"entry"].decode()): f for _, f in letters}
 
 
 async def serves_without_loss(rt: MemoryRuntime) -> None:
@@ -106,17 +108,17 @@ async def test_every_bad_frame_is_dead_lettered_with_its_reason(
     for n, (fields, reason) in enumerate(bad):
         stream = keys.stream(n % config.shards)
         entry = (await redis_client.xadd(stream, fields)).decode()
-        expected[entry] = (stream, reason)
+        expected[stream, entry] = reason
+    assert len(expected) == len(bad)
 
     async def all_dead() -> bool:
         return expected.keys() <= (await dead_letters(redis_client, keys)).keys()
 
     await eventually(all_dead, "every bad entry reaches the dead letters")
     letters = await dead_letters(redis_client, keys)
-    for entry, (stream, reason) in expected.items():
-        letter = letters[entry]
+    for (stream, entry), reason in expected.items():
+        letter = letters[stream, entry]
         assert reason in letter[b"reason"].decode(), (entry, reason, letter[b"reason"])
-        assert letter[b"stream"].decode() == stream
     # Each was acked: nothing is left pending to be delivered again.
     for shard in range(config.shards):
         assert (await redis_client.xpending(keys.stream(shard), "workers"))["pending"] == 0
@@ -152,7 +154,7 @@ async def test_a_poison_frame_is_dead_lettered_and_the_worker_goes_on(
         entry = (await redis_client.xadd(keys.stream(0), {b"e": frame})).decode()
 
         async def dead() -> bool:
-            return entry in await dead_letters(redis_client, keys)
+            return (keys.stream(0), entry) in await dead_letters(redis_client, keys)
 
         await eventually(dead, "the poison frame is dead-lettered", limit=10)
         await serves_without_loss(runtime)

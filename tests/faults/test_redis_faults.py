@@ -43,20 +43,35 @@ async def ledgers(rt: Runtime, agents: list[str]) -> dict[str, list[Applied]]:
 # -- lost replies to XADD ------------------------------------------------------------
 
 
-class LossyPipeline(Pipeline):
-    """A pipeline whose reply is lost, now and then, *after* Redis applied it."""
+class Faults:
+    """Loses the reply of every ``every``-th matching call, ``most`` times at most."""
 
-    faults: list[int]  # shared: [batches seen, replies lost, lose every n-th, most lost]
+    def __init__(self, every: int, most: int) -> None:
+        self.every, self.most = every, most
+        self.seen = self.lost = 0
+
+    def strike(self) -> None:
+        """Count a call Redis has just applied; raise as if its reply never came."""
+        self.seen += 1
+        if self.seen % self.every == 0 and self.lost < self.most:
+            self.lost += 1
+            raise rexc.ConnectionError("simulated: the connection dropped before the reply")
+
+
+#: Commands that lose nothing.
+NEVER = Faults(1, 0)
+
+
+class LossyPipeline(Pipeline):
+    """A pipeline whose outbox XADDs lose their reply now and then, *after* Redis applied them."""
+
+    faults = NEVER
 
     async def execute(self, raise_on_error: bool = True) -> list[Any]:
         xadd = any(args[0] == "XADD" and b":stream" in _key(args) for args, _ in self.command_stack)
         result = await super().execute(raise_on_error)
         if xadd:
-            self.faults[0] += 1
-            seen, lost, every, most = self.faults
-            if seen % every == 0 and lost < most:
-                self.faults[1] += 1
-                raise rexc.ConnectionError("simulated: the connection dropped before the reply")
+            self.faults.strike()
         return result
 
 
@@ -66,41 +81,74 @@ def _key(args: tuple[Any, ...]) -> bytes:
 
 
 class LossyRedis(aioredis.Redis):
-    """A client whose outbox XADDs sometimes lose their reply (see :class:`LossyPipeline`)."""
+    """A client that loses replies: of outbox XADDs, and of commits (the 5-key Lua call)."""
 
-    faults: list[int]
+    xadds = NEVER
+    commits = NEVER
 
     def pipeline(self, transaction: bool = True, shard_hint: str | None = None) -> Pipeline:
         pipe = LossyPipeline(self.connection_pool, self.response_callbacks, transaction, shard_hint)
-        pipe.faults = self.faults
+        pipe.faults = self.xadds
         return pipe
 
+    async def execute_command(self, *args: Any, **options: Any) -> Any:
+        result = await super().execute_command(*args, **options)
+        if args[0] == "EVALSHA" and args[2] == 5:  # the commit script
+            self.commits.strike()
+        return result
 
-async def test_xadds_whose_reply_was_lost_are_retried_without_duplicate_effects(
-    redis_config: RedisConfig, redis_client: aioredis.Redis
+
+def lossy(config: RedisConfig, *, xadds: Faults = NEVER, commits: Faults = NEVER) -> LossyRedis:
+    client = LossyRedis.from_pool(connect(config).connection_pool)
+    client.xadds, client.commits = xadds, commits
+    return client
+
+
+async def send_waves(
+    client: Runtime, history: History, agents: list[str], waves: int = 8, per_wave: int = 25
+) -> dict[str, list[Applied]]:
+    """Tell ``waves`` x ``per_wave`` ledger commands, flushing after each wave; the
+    ledgers' final state."""
+    for wave in range(waves):
+        for n in range(per_wave):
+            agent = agents[n % len(agents)]
+            token = f"w{wave}-{n}"
+            history.sent(token, agent, token)
+            await client.ref(agent).tell(Add(token))
+        await client.transport.flush()  # type: ignore[attr-defined]
+    return await ledgers(client, agents)
+
+
+@pytest.mark.parametrize("lost", ["xadd", "commit"])
+async def test_calls_whose_reply_was_lost_are_retried_without_duplicate_effects(
+    lost: str, redis_config: RedisConfig, redis_client: aioredis.Redis
 ) -> None:
-    lossy = LossyRedis.from_pool(connect(redis_config).connection_pool)
-    lossy.faults = [0, 0, 2, 6]  # every second batch, six times
+    # The producer's outbox XADDs, or the worker's commits, lose their replies.
+    if lost == "xadd":
+        faults = Faults(every=2, most=6)
+        flaky = lossy(redis_config, xadds=faults)
+        worker_redis, client_redis = redis_client, flaky
+    else:
+        faults = Faults(every=3, most=20)
+        flaky = lossy(redis_config, commits=faults)
+        worker_redis, client_redis = flaky, redis_client
     history = History()
-    agents = [f"ledger/lost{i}" for i in range(6)]
     try:
-        async with (
-            runtime(redis_client, redis_config) as worker,
-            runtime(lossy, redis_config, worker=False) as client,
-        ):
-            for wave in range(8):
-                for n in range(25):
-                    agent = agents[n % len(agents)]
-                    token = f"w{wave}-{n}"
-                    history.sent(token, agent, token)
-                    await client.ref(agent).tell(Add(token))
-                await client.transport.flush()  # type: ignore[attr-defined]
-            final = await ledgers(client, agents)
-            duplicates = worker.transport.stats().duplicates  # type: ignore[attr-defined]
+        with structlog.testing.capture_logs() as logs:
+            async with (
+                runtime(worker_redis, redis_config) as worker,
+                runtime(client_redis, redis_config, worker=False) as client,
+            ):
+                final = await send_waves(client, history, [f"ledger/{lost}{i}" for i in range(6)])
+                duplicates = worker.transport.stats().duplicates  # type: ignore[attr-defined]
     finally:
-        await lossy.aclose()
-    assert lossy.faults[1] == 6, "the fault was injected"
-    assert duplicates > 0, "the lost batches really were written twice"
+        await flaky.aclose()
+    assert faults.lost == faults.most, "the faults were injected"
+    if lost == "xadd":
+        assert duplicates > 0, "the lost batches really were written twice"
+    else:
+        # The retry found the commit already stored (by its command id): stored once.
+        assert any(e["event"] == "commit_already_stored" for e in logs)
     verdict = history.check(final)
     assert verdict.ok, str(verdict)
     assert verdict.applied == 200

@@ -25,6 +25,7 @@ from runtime.redis import EmbeddedRedis, RedisConfig, connect
 from runtime.transports.redis import RedisTransport
 from tests.faults.checker import Applied, History, observe_memory
 from tests.redis.actors import Add, GetState
+from tests.redis.helpers import eventually
 from tests.redis.test_transport import worker as runtime
 
 pytestmark = [pytest.mark.faults, pytest.mark.anyio]
@@ -186,6 +187,13 @@ async def test_cancelled_asks_under_load_never_get_another_requests_reply(
         # Afterwards every ask is answered by its own reply.
         for i in range(50):
             assert await rt.ref(f"echo/e{i % 16}").ask(f"after-{i}") == f"after-{i}"
+        transport: Any = rt.transport
+
+        async def forgotten() -> bool:
+            return bool(transport.stats().pending_asks == 0)
+
+        # The cancelled asks' late replies arrived and freed their entries: no leak.
+        await eventually(forgotten, "no ask is left pending")
     assert wrong == []
     assert answered >= uncancelled > 100
 

@@ -123,14 +123,12 @@ def test_the_installed_entry_point_says_the_same_one_line(configs: Path) -> None
         assert_one_line(result, CASES[result.args])
 
 
-@pytest.mark.xfail(strict=True, raises=UnicodeDecodeError, reason="defect: a traceback")
 def test_a_config_file_that_is_not_text_is_one_line(
     configs: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert_one_line(run_here(("config", "binary.toml"), configs, capsys), "binary.toml: ")
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError, reason="defect: a traceback")
 def test_a_malformed_redis_url_is_one_line(
     configs: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

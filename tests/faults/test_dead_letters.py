@@ -135,7 +135,6 @@ async def test_an_oversized_message_is_refused_at_the_producer(
     assert await rt.memory("alice").get(scope="history") == []
 
 
-@pytest.mark.xfail(strict=True, reason="defect: a poison frame kills the worker (test_decoders)")
 @pytest.mark.parametrize(
     "frame",
     [
@@ -160,7 +159,6 @@ async def test_a_poison_frame_is_dead_lettered_and_the_worker_goes_on(
         await serves_without_loss(runtime)
 
 
-@pytest.mark.xfail(strict=True, reason="defect: a poison frame kills the reader (test_decoders)")
 @pytest.mark.parametrize("where", ["broadcast", "replies"])
 async def test_a_poison_broadcast_or_reply_is_dropped_and_everyone_goes_on(
     where: str, config: RedisConfig, redis_client: aioredis.Redis
@@ -184,7 +182,6 @@ async def test_a_poison_broadcast_or_reply_is_dropped_and_everyone_goes_on(
             await serves_without_loss(client)
 
 
-@pytest.mark.xfail(strict=True, reason="defect: reply_to may name any key (see the report)")
 async def test_an_ask_cannot_make_the_worker_touch_keys_outside_the_reply_streams(
     rt: MemoryRuntime, config: RedisConfig, redis_client: aioredis.Redis
 ) -> None:

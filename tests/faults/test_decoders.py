@@ -6,11 +6,10 @@ The decoders: envelopes, replies and the reply address of a bad ask
 ``MessageDecodeError`` for frames, ``MemoryInputError`` for messages,
 ``ConfigError`` for config; ``reply_address`` never raises.
 
-Two kinds of bad frame escape as other errors today (see ``KNOWN_DEFECTS`` and
-the strict xfails below): invalid UTF-8 in a string and nesting deeper than the
-interpreter's recursion limit. The mutation loop tolerates exactly those two, so
-any *new* escaping error fails it; the xfails turn into failures once the codec
-is fixed, so the tolerance is removed then.
+Two kinds of bad frame used to escape as other errors (msgspec raises
+UnicodeDecodeError for invalid UTF-8 in a string and RecursionError for nesting
+past the interpreter's limit): the decoders now turn them into their documented
+errors, and the mutation loop tolerates no undocumented error at all.
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ from tests.faults.frames import deep, huge_lengths, mutants, real_frames
 pytestmark = pytest.mark.faults
 
 #: Errors that escape the decoders today although they are not documented (defects).
-KNOWN_DEFECTS = (UnicodeDecodeError, RecursionError)
+KNOWN_DEFECTS: tuple[type[BaseException], ...] = ()  # none left
 
 #: Each decoder, and the one error type it documents (None: never raises).
 DECODERS: dict[str, tuple[Callable[[bytes], Any], type[BaseException] | None]] = {
@@ -176,14 +175,12 @@ def test_bodies_of_no_registered_type_are_rejected(fields: dict[str, Any]) -> No
         assert not isinstance(body, dict)
 
 
-@pytest.mark.xfail(strict=True, raises=UnicodeDecodeError, reason="defect: see the module doc")
 def test_invalid_utf8_is_a_decode_error() -> None:
     data = msgspec.msgpack.encode({"recipient": "memory/a", "body": None})
     with pytest.raises(MessageDecodeError):
         default_codec.decode_envelope(data.replace(b"memory/a", b"memory/\xff"))
 
 
-@pytest.mark.xfail(strict=True, raises=RecursionError, reason="defect: see the module doc")
 def test_deep_nesting_is_a_decode_error() -> None:
     with pytest.raises(MessageDecodeError):
         default_codec.decode_envelope(deep(5_000))

@@ -129,7 +129,6 @@ async def test_a_share_cannot_claim_another_agent_as_its_source(memory_rt: Memor
     assert all(insight.source != "alice" for insight in held), held
 
 
-@pytest.mark.xfail(strict=True, reason="defect: an unsolicited CompressionDone is applied")
 async def test_a_compression_result_nobody_asked_for_changes_nothing(
     memory_rt: MemoryRuntime,
 ) -> None:
@@ -153,5 +152,6 @@ async def test_a_compression_result_nobody_asked_for_changes_nothing(
         latency_s=0.0,
         note="",
     )
-    await memory_rt.ask("memory/a", CompressionDone(version=0, outcome=outcome))
+    with pytest.raises(MemoryInputError, match="no compression with that token"):
+        await memory_rt.ask("memory/a", CompressionDone(version=0, outcome=outcome))
     assert "evil" not in dump(await a.context())

@@ -218,3 +218,21 @@ async def wait_drained(client: Any, config: AppConfig, timeout: float) -> None:
             if waiting == 0 and pending == 0:
                 return
             await anyio.sleep(0.005)
+
+
+async def redelivered_pending(client: Any, config: AppConfig, page: int = 1_000) -> int:
+    """Entries pending in the shard streams that were delivered more than once
+    (XPENDING: a worker died, stalled or failed on them); the first ``page`` per shard."""
+    from runtime.redis import CONSUMER_GROUP, Keys
+
+    keys = Keys(config.redis.prefix)
+    count = 0
+    for shard in range(config.redis.shards):
+        try:
+            entries = await client.xpending_range(
+                keys.stream(shard), CONSUMER_GROUP, min="-", max="+", count=page
+            )
+        except Exception:
+            continue
+        count += sum(1 for e in entries if e["times_delivered"] > 1)
+    return count

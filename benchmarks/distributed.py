@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 from actors import Message
 from actors.commands import Add
-from benchmarks._common import Row, message_texts
+from benchmarks._common import BenchResult, Row, message_texts
+from benchmarks._plots import distributed_plot
 from benchmarks._redis import (
     client_runtime,
     raw_redis,
@@ -80,3 +82,8 @@ async def run(args: argparse.Namespace) -> list[Row]:
                 )
             )
     return rows
+
+
+def plot(result: BenchResult, out_dir: Path) -> list[Path]:
+    """Draw ``distributed.png`` (see :func:`benchmarks._plots.distributed_plot`)."""
+    return distributed_plot(result, out_dir)

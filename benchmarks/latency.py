@@ -7,12 +7,14 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import anyio
 
 from actors import MemoryRuntime, Message
 from actors.commands import Add, Context
-from benchmarks._common import Row, bench_config, message_texts, percentile
+from benchmarks._common import BenchResult, Row, bench_config, message_texts, percentile
+from benchmarks._plots import latency_plot
 
 NAME = "latency"
 
@@ -119,3 +121,8 @@ async def run(args: argparse.Namespace) -> list[Row]:
     """In-process asks (see :func:`measure`)."""
     async with MemoryRuntime(bench_config()) as rt:
         return await measure(rt, "in-process", args)
+
+
+def plot(result: BenchResult, out_dir: Path) -> list[Path]:
+    """Draw ``latency.png`` (see :func:`benchmarks._plots.latency_plot`)."""
+    return latency_plot(result, out_dir)

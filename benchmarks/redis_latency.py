@@ -9,8 +9,10 @@ measure the queue: the fixed-rate rows say how far off the target is, honestly.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
-from benchmarks._common import Row
+from benchmarks._common import BenchResult, Row
+from benchmarks._plots import latency_plot
 from benchmarks._redis import client_runtime, redis_app_config, server, workers
 from benchmarks.latency import measure
 
@@ -32,3 +34,8 @@ async def run(args: argparse.Namespace) -> list[Row]:
         config = redis_app_config(redis.url)
         async with workers(config, 1), client_runtime(config) as (rt, _transport):
             return await measure(rt, "Redis", args, args.fixed_rate)
+
+
+def plot(result: BenchResult, out_dir: Path) -> list[Path]:
+    """Draw ``latency.png`` (see :func:`benchmarks._plots.latency_plot`)."""
+    return latency_plot(result, out_dir)

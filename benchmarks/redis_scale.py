@@ -17,12 +17,14 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import anyio
 
 from actors import Message
 from actors.commands import Add, Context
-from benchmarks._common import Row, percentile, rss_bytes
+from benchmarks._common import BenchResult, Row, percentile, rss_bytes
+from benchmarks._plots import memory_plot
 from benchmarks._redis import redis_app_config, redis_info_memory, server, worker_runtime
 
 NAME = "redis_scale"
@@ -142,3 +144,8 @@ async def run(args: argparse.Namespace) -> list[Row]:
                 )
             )
     return rows
+
+
+def plot(result: BenchResult, out_dir: Path) -> list[Path]:
+    """Draw ``memory.png`` (see :func:`benchmarks._plots.memory_plot`)."""
+    return memory_plot(result, out_dir)

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 import anyio
 
 from actors import Message
 from actors.commands import Add
-from benchmarks._common import Row, message_texts
+from benchmarks._common import BenchResult, Row, message_texts
+from benchmarks._plots import throughput_plot
 from benchmarks._redis import raw_redis, redis_app_config, server, wire_payload, worker_runtime
 
 NAME = "redis_throughput"
@@ -77,3 +79,8 @@ async def run(args: argparse.Namespace) -> list[Row]:
                 )
             )
     return rows
+
+
+def plot(result: BenchResult, out_dir: Path) -> list[Path]:
+    """Draw ``throughput.png`` (see :func:`benchmarks._plots.throughput_plot`)."""
+    return throughput_plot(result, out_dir)

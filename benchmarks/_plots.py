@@ -59,6 +59,14 @@ def _save(plt: Any, fig: Any, path: Path) -> list[Path]:
     return [path]
 
 
+def _finish(ax: Any, title: str) -> None:
+    """Agents on a log x axis, a grid, a title and a legend."""
+    ax.set(xscale="log", xlabel="agents")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+
+
 def _series(rows: list[Row], prefix: str) -> tuple[list[int], list[float]]:
     """(agents, value) of the rows whose name starts with ``prefix``, by agents."""
     points = sorted(
@@ -97,10 +105,8 @@ def throughput_plot(current: BenchResult, out_dir: Path) -> list[Path]:
                 ax.axhline(
                     row.value, color="tab:red", linestyle="--", label="raw redis-py XADD/XREADGROUP"
                 )
-    ax.set(xscale="log", yscale="log", xlabel="agents", ylabel="messages / s")
-    ax.set_title("add throughput vs agents (baselines measured in the same run)")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.set(yscale="log", ylabel="messages / s")
+    _finish(ax, "add throughput vs agents (baselines measured in the same run)")
     return _save(plt, fig, out_dir / "throughput.png")
 
 
@@ -161,10 +167,8 @@ def memory_plot(current: BenchResult, out_dir: Path) -> list[Path]:
             ax.plot(xs, [y / 1024 for y in ys], style, label=label)
     ax.axhline(4, color="grey", linestyle=":", label="target: idle < 4 KB")
     ax.axhline(1, color="grey", linestyle="-.", label="target: passivated < 1 KB")
-    ax.set(xscale="log", xlabel="agents", ylabel="KB per agent")
-    ax.set_title("memory per agent vs agents")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.set(ylabel="KB per agent")
+    _finish(ax, "memory per agent vs agents")
     return _save(plt, fig, out_dir / "memory.png")
 
 

@@ -15,6 +15,7 @@ from actors import MemoryRuntime, Message
 from actors.commands import Add, Context
 from benchmarks._common import BenchResult, Row, bench_config, message_texts, percentile
 from benchmarks._plots import latency_plot
+from runtime import ActormemError
 
 NAME = "latency"
 
@@ -47,15 +48,26 @@ async def peak_rate(ask: Callable[[int], Awaitable[object]], seconds: float, wor
 
 async def open_loop(
     ask: Callable[[int], Awaitable[object]], rate: float, seconds: float
-) -> list[float]:
-    """Send ``rate`` asks per second for ``seconds``; return each round trip in seconds."""
+) -> tuple[list[float], int]:
+    """Send ``rate`` asks per second for ``seconds``.
+
+    Returns:
+        Each answered ask's round trip in seconds, and how many asks failed
+        (timed out, say: a rate above the peak queues until asks time out).
+    """
     samples: list[float] = []
+    failed = 0
     interval = 1.0 / rate
     total = int(rate * seconds)
 
     async def one(i: int) -> None:
+        nonlocal failed
         t0 = time.perf_counter()
-        await ask(i)
+        try:
+            await ask(i)
+        except ActormemError:
+            failed += 1
+            return
         samples.append(time.perf_counter() - t0)
 
     start = time.perf_counter()
@@ -65,16 +77,22 @@ async def open_loop(
             if delay > 0:
                 await anyio.sleep(delay)
             tg.start_soon(one, i)
-    return samples
+    return samples, failed
 
 
 async def measure(
-    rt: MemoryRuntime, where: str, args: argparse.Namespace, fixed_rate: float = 0.0
+    rt: MemoryRuntime,
+    where: str,
+    args: argparse.Namespace,
+    fixed_rate: float = 0.0,
+    settle: Callable[[], Awaitable[None]] | None = None,
 ) -> list[Row]:
     """Peak, then p50/p95/p99 at 50% and 90% of it (and at ``fixed_rate`` if given),
     of ``context()`` and ``add`` asks to ``args.agents`` agents of ``rt``.
 
-    ``where`` names the transport in the row names (``in-process``, ``Redis``).
+    ``where`` names the transport in the row names (``in-process``, ``Redis``);
+    ``settle`` waits after each level until what timed-out asks left queued is
+    handled, so it does not weigh on the next level.
     """
     rows: list[Row] = []
     texts = message_texts(1000)
@@ -96,7 +114,9 @@ async def measure(
         if fixed_rate:
             levels.append((f"at {fixed_rate:,.0f}/s", fixed_rate, "< 2 ms at 5k/s"))
         for level, rate, target in levels:
-            samples = await open_loop(ask, rate, args.seconds)
+            samples, failed = await open_loop(ask, rate, args.seconds)
+            if settle is not None:
+                await settle()
             for p in (50, 95, 99):
                 rows.append(
                     Row(
@@ -107,12 +127,17 @@ async def measure(
                         extra={
                             "rate": rate,
                             "samples": len(samples),
+                            "failed": failed,
                             "percentile": p,
                             "ask": label,
                             "transport": where,
                             "share_of_peak": rate / peak,
                         },
                     )
+                )
+            if failed:
+                rows.append(
+                    Row(name=f"{where} {label} asks failed {level}", value=failed, unit="asks")
                 )
     return rows
 

@@ -9,14 +9,19 @@ measure the queue: the fixed-rate rows say how far off the target is, honestly.
 from __future__ import annotations
 
 import argparse
+from functools import partial
 from pathlib import Path
 
 from benchmarks._common import BenchResult, Row
 from benchmarks._plots import latency_plot
-from benchmarks._redis import client_runtime, redis_app_config, server, workers
+from benchmarks._redis import client_runtime, redis_app_config, server, wait_drained, workers
 from benchmarks.latency import measure
+from runtime.redis import connect
 
 NAME = "redis_latency"
+
+#: Seconds the worker may take to work off what an overloaded level left queued.
+_SETTLE_TIMEOUT = 600.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,8 +37,13 @@ async def run(args: argparse.Namespace) -> list[Row]:
     """One worker process, a client runtime here (see :func:`benchmarks.latency.measure`)."""
     async with server() as redis:
         config = redis_app_config(redis.url)
-        async with workers(config, 1), client_runtime(config) as (rt, _transport):
-            return await measure(rt, "Redis", args, args.fixed_rate)
+        client = connect(config.redis)
+        try:
+            async with workers(config, 1), client_runtime(config) as (rt, _transport):
+                settle = partial(wait_drained, client, config, _SETTLE_TIMEOUT)
+                return await measure(rt, "Redis", args, args.fixed_rate, settle)
+        finally:
+            await client.aclose()
 
 
 def plot(result: BenchResult, out_dir: Path) -> list[Path]:

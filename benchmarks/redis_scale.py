@@ -3,6 +3,10 @@ resident memory) at 1,000 / 10,000 agents, and the activation time of a passivat
 agent, next to an ask to an agent still in memory. Each size runs in a fresh process
 with its own ``redis-server``.
 
+The worker's RSS after passivation includes what the allocator keeps rather
+than returning to the OS; the count of gc-tracked objects left per agent says
+whether anything of the agents is still referenced.
+
 Every agent is told one short message, then left idle until the worker passivates
 it (``[redis] passivate_after`` is short here): its state is in Redis, not in the
 worker's memory. Activation is an ask (``context()``) to such an agent: the worker
@@ -50,6 +54,7 @@ async def _child(n: int, activations: int) -> dict[str, float]:
             await rt.ask("memory/warm", Add(messages=[Message(role="user", content="warm up")]))
             gc.collect()
             rss0, used0 = rss_bytes(), await redis_info_memory(redis.url)
+            objects0 = len(gc.get_objects())
             base = rt.stats().processed
             for i in range(n):
                 await rt.tell(f"memory/a{i}", Add(messages=[Message(role="user", content="hello")]))
@@ -61,6 +66,7 @@ async def _child(n: int, activations: int) -> dict[str, float]:
                     await anyio.sleep(0.05)
             gc.collect()
             rss1, used1 = rss_bytes(), await redis_info_memory(redis.url)
+            objects1 = len(gc.get_objects())
             cold: list[float] = []
             warm: list[float] = []
             for i in range(min(activations, n)):
@@ -75,6 +81,7 @@ async def _child(n: int, activations: int) -> dict[str, float]:
                 "redis_per_agent": (used1 - used0) / n,
                 "rss_per_agent": (rss1 - rss0) / n,
                 "tracked_agents": float(transport.stats().agents),
+                "objects_per_agent": (objects1 - objects0) / n,
                 "activation_p50": percentile(cold, 50),
                 "activation_p99": percentile(cold, 99),
                 "active_ask_p50": percentile(warm, 50),
@@ -129,6 +136,14 @@ async def run(args: argparse.Namespace) -> list[Row]:
                 unit="B",
                 target="< 1 KB",
                 extra={"agents": n, "still_tracked": m["tracked_agents"]},
+            )
+        )
+        rows.append(
+            Row(
+                name=f"passivated agent, gc-tracked Python objects left, {n:,} agents",
+                value=m["objects_per_agent"],
+                unit="objects",
+                extra={"agents": n},
             )
         )
         for p in (50, 99):

@@ -181,7 +181,8 @@ def distributed_plot(current: BenchResult, out_dir: Path) -> list[Path]:
     points = sorted(
         (int(r.extra["workers"]), r.value) for r in current.rows if "workers" in r.extra
     )
-    ax.bar([str(w) for w, _ in points], [v for _, v in points], label="actormem add")
+    bars = ax.bar([str(w) for w, _ in points], [v for _, v in points], label="actormem add")
+    ax.bar_label(bars, fmt="{:,.0f}")
     for row in current.rows:
         if row.name.startswith("raw redis-py"):
             ax.axhline(row.value, color="tab:red", linestyle="--", label="raw redis-py")

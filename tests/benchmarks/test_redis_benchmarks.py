@@ -23,7 +23,7 @@ TINY = {
         "--fixed-rate",
         "50",
     ],
-    "distributed": ["--messages", "60", "--agents", "5", "--workers", "2"],
+    "distributed": ["--messages", "60", "--agents", "5", "--workers", "1"],
     "redis_scale": ["--agents", "20", "--activations", "3"],
     "load": [
         "--transport",

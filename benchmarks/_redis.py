@@ -72,7 +72,8 @@ def redis_app_config(
     if passivate_after is not None:
         redis = redis.replace(passivate_after=passivate_after)
     runtime = msgspec.structs.replace(base.runtime, transport="redis")
-    return msgspec.structs.replace(base, runtime=runtime, redis=redis)
+    config: AppConfig = msgspec.structs.replace(base, runtime=runtime, redis=redis)
+    return config
 
 
 @asynccontextmanager
@@ -152,7 +153,7 @@ async def raw_redis(url: str, payloads: list[bytes], batch: int = RAW_BATCH) -> 
 
     The clock stops when the consumer has acked the last entry.
     """
-    client = connect(RedisConfig(url=url))
+    client: Any = connect(RedisConfig(url=url))
     stream = f"rawbench:{secrets.token_hex(4)}"
     try:
         await client.xgroup_create(stream, "g", id="0", mkstream=True)

@@ -110,7 +110,9 @@ async def measure(
     for label, ask in (("context()", ask_context), ("add", ask_add)):
         peak = await peak_rate(ask, args.seconds, args.concurrency)
         rows.append(Row(name=f"{where} {label} peak (closed loop)", value=peak, unit="ask/s"))
-        levels = [(f"at {share:.0%} of peak", peak * share, None) for share in (0.5, 0.9)]
+        levels: list[tuple[str, float, str | None]] = [
+            (f"at {share:.0%} of peak", peak * share, None) for share in (0.5, 0.9)
+        ]
         if fixed_rate:
             levels.append((f"at {fixed_rate:,.0f}/s", fixed_rate, "< 2 ms at 5k/s"))
         for level, rate, target in levels:

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import cast
 
 import anyio
 
@@ -30,6 +31,7 @@ from actors.commands import Add, Context
 from benchmarks._common import BenchResult, Row, percentile, rss_bytes
 from benchmarks._plots import memory_plot
 from benchmarks._redis import redis_app_config, redis_info_memory, server, worker_runtime
+from runtime.transports.redis import RedisTransport
 
 NAME = "redis_scale"
 
@@ -50,7 +52,7 @@ async def _child(n: int, activations: int) -> dict[str, float]:
     async with server() as redis:
         config = redis_app_config(redis.url, passivate_after=_PASSIVATE_AFTER)
         async with worker_runtime(config) as rt:
-            transport = rt.transport
+            transport = cast(RedisTransport, rt.transport)
             await rt.ask("memory/warm", Add(messages=[Message(role="user", content="warm up")]))
             gc.collect()
             rss0, used0 = rss_bytes(), await redis_info_memory(redis.url)

@@ -23,7 +23,19 @@ from benchmarks._common import BenchResult, machine, write_result
 from runtime.cli import OneLineParser
 from runtime.logging import configure_logging
 
-BENCHMARKS = ("throughput", "latency", "scale", "context", "compression", "peers", "load")
+BENCHMARKS = (
+    "throughput",
+    "latency",
+    "scale",
+    "context",
+    "compression",
+    "peers",
+    "load",
+    "redis_throughput",
+    "redis_latency",
+    "distributed",
+    "redis_scale",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -7,12 +7,15 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import anyio
 
 from actors import MemoryRuntime, Message
 from actors.commands import Add, Context
-from benchmarks._common import Row, bench_config, message_texts, percentile
+from benchmarks._common import BenchResult, Row, bench_config, message_texts, percentile
+from benchmarks._plots import latency_plot
+from runtime import ActormemError
 
 NAME = "latency"
 
@@ -45,15 +48,26 @@ async def peak_rate(ask: Callable[[int], Awaitable[object]], seconds: float, wor
 
 async def open_loop(
     ask: Callable[[int], Awaitable[object]], rate: float, seconds: float
-) -> list[float]:
-    """Send ``rate`` asks per second for ``seconds``; return each round trip in seconds."""
+) -> tuple[list[float], int]:
+    """Send ``rate`` asks per second for ``seconds``.
+
+    Returns:
+        Each answered ask's round trip in seconds, and how many asks failed
+        (timed out, say: a rate above the peak queues until asks time out).
+    """
     samples: list[float] = []
+    failed = 0
     interval = 1.0 / rate
     total = int(rate * seconds)
 
     async def one(i: int) -> None:
+        nonlocal failed
         t0 = time.perf_counter()
-        await ask(i)
+        try:
+            await ask(i)
+        except ActormemError:
+            failed += 1
+            return
         samples.append(time.perf_counter() - t0)
 
     start = time.perf_counter()
@@ -63,38 +77,79 @@ async def open_loop(
             if delay > 0:
                 await anyio.sleep(delay)
             tg.start_soon(one, i)
-    return samples
+    return samples, failed
+
+
+async def measure(
+    rt: MemoryRuntime,
+    where: str,
+    args: argparse.Namespace,
+    fixed_rate: float = 0.0,
+    settle: Callable[[], Awaitable[None]] | None = None,
+) -> list[Row]:
+    """Peak, then p50/p95/p99 at 50% and 90% of it (and at ``fixed_rate`` if given),
+    of ``context()`` and ``add`` asks to ``args.agents`` agents of ``rt``.
+
+    ``where`` names the transport in the row names (``in-process``, ``Redis``);
+    ``settle`` waits after each level until what timed-out asks left queued is
+    handled, so it does not weigh on the next level.
+    """
+    rows: list[Row] = []
+    texts = message_texts(1000)
+    addresses = [f"memory/agent{i}" for i in range(args.agents)]
+    for a in addresses:  # each agent holds a short conversation
+        await rt.ask(a, Add(messages=[Message(role="user", content=t) for t in texts[:20]]))
+
+    async def ask_context(i: int) -> object:
+        return await rt.ask(addresses[i % len(addresses)], Context(max_tokens=4096))
+
+    async def ask_add(i: int) -> object:
+        msg = Message(role="user", content=texts[i % len(texts)])
+        return await rt.ask(addresses[i % len(addresses)], Add(messages=[msg]))
+
+    for label, ask in (("context()", ask_context), ("add", ask_add)):
+        peak = await peak_rate(ask, args.seconds, args.concurrency)
+        rows.append(Row(name=f"{where} {label} peak (closed loop)", value=peak, unit="ask/s"))
+        levels: list[tuple[str, float, str | None]] = [
+            (f"at {share:.0%} of peak", peak * share, None) for share in (0.5, 0.9)
+        ]
+        if fixed_rate:
+            levels.append((f"at {fixed_rate:,.0f}/s", fixed_rate, "< 2 ms at 5k/s"))
+        for level, rate, target in levels:
+            samples, failed = await open_loop(ask, rate, args.seconds)
+            if settle is not None:
+                await settle()
+            for p in (50, 95, 99):
+                rows.append(
+                    Row(
+                        name=f"{where} {label} p{p} {level}",
+                        value=percentile(samples, p) * 1e3,
+                        unit="ms",
+                        target=target if p == 99 else None,
+                        extra={
+                            "rate": rate,
+                            "samples": len(samples),
+                            "failed": failed,
+                            "percentile": p,
+                            "ask": label,
+                            "transport": where,
+                            "share_of_peak": rate / peak,
+                        },
+                    )
+                )
+            if failed:
+                rows.append(
+                    Row(name=f"{where} {label} asks failed {level}", value=failed, unit="asks")
+                )
+    return rows
 
 
 async def run(args: argparse.Namespace) -> list[Row]:
-    rows: list[Row] = []
-    texts = message_texts(1000)
+    """In-process asks (see :func:`measure`)."""
     async with MemoryRuntime(bench_config()) as rt:
-        addresses = [f"memory/agent{i}" for i in range(args.agents)]
-        for a in addresses:  # each agent holds a short conversation
-            await rt.ask(a, Add(messages=[Message(role="user", content=t) for t in texts[:20]]))
+        return await measure(rt, "in-process", args)
 
-        async def ask_context(i: int) -> object:
-            return await rt.ask(addresses[i % len(addresses)], Context(max_tokens=4096))
 
-        async def ask_add(i: int) -> object:
-            msg = Message(role="user", content=texts[i % len(texts)])
-            return await rt.ask(addresses[i % len(addresses)], Add(messages=[msg]))
-
-        for label, ask in (("context()", ask_context), ("add", ask_add)):
-            peak = await peak_rate(ask, args.seconds, args.concurrency)
-            rows.append(
-                Row(name=f"in-process {label} peak (closed loop)", value=peak, unit="ask/s")
-            )
-            for share in (0.5, 0.9):
-                samples = await open_loop(ask, peak * share, args.seconds)
-                for p in (50, 95, 99):
-                    rows.append(
-                        Row(
-                            name=f"in-process {label} p{p} at {share:.0%} of peak",
-                            value=percentile(samples, p) * 1e3,
-                            unit="ms",
-                            extra={"rate": peak * share, "samples": len(samples)},
-                        )
-                    )
-    return rows
+def plot(result: BenchResult, out_dir: Path) -> list[Path]:
+    """Draw ``latency.png`` (see :func:`benchmarks._plots.latency_plot`)."""
+    return latency_plot(result, out_dir)

@@ -1,10 +1,20 @@
 """Load: a steady or stepped open-loop load of memory commands, with a live display,
-reporting throughput, latency percentiles, errors and mailbox depths over time."""
+reporting throughput, latency percentiles, errors, redeliveries and mailbox depths over time.
+
+``--transport redis`` runs against a private ``redis-server``: with ``--workers N``
+(N >= 1) the load comes from a client runtime here and N worker processes host
+the agents, and the depths are the shard streams' backlog (entries not yet read
+by the workers, and read but not yet acked); with ``--workers 0`` this process is
+the worker, and its mailboxes are reported too.
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 import anyio
@@ -15,7 +25,17 @@ from rich.table import Table
 from actors import MemoryRuntime, Message
 from actors.commands import Add, Context
 from benchmarks._common import Row, bench_config, message_texts, percentile
+from benchmarks._redis import (
+    client_runtime,
+    redelivered_pending,
+    redis_app_config,
+    server,
+    stream_backlog,
+    worker_runtime,
+    workers,
+)
 from runtime import ActormemError
+from runtime.redis import Keys, connect
 
 NAME = "load"
 
@@ -33,6 +53,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--mailbox", type=int, default=1_000, help="mailbox size per agent")
     parser.add_argument("--quiet", action="store_true", help="no live display")
+    parser.add_argument(
+        "--transport", choices=("memory", "redis"), default="memory", help="where the agents run"
+    )
+    parser.add_argument(
+        "--workers", type=int, default=1, help="Redis worker processes (0: this process)"
+    )
 
 
 class _Second:
@@ -45,8 +71,7 @@ class _Second:
         self.done = 0
         self.errors = 0
         self.latencies: list[float] = []
-        self.depth = 0
-        self.max_depth = 0
+        self.gauges: dict[str, int] = {}
 
     def row(self) -> dict[str, Any]:
         return {
@@ -57,15 +82,27 @@ class _Second:
             "errors": self.errors,
             "p50_ms": round(percentile(self.latencies, 50) * 1e3, 3) if self.latencies else None,
             "p99_ms": round(percentile(self.latencies, 99) * 1e3, 3) if self.latencies else None,
-            "mailbox_depth": self.depth,
-            "max_mailbox_depth": self.max_depth,
+            **self.gauges,
         }
+
+
+#: Column names of the gauges in the live table.
+_SHORT = {
+    "mailbox_depth": "mailbox",
+    "max_mailbox_depth": "max mbox",
+    "stream_waiting": "unread",
+    "stream_pending": "unacked",
+    "redelivered": "redeliv",
+    "redelivered_pending": "redeliv pend",
+    "dead_letters": "dlq",
+}
 
 
 def _table(seconds: list[_Second]) -> Table:
     table = Table(title="load (last 10 s)", title_justify="left")
-    for col in ("t", "target/s", "done/s", "errors", "p50 ms", "p99 ms", "mailbox depth"):
-        table.add_column(col, justify="right")
+    gauges = list(seconds[-2].gauges) if len(seconds) > 1 else []
+    for col in ("t", "target/s", "done/s", "errors", "p50 ms", "p99 ms", *gauges):
+        table.add_column(_SHORT.get(col, col), justify="right")
     for s in seconds[-10:]:
         r = s.row()
         table.add_row(
@@ -75,19 +112,69 @@ def _table(seconds: list[_Second]) -> Table:
             str(r["errors"]),
             f"{r['p50_ms']}" if r["p50_ms"] is not None else "-",
             f"{r['p99_ms']}" if r["p99_ms"] is not None else "-",
-            f"{r['mailbox_depth']:,} (max {r['max_mailbox_depth']:,})",
+            *(f"{s.gauges[g]:,}" if g in s.gauges else "-" for g in gauges),
         )
     return table
 
 
+Gauges = Callable[[], Awaitable[dict[str, int]]]
+
+
+def _mailboxes(rt: MemoryRuntime) -> dict[str, int]:
+    stats = rt.stats()
+    return {"mailbox_depth": stats.mailbox_depth, "max_mailbox_depth": stats.max_mailbox_depth}
+
+
+@asynccontextmanager
+async def _target(args: argparse.Namespace) -> AsyncIterator[tuple[MemoryRuntime, Gauges]]:
+    """The runtime the load goes to, and how to read its depths and redeliveries."""
+    if args.transport == "memory":
+        async with MemoryRuntime(bench_config(mailbox_size=args.mailbox)) as rt:
+
+            async def gauges() -> dict[str, int]:
+                return _mailboxes(rt)
+
+            yield rt, gauges
+        return
+    if args.workers < 0:
+        raise ValueError(f"--workers must be >= 0, got {args.workers}")
+    async with server() as redis:
+        config = redis_app_config(redis.url, mailbox_size=args.mailbox)
+        client = connect(config.redis)
+        try:
+            async with AsyncExitStack() as stack:
+                if args.workers:
+                    await stack.enter_async_context(workers(config, args.workers))
+                    rt, transport = await stack.enter_async_context(client_runtime(config))
+                else:
+                    rt = await stack.enter_async_context(worker_runtime(config))
+                    transport = rt.transport
+
+                async def redis_gauges() -> dict[str, int]:
+                    waiting, pending = await stream_backlog(client, config)
+                    found = {"stream_waiting": waiting, "stream_pending": pending}
+                    if args.workers:
+                        found["redelivered_pending"] = await redelivered_pending(client, config)
+                    else:
+                        found.update(_mailboxes(rt))
+                        found["redelivered"] = transport.stats().redelivered
+                    dead = Keys(config.redis.prefix).dead_letters()
+                    found["dead_letters"] = await client.xlen(dead)
+                    return found
+
+                yield rt, redis_gauges
+        finally:
+            await client.aclose()
+
+
 async def run(args: argparse.Namespace) -> list[Row]:
+    """Drive the load (see the module docstring) and summarise it."""
     texts = message_texts(2_000)
-    config = bench_config(mailbox_size=args.mailbox)
     seconds: list[_Second] = []
     all_latencies: list[float] = []
     errors: dict[str, int] = {}
-    console = Console(stderr=True)
-    async with MemoryRuntime(config) as rt:
+    console = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
+    async with _target(args) as (rt, gauges):
         addresses = [f"memory/load{i}" for i in range(args.agents)]
 
         async def one(i: int, bucket: _Second) -> None:
@@ -119,9 +206,7 @@ async def run(args: argparse.Namespace) -> list[Row]:
                     rate = args.rate + args.step * int((now - started) / args.step_every)
                     if not seconds or seconds[-1].t != t:
                         if seconds:
-                            stats = rt.stats()
-                            seconds[-1].depth = stats.mailbox_depth
-                            seconds[-1].max_depth = stats.max_mailbox_depth
+                            seconds[-1].gauges = await gauges()
                             if not args.quiet:
                                 live.update(_table(seconds))
                         seconds.append(_Second(t, rate))
@@ -132,27 +217,52 @@ async def run(args: argparse.Namespace) -> list[Row]:
                         i += 1
                         next_at += 1.0 / rate
                     await anyio.sleep(max(0.0, next_at - time.perf_counter()))
+                seconds[-1].gauges = await gauges()
             elapsed = time.perf_counter() - started
+            final = await gauges()
             if not args.quiet:
                 live.update(_table(seconds))
         sent = sum(s.sent for s in seconds)
         done = sum(s.done for s in seconds)
+    where = "in-process" if args.transport == "memory" else f"Redis, {args.workers} worker(s)"
     rows = [
-        Row(name="commands sent", value=sent, unit="", extra={"errors": errors}),
+        Row(name=f"commands sent ({where})", value=sent, unit="", extra={"errors": errors}),
         Row(name="throughput (completed)", value=done / elapsed, unit="cmd/s"),
         Row(name="errors", value=sum(errors.values()), unit=""),
-        Row(name="redeliveries (in-process: none by design)", value=0, unit=""),
     ]
+    if args.transport == "memory":
+        rows.append(Row(name="redeliveries (in-process: none by design)", value=0, unit=""))
+    elif "redelivered" in final:
+        rows.append(
+            Row(
+                name="redeliveries (the worker's RedisTransport.stats())",
+                value=final["redelivered"],
+                unit="",
+            )
+        )
+    else:
+        rows.append(
+            Row(
+                name="redelivered entries pending, most seen (XPENDING)",
+                value=max((s.gauges.get("redelivered_pending", 0) for s in seconds), default=0),
+                unit="",
+            )
+        )
+    if "dead_letters" in final:
+        rows.append(Row(name="dead letters", value=final["dead_letters"], unit=""))
     for p in (50, 95, 99):
         rows.append(Row(name=f"latency p{p}", value=percentile(all_latencies, p) * 1e3, unit="ms"))
-    rows.append(
-        Row(
-            name="mailbox depth, deepest seen",
-            value=max((s.max_depth for s in seconds), default=0),
-            unit="msgs",
-            extra={"series": [s.row() for s in seconds]},
-        )
-    )
+    series = [s.row() for s in seconds]
+    for gauge in ("max_mailbox_depth", "stream_waiting", "stream_pending"):
+        if gauge in final:
+            rows.append(
+                Row(
+                    name=f"{gauge.replace('_', ' ')}, most seen",
+                    value=max((s.gauges.get(gauge, 0) for s in seconds), default=0),
+                    unit="msgs",
+                )
+            )
+    rows[-1].extra["series"] = series
     return rows
 
 

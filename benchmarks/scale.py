@@ -8,12 +8,14 @@ import gc
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import anyio
 
 from actors import MemoryRuntime, Message
 from actors.commands import Add
-from benchmarks._common import Row, bench_config, rss_bytes
+from benchmarks._common import BenchResult, Row, bench_config, rss_bytes
+from benchmarks._plots import memory_plot
 
 NAME = "scale"
 
@@ -81,7 +83,14 @@ async def run(args: argparse.Namespace) -> list[Row]:
     for n in args.agents:
         raw = _measure("anyio", n)
         ours = _measure("actormem", n)
-        rows.append(Row(name=f"raw anyio task + stream per agent, {n:,}", value=raw, unit="B"))
+        rows.append(
+            Row(
+                name=f"raw anyio task + stream per agent, {n:,}",
+                value=raw,
+                unit="B",
+                extra={"agents": n},
+            )
+        )
         rows.append(
             Row(
                 name=f"actormem idle agent (1 message), {n:,} agents",
@@ -91,6 +100,12 @@ async def run(args: argparse.Namespace) -> list[Row]:
                 baseline_value=raw,
                 ratio=ours / raw,
                 target="< 4 KB" if n == 100_000 else None,
+                extra={"agents": n},
             )
         )
     return rows
+
+
+def plot(result: BenchResult, out_dir: Path) -> list[Path]:
+    """Draw ``memory.png`` (see :func:`benchmarks._plots.memory_plot`)."""
+    return memory_plot(result, out_dir)

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 import anyio
 import tiktoken
 
 from actors import MemoryRuntime, Message
 from actors.commands import Add
-from benchmarks._common import Row, bench_config, message_texts
+from benchmarks._common import BenchResult, Row, bench_config, message_texts
+from benchmarks._plots import throughput_plot
 
 NAME = "throughput"
 
@@ -85,7 +87,14 @@ async def run(args: argparse.Namespace) -> list[Row]:
     for agents in args.agents:
         base = await raw_anyio(texts, agents)
         ours = await actormem_add(texts, agents)
-        rows.append(Row(name=f"raw anyio send, 1 -> {agents} streams", value=base, unit="msg/s"))
+        rows.append(
+            Row(
+                name=f"raw anyio send, 1 -> {agents} streams",
+                value=base,
+                unit="msg/s",
+                extra={"agents": agents},
+            )
+        )
         rows.append(
             Row(
                 name=f"actormem add, in-process, {agents} agents",
@@ -99,3 +108,8 @@ async def run(args: argparse.Namespace) -> list[Row]:
             )
         )
     return rows
+
+
+def plot(result: BenchResult, out_dir: Path) -> list[Path]:
+    """Draw ``throughput.png`` (see :func:`benchmarks._plots.throughput_plot`)."""
+    return throughput_plot(result, out_dir)

@@ -1,0 +1,239 @@
+"""What the Redis benchmarks share: a private server, the app config over it,
+worker processes, and the raw redis-py baseline.
+
+Every Redis benchmark starts its own ``redis-server`` (:class:`EmbeddedRedis`, on a
+Unix socket in a temp dir, stopped on exit): it never touches a server it did not
+start, and the raw baseline runs on the same server as actormem, in the same run.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import msgspec
+
+from actors import AppConfig, Message
+from actors.app import MemoryRuntime
+from actors.commands import Add
+from benchmarks._common import bench_config
+from runtime import RuntimeConfig
+from runtime._envelope import Envelope
+from runtime.redis import EmbeddedRedis, RedisConfig, connect, default_codec
+from runtime.transports.redis import RedisTransport
+from runtime.worker import WorkerProcesses
+
+__all__ = (
+    "REGISTER",
+    "client_runtime",
+    "raw_redis",
+    "redis_app_config",
+    "redis_info_memory",
+    "server",
+    "stream_backlog",
+    "wait_all_shards_owned",
+    "wait_drained",
+    "wire_payload",
+    "worker_runtime",
+    "workers",
+)
+
+#: What worker processes register: the app's actor kinds.
+REGISTER = "actors.app:worker_register"
+#: Entries per XADD pipeline and per XREADGROUP in the raw baseline.
+RAW_BATCH = 1_000
+
+
+@asynccontextmanager
+async def server() -> AsyncIterator[EmbeddedRedis]:
+    """A private ``redis-server`` for one benchmark run."""
+    async with EmbeddedRedis() as redis:
+        yield redis
+
+
+def redis_app_config(
+    url: str,
+    *,
+    shards: int = 16,
+    mailbox_size: int = 10_000,
+    passivate_after: float | None = None,
+) -> AppConfig:
+    """The benchmark app config (compression off) over the Redis at ``url``.
+
+    Each call gets a fresh key prefix, so runs on one server never see each
+    other's streams or state.
+    """
+    base = bench_config(mailbox_size=mailbox_size)
+    redis = RedisConfig(url=url, prefix=f"b{secrets.token_hex(4)}", shards=shards)
+    if passivate_after is not None:
+        redis = redis.replace(passivate_after=passivate_after)
+    runtime = msgspec.structs.replace(base.runtime, transport="redis")
+    config: AppConfig = msgspec.structs.replace(base, runtime=runtime, redis=redis)
+    return config
+
+
+@asynccontextmanager
+async def worker_runtime(config: AppConfig) -> AsyncIterator[MemoryRuntime]:
+    """A :class:`MemoryRuntime` that is itself the worker, once it owns every shard."""
+    transport = RedisTransport(config.redis.url, config.redis, worker=True)
+    async with MemoryRuntime(config, transport=transport) as rt:
+        with anyio.fail_after(30):
+            while len(transport.owned_shards()) < config.redis.shards:  # noqa: ASYNC110
+                await anyio.sleep(0.02)
+        yield rt
+
+
+@asynccontextmanager
+async def client_runtime(config: AppConfig) -> AsyncIterator[tuple[MemoryRuntime, Any]]:
+    """A client-only runtime (it sends and asks; worker processes host the actors)."""
+    transport = RedisTransport(config.redis.url, config.redis, worker=False)
+    async with MemoryRuntime(config, transport=transport) as rt:
+        yield rt, transport
+
+
+@asynccontextmanager
+async def workers(config: AppConfig, count: int) -> AsyncIterator[WorkerProcesses]:
+    """``count`` worker processes on ``config``'s Redis, once they own every shard."""
+    async with WorkerProcesses(
+        count,
+        config.redis,
+        REGISTER,
+        runtime=RuntimeConfig(mailbox_size=config.runtime.mailbox_size),
+        log_level="warning",
+    ) as procs:
+        await wait_all_shards_owned(config)
+        yield procs
+
+
+async def wait_all_shards_owned(config: AppConfig, timeout: float = 60.0) -> None:
+    """Wait until every shard has a lease (the workers share them out)."""
+    from runtime.redis import Keys
+
+    keys = Keys(config.redis.prefix)
+    client = connect(config.redis)
+    try:
+        with anyio.fail_after(timeout):
+            while True:
+                owned = await client.exists(*(keys.lease(s) for s in range(config.redis.shards)))
+                if owned == config.redis.shards:
+                    return
+                await anyio.sleep(0.05)
+    finally:
+        await client.aclose()
+
+
+async def redis_info_memory(url: str) -> int:
+    """``used_memory`` of the Redis at ``url``, in bytes."""
+    client = connect(RedisConfig(url=url))
+    try:
+        info = await client.info("memory")
+        return int(info["used_memory"])
+    finally:
+        await client.aclose()
+
+
+def wire_payload(text: str) -> bytes:
+    """The bytes actormem puts on a stream for one ``add`` of ``text``: the raw
+    baseline moves entries of the same size."""
+    envelope = Envelope(
+        recipient="memory/agent0",
+        body=Add(messages=[Message(role="user", content=text)]),
+        id="0" * 26,
+    )
+    return default_codec.encode_envelope(envelope)
+
+
+async def raw_redis(url: str, payloads: list[bytes], batch: int = RAW_BATCH) -> float:
+    """Entries/s end to end with plain redis-py: pipelined XADD by one producer,
+    XREADGROUP COUNT ``batch`` -> XACK by one consumer, concurrently, on one stream.
+
+    The clock stops when the consumer has acked the last entry.
+    """
+    client: Any = connect(RedisConfig(url=url))
+    stream = f"rawbench:{secrets.token_hex(4)}"
+    try:
+        await client.xgroup_create(stream, "g", id="0", mkstream=True)
+        total = len(payloads)
+        started = time.perf_counter()
+
+        async def produce() -> None:
+            for lo in range(0, total, batch):
+                async with client.pipeline(transaction=False) as pipe:
+                    for data in payloads[lo : lo + batch]:
+                        pipe.xadd(stream, {b"e": data})
+                    await pipe.execute()
+
+        async def consume() -> None:
+            acked = 0
+            while acked < total:
+                response = await client.xreadgroup("g", "c", {stream: ">"}, count=batch, block=100)
+                for _stream, entries in response or ():
+                    await client.xack(stream, "g", *(entry for entry, _ in entries))
+                    acked += len(entries)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(consume)
+            tg.start_soon(produce)
+        return total / (time.perf_counter() - started)
+    finally:
+        await client.delete(stream)
+        await client.aclose()
+
+
+async def stream_backlog(client: Any, config: AppConfig) -> tuple[int, int]:
+    """``(waiting, pending)`` over every shard stream: entries not yet read by the
+    workers' consumer group (its lag) and entries read but not yet acked."""
+    from runtime.redis import CONSUMER_GROUP, Keys
+
+    keys = Keys(config.redis.prefix)
+    waiting = pending = 0
+    async with client.pipeline(transaction=False) as pipe:
+        for shard in range(config.redis.shards):
+            pipe.xinfo_groups(keys.stream(shard))
+        answers = await pipe.execute(raise_on_error=False)
+    for groups in answers:
+        if isinstance(groups, Exception):  # no stream yet: nothing sent to the shard
+            continue
+        for group in groups:
+            name = group["name"]
+            if (name.decode() if isinstance(name, bytes) else name) != CONSUMER_GROUP:
+                continue
+            waiting += int(group.get("lag") or 0)
+            pending += int(group["pending"])
+    return waiting, pending
+
+
+async def wait_drained(client: Any, config: AppConfig, timeout: float) -> None:
+    """Wait until every shard stream is read and acked (the workers handled it all).
+
+    Raises:
+        TimeoutError: still not drained after ``timeout`` seconds.
+    """
+    with anyio.fail_after(timeout):
+        while True:
+            waiting, pending = await stream_backlog(client, config)
+            if waiting == 0 and pending == 0:
+                return
+            await anyio.sleep(0.005)
+
+
+async def redelivered_pending(client: Any, config: AppConfig, page: int = 1_000) -> int:
+    """Entries pending in the shard streams that were delivered more than once
+    (XPENDING: a worker died, stalled or failed on them); the first ``page`` per shard."""
+    from runtime.redis import CONSUMER_GROUP, Keys
+
+    keys = Keys(config.redis.prefix)
+    count = 0
+    for shard in range(config.redis.shards):
+        try:
+            entries = await client.xpending_range(
+                keys.stream(shard), CONSUMER_GROUP, min="-", max="+", count=page
+            )
+        except Exception:
+            continue
+        count += sum(1 for e in entries if e["times_delivered"] > 1)
+    return count

@@ -1,0 +1,89 @@
+"""Distributed: ``add`` messages/s with 1, 2 and 3 worker processes against one Redis.
+
+A client runtime in this process tells ``add`` commands to many agents; the
+clock stops when every shard stream is read and acked by the workers (XINFO
+GROUPS: no lag, nothing pending). Each worker count runs on fresh keys of the
+same private ``redis-server``, next to the raw redis-py baseline on that server.
+On a 2-core machine the workers, the client and Redis share two cores, so more
+workers cannot scale linearly here: the figure to read is the trend.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from actors import Message
+from actors.commands import Add
+from benchmarks._common import BenchResult, Row, message_texts
+from benchmarks._plots import distributed_plot
+from benchmarks._redis import (
+    client_runtime,
+    raw_redis,
+    redis_app_config,
+    server,
+    wait_drained,
+    wire_payload,
+    workers,
+)
+from runtime.redis import connect
+
+NAME = "distributed"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--messages", type=int, default=10_000, help="messages per run")
+    parser.add_argument("--agents", type=int, default=1_000, help="agents the adds spread over")
+    parser.add_argument(
+        "--workers", type=int, nargs="+", default=[1, 2, 3], help="worker process counts"
+    )
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per run at most")
+
+
+async def drive(url: str, texts: list[str], agents: int, count: int, timeout: float) -> float:
+    """Messages/s of adds from a client to ``count`` workers, until all are acked."""
+    config = redis_app_config(url)
+    messages = [Message(role="user", content=t) for t in texts]
+    addresses = [f"memory/agent{i}" for i in range(agents)]
+    client = connect(config.redis)
+    try:
+        async with workers(config, count), client_runtime(config) as (rt, transport):
+            started = time.perf_counter()
+            for i, message in enumerate(messages):
+                await rt.tell(addresses[i % agents], Add(messages=[message]))
+            await transport.flush()
+            await wait_drained(client, config, timeout)
+            return len(messages) / (time.perf_counter() - started)
+    finally:
+        await client.aclose()
+
+
+async def run(args: argparse.Namespace) -> list[Row]:
+    """The raw baseline, then each worker count, on one server."""
+    texts = message_texts(args.messages)
+    rows: list[Row] = []
+    async with server() as redis:
+        raw = await raw_redis(redis.url, [wire_payload(t) for t in texts])
+        rows.append(Row(name="raw redis-py XADD -> XREADGROUP -> XACK", value=raw, unit="msg/s"))
+        one: float | None = None
+        for count in args.workers:
+            ours = await drive(redis.url, texts, args.agents, count, args.timeout)
+            one = one or ours
+            rows.append(
+                Row(
+                    name=f"actormem add, {count} worker process(es), {args.agents:,} agents",
+                    value=ours,
+                    unit="msg/s",
+                    baseline="raw redis-py",
+                    baseline_value=raw,
+                    ratio=ours / raw,
+                    extra={"workers": count, "vs_one_worker": ours / one},
+                )
+            )
+    return rows
+
+
+def plot(result: BenchResult, out_dir: Path) -> list[Path]:
+    """Draw ``distributed.png`` (see :func:`benchmarks._plots.distributed_plot`)."""
+    return distributed_plot(result, out_dir)

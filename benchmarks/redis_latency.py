@@ -1,0 +1,51 @@
+"""Redis latency: p50/p95/p99 of ``ask`` round trips (``context()`` and ``add``) from a
+client process to one worker process over Redis streams, at 50% and 90% of the
+measured peak and at the issue's fixed 5,000 asks/s, open loop.
+
+A rate above the measured peak queues without bound, so its percentiles mostly
+measure the queue: the fixed-rate rows say how far off the target is, honestly.
+"""
+
+from __future__ import annotations
+
+import argparse
+from functools import partial
+from pathlib import Path
+
+from benchmarks._common import BenchResult, Row
+from benchmarks._plots import latency_plot
+from benchmarks._redis import client_runtime, redis_app_config, server, wait_drained, workers
+from benchmarks.latency import measure
+from runtime.redis import connect
+
+NAME = "redis_latency"
+
+#: Seconds the worker may take to work off what an overloaded level left queued.
+_SETTLE_TIMEOUT = 600.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--agents", type=int, default=100, help="agents asked in turn")
+    parser.add_argument("--seconds", type=float, default=3.0, help="seconds per load level")
+    parser.add_argument("--concurrency", type=int, default=64, help="askers when finding peak")
+    parser.add_argument(
+        "--fixed-rate", type=float, default=5_000.0, help="the target's rate (asks/s); 0 = skip"
+    )
+
+
+async def run(args: argparse.Namespace) -> list[Row]:
+    """One worker process, a client runtime here (see :func:`benchmarks.latency.measure`)."""
+    async with server() as redis:
+        config = redis_app_config(redis.url)
+        client = connect(config.redis)
+        try:
+            async with workers(config, 1), client_runtime(config) as (rt, _transport):
+                settle = partial(wait_drained, client, config, _SETTLE_TIMEOUT)
+                return await measure(rt, "Redis", args, args.fixed_rate, settle)
+        finally:
+            await client.aclose()
+
+
+def plot(result: BenchResult, out_dir: Path) -> list[Path]:
+    """Draw ``latency.png`` (see :func:`benchmarks._plots.latency_plot`)."""
+    return latency_plot(result, out_dir)

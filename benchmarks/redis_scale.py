@@ -1,0 +1,168 @@
+"""Redis scale: memory per passivated agent (Redis ``used_memory`` and the worker's
+resident memory) at 1,000 / 10,000 agents, and the activation time of a passivated
+agent, next to an ask to an agent still in memory. Each size runs in a fresh process
+with its own ``redis-server``.
+
+The worker's RSS after passivation includes what the allocator keeps rather
+than returning to the OS; the count of gc-tracked objects left per agent says
+whether anything of the agents is still referenced.
+
+Every agent is told one short message, then left idle until the worker passivates
+it (``[redis] passivate_after`` is short here): its state is in Redis, not in the
+worker's memory. Activation is an ask (``context()``) to such an agent: the worker
+loads its state from Redis before handling it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import cast
+
+import anyio
+
+from actors import Message
+from actors.commands import Add, Context
+from benchmarks._common import BenchResult, Row, percentile, rss_bytes
+from benchmarks._plots import memory_plot
+from benchmarks._redis import redis_app_config, redis_info_memory, server, worker_runtime
+from runtime.transports.redis import RedisTransport
+
+NAME = "redis_scale"
+
+#: Seconds an idle agent stays in the worker's memory in this benchmark.
+_PASSIVATE_AFTER = 1.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--agents", type=int, nargs="+", default=[1_000, 10_000], help="agent counts"
+    )
+    parser.add_argument("--activations", type=int, default=200, help="passivated agents asked")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--n", type=int, help=argparse.SUPPRESS)
+
+
+async def _child(n: int, activations: int) -> dict[str, float]:
+    async with server() as redis:
+        config = redis_app_config(redis.url, passivate_after=_PASSIVATE_AFTER)
+        async with worker_runtime(config) as rt:
+            transport = cast(RedisTransport, rt.transport)
+            await rt.ask("memory/warm", Add(messages=[Message(role="user", content="warm up")]))
+            gc.collect()
+            rss0, used0 = rss_bytes(), await redis_info_memory(redis.url)
+            objects0 = len(gc.get_objects())
+            base = rt.stats().processed
+            for i in range(n):
+                await rt.tell(f"memory/a{i}", Add(messages=[Message(role="user", content="hello")]))
+            with anyio.fail_after(600):
+                while rt.stats().processed - base < n:  # noqa: ASYNC110
+                    await anyio.sleep(0.01)
+                # Until the worker has passivated them all (the warm-up agent too).
+                while rt.stats().active > 0:  # noqa: ASYNC110
+                    await anyio.sleep(0.05)
+            gc.collect()
+            rss1, used1 = rss_bytes(), await redis_info_memory(redis.url)
+            objects1 = len(gc.get_objects())
+            cold: list[float] = []
+            warm: list[float] = []
+            for i in range(min(activations, n)):
+                address = f"memory/a{i}"
+                t0 = time.perf_counter()
+                await rt.ask(address, Context(max_tokens=1_000))
+                cold.append(time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                await rt.ask(address, Context(max_tokens=1_000))
+                warm.append(time.perf_counter() - t0)
+            return {
+                "redis_per_agent": (used1 - used0) / n,
+                "rss_per_agent": (rss1 - rss0) / n,
+                "tracked_agents": float(transport.stats().agents),
+                "objects_per_agent": (objects1 - objects0) / n,
+                "activation_p50": percentile(cold, 50),
+                "activation_p99": percentile(cold, 99),
+                "active_ask_p50": percentile(warm, 50),
+                "active_ask_p99": percentile(warm, 99),
+            }
+
+
+def _measure(n: int, activations: int) -> dict[str, float]:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks",
+            "redis_scale",
+            "--child",
+            "--n",
+            str(n),
+            "--activations",
+            str(activations),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"redis_scale child for {n} agents failed: {tail}")
+    result: dict[str, float] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+async def run(args: argparse.Namespace) -> list[Row]:
+    """One fresh process per agent count; see the module docstring."""
+    if args.child:
+        print(json.dumps(await _child(args.n, args.activations)))
+        raise SystemExit(0)
+    rows: list[Row] = []
+    for n in args.agents:
+        m = await anyio.to_thread.run_sync(_measure, n, args.activations)
+        rows.append(
+            Row(
+                name=f"passivated agent in Redis (used_memory), {n:,} agents",
+                value=m["redis_per_agent"],
+                unit="B",
+                extra={"agents": n},
+            )
+        )
+        rows.append(
+            Row(
+                name=f"passivated agent, worker RSS left, {n:,} agents",
+                value=m["rss_per_agent"],
+                unit="B",
+                target="< 1 KB",
+                extra={"agents": n, "still_tracked": m["tracked_agents"]},
+            )
+        )
+        rows.append(
+            Row(
+                name=f"passivated agent, gc-tracked Python objects left, {n:,} agents",
+                value=m["objects_per_agent"],
+                unit="objects",
+                extra={"agents": n},
+            )
+        )
+        for p in (50, 99):
+            rows.append(
+                Row(
+                    name=f"activation of a passivated agent (ask context()), p{p}, {n:,} agents",
+                    value=m[f"activation_p{p}"] * 1e6,
+                    unit="us",
+                    baseline="ask to an active agent, us",
+                    baseline_value=m[f"active_ask_p{p}"] * 1e6,
+                    ratio=m[f"activation_p{p}"] / m[f"active_ask_p{p}"],
+                    extra={"agents": n},
+                )
+            )
+    return rows
+
+
+def plot(result: BenchResult, out_dir: Path) -> list[Path]:
+    """Draw ``memory.png`` (see :func:`benchmarks._plots.memory_plot`)."""
+    return memory_plot(result, out_dir)

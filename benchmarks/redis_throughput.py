@@ -1,0 +1,101 @@
+"""Redis throughput: memory ``add`` commands/s through one worker over Redis streams,
+next to the raw redis-py limit on the same server.
+
+The worker is a :class:`MemoryRuntime` whose :class:`RedisTransport` owns every
+shard of a private ``redis-server``; the producer tells ``add`` commands from the
+same process, and the clock stops when the worker has handled (stored, acked)
+the last one. The baseline, measured in the same run on entries of the same size:
+one producer XADDs in pipelines of 1,000, one consumer XREADGROUP COUNT 1000 ->
+XACK, concurrently, until the last entry is acked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import anyio
+
+from actors import Message
+from actors.commands import Add
+from benchmarks._common import BenchResult, Row, message_texts
+from benchmarks._plots import throughput_plot
+from benchmarks._redis import raw_redis, redis_app_config, server, wire_payload, worker_runtime
+
+NAME = "redis_throughput"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--messages", type=int, default=3_000, help="messages per agent count")
+    parser.add_argument(
+        "--agents", type=int, nargs="+", default=[1, 100, 10_000], help="agent counts"
+    )
+    parser.add_argument(
+        "--cold", action="store_true", help="do not activate the agents before timing"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=300.0, help="give up on one agent count after this (s)"
+    )
+
+
+async def actormem_add(
+    url: str, texts: list[str], agents: int, timeout: float, cold: bool = False
+) -> float:
+    """Messages/s of ``add`` commands told to ``agents`` agents, until all are handled
+    (``cold``: the agents are not activated first, so first messages load state)."""
+    messages = [Message(role="user", content=t) for t in texts]
+    config = redis_app_config(url)
+    async with worker_runtime(config) as rt:
+        addresses = [f"memory/agent{i}" for i in range(agents)]
+        with anyio.fail_after(timeout):
+            if not cold:
+                # Activate every agent first (untimed), as the in-process benchmark
+                # does: this measures steady-state adds, not activations.
+                for address in addresses:
+                    await rt.tell(address, Add(messages=[]))
+                while rt.stats().processed < agents:  # noqa: ASYNC110
+                    await anyio.sleep(0.005)
+            base = rt.stats().processed
+            started = time.perf_counter()
+            for i, message in enumerate(messages):
+                await rt.tell(addresses[i % agents], Add(messages=[message]))
+            while rt.stats().processed - base < len(messages):  # noqa: ASYNC110
+                await anyio.sleep(0.002)
+        return len(messages) / (time.perf_counter() - started)
+
+
+async def run(args: argparse.Namespace) -> list[Row]:
+    """Measure the raw baseline, then actormem at each agent count, on one server."""
+    texts = message_texts(args.messages)
+    rows: list[Row] = []
+    async with server() as redis:
+        raw = await raw_redis(redis.url, [wire_payload(t) for t in texts])
+        rows.append(
+            Row(
+                name="raw redis-py XADD -> XREADGROUP COUNT 1000 -> XACK",
+                value=raw,
+                unit="msg/s",
+            )
+        )
+        for agents in args.agents:
+            ours = await actormem_add(redis.url, texts, agents, args.timeout, args.cold)
+            rows.append(
+                Row(
+                    name=f"actormem add over Redis, 1 worker, {agents:,} agents"
+                    + (" (cold)" if args.cold else ""),
+                    value=ours,
+                    unit="msg/s",
+                    baseline="raw redis-py",
+                    baseline_value=raw,
+                    ratio=ours / raw,
+                    target=">= 0.6x raw",
+                    extra={"agents": agents, "messages": len(texts), "cold": args.cold},
+                )
+            )
+    return rows
+
+
+def plot(result: BenchResult, out_dir: Path) -> list[Path]:
+    """Draw ``throughput.png`` (see :func:`benchmarks._plots.throughput_plot`)."""
+    return throughput_plot(result, out_dir)

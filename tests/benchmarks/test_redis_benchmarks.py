@@ -1,0 +1,55 @@
+"""Smoke tests: every Redis benchmark runs end to end at tiny sizes and reports
+its rows with positive figures (no timing is asserted: tests never do)."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+from benchmarks.__main__ import build_parser
+
+pytestmark = pytest.mark.anyio
+
+TINY = {
+    "redis_throughput": ["--messages", "60", "--agents", "1", "5"],
+    "redis_latency": [
+        "--agents",
+        "3",
+        "--seconds",
+        "0.2",
+        "--concurrency",
+        "4",
+        "--fixed-rate",
+        "50",
+    ],
+    "distributed": ["--messages", "60", "--agents", "5", "--workers", "1"],
+    "redis_scale": ["--agents", "20", "--activations", "3"],
+    "load": [
+        "--transport",
+        "redis",
+        "--workers",
+        "1",
+        "--agents",
+        "5",
+        "--rate",
+        "50",
+        "--duration",
+        "1.5",
+        "--quiet",
+    ],
+}
+
+
+@pytest.mark.parametrize("name", sorted(TINY))
+async def test_benchmark_runs_at_tiny_size(name: str) -> None:
+    args = build_parser().parse_args([name, *TINY[name]])
+    rows = await importlib.import_module(f"benchmarks.{name}").run(args)
+    assert rows, f"{name} reported no rows"
+    measured = [row for row in rows if row.unit in ("msg/s", "ask/s", "cmd/s", "ms", "us", "B")]
+    assert measured, f"{name} reported no measured figure"
+    for row in rows:
+        if row.ratio is not None:
+            assert row.ratio > 0, f"{name}: {row.name} has ratio {row.ratio}"
+        if row.unit in ("msg/s", "ask/s", "cmd/s"):
+            assert row.value > 0, f"{name}: {row.name} is {row.value}"

@@ -64,7 +64,10 @@ def add_commands(subs: Any) -> None:
 
     bench = subs.add_parser(
         "bench",
-        help="run a benchmark (throughput, latency, scale, context, peers, load)",
+        help=(
+            "run a benchmark (throughput, latency, scale, context, compression, peers, "
+            "load, redis_throughput, redis_latency, distributed, redis_scale)"
+        ),
         description="Run a benchmark: python -m benchmarks NAME --help lists its options.",
         add_help=False,
     )

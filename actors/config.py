@@ -51,9 +51,7 @@ class MemoryConfig(_Section, frozen=True):
             raise ValueError(
                 f"important_threshold must be within 0..1, got {self.important_threshold}"
             )
-        for key in ("max_message_chars", "max_batch"):
-            if getattr(self, key) < 1:
-                raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
+        self._at_least(1, "max_message_chars", "max_batch")
 
 
 class SimulationConfig(_Section, frozen=True):
@@ -86,14 +84,10 @@ class SimulationConfig(_Section, frozen=True):
     gossip_rate: float = 0.1
 
     def __post_init__(self) -> None:
-        for key in ("agents", "steps", "facts_per_agent", "fact_steps", "concurrency"):
-            if getattr(self, key) < 1:
-                raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
+        self._at_least(1, "agents", "steps", "facts_per_agent", "fact_steps", "concurrency")
         if self.share_facts < 0:
             raise ValueError(f"share_facts must be >= 0, got {self.share_facts}")
-        for key in ("tool_call_rate", "gossip_rate"):
-            if not 0.0 <= getattr(self, key) <= 1.0:
-                raise ValueError(f"{key} must be within 0..1, got {getattr(self, key)}")
+        self._within(0.0, 1.0, "tool_call_rate", "gossip_rate")
         if self.context_tokens < 64:
             raise ValueError(f"context_tokens must be >= 64, got {self.context_tokens}")
 

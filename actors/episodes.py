@@ -80,9 +80,7 @@ class EpisodeConfig(_Section, frozen=True):
     preview_chars: int = DEFAULT_PREVIEW_CHARS
 
     def __post_init__(self) -> None:
-        for key in ("working_limit", "roll_count", "core_limit", "core_block_tokens"):
-            if getattr(self, key) < 1:
-                raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
+        self._at_least(1, "working_limit", "roll_count", "core_limit", "core_block_tokens")
         if self.roll_count > self.working_limit:
             raise ValueError(
                 f"roll_count ({self.roll_count}) must not exceed working_limit "

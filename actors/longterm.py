@@ -146,12 +146,8 @@ class LongTermConfig(_Section, frozen=True):
             raise ValueError(
                 f"default_importance must be within 0..1, got {self.default_importance}"
             )
-        for key in ("top_k", "block_tokens", "max_entries", "max_entry_chars"):
-            if getattr(self, key) < 1:
-                raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
-        for key in ("recency_unit_seconds", "embedding_timeout"):
-            if getattr(self, key) <= 0:
-                raise ValueError(f"{key} must be > 0, got {getattr(self, key)}")
+        self._at_least(1, "top_k", "block_tokens", "max_entries", "max_entry_chars")
+        self._above(0, "recency_unit_seconds", "embedding_timeout")
 
 
 class MemoryEntry(msgspec.Struct, frozen=True, kw_only=True):

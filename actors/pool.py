@@ -55,7 +55,6 @@ from actors.pool_commands import (
     WILDCARD,
     DeliveryOutcome,
     GetPoolStats,
-    PoolCommand,
     PoolStats,
     QueryInsights,
     RegisterFact,
@@ -71,23 +70,7 @@ from runtime.config import _Section
 from runtime.errors import ActorError, MailboxFullError, RuntimeClosedError
 from runtime.ids import new_id
 
-__all__ = (
-    "WILDCARD",
-    "DeliveryOutcome",
-    "GetPoolStats",
-    "PoolActor",
-    "PoolCommand",
-    "PoolConfig",
-    "PoolState",
-    "PoolStats",
-    "QueryInsights",
-    "RegisterFact",
-    "Share",
-    "ShareResult",
-    "Subscribe",
-    "SubscriptionState",
-    "Unsubscribe",
-)
+__all__ = ("PoolActor", "PoolConfig", "PoolState")
 
 log = structlog.get_logger("actormem.pool")
 
@@ -138,15 +121,14 @@ class PoolConfig(_Section, frozen=True):
                 f"near_duplicate_threshold must be within (0, 1], got "
                 f"{self.near_duplicate_threshold}"
             )
-        for key in (
+        self._at_least(
+            1,
             "shingle_size",
             "per_topic_limit",
             "max_topics",
             "max_deferred_deliveries",
             "applied_ids_window",
-        ):
-            if getattr(self, key) < 1:
-                raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
+        )
         if self.max_insight_chars < 16:
             raise ValueError(f"max_insight_chars must be >= 16, got {self.max_insight_chars}")
         if self.hmac_key and len(self.hmac_key.encode()) < 16:

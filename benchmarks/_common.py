@@ -26,6 +26,8 @@ __all__ = (
     "message_texts",
     "percentile",
     "rss_bytes",
+    "timed_adds",
+    "wait_processed",
     "write_result",
 )
 
@@ -69,6 +71,28 @@ def bench_config(mailbox_size: int = 1_000, compression: bool = False) -> Any:
         runtime=RuntimeConfig(mailbox_size=mailbox_size),
         compression=CompressionConfig(enabled=compression),
     )
+
+
+async def wait_processed(rt: Any, count: int, poll: float = 0.0005) -> None:
+    """Wait until ``rt`` has handled ``count`` messages in all (a bounded poll)."""
+    import anyio
+
+    while rt.stats().processed < count:  # noqa: ASYNC110 (no event to wait on)
+        await anyio.sleep(poll)
+
+
+async def timed_adds(
+    rt: Any, addresses: list[str], messages: list[Any], poll: float = 0.0005
+) -> float:
+    """Tell one ``add`` per message to ``addresses`` in turn; messages/s until all are handled."""
+    from actors.commands import Add
+
+    base = rt.stats().processed
+    started = time.perf_counter()
+    for i, message in enumerate(messages):
+        await rt.tell(addresses[i % len(addresses)], Add(messages=[message]))
+    await wait_processed(rt, base + len(messages), poll)
+    return len(messages) / (time.perf_counter() - started)
 
 
 def machine() -> dict[str, Any]:

@@ -7,9 +7,8 @@ import argparse
 import time
 from typing import Any
 
-from actors import MemoryRuntime, Message
-from actors.commands import Add
-from benchmarks._common import Row, bench_config, message_texts
+from benchmarks._common import Row, message_texts
+from benchmarks.throughput import actormem_add
 from runtime import Actor, Runtime
 
 NAME = "peers"
@@ -46,23 +45,6 @@ async def _actormem_asks(n: int) -> tuple[float, float]:
     return rates[0], rates[1]
 
 
-async def _actormem_adds(texts: list[str], agents: int) -> float:
-    messages = [Message(role="user", content=t) for t in texts]
-    async with MemoryRuntime(bench_config()) as rt:
-        addresses = [f"memory/a{i}" for i in range(agents)]
-        for address in addresses:
-            await rt.ask(address, Add(messages=[]))
-        base = rt.stats().processed
-        started = time.perf_counter()
-        for i, m in enumerate(messages):
-            await rt.tell(addresses[i % agents], Add(messages=[m]))
-        import anyio
-
-        while rt.stats().processed - base < len(messages):  # noqa: ASYNC110
-            await anyio.sleep(0.0005)
-        return len(messages) / (time.perf_counter() - started)
-
-
 def _pykka_ask(n: int) -> float:
     import pykka
 
@@ -92,7 +74,7 @@ async def run(args: argparse.Namespace) -> list[Row]:
     inline, mailbox = await _actormem_asks(args.messages)
     pykka_ask = _pykka_ask(args.messages)
     publish, send = await _autogen(texts, args.agents)
-    adds = await _actormem_adds(texts, args.agents)
+    adds = await actormem_add(texts, args.agents)
     return [
         Row(name="Pykka ask round trip (ThreadingActor)", value=pykka_ask, unit="ask/s"),
         Row(

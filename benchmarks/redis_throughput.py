@@ -12,14 +12,13 @@ XACK, concurrently, until the last entry is acked.
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 
 import anyio
 
 from actors import Message
 from actors.commands import Add
-from benchmarks._common import BenchResult, Row, message_texts
+from benchmarks._common import BenchResult, Row, message_texts, timed_adds, wait_processed
 from benchmarks._plots import throughput_plot
 from benchmarks._redis import raw_redis, redis_app_config, server, wire_payload, worker_runtime
 
@@ -54,15 +53,8 @@ async def actormem_add(
                 # does: this measures steady-state adds, not activations.
                 for address in addresses:
                     await rt.tell(address, Add(messages=[]))
-                while rt.stats().processed < agents:  # noqa: ASYNC110
-                    await anyio.sleep(0.005)
-            base = rt.stats().processed
-            started = time.perf_counter()
-            for i, message in enumerate(messages):
-                await rt.tell(addresses[i % agents], Add(messages=[message]))
-            while rt.stats().processed - base < len(messages):  # noqa: ASYNC110
-                await anyio.sleep(0.002)
-        return len(messages) / (time.perf_counter() - started)
+                await wait_processed(rt, agents, poll=0.005)
+            return await timed_adds(rt, addresses, messages, poll=0.002)
 
 
 async def run(args: argparse.Namespace) -> list[Row]:

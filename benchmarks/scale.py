@@ -14,7 +14,7 @@ import anyio
 
 from actors import MemoryRuntime, Message
 from actors.commands import Add
-from benchmarks._common import BenchResult, Row, bench_config, rss_bytes
+from benchmarks._common import BenchResult, Row, bench_config, rss_bytes, wait_processed
 from benchmarks._plots import memory_plot
 
 NAME = "scale"
@@ -36,8 +36,7 @@ async def _child_actormem(n: int) -> float:
         for i in range(n):
             # One short message each: an agent that has spoken once and is now idle.
             await rt.tell(f"memory/a{i}", Add(messages=[Message(role="user", content="hello")]))
-        while rt.stats().processed < n + 1:  # noqa: ASYNC110
-            await anyio.sleep(0.01)
+        await wait_processed(rt, n + 1, poll=0.01)
         gc.collect()
         return (rss_bytes() - before) / n
 

@@ -18,7 +18,7 @@ import tiktoken
 
 from actors import MemoryRuntime, Message
 from actors.commands import Add
-from benchmarks._common import BenchResult, Row, bench_config, message_texts
+from benchmarks._common import BenchResult, Row, bench_config, message_texts, timed_adds
 from benchmarks._plots import throughput_plot
 
 NAME = "throughput"
@@ -70,13 +70,7 @@ async def actormem_add(texts: list[str], agents: int) -> float:
         # Activate every agent first: this measures steady-state adds, not activation.
         for address in addresses:
             await rt.ask(address, Add(messages=[]))
-        base = rt.stats().processed
-        started = time.perf_counter()
-        for i, message in enumerate(messages):
-            await rt.tell(addresses[i % agents], Add(messages=[message]))
-        while rt.stats().processed - base < len(messages):  # noqa: ASYNC110
-            await anyio.sleep(0.0005)
-        return len(messages) / (time.perf_counter() - started)
+        return await timed_adds(rt, addresses, messages)
 
 
 async def run(args: argparse.Namespace) -> list[Row]:

@@ -15,7 +15,6 @@ import itertools
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from types import TracebackType
 from typing import Any, Final, Literal, Self
 
 import anyio
@@ -24,6 +23,7 @@ import msgspec
 import structlog
 
 from runtime._actor import Actor, ActorContext, ActorRef, split_address
+from runtime._closing import AsyncClosing
 from runtime._envelope import Envelope, Reply
 from runtime.config import RuntimeConfig, SupervisionConfig
 from runtime.errors import (
@@ -127,7 +127,7 @@ def _expire(future: asyncio.Future[None]) -> None:
         future.set_exception(TimeoutError())
 
 
-class Runtime:
+class Runtime(AsyncClosing):
     """Hosts actors: an async context manager that owns one anyio task group.
 
     Register actor kinds, then talk to actors by address (``"kind/key"``); an actor
@@ -196,14 +196,6 @@ class Runtime:
             raise
         self._state = "open"
         return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def aclose(self) -> None:
         """Stop: drain mailboxes (up to ``drain_timeout``), stop actors, fail what is left.

@@ -44,7 +44,29 @@ RestartStrategy = Literal["resume", "reset", "stop"]
 
 
 class _Section(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    """Base of every config section: frozen, unknown keys are errors."""
+    """Base of every config section: frozen, unknown keys are errors.
+
+    ``__post_init__`` checks use the range helpers below; the ValueError they raise
+    becomes a ConfigError naming the file and the section.
+    """
+
+    def _at_least(self, minimum: float, *keys: str) -> None:
+        for key in keys:
+            value = getattr(self, key)
+            if value < minimum:
+                raise ValueError(f"{key} must be >= {minimum:g}, got {value}")
+
+    def _above(self, minimum: float, *keys: str) -> None:
+        for key in keys:
+            value = getattr(self, key)
+            if value <= minimum:
+                raise ValueError(f"{key} must be > {minimum:g}, got {value}")
+
+    def _within(self, low: float, high: float, *keys: str) -> None:
+        for key in keys:
+            value = getattr(self, key)
+            if not low <= value <= high:
+                raise ValueError(f"{key} must be within {low:g}..{high:g}, got {value}")
 
 
 class SupervisionConfig(_Section, frozen=True):
@@ -94,12 +116,8 @@ class RuntimeConfig(_Section, frozen=True):
     supervision: SupervisionConfig = msgspec.field(default_factory=SupervisionConfig)
 
     def __post_init__(self) -> None:
-        for key in ("mailbox_size", "dispatchers", "throughput"):
-            if getattr(self, key) < 1:
-                raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
-        for key in ("ask_timeout", "drain_timeout"):
-            if getattr(self, key) <= 0:
-                raise ValueError(f"{key} must be > 0, got {getattr(self, key)}")
+        self._at_least(1, "mailbox_size", "dispatchers", "throughput")
+        self._above(0, "ask_timeout", "drain_timeout")
 
 
 class LoggingConfig(_Section, frozen=True):

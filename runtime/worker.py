@@ -21,13 +21,13 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Final, Self
 
 import anyio
 import msgspec
 import structlog
 
+from runtime._closing import AsyncClosing
 from runtime._runtime import Runtime
 from runtime.config import RuntimeConfig
 from runtime.errors import ConfigError, TransportUnavailableError
@@ -112,7 +112,7 @@ def load_register(spec: str) -> Callable[[Runtime], None]:
     return func  # type: ignore[no-any-return]
 
 
-class WorkerProcesses:
+class WorkerProcesses(AsyncClosing):
     """Launches ``count`` worker subprocesses against one Redis; stops them on exit.
 
     Args:
@@ -167,14 +167,6 @@ class WorkerProcesses:
                 await self.aclose()
             raise
         return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     def log_path(self, index: int) -> Path:
         """Where worker ``index`` writes its log."""

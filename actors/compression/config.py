@@ -101,12 +101,8 @@ class LLMConfig(_Section, frozen=True):
     breaker_reset: float = 60.0
 
     def __post_init__(self) -> None:
-        for key in ("timeout", "backoff_base", "backoff_cap", "breaker_reset"):
-            if getattr(self, key) <= 0:
-                raise ValueError(f"llm.{key} must be > 0, got {getattr(self, key)}")
-        for key in ("max_retries", "breaker_failures"):
-            if getattr(self, key) < 0:
-                raise ValueError(f"llm.{key} must be >= 0, got {getattr(self, key)}")
+        self._above(0, "timeout", "backoff_base", "backoff_cap", "breaker_reset")
+        self._at_least(0, "max_retries", "breaker_failures")
         if self.max_tokens_per_run < 1:
             raise ValueError(f"llm.max_tokens_per_run must be >= 1, got {self.max_tokens_per_run}")
         if self.max_cost_per_run is not None and self.max_cost_per_run < 0:
@@ -178,18 +174,10 @@ class CompressionConfig(_Section, frozen=True):
     llm: LLMConfig = msgspec.field(default_factory=LLMConfig)
 
     def __post_init__(self) -> None:
-        for key in (
-            "msg_threshold",
-            "max_tokens",
-            "max_passes",
-            "concurrency",
-            "summary_concurrency",
-        ):
-            if getattr(self, key) < 1:
-                raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
-        for key in ("last_keep", "min_consecutive_tool_messages", "offload_preview"):
-            if getattr(self, key) < 0:
-                raise ValueError(f"{key} must be >= 0, got {getattr(self, key)}")
+        self._at_least(
+            1, "msg_threshold", "max_tokens", "max_passes", "concurrency", "summary_concurrency"
+        )
+        self._at_least(0, "last_keep", "min_consecutive_tool_messages", "offload_preview")
         if not 0.0 < self.token_ratio <= 1.0:
             raise ValueError(f"token_ratio must be within (0, 1], got {self.token_ratio}")
         if not 0.0 < self.compress_to <= 1.0:

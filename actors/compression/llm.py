@@ -17,7 +17,6 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Sequence
-from types import TracebackType
 from typing import Any, Final
 
 import anyio
@@ -28,6 +27,7 @@ from actors.compression.config import LLMConfig
 from actors.compression.offload import render_transcript
 from actors.compression.summarizers import OfflineSummarizer, Purpose, RunUsage
 from actors.messages import Message
+from runtime._closing import AsyncClosing
 from runtime.tokens import TokenCounter
 
 __all__ = ("CircuitBreaker", "LLMSummarizer", "SummaryFailedError")
@@ -115,7 +115,7 @@ def _retry_after(exc: BaseException) -> float | None:
         return None
 
 
-class LLMSummarizer:
+class LLMSummarizer(AsyncClosing):
     """Summaries written by an OpenAI-compatible chat model, offline when that fails.
 
     Use it as an async context manager, or call :meth:`aclose` when done.
@@ -159,14 +159,6 @@ class LLMSummarizer:
 
     async def __aenter__(self) -> LLMSummarizer:
         return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def aclose(self) -> None:
         """Close the HTTP connections (idempotent)."""

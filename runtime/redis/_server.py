@@ -17,12 +17,12 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from types import TracebackType
 from typing import Final
 
 import anyio
 import structlog
 
+from runtime._closing import AsyncClosing
 from runtime.errors import TransportUnavailableError
 
 __all__ = ("EmbeddedRedis", "find_redis_server", "free_port")
@@ -63,7 +63,7 @@ def free_port() -> int:
         return port
 
 
-class EmbeddedRedis:
+class EmbeddedRedis(AsyncClosing):
     """Runs a private ``redis-server`` for the length of an ``async with`` block.
 
     Args:
@@ -109,14 +109,6 @@ class EmbeddedRedis:
     async def __aenter__(self) -> EmbeddedRedis:
         await self.start()
         return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     @property
     def pid(self) -> int | None:

@@ -103,7 +103,8 @@ class RedisConfig(_Section, frozen=True):
                 parse_url(self.url)  # type: ignore[no-untyped-call]
             except ValueError as exc:
                 raise ValueError(f"url must be redis://, rediss:// or unix:// ({exc})") from None
-        for key in (
+        self._at_least(
+            1,
             "shards",
             "max_message_bytes",
             "block_ms",
@@ -115,12 +116,8 @@ class RedisConfig(_Section, frozen=True):
             "pool_size",
             "applied_keep",
             "outbox_size",
-        ):
-            if getattr(self, key) < 1:
-                raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
-        for key in ("socket_timeout", "passivate_after", "retry_for"):
-            if getattr(self, key) <= 0:
-                raise ValueError(f"{key} must be > 0, got {getattr(self, key)}")
+        )
+        self._above(0, "socket_timeout", "passivate_after", "retry_for")
         if self.stream_limit <= self.stream_maxlen:
             raise ValueError(
                 f"stream_limit ({self.stream_limit}) must be above stream_maxlen "

@@ -21,7 +21,8 @@ from actors.messages import Message
 from runtime.config import decode_config
 from runtime.errors import ConfigError
 from runtime.tokens import get_counter
-from tests.longterm.embed_server import EmbeddingServer, embed
+from tests.longterm.embeddings import embed
+from tests.support.openai_server import OpenAIStub
 
 HOUR = 3600.0
 
@@ -186,7 +187,7 @@ async def test_static_control_block_holds_the_relevant_memory() -> None:
 
 @pytest.mark.anyio
 async def test_embeddings_find_synonyms_bm25_cannot() -> None:
-    with EmbeddingServer() as server:
+    with OpenAIStub(embed=embed) as server:
         memory = LongTermMemory(LongTermConfig(embedding_base_url=server.base_url))
         try:
             memory.record_texts(
@@ -210,8 +211,7 @@ async def test_embeddings_find_synonyms_bm25_cannot() -> None:
 
 @pytest.mark.anyio
 async def test_embedding_failure_falls_back_to_bm25() -> None:
-    with EmbeddingServer() as server:
-        server.fail = True
+    with OpenAIStub(embed=embed, mode="500") as server:
         clock = Clock()
         embedder = OpenAIEmbedder(server.base_url, "test", max_retries=0)
         memory = LongTermMemory(
@@ -227,7 +227,7 @@ async def test_embedding_failure_falls_back_to_bm25() -> None:
             calls = server.requests
             await memory.retrieve("red car", 1)  # within retry_after: no request
             assert server.requests == calls
-            server.fail = False
+            server.mode = "normal"
             clock.now += 61
             top = await memory.retrieve("automobile", 1)  # embeddings are back
             assert top[0].entry.text.startswith("Lena")

@@ -20,10 +20,9 @@ from actors.insights import (
     InsightSignatureError,
     make_insight,
 )
-from actors.pool import (
+from actors.pool import PoolActor, PoolConfig
+from actors.pool_commands import (
     GetPoolStats,
-    PoolActor,
-    PoolConfig,
     PoolStats,
     QueryInsights,
     RegisterFact,

@@ -52,7 +52,8 @@ class OpenAIStub:
 
     Args:
         reply: makes the completion text from the request body (``normal`` mode).
-        mode: the mode when no scripted mode is queued.
+        mode: the mode when no scripted mode is queued (it applies to every endpoint).
+        embed: serves ``POST /v1/embeddings`` with this text -> vector function.
 
     Attributes:
         delay: seconds every answer waits before it is sent (a slow endpoint).
@@ -62,8 +63,10 @@ class OpenAIStub:
         self,
         reply: Callable[[dict[str, Any]], str] = _default_reply,
         mode: Mode = "normal",
+        embed: Callable[[str], list[float]] | None = None,
     ) -> None:
         self.reply = reply
+        self.embed = embed
         self.mode: Mode = mode
         self.delay = 0.0
         self.bodies: list[dict[str, Any]] = []
@@ -177,7 +180,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length", "0"))
         raw = self.rfile.read(length)
-        if not self.path.endswith("/chat/completions"):
+        embeddings = self.path.endswith("/embeddings") and self.server_stub.embed is not None
+        if not (embeddings or self.path.endswith("/chat/completions")):
             self._send(404, b'{"error": {"message": "not found"}}')
             return
         try:
@@ -203,6 +207,9 @@ class _Handler(BaseHTTPRequestHandler):
         if mode == "wrong_shape":
             self._send(200, b'{"object": "list", "data": [1, 2, 3]}')
             return
+        if embeddings:
+            self._send(200, json.dumps(_embeddings(stub, body)).encode())
+            return
         text = stub.reply(body)
         completion = {
             "id": f"chatcmpl-stub-{stub.requests}",
@@ -223,3 +230,18 @@ class _Handler(BaseHTTPRequestHandler):
             },
         }
         self._send(200, json.dumps(completion).encode())
+
+
+def _embeddings(stub: OpenAIStub, body: dict[str, Any]) -> dict[str, Any]:
+    embed = stub.embed
+    assert embed is not None
+    texts = body.get("input", [])
+    inputs = [texts] if isinstance(texts, str) else list(texts)
+    return {
+        "object": "list",
+        "data": [
+            {"object": "embedding", "index": i, "embedding": embed(t)} for i, t in enumerate(inputs)
+        ],
+        "model": body.get("model", "stub"),
+        "usage": {"prompt_tokens": 0, "total_tokens": 0},
+    }

@@ -233,6 +233,9 @@ class LongTermMemory:
         self.clock = clock
         self._entries: dict[str, MemoryEntry] = {}
         self._accessed: dict[str, float] = {}
+        #: Bumped when a retrieval touches memories (their recency changes): the
+        #: owner's durable snapshot compares it to know the state moved.
+        self.touches = 0
         self._by_text: dict[str, str] = {}
         self._vectors: dict[str, list[float]] = {}
         self._embedding_off_until = 0.0
@@ -443,7 +446,8 @@ class LongTermMemory:
         ]
         scored.sort(key=lambda r: (-r.score, -r.entry.created))
         top = scored[:k]
-        if cfg.touch_on_retrieve:
+        if cfg.touch_on_retrieve and top:
+            self.touches += 1
             for r in top:
                 self._accessed[r.entry.id] = now
         return top

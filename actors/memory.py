@@ -90,7 +90,23 @@ class _Snapshot(msgspec.Struct, kw_only=True):
     tokens_saved: int = 0
     peak_tokens: int = 0
     peak_size: int = 0
+    # Log entries (counted from the log's start) this snapshot accounts for: the
+    # ones after it were added by plain adds and are replayed as such on load.
+    # -1: all of them (snapshots written before the mark existed).
+    log_mark: int = -1
+    # Ids of added messages recall has not taken in yet (it is made on first
+    # read); None when recall was made and its state is in ``recall``.
+    unobserved: list[str] | None = None
+    # Ids of observed messages recall records at the next reply.
+    awaiting_reply: list[str] = []
 
+
+#: Commands whose whole effect on the state a plain add's replay reproduces (adds)
+#: or that change nothing (reads): after them, no new snapshot is needed unless
+#: the working view was rewritten or recall changed otherwise (both tracked).
+_REPLAYABLE: frozenset[type] = frozenset(
+    {Add, Context, Get, Search, Stats, Export, Reload, HeldInsights, MemoryTools, RecallEpisode}
+)
 
 _snapshot_encoder = msgspec.msgpack.Encoder()
 _snapshot_decoder = msgspec.msgpack.Decoder(_Snapshot)
@@ -112,6 +128,7 @@ class AgentMemory(Actor):
         "_compressions",
         "_config",
         "_counter",
+        "_dirty",
         "_durable",
         "_history",
         "_history_ids",
@@ -123,6 +140,7 @@ class AgentMemory(Actor):
         "_peak_tokens",
         "_recall",
         "_recall_config",
+        "_saved_edits",
         "_tokens_saved",
         "_unobserved",
         "_version",
@@ -166,8 +184,14 @@ class AgentMemory(Actor):
         self._durable = False
         self._log_pending: list[Message] = []
         self._history_skip = 0
+        # The stored snapshot is out of date (beyond what replaying adds restores).
+        self._dirty = False
+        # recall.edits when the stored snapshot was written.
+        self._saved_edits = 0
 
     async def receive(self, message: Any) -> Any:
+        if type(message) not in _REPLAYABLE:
+            self._dirty = True
         match message:
             case Add(messages=messages):
                 return self._add(messages)
@@ -321,6 +345,7 @@ class AgentMemory(Actor):
         self._working = messages
         self._working_tokens = sum(m.tokens for m in messages)
         self._version += 1
+        self._dirty = True
 
     def _delete(self, ids: list[str], indices: list[int]) -> int:
         if not ids and not indices:
@@ -663,10 +688,20 @@ class AgentMemory(Actor):
     # -- durable state (the Redis transport's protocol, runtime.redis.durable) ---------
 
     def durable_changes(self) -> tuple[list[bytes], bytes | None]:
-        """History messages added since the last call, and the rest as a snapshot."""
-        recall = self.recall if self._unobserved else self._recall
+        """History messages added since the last call, and the rest as a snapshot when
+        it changed beyond what replaying those adds restores (see :meth:`durable_restore`).
+
+        A plain add (the common command) thus stores only its messages: the cost of a
+        commit does not grow with the agent's working view or recall.
+        """
         appends = [encode_message(m) for m in self._log_pending]
         self._log_pending = []
+        recall = self._recall
+        edits = recall.edits if recall is not None else 0
+        if not self._dirty and edits == self._saved_edits:
+            return appends, None
+        self._dirty = False
+        self._saved_edits = edits
         in_history = self._history_ids
         snapshot = _Snapshot(
             working=[m.id for m in self._working],
@@ -679,21 +714,30 @@ class AgentMemory(Actor):
             tokens_saved=self._tokens_saved,
             peak_tokens=self._peak_tokens,
             peak_size=self._peak_size,
+            log_mark=self._history_skip + len(self._history),
+            unobserved=None if recall is not None else [m.id for m in self._unobserved or ()],
+            awaiting_reply=[m.id for m in recall.awaiting_reply] if recall is not None else [],
         )
         return appends, _snapshot_encoder.encode(snapshot)
 
     def durable_restore(self, snapshot: bytes | None, log: list[bytes]) -> None:
-        """Rebuild the memory from what the transport stored (on activation)."""
+        """Rebuild the memory from what the transport stored (on activation): the
+        snapshot, then the messages added after it, replayed as the adds they were."""
         self._durable = True
-        state = _snapshot_decoder.decode(snapshot) if snapshot else _Snapshot(working=[])
-        self._history_skip = state.history_skip
-        history = [decode_message(entry) for entry in log[state.history_skip :]]
+        if snapshot:
+            state = _snapshot_decoder.decode(snapshot)
+        else:  # only plain adds so far: replay the whole log
+            state = _Snapshot(working=[], log_mark=0, unobserved=[])
+        skip = self._history_skip = state.history_skip
+        history = [decode_message(entry) for entry in log[skip:]]
+        mark = len(log) if state.log_mark < 0 else min(max(state.log_mark, skip), len(log))
+        replay = history[mark - skip :]
         self._history = history
         self._history_ids = {m.id for m in history}
         self._history_tokens = sum(m.tokens for m in history)
         by_id = {m.id: m for m in history}
         by_id.update((m.id, m) for m in state.extra)
-        self._working = [by_id[i] for i in state.working if i in by_id]
+        self._working = [by_id[i] for i in state.working if i in by_id] + replay
         self._working_tokens = sum(m.tokens for m in self._working)
         self._offloaded = state.offloaded
         self._version = state.version
@@ -701,8 +745,19 @@ class AgentMemory(Actor):
         self._tokens_saved = state.tokens_saved
         self._peak_tokens = state.peak_tokens
         self._peak_size = state.peak_size
-        if state.recall:
-            self.recall.load_component_states(state.recall)
+        self._note_peak()
+        if state.unobserved is not None:
+            unobserved = [by_id[i] for i in state.unobserved if i in by_id] + replay
+            self._unobserved = unobserved or None
+        else:
+            if state.recall:
+                self.recall.load_component_states(state.recall)
+            if state.awaiting_reply:
+                self.recall.awaiting_reply = [by_id[i] for i in state.awaiting_reply if i in by_id]
+            if replay:
+                self.recall.observe(replay)
+            self._saved_edits = self._recall.edits if self._recall is not None else 0
+        self._dirty = False
 
 
 class _Conversation:

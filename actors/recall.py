@@ -68,6 +68,8 @@ class AgentRecall:
         # The last blocks() answer: recomputed only when the question or anything
         # recall holds changed (context() is often asked again with nothing new).
         self._generation = 0
+        # Changes other than observe()'s (which replays from the added messages).
+        self._edits = 0
         self._cached: tuple[tuple[Any, ...], list[str]] | None = None
         components: dict[str, tuple[StateComponent, type[Any]]] = {
             "insights": (self.inbox, InboxState),
@@ -83,23 +85,51 @@ class AgentRecall:
         self._components = components
 
     def observe(self, messages: Sequence[Message]) -> None:
-        """Take in messages just added: episodes always; long-term memory after a reply."""
+        """Take in messages just added: episodes always; long-term memory after a reply.
+
+        Messages up to and including the newest reply are recorded; those after it
+        wait for the next reply. Observing a batch or its messages one at a time
+        thus does the same (a reload replays adds one stored message at a time).
+        """
         self._generation += 1
         self.episodes.add(messages)
-        self._since_reply.extend(messages)
-        if any(m.role in REPLY_ROLES for m in messages):
-            self.control.after_reply(self._since_reply)
-            self._since_reply = []
+        last = next(
+            (i for i in range(len(messages) - 1, -1, -1) if messages[i].role in REPLY_ROLES),
+            None,
+        )
+        if last is None:
+            self._since_reply.extend(messages)
+            return
+        self.control.after_reply([*self._since_reply, *messages[: last + 1]])
+        self._since_reply = list(messages[last + 1 :])
+
+    @property
+    def awaiting_reply(self) -> list[Message]:
+        """Observed messages not yet recorded (no reply after them yet): part of the
+        durable state, with :meth:`component_states`."""
+        return list(self._since_reply)
+
+    @awaiting_reply.setter
+    def awaiting_reply(self, messages: list[Message]) -> None:
+        self._since_reply = list(messages)
 
     def accept_insight(self, insight: Insight) -> bool:
         """Keep an insight the pool delivered (see :meth:`InsightInbox.accept`)."""
         self._generation += 1
+        self._edits += 1
         return self.inbox.accept(insight)
+
+    @property
+    def edits(self) -> int:
+        """A counter that moves on every change not replayable from the added messages
+        (everything but :meth:`observe`): the memory's durable snapshot compares it."""
+        return self._edits + self.longterm.touches
 
     def changed(self) -> None:
         """Note that something recall holds changed outside :meth:`observe` (a record,
         a tool call, an episode, a load)."""
         self._generation += 1
+        self._edits += 1
 
     async def blocks(
         self,
@@ -164,6 +194,7 @@ class AgentRecall:
             if entry is not None and name != "conversation":
                 entry[0].load_state(msgspec.msgpack.decode(data, type=self._state_types[name]))
         self._generation += 1
+        self._edits += 1
 
     def clear(self) -> None:
         """Forget everything held here (not the conversation)."""
@@ -172,6 +203,7 @@ class AgentRecall:
                 component.clear()
         self._since_reply = []
         self._generation += 1
+        self._edits += 1
 
     @staticmethod
     def latest_query(messages: Iterable[Message]) -> str:

@@ -74,10 +74,12 @@ def bench_config(mailbox_size: int = 1_000, compression: bool = False) -> Any:
 
 
 async def wait_processed(rt: Any, count: int, poll: float = 0.0005) -> None:
-    """Wait until ``rt`` has handled ``count`` messages in all (a bounded poll)."""
+    """Wait until ``rt`` has handled ``count`` messages in all (a bounded poll), and
+    its transport stored their effects (over Redis: the group commits landed)."""
     import anyio
 
-    while rt.stats().processed < count:  # noqa: ASYNC110 (no event to wait on)
+    settled = getattr(getattr(rt, "transport", None), "settled", lambda: True)
+    while rt.stats().processed < count or not settled():  # noqa: ASYNC110 (no event)
         await anyio.sleep(poll)
 
 

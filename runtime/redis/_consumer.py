@@ -35,29 +35,59 @@ __all__ = (
     "consume",
     "fan_out",
     "flush_acks",
+    "flush_commits",
     "handled",
 )
 
 log = structlog.get_logger("actormem.redis")
 
 #: Entries read per XREADGROUP / XPENDING page.
-BATCH: Final = 64
+BATCH: Final = 256
+#: Commands stored per commit call, at most.
+_COMMIT_BATCH: Final = 256
+#: Handled commands waiting for their commit, per shard, before handlers wait.
+_COMMIT_QUEUE: Final = 1024
 #: Entries kept in the dead-letter stream, approximately.
 _DLQ_MAXLEN: Final = 100_000
 
 
 class StreamEnvelope(Envelope, kw_only=True):
-    """An envelope read from a shard stream: where to XACK it, under which lease."""
+    """An envelope read from a shard stream: where to XACK it, under which lease,
+    and (once handled) the commit its replies wait for."""
 
     shard: int = -1
     entry: str = ""
     lease: str = ""
+    commit: PendingCommit | None = None
+
+
+class PendingCommit:
+    """A handled command's changes, waiting for the shard's next group commit; the
+    replies to it are sent only once it is stored."""
+
+    __slots__ = ("changes", "envelope", "replies")
+
+    def __init__(self, envelope: Envelope, changes: DurableChanges) -> None:
+        self.envelope = envelope
+        self.changes = changes
+        self.replies: list[Reply] = []
 
 
 class Shard:
     """A shard this worker owns: its lease value and the entries it has in flight."""
 
-    __slots__ = ("acks", "inflight", "lease", "number", "scope")
+    __slots__ = (
+        "acks",
+        "commit_lock",
+        "commit_ready",
+        "commit_space",
+        "commits",
+        "committed",
+        "inflight",
+        "lease",
+        "number",
+        "scope",
+    )
 
     def __init__(self, number: int, lease: str) -> None:
         self.number = number
@@ -66,12 +96,29 @@ class Shard:
         self.inflight: set[str] = set()
         # Handled entries of non-durable actors, acked in one call per batch.
         self.acks: list[str] = []
+        # Durable actors' handled commands, stored in one call per batch, in order.
+        self.commits: list[PendingCommit] = []
+        self.commit_ready = anyio.Event()
+        self.commit_space: anyio.Event | None = None
+        # Set (and replaced) after every commit call.
+        self.committed = anyio.Event()
+        self.commit_lock = anyio.Lock()
 
 
 class Agent:
     """What this worker remembers of one actor it serves: applied command ids."""
 
-    __slots__ = ("applied", "busy", "durable", "inflight", "last_used", "lease", "order", "shard")
+    __slots__ = (
+        "applied",
+        "busy",
+        "durable",
+        "inflight",
+        "last_used",
+        "lease",
+        "order",
+        "shard",
+        "uncommitted",
+    )
 
     def __init__(self, shard: int, applied: list[str]) -> None:
         self.shard = shard
@@ -83,6 +130,8 @@ class Agent:
         self.busy = 0
         self.durable = False
         self.last_used = time.monotonic()
+        # Handled commands whose changes are queued for a commit.
+        self.uncommitted = 0
 
     def remember(self, command: str, keep: int) -> None:
         """Record ``command`` as applied, forgetting the oldest beyond ``keep``."""
@@ -99,13 +148,22 @@ async def consume(t: RedisTransport, shard: Shard) -> None:
     """Serve ``shard`` until cancelled: claim what earlier owners left, then read."""
     stream = t.keys.stream(shard.number)
     client: Any = t.client
-    blocking: Any = t.blocking_client
     await t.forever("create_group", lambda: _ensure_group(client, stream))
     await t.wait_host_open()
-    host = t.host
     await t.forever("recover", lambda: _recover(t, shard, 0))
     claim_every = t.config.claim_idle_ms / 2000
     next_claim = time.monotonic() + claim_every
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_commit_loop, t, shard)
+        await _read_loop(t, shard, stream, claim_every, next_claim)
+
+
+async def _read_loop(
+    t: RedisTransport, shard: Shard, stream: str, claim_every: float, next_claim: float
+) -> None:
+    client: Any = t.client
+    blocking: Any = t.blocking_client
+    host = t.host
 
     async def read() -> Any:
         try:
@@ -382,6 +440,10 @@ async def activated(t: RedisTransport, address: str, actor: Actor) -> None:
         return
     if agent is not None:
         agent.durable = True
+        # A fresh activation (after a failure) must see what its predecessor
+        # handled: wait until those changes are stored.
+        while agent.uncommitted and owned is not None and t.shards.get(shard) is owned:
+            await owned.committed.wait()
 
     async def load() -> tuple[bytes | None, list[bytes]]:
         with redis_errors(f"loading the state of {address}"):
@@ -400,7 +462,12 @@ async def activated(t: RedisTransport, address: str, actor: Actor) -> None:
 
 
 async def handled(t: RedisTransport, env: Envelope, actor: Actor | None, ok: bool) -> bool:
-    """The runtime's hook: store the effect of ``env`` and ack it (see ``Transport.handled``)."""
+    """The runtime's hook: store the effect of ``env`` and ack it (see ``Transport.handled``).
+
+    A durable actor's changes join the shard's next group commit; the replies to
+    the command wait for it (see :meth:`RedisTransport.reply`), and so does a
+    fresh activation of the actor.
+    """
     durable = actor is not None and is_durable(actor)
     agent = t.agents.get(env.recipient)
     if not isinstance(env, StreamEnvelope):
@@ -410,7 +477,13 @@ async def handled(t: RedisTransport, env: Envelope, actor: Actor | None, ok: boo
         shard = t.shards.get(shard_of(env.recipient, t.config.shards))
         if shard is None or agent is None or agent.lease != shard.lease:
             return False
-        return await _commit(t, shard, "", env, cast(Durable, actor))
+        changes = await _changes(t, env, cast(Durable, actor))
+        if changes is None:
+            return False
+        if changes:
+            await _queue_commit(t, shard, agent, env, changes)
+        return True
+    queued = False
     try:
         shard = t.shards.get(env.shard)
         current = shard is not None and shard.lease == env.lease
@@ -424,17 +497,23 @@ async def handled(t: RedisTransport, env: Envelope, actor: Actor | None, ok: boo
         if not ok:
             return not durable  # not acked: delivered again after claim_idle_ms
         if durable:
-            stored = await _commit(t, shard, env.entry, env, cast(Durable, actor))
-        else:
-            # A non-durable actor's effect lives in memory only: nothing to
-            # store, so its ack can wait for the next batch.
-            shard.acks.append(env.entry)
-            stored = True
-        if stored and env.id:
+            changes = await _changes(t, env, cast(Durable, actor))
+            if changes is None:
+                return False
+            if changes:
+                # Stored (and acked, and its id remembered) by the group commit.
+                await _queue_commit(t, shard, agent, env, changes)
+                queued = True
+                return True
+        # Nothing to store (a read, or a non-durable actor, whose effect lives in
+        # memory only): its ack can wait for the next batch.
+        shard.acks.append(env.entry)
+        if env.id:
             agent.remember(env.id, t.config.applied_keep)
-        return stored
+        return True
     finally:
-        t.dropped(env)
+        if not queued:
+            t.dropped(env)
         if agent is not None:
             agent.last_used = time.monotonic()
 
@@ -452,63 +531,130 @@ async def flush_acks(t: RedisTransport, shard: Shard) -> None:
     del shard.acks[: len(entries)]
 
 
-async def _commit(
-    t: RedisTransport, shard: Shard, entry: str, env: Envelope, actor: Durable
-) -> bool:
-    """Store a durable actor's changes, the command id and the XACK in one fenced call.
-
-    A command that changed nothing (a read) stores nothing: its entry joins the
-    batched acks, and a redelivery of it would only read again.
-    """
+async def _changes(t: RedisTransport, env: Envelope, actor: Durable) -> DurableChanges | None:
+    """What ``env`` changed in ``actor`` (empty: nothing to store); None if the actor
+    cannot say (it is then dropped, and the command delivered again to a fresh
+    activation loaded from what is stored)."""
     try:
         changes = DurableChanges(*actor.durable_changes())
     except Exception as exc:
-        # The actor cannot say what changed: drop it, and let the command be
-        # delivered again to a fresh activation loaded from what is stored.
         log.exception("durable_changes_failed", actor=env.recipient, msg_id=env.id)
         if env.correlation is not None:
             error = HandlerError(
                 env.recipient, f"durable_changes failed: {type(exc).__name__}: {exc}"
             )
             await t.reply(env, Reply(env.correlation, error=error))
-        return False
+        return None
     if not changes.log_appends and changes.snapshot is None and not changes.replace_log:
-        if entry:
-            shard.acks.append(entry)
-        return True
-    number, lease, address = shard.number, shard.lease, env.recipient
-    keys = [
-        t.keys.lease(number),
-        t.keys.stream(number),
-        t.keys.agent_log(number, address),
-        t.keys.agent_snapshot(number, address),
-        t.keys.agent_applied(number, address),
-    ]
-    args: list[Any] = [
-        lease,
-        CONSUMER_GROUP,
-        entry,
-        env.id,
-        f"{time.time():.6f}",
-        t.config.applied_keep,
-        "0" if changes.snapshot is None else "1",
-        changes.snapshot or b"",
-        "1" if changes.replace_log else "0",
-        *changes.log_appends,
-    ]
+        return DurableChanges([])
+    return changes
 
-    async def commit() -> Any:
-        with redis_errors(f"storing the state of {address}"):
-            return await t.script("commit")(keys=keys, args=args)
 
-    try:
-        result = await retrying(commit, what="commit", retry_for=t.config.retry_for)
-    except TransportError as exc:
-        log.error("commit_failed", actor=address, msg_id=env.id, reason=str(exc))
-        return False
+async def _queue_commit(
+    t: RedisTransport, shard: Shard, agent: Agent, env: Envelope, changes: DurableChanges
+) -> None:
+    """Queue ``changes`` for the shard's next group commit, waiting while it is full."""
+    while len(shard.commits) >= _COMMIT_QUEUE:
+        if shard.commit_space is None:
+            shard.commit_space = anyio.Event()
+        await shard.commit_space.wait()
+    pending = PendingCommit(env, changes)
+    if isinstance(env, StreamEnvelope):
+        env.commit = pending
+    shard.commits.append(pending)
+    agent.uncommitted += 1
+    shard.commit_ready.set()
+
+
+async def _commit_loop(t: RedisTransport, shard: Shard) -> None:
+    """Store the shard's queued changes, a batch per call, for as long as it is owned.
+
+    While one call is in flight the handlers go on and the next batch gathers:
+    the cost of a commit is shared by every command it carries.
+    """
+    while True:
+        await shard.commit_ready.wait()
+        shard.commit_ready = anyio.Event()
+        await t.forever("commit", lambda: flush_commits(t, shard))
+
+
+async def flush_commits(t: RedisTransport, shard: Shard) -> None:
+    """Store every queued commit of ``shard`` (fenced, one call per batch), then send
+    the replies that waited for them.
+
+    A call whose reply was lost is simply made again: commands already applied
+    (by id) are only acked. When the shard's lease is no longer ours the queued
+    changes are dropped: their entries stay pending for the new owner.
+
+    Raises:
+        TransportError: Redis is away or failed (the batch stays queued).
+    """
+    async with shard.commit_lock:
+        while shard.commits:
+            batch = shard.commits[:_COMMIT_BATCH]
+            statuses = await _store(t, shard, batch)
+            del shard.commits[: len(batch)]
+            answered: list[tuple[Envelope, Reply]] = []
+            found: list[int | None] = list(statuses) if statuses is not None else []
+            found += [None] * (len(batch) - len(found))
+            for status, pending in zip(found, batch, strict=True):
+                _committed(t, status, pending, statuses is not None, answered)
+            space, shard.commit_space = shard.commit_space, None
+            if space is not None:
+                space.set()
+            done, shard.committed = shard.committed, anyio.Event()
+            done.set()
+            if answered:
+                await t.send_replies(answered)
+
+
+def _committed(
+    t: RedisTransport,
+    status: int | None,
+    pending: PendingCommit,
+    stored: bool,
+    answered: list[tuple[Envelope, Reply]],
+) -> None:
+    env = pending.envelope
+    agent = t.agents.get(env.recipient)
+    if agent is not None:
+        agent.uncommitted = max(agent.uncommitted - 1, 0)
+        if stored and env.id:
+            agent.remember(env.id, t.config.applied_keep)
+    if status == 2:
+        log.info("commit_already_stored", actor=env.recipient, msg_id=env.id)
+    if stored:
+        answered.extend((env, reply) for reply in pending.replies)
+    if isinstance(env, StreamEnvelope):
+        env.commit = None
+        t.dropped(env)
+
+
+async def _store(t: RedisTransport, shard: Shard, batch: list[PendingCommit]) -> list[int] | None:
+    """One fenced call storing ``batch``; its statuses, or None when fenced off."""
+    number = shard.number
+    keys = [t.keys.lease(number), t.keys.stream(number)]
+    args: list[Any] = [shard.lease, CONSUMER_GROUP, f"{time.time():.6f}", t.config.applied_keep]
+    for pending in batch:
+        env, changes = pending.envelope, pending.changes
+        address = env.recipient
+        keys += (
+            t.keys.agent_log(number, address),
+            t.keys.agent_snapshot(number, address),
+            t.keys.agent_applied(number, address),
+        )
+        args += (
+            env.entry if isinstance(env, StreamEnvelope) else "",
+            env.id,
+            "0" if changes.snapshot is None else "1",
+            changes.snapshot or b"",
+            "1" if changes.replace_log else "0",
+            len(changes.log_appends),
+            *changes.log_appends,
+        )
+    with redis_errors(f"storing the state of {len(batch)} commands of shard {number}"):
+        result = await t.script("commit")(keys=keys, args=args)
     if result == -1:
-        log.warning("write_fenced_off", shard=number, actor=address, msg_id=env.id)
-        return False
-    if result == 2:
-        log.info("commit_already_stored", actor=address, msg_id=env.id)
-    return True
+        log.warning("write_fenced_off", shard=number, commands=len(batch))
+        return None
+    return [int(status) for status in result]

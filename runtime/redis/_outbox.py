@@ -10,6 +10,7 @@ instead of filling Redis's memory.
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from collections.abc import Callable
 from typing import Final
@@ -24,8 +25,8 @@ __all__ = ("Outbox",)
 
 log = structlog.get_logger("actormem.redis")
 
-#: Entries XADDed per pipeline.
-_BATCH: Final = 64
+#: Entries XADDed per pipeline, at most.
+_BATCH: Final = 512
 #: Longest pause while a stream is over its limit (s).
 _MAX_FULL_PAUSE: Final = 1.0
 
@@ -47,7 +48,8 @@ class Outbox:
         self._ready = anyio.Event()
         self._space: anyio.Event | None = None
         self._drained: anyio.Event | None = None
-        # Each stream's length as of the last batch written to it.
+        # Each stream's length as last read, plus what was written since: an upper
+        # bound (workers only shorten streams), read again once it reaches the limit.
         self._lengths: dict[str, int] = {}
 
     def __len__(self) -> int:
@@ -91,17 +93,15 @@ class Outbox:
         """
         while self._queue:
             await self._wait_for_room()
-            batch = [self._queue[i] for i in range(min(len(self._queue), _BATCH))]
-            streams = list(dict.fromkeys(stream for stream, _ in batch))
+            batch = self._next_batch()
             with redis_errors("XADD from the outbox"):
                 async with self._client().pipeline(transaction=False) as pipe:
                     for stream, data in batch:
                         pipe.xadd(stream, {b"e": data})
-                    for stream in streams:  # lengths ride along: no extra round trip
-                        pipe.xlen(stream)
-                    results = await pipe.execute()
-            self._lengths.update(zip(streams, map(int, results[len(batch) :]), strict=True))
-            for _ in batch:
+                    await pipe.execute()
+            lengths = self._lengths
+            for stream, _ in batch:
+                lengths[stream] = lengths.get(stream, 0) + 1
                 self._queue.popleft()
             space, self._space = self._space, None
             if space is not None:
@@ -109,6 +109,21 @@ class Outbox:
         drained, self._drained = self._drained, None
         if drained is not None:
             drained.set()
+
+    def _next_batch(self) -> list[tuple[str, bytes]]:
+        """The entries to write next: up to ``_BATCH``, stopping before one whose
+        stream would pass ``stream_limit`` (the first one already has room)."""
+        lengths, limit = self._lengths, self.stream_limit
+        adding: dict[str, int] = {}
+        batch: list[tuple[str, bytes]] = []
+        for item in itertools.islice(self._queue, _BATCH):
+            stream = item[0]
+            count = adding.get(stream, 0)
+            if batch and lengths.get(stream, 0) + count >= limit:
+                break
+            adding[stream] = count + 1
+            batch.append(item)
+        return batch
 
     async def _wait_for_room(self) -> None:
         """Pause while the stream the next entry goes to is over ``stream_limit``."""

@@ -42,31 +42,49 @@ if #ARGV < 3 then return 0 end
 return redis.call('XACK', KEYS[2], ARGV[2], unpack(ARGV, 3))
 """
 
-#: KEYS: lease, stream, log, snapshot, applied.
-#: ARGV: lease value, group, entry id ('' = none), command id ('' = none),
-#: score, applied ids to keep, has snapshot ('0'/'1'), snapshot,
-#: replace the log ('0'/'1'), log items...
-#: Returns 1 when stored (and acked), 2 when the command id was already applied
-#: (only the XACK is done), -1 when fenced off.
+#: Stores the changes of a batch of handled commands, of any agents of one shard,
+#: and XACKs their entries: one call per batch (group commit).
+#: KEYS: lease, stream, then per command: log, snapshot, applied.
+#: ARGV: lease value, group, score, applied ids to keep, then per command: entry id
+#: ('' = none), command id ('' = none), has snapshot ('0'/'1'), snapshot, replace
+#: the log ('0'/'1'), number of log items, log items...
+#: Returns -1 when fenced off (nothing is changed), else one status per command:
+#: 1 stored, 2 its command id was already applied (only its XACK is done).
 COMMIT: Final = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
-if ARGV[4] ~= '' and redis.call('ZSCORE', KEYS[5], ARGV[4]) then
-  if ARGV[3] ~= '' then redis.call('XACK', KEYS[2], ARGV[2], ARGV[3]) end
-  return 2
+local group, score, keep = ARGV[2], ARGV[3], tonumber(ARGV[4])
+local out, acks = {}, {}
+local a, k, n = 5, 3, #ARGV
+while a <= n do
+  local entry, id, has_snap, snap = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
+  local replace, items = ARGV[a + 4], tonumber(ARGV[a + 5])
+  local log, snapshot, applied = KEYS[k], KEYS[k + 1], KEYS[k + 2]
+  a, k = a + 6, k + 3
+  if id ~= '' and redis.call('ZSCORE', applied, id) then
+    out[#out + 1] = 2
+  else
+    if replace == '1' then redis.call('DEL', log) end
+    local i, last = a, a + items - 1
+    while i <= last do
+      local j = math.min(i + 499, last)
+      redis.call('RPUSH', log, unpack(ARGV, i, j))
+      i = j + 1
+    end
+    if has_snap == '1' then redis.call('SET', snapshot, snap) end
+    if id ~= '' then
+      redis.call('ZADD', applied, score, id)
+      redis.call('ZREMRANGEBYRANK', applied, 0, -(keep + 1))
+    end
+    out[#out + 1] = 1
+  end
+  a = a + items
+  if entry ~= '' then acks[#acks + 1] = entry end
 end
-if ARGV[9] == '1' then redis.call('DEL', KEYS[3]) end
-local n = #ARGV
-local i = 10
-while i <= n do
-  local j = math.min(i + 499, n)
-  redis.call('RPUSH', KEYS[3], unpack(ARGV, i, j))
+local i = 1
+while i <= #acks do
+  local j = math.min(i + 499, #acks)
+  redis.call('XACK', KEYS[2], group, unpack(acks, i, j))
   i = j + 1
 end
-if ARGV[7] == '1' then redis.call('SET', KEYS[4], ARGV[8]) end
-if ARGV[4] ~= '' then
-  redis.call('ZADD', KEYS[5], ARGV[5], ARGV[4])
-  redis.call('ZREMRANGEBYRANK', KEYS[5], 0, -(tonumber(ARGV[6]) + 1))
-end
-if ARGV[3] ~= '' then redis.call('XACK', KEYS[2], ARGV[2], ARGV[3]) end
-return 1
+return out
 """

@@ -69,6 +69,7 @@ from runtime.redis._consumer import (
     consume,
     fan_out,
     flush_acks,
+    flush_commits,
     handled,
 )
 from runtime.redis._leases import LeaseManager
@@ -277,14 +278,11 @@ class RedisTransport(Transport):
         leases = self._leases
         for shard in self.shards.values():
             shard.scope.cancel()
-            # The runtime has stopped: what is still in flight stays pending, for
-            # the next owner, and the release below need not wait for it.
+            # The runtime has stopped: store what was handled (and answer it); what
+            # is still in flight stays pending, for the next owner, and the release
+            # below need not wait for it.
+            await self._settle(shard, self.config.retry_for)
             shard.inflight.clear()
-            with anyio.move_on_after(self.config.socket_timeout, shield=True):
-                try:
-                    await flush_acks(self, shard)
-                except TransportError as exc:
-                    log.warning("ack_failed", shard=shard.number, reason=str(exc))
         if leases is not None:
             with anyio.move_on_after(self.config.socket_timeout, shield=True):
                 try:
@@ -423,37 +421,52 @@ class RedisTransport(Transport):
         """XADD ``reply`` to the asker's reply stream (a lost reply times the ask out).
 
         A reply to an ask made through this same transport is handed over in
-        memory: it would only travel to Redis and back into this process.
+        memory: it would only travel to Redis and back into this process. A reply
+        to a command whose changes wait for their group commit is sent after it.
         """
-        if envelope.reply_to is None or envelope.reply_to == self._replies:
-            self._asks.pop(reply.correlation, None)
-            self._require_host().resolve(reply)
+        if isinstance(envelope, StreamEnvelope) and envelope.commit is not None:
+            envelope.commit.replies.append(reply)
             return
-        stream = envelope.reply_to
-        if not self._reply_stream.fullmatch(stream):
-            # A frame could name any key here (an agent's history, say): only
-            # reply streams under our prefix may be written to.
-            log.warning("reply_to_refused", reply_to=stream[:200], recipient=envelope.recipient)
+        await self.send_replies([(envelope, reply)])
+
+    async def send_replies(self, replies: list[tuple[Envelope, Reply]]) -> None:
+        """Send ``replies`` (each to whoever asked its envelope) in one pipeline."""
+        remote: list[tuple[str, bytes]] = []
+        for envelope, reply in replies:
+            if envelope.reply_to is None or envelope.reply_to == self._replies:
+                self._asks.pop(reply.correlation, None)
+                self._require_host().resolve(reply)
+                continue
+            stream = envelope.reply_to
+            if not self._reply_stream.fullmatch(stream):
+                # A frame could name any key here (an agent's history, say): only
+                # reply streams under our prefix may be written to.
+                log.warning("reply_to_refused", reply_to=stream[:200], recipient=envelope.recipient)
+                continue
+            data = self.codec.encode_reply(reply)
+            if len(data) > self.config.max_message_bytes:
+                error = MessageTooLargeError(
+                    f"the reply to {type(envelope.body).__name__} is {len(data)} bytes, "
+                    f"over max_message_bytes={self.config.max_message_bytes}"
+                )
+                data = self.codec.encode_reply(Reply(reply.correlation, error=error))
+            remote.append((stream, data))
+        if not remote:
             return
-        data = self.codec.encode_reply(reply)
-        if len(data) > self.config.max_message_bytes:
-            error = MessageTooLargeError(
-                f"the reply to {type(envelope.body).__name__} is {len(data)} bytes, "
-                f"over max_message_bytes={self.config.max_message_bytes}"
-            )
-            data = self.codec.encode_reply(Reply(reply.correlation, error=error))
 
         async def add() -> None:
-            with redis_errors(f"XADD to {stream}"):
+            with redis_errors(f"XADD of {len(remote)} replies"):
                 async with self.client.pipeline(transaction=False) as pipe:
-                    pipe.xadd(stream, {b"r": data}, maxlen=_REPLY_MAXLEN, approximate=True)
-                    pipe.pexpire(stream, _REPLY_TTL_MS)
+                    for stream, data in remote:
+                        pipe.xadd(stream, {b"r": data}, maxlen=_REPLY_MAXLEN, approximate=True)
+                    for stream in dict.fromkeys(stream for stream, _ in remote):
+                        pipe.pexpire(stream, _REPLY_TTL_MS)
                     await pipe.execute()
 
         try:
             await retrying(add, what="reply", retry_for=self.config.retry_for)
         except TransportError as exc:
-            log.warning("reply_undelivered", to=stream, reason=str(exc))
+            log.warning("reply_undelivered", replies=len(remote), reason=str(exc))
 
     # -- replies -------------------------------------------------------------------------------
 
@@ -569,11 +582,7 @@ class RedisTransport(Transport):
                 while any(shard.inflight for shard in shards):  # noqa: ASYNC110 (bounded)
                     await anyio.sleep(_OPEN_POLL)
             for shard in shards:
-                with anyio.move_on_after(self.config.socket_timeout):
-                    try:
-                        await flush_acks(self, shard)
-                    except TransportError as exc:
-                        log.warning("ack_failed", shard=shard.number, reason=str(exc))
+                await self._settle(shard, self.config.socket_timeout)
         for shard in shards:
             self.shards.pop(shard.number, None)
         host = self._host
@@ -582,6 +591,16 @@ class RedisTransport(Transport):
                 del self.agents[address]
                 if host is not None:
                     await host.passivate(address)
+
+    async def _settle(self, shard: Shard, within: float) -> None:
+        """Store ``shard``'s queued commits and flush its acks, for at most ``within`` s
+        (what is not stored stays pending, for the next owner)."""
+        with anyio.move_on_after(within, shield=True):
+            try:
+                await flush_commits(self, shard)
+                await flush_acks(self, shard)
+            except TransportError as exc:
+                log.warning("commit_or_ack_failed", shard=shard.number, reason=str(exc))
 
     # -- consuming a shard -------------------------------------------------------------------------
 
@@ -629,6 +648,11 @@ class RedisTransport(Transport):
                 agent.busy = max(agent.busy - 1, 0)
 
     # -- inspection -------------------------------------------------------------------------
+
+    def settled(self) -> bool:
+        """True when every command read here was handled and its changes stored
+        (entries of effect-free commands may still wait for their batched XACK)."""
+        return not any(shard.inflight or shard.commits for shard in self.shards.values())
 
     def owned_shards(self) -> list[int]:
         """The shards this worker owns now."""

@@ -38,12 +38,27 @@ class Outbox:
         client: returns the Redis client to write with.
         size: the most entries queued.
         stream_limit: the longest a stream may grow before writing pauses.
+        field: the entry field the data goes in.
+        maxlen: trim each stream to about this many entries (None: never).
+        expire_ms: give each stream written this time to live (None: none).
     """
 
-    def __init__(self, client: Callable[[], aioredis.Redis], size: int, stream_limit: int) -> None:
+    def __init__(
+        self,
+        client: Callable[[], aioredis.Redis],
+        size: int,
+        stream_limit: int,
+        *,
+        field: bytes = b"e",
+        maxlen: int | None = None,
+        expire_ms: int | None = None,
+    ) -> None:
         self._client = client
         self.size = size
         self.stream_limit = stream_limit
+        self._field = field
+        self._maxlen = maxlen
+        self._expire_ms = expire_ms
         self._queue: deque[tuple[str, bytes]] = deque()
         self._ready = anyio.Event()
         self._space: anyio.Event | None = None
@@ -96,8 +111,12 @@ class Outbox:
             batch = self._next_batch()
             with redis_errors("XADD from the outbox"):
                 async with self._client().pipeline(transaction=False) as pipe:
+                    field, maxlen, approximate = self._field, self._maxlen, True
                     for stream, data in batch:
-                        pipe.xadd(stream, {b"e": data})
+                        pipe.xadd(stream, {field: data}, maxlen=maxlen, approximate=approximate)
+                    if self._expire_ms is not None:
+                        for stream in dict.fromkeys(stream for stream, _ in batch):
+                            pipe.pexpire(stream, self._expire_ms)
                     await pipe.execute()
             lengths = self._lengths
             for stream, _ in batch:

@@ -180,6 +180,15 @@ class RedisTransport(Transport):
         self._outbox = Outbox(
             lambda: self.client, self.config.outbox_size, self.config.stream_limit
         )
+        # Replies to the asks handled here, written in pipelined batches too.
+        self._reply_box = Outbox(
+            lambda: self.client,
+            self.config.outbox_size,
+            _REPLY_MAXLEN * 10,
+            field=b"r",
+            maxlen=_REPLY_MAXLEN,
+            expire_ms=_REPLY_TTL_MS,
+        )
         self.shards: dict[int, Shard] = {}
         self.agents: dict[str, Agent] = {}
         self._leases: LeaseManager | None = None
@@ -204,7 +213,8 @@ class RedisTransport(Transport):
             # after the mailboxes drained and before this transport's aclose.
             # The reply stream is this transport's own (its id is new): read it all.
             host.spawn(self._tail, self._replies, "0-0", b"r", self._accept_reply)
-            host.spawn(self._outbox_loop)
+            host.spawn(self._outbox_loop, self._outbox)
+            host.spawn(self._outbox_loop, self._reply_box)
             if self.worker:
                 await self._start_worker(host)
         except BaseException:
@@ -283,6 +293,11 @@ class RedisTransport(Transport):
             # below need not wait for it.
             await self._settle(shard, self.config.retry_for)
             shard.inflight.clear()
+        if self._reply_box and self._client is not None:
+            with anyio.move_on_after(self.config.retry_for, shield=True):
+                await self.forever("replies", self._reply_box.write_all)
+            if self._reply_box:
+                log.error("replies_not_sent", replies=len(self._reply_box))
         if leases is not None:
             with anyio.move_on_after(self.config.socket_timeout, shield=True):
                 try:
@@ -387,10 +402,10 @@ class RedisTransport(Transport):
         """Wait until every envelope queued so far is in Redis."""
         await self._outbox.flush()
 
-    async def _outbox_loop(self) -> None:
+    async def _outbox_loop(self, outbox: Outbox) -> None:
         while True:
-            await self._outbox.wait_ready()
-            await self.forever("outbox", self._outbox.write_all)
+            await outbox.wait_ready()
+            await self.forever("outbox", outbox.write_all)
 
     async def publish(self, kind: str, message: Any) -> None:
         """Tell ``message`` to every active actor of ``kind`` on every worker.
@@ -430,8 +445,8 @@ class RedisTransport(Transport):
         await self.send_replies([(envelope, reply)])
 
     async def send_replies(self, replies: list[tuple[Envelope, Reply]]) -> None:
-        """Send ``replies`` (each to whoever asked its envelope) in one pipeline."""
-        remote: list[tuple[str, bytes]] = []
+        """Queue ``replies`` (each to whoever asked its envelope) for the reply writer,
+        which sends what gathered in one pipeline (waits only while it is full)."""
         for envelope, reply in replies:
             if envelope.reply_to is None or envelope.reply_to == self._replies:
                 self._asks.pop(reply.correlation, None)
@@ -450,23 +465,7 @@ class RedisTransport(Transport):
                     f"over max_message_bytes={self.config.max_message_bytes}"
                 )
                 data = self.codec.encode_reply(Reply(reply.correlation, error=error))
-            remote.append((stream, data))
-        if not remote:
-            return
-
-        async def add() -> None:
-            with redis_errors(f"XADD of {len(remote)} replies"):
-                async with self.client.pipeline(transaction=False) as pipe:
-                    for stream, data in remote:
-                        pipe.xadd(stream, {b"r": data}, maxlen=_REPLY_MAXLEN, approximate=True)
-                    for stream in dict.fromkeys(stream for stream, _ in remote):
-                        pipe.pexpire(stream, _REPLY_TTL_MS)
-                    await pipe.execute()
-
-        try:
-            await retrying(add, what="reply", retry_for=self.config.retry_for)
-        except TransportError as exc:
-            log.warning("reply_undelivered", replies=len(remote), reason=str(exc))
+            await self._reply_box.put((stream, data))
 
     # -- replies -------------------------------------------------------------------------------
 

@@ -599,10 +599,17 @@ class Runtime(AsyncClosing):
                 continue
             except Exception as exc:
                 keep = not self._hooked or await self.transport.handled(env, actor, False)
-                await self._on_failure(cell, env, exc)
+                again = self._hooked and await self.transport.retry(
+                    env, self._restarts_left(cell) >= 2
+                )
+                await self._on_failure(cell, env, exc, answer=not again)
                 if not keep:
                     cell.actor = None
                 actor = cell.actor
+                if again:
+                    # Before the actor's other mail. The failure could not stop the
+                    # actor: a retry is asked for only while the restart budget lasts.
+                    mailbox.appendleft(env)
                 continue
             if self._hooked and not await self.transport.handled(env, actor, True):
                 actor = cell.actor = None
@@ -635,8 +642,11 @@ class Runtime(AsyncClosing):
         cell.actor = actor
         return actor
 
-    async def _on_failure(self, cell: _Cell, env: Envelope, exc: Exception) -> None:
-        """Supervision: log, answer the asker, then resume, reset or stop the actor."""
+    async def _on_failure(
+        self, cell: _Cell, env: Envelope, exc: Exception, *, answer: bool = True
+    ) -> None:
+        """Supervision: log, answer the asker (unless ``answer`` is False: the envelope
+        is delivered again), then resume, reset or stop the actor."""
         self._failures += 1
         body = type(env.body).__name__
         log.error(
@@ -646,7 +656,7 @@ class Runtime(AsyncClosing):
             msg_id=env.id or None,
             exc_info=exc,
         )
-        if env.correlation is not None:
+        if answer and env.correlation is not None:
             error = self._handler_error(cell, env.body, exc)
             await self._send_reply(env, Reply(env.correlation, error=error))
         policy = cell.kind.supervision
@@ -673,6 +683,15 @@ class Runtime(AsyncClosing):
             if type(old).on_stop is not Actor.on_stop:
                 await self._call_stop_hook(cell, old)
         log.warning("actor_restarted", strategy=policy.strategy, restarts_in_period=len(restarts))
+
+    def _restarts_left(self, cell: _Cell) -> int:
+        """Failures the actor may still have before the next one stops it (plus one)."""
+        policy = cell.kind.supervision
+        if policy.strategy == "stop":
+            return 0
+        cutoff = time.monotonic() - policy.within_seconds
+        recent = sum(1 for t in cell.restarts or () if t > cutoff)
+        return policy.max_restarts - recent
 
     async def _stop_cell(self, cell: _Cell, reason: str) -> None:
         cell.stopped = reason

@@ -37,6 +37,7 @@ __all__ = (
     "flush_acks",
     "flush_commits",
     "handled",
+    "retry",
 )
 
 log = structlog.get_logger("actormem.redis")
@@ -59,6 +60,8 @@ class StreamEnvelope(Envelope, kw_only=True):
     entry: str = ""
     lease: str = ""
     commit: PendingCommit | None = None
+    # Handler failures so far on this delivery (each retried at once, in order).
+    failures: int = 0
 
 
 class PendingCommit:
@@ -516,6 +519,50 @@ async def handled(t: RedisTransport, env: Envelope, actor: Actor | None, ok: boo
             t.dropped(env)
         if agent is not None:
             agent.last_used = time.monotonic()
+
+
+async def retry(t: RedisTransport, env: Envelope, allowed: bool) -> bool:
+    """The runtime's hook after a handler failed: deliver ``env`` again at once (so
+    its agent's later commands wait), or, after ``max_deliveries`` failures or when
+    the actor's restart budget is spent, dead-letter it (so they do not wait for ever)."""
+    if not isinstance(env, StreamEnvelope):
+        return False
+    shard = t.shards.get(env.shard)
+    if shard is None or shard.lease != env.lease:
+        return False  # no longer ours: it stays pending for the shard's new owner
+    env.failures += 1
+    if allowed and env.failures < t.config.max_deliveries:
+        # In flight again (handled() let go of it): not claimed, not duplicated.
+        shard.inflight.add(env.entry)
+        agent = t.agents.get(env.recipient)
+        if agent is not None:
+            if env.id:
+                agent.inflight.add(env.id)
+            agent.busy += 1
+        t.redelivered += 1
+        return True
+    reason = (
+        f"the handler failed {env.failures} times in a row"
+        + ("" if allowed else " (the actor's restart budget is spent)")
+        + f" (max_deliveries={t.config.max_deliveries})"
+    )
+    data = t.codec.encode_envelope(
+        Envelope(
+            recipient=env.recipient,
+            body=env.body,
+            id=env.id,
+            sender=env.sender,
+            reply_to=env.reply_to,
+            correlation=env.correlation,
+            deadline=env.deadline,
+        )
+    )
+    try:
+        await _dead_letter(t, shard, env.entry, data, reason)
+    except TransportError as exc:
+        # Left pending: delivered again after claim_idle_ms, and dead-lettered then.
+        log.warning("dead_letter_failed", entry=env.entry, reason=str(exc))
+    return False
 
 
 async def flush_acks(t: RedisTransport, shard: Shard) -> None:

@@ -117,6 +117,20 @@ class Transport(ABC):
         """
         return True
 
+    async def retry(self, envelope: Envelope, allowed: bool) -> bool:
+        """Called after a handler failed on ``envelope`` (and :meth:`handled` was told).
+
+        Args:
+            allowed: False when the actor's restart budget could not take another
+                failure (a retry might escalate it): give the envelope up.
+
+        Returns:
+            True to have the runtime deliver ``envelope`` again at once, before the
+            actor's other mail (so one agent's commands keep their order), without
+            answering its asker yet; False to fail it now (the asker gets the error).
+        """
+        return False
+
     def dropped(self, envelope: Envelope) -> None:  # noqa: B027 (optional hook)
         """Called when the runtime fails ``envelope`` without handling it
         (actor stopped, activation failed, shutdown)."""

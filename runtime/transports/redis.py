@@ -71,6 +71,7 @@ from runtime.redis._consumer import (
     flush_acks,
     flush_commits,
     handled,
+    retry,
 )
 from runtime.redis._leases import LeaseManager
 from runtime.redis._outbox import Outbox
@@ -635,6 +636,9 @@ class RedisTransport(Transport):
 
     async def handled(self, envelope: Envelope, actor: Actor | None, ok: bool) -> bool:
         return await handled(self, envelope, actor, ok)
+
+    async def retry(self, envelope: Envelope, allowed: bool) -> bool:
+        return await retry(self, envelope, allowed)
 
     def dropped(self, envelope: Envelope) -> None:
         if isinstance(envelope, StreamEnvelope):

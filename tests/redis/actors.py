@@ -57,7 +57,14 @@ class Refuse(msgspec.Struct, frozen=True, tag="ledger.Refuse"):
     """Makes the handler raise an expected error."""
 
 
-register_message_types(Add, GetState, Boom, Crash, Refuse, Reset)
+class Flaky(msgspec.Struct, frozen=True, tag="ledger.Flaky"):
+    """Like ``Add``, but the handler fails the first time it sees ``token`` (in this
+    process), after changing the ledger in memory: a transient fault mid-command."""
+
+    token: str
+
+
+register_message_types(Add, GetState, Boom, Crash, Refuse, Reset, Flaky)
 
 _encoder = msgspec.msgpack.Encoder()
 _int = msgspec.msgpack.Decoder(int)
@@ -74,6 +81,8 @@ class Ledger(Actor):
     """A durable ledger (see the module docstring)."""
 
     activations = 0
+    #: Flaky tokens seen (each fails once).
+    flaked: ClassVar[set[str]] = set()
 
     def __init__(self, ctx: ActorContext) -> None:
         super().__init__(ctx)
@@ -100,6 +109,15 @@ class Ledger(Actor):
                 return LedgerState(list(self.tokens), self.total, Ledger.activations)
             case Boom():
                 raise RuntimeError("boom")
+            case Flaky(token=token):
+                self.tokens.append(token)
+                self._new.append(token.encode())
+                if token not in Ledger.flaked:
+                    Ledger.flaked.add(token)
+                    raise RuntimeError(f"flaky {token}")
+                self.total += 1
+                self._dirty = True
+                return self.total
             case Reset():
                 self.tokens, self.total = [], 0
                 self._new, self._dirty, self._replace = [], True, True

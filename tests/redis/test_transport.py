@@ -26,6 +26,7 @@ from tests.redis.actors import (
     Add,
     Boom,
     Brittle,
+    Flaky,
     GetState,
     Ledger,
     LedgerState,
@@ -197,7 +198,8 @@ async def test_a_command_that_keeps_failing_is_dead_lettered_after_max_deliverie
     async with worker(redis_client, config) as rt:
         await rt.ref("ledger/f").tell(Boom())
         await rt.ref("ledger/f").tell(Add("ok"))
-        # The asker learns of the failure at once (the retries are the worker's).
+        # Each failure is retried at once, before the agent's later commands; the
+        # asker learns of the failure when the worker gives up.
         with pytest.raises(HandlerError, match="RuntimeError: boom"):
             await rt.ref("ledger/g").ask(Boom())
 
@@ -210,7 +212,7 @@ async def test_a_command_that_keeps_failing_is_dead_lettered_after_max_deliverie
         assert stats.dead_lettered == 2
         assert stats.redelivered >= 2
     [(_, fields), _] = await redis_client.xrange(keys.dead_letters())
-    assert b"delivered 3 times" in fields[b"reason"]
+    assert b"failed 3 times in a row" in fields[b"reason"]
     envelope = default_codec.decode_envelope(fields[b"e"])
     assert envelope.body == Boom()
 
@@ -273,6 +275,28 @@ async def test_an_idle_durable_actor_is_passivated_and_reloaded(
     assert state.activations > first.activations
 
 
+async def test_a_failed_command_is_retried_before_its_agent_s_later_commands(
+    redis_client: aioredis.Redis, redis_config: RedisConfig
+) -> None:
+    agents = [f"patient/order{i}" for i in range(3)]
+    sent: dict[str, list[str]] = {a: [] for a in agents}
+    async with worker(redis_client, redis_config) as rt:
+        # Four failures per agent: within a restart budget of 100.
+        rt.register("patient", Ledger, supervision=SupervisionConfig(max_restarts=100))
+        for n in range(60):
+            agent, token = agents[n % 3], f"o{n}"
+            sent[agent].append(token)
+            # Every fifth command fails once, after changing the ledger in memory.
+            await rt.ref(agent).tell(Flaky(token) if n % 5 == 0 else Add(token))
+        states = [await rt.ref(a).ask(GetState()) for a in agents]
+        stats = rt.transport.stats()  # type: ignore[attr-defined]
+    # Each applied once (the failed attempt's change was dropped with the actor),
+    # in the order sent, nothing dead-lettered.
+    assert {a: s.tokens for a, s in zip(agents, states, strict=True)} == sent
+    assert stats.redelivered == 12
+    assert stats.dead_lettered == 0
+
+
 async def test_streams_are_trimmed_but_never_past_a_pending_entry(
     redis_client: aioredis.Redis, redis_config: RedisConfig
 ) -> None:
@@ -284,7 +308,7 @@ async def test_streams_are_trimmed_but_never_past_a_pending_entry(
         rt.register("patient", Ledger, supervision=patient)
         for i in range(15):
             await rt.ref("echo/t").tell(i)
-        await rt.ref("patient/t").tell(Boom())  # stays pending: it keeps failing
+        await rt.ref("patient/t").tell(Add("slow", delay=3.0))  # pending while it runs
         for i in range(15):
             await rt.ref("echo/t").tell(i)
         await rt.ref("echo/t").ask("sync")

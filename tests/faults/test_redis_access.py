@@ -50,7 +50,7 @@ WORKER_USER = "actormem-worker"
 #: ``ACL SETUSER <user> on ><password>``), with ``am`` as the prefix.
 ACL_RULES = (
     "resetkeys ~am:* resetchannels -@all "
-    "+ping +info +exists +get +set +del +incr +pexpire +lrange +rpush "
+    "+ping +select +info +exists +get +set +del +incr +pexpire +lrange +rpush "
     "+zadd +zrem +zscore +zcard +zrange +zremrangebyscore +zremrangebyrank "
     "+xadd +xread +xreadgroup +xack +xclaim +xpending +xrange +xrevrange +xlen +xtrim "
     "+xgroup|create +evalsha +script|load"

@@ -55,9 +55,14 @@ def redis_prefix() -> str:
 @pytest.fixture
 def redis_config(redis_url: str, redis_prefix: str) -> RedisConfig:
     """A config for ``redis_url`` under a fresh prefix, with short timings for tests."""
+    return short_config(redis_url, redis_prefix)
+
+
+def short_config(url: str, prefix: str) -> RedisConfig:
+    """A config for ``url`` under ``prefix``, with short timings for tests."""
     return RedisConfig(
-        url=redis_url,
-        prefix=redis_prefix,
+        url=url,
+        prefix=prefix,
         shards=4,
         block_ms=100,
         claim_idle_ms=400,

@@ -6,10 +6,17 @@ connection instead of opening without limit); socket timeouts are the config's
 its full ``block_ms`` never trips a spurious timeout; idle connections are
 health-checked before reuse. A server that may evict keys is refused: evicting a
 stream or an agent's history would lose data silently.
+
+Access: the config's ACL ``username`` and the password from its ``password_env``
+variable are sent on every new connection; with ``tls`` (or a ``rediss://`` url)
+connections are TLS, checked against the config's CA, with its client
+certificate if any. A failure to get in (wrong credentials, no password, a TLS
+handshake refused, an ACL denial) becomes one line that names the cause.
 """
 
 from __future__ import annotations
 
+import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -26,6 +33,7 @@ from redis.backoff import ExponentialBackoff
 from runtime.errors import TransportError, TransportUnavailableError
 from runtime.redis._server import EmbeddedRedis
 from runtime.redis.config import RedisConfig
+from runtime.redis.keys import Keys
 
 __all__ = (
     "blocking_twin",
@@ -60,12 +68,33 @@ def redis_errors(what: str) -> Iterator[None]:
     """
     try:
         yield
+    except rexc.AuthenticationError as exc:  # a ConnectionError: caught first
+        raise TransportUnavailableError(f"{what}: Redis refused the credentials: {exc}") from exc
     except (rexc.ConnectionError, rexc.TimeoutError, rexc.BusyLoadingError, OSError) as exc:
-        raise TransportUnavailableError(f"{what}: Redis unavailable: {exc}") from exc
-    except rexc.AuthenticationError as exc:
-        raise TransportUnavailableError(f"{what}: Redis refused the credentials") from exc
+        raise TransportUnavailableError(f"{what}: Redis unavailable: {_reason(exc)}") from exc
+    except rexc.NoPermissionError as exc:
+        raise TransportError(f"{what}: Redis denied it to this ACL user: {exc}") from exc
     except rexc.RedisError as exc:
         raise TransportError(f"{what}: Redis error: {exc}") from exc
+
+
+def _tls_error(exc: BaseException) -> ssl.SSLError | None:
+    """The TLS error behind ``exc`` (redis-py wraps it in a ConnectionError), if any."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _reason(exc: BaseException) -> str:
+    """Why a connection failed, in words (a TLS failure says so)."""
+    tls = _tls_error(exc)
+    if tls is None:
+        return str(exc)
+    detail = getattr(tls, "verify_message", None) or tls.reason or str(tls)
+    return f"TLS handshake failed: {detail}"
 
 
 def connect(
@@ -91,13 +120,20 @@ def connect(
     target = url or config.url
     if not target:
         raise ValueError("no Redis URL: pass one, or use open_client() for an embedded server")
+    if config.use_tls:
+        if target.startswith("unix:"):
+            raise ValueError(f"redis.tls needs a redis:// or rediss:// url, not {target}")
+        # The scheme is what makes redis-py's pools and cluster client use TLS.
+        target = "rediss:" + target.partition(":")[2]
     timeout = config.socket_timeout + config.block_ms / 1000 + _BLOCK_MARGIN
     options: dict[str, Any] = {
         "max_connections": connections or config.pool_size,
         "socket_timeout": timeout,
         "socket_connect_timeout": config.socket_timeout,
         "health_check_interval": _HEALTH_CHECK_INTERVAL,
+        "username": config.username,
         "password": config.password(),
+        **config.tls_options(),
         "retry": Retry(ExponentialBackoff(cap=1.0, base=0.05), retries=2),
         "decode_responses": False,
     }
@@ -117,19 +153,36 @@ def is_cluster(client: object) -> bool:
     return isinstance(client, RedisCluster)
 
 
-async def check_server(client: aioredis.Redis) -> None:
-    """Check that the server answers and never evicts keys.
+async def check_server(client: aioredis.Redis, config: RedisConfig | None = None) -> None:
+    """Check that the server lets this client in, answers, and never evicts keys.
+
+    The eviction policy is read with ``INFO memory``; an ACL user denied ``INFO``
+    gets a warning (``eviction_policy_unchecked``) instead of the check.
+
+    Args:
+        client: a client from :func:`connect`.
+        config: the config it was made from; with it, a failure to get in says
+            which setting to look at (the user, ``password_env``, the TLS files).
+
+    With ``config``, a key under its prefix is touched too, so an ACL user who
+    may not use that prefix is stopped here, in one line.
 
     Raises:
-        TransportUnavailableError: the server cannot be reached.
-        TransportError: its ``maxmemory-policy`` is not ``noeviction``.
+        TransportUnavailableError: the server cannot be reached, or refuses the
+            credentials or the TLS handshake.
+        TransportError: its ``maxmemory-policy`` is not ``noeviction``, or the
+            ACL user may not touch keys under the prefix.
     """
-    infos: dict[str, Any]
-    with redis_errors("connecting to Redis"):
-        if is_cluster(client):
-            infos = await client.info("memory", target_nodes=RedisCluster.PRIMARIES)
-        else:
-            infos = {"the server": await client.info("memory")}
+    try:
+        with redis_errors("connecting to Redis"):
+            infos = await _memory_infos(client)
+            if config is not None:
+                await _probe_prefix(client, config)
+    except TransportError as exc:
+        cause = exc.__cause__
+        if config is None or not isinstance(cause, rexc.RedisError):
+            raise
+        raise type(exc)(f"connecting to Redis: {_access_problem(cause, config)}") from cause
     for node, info in infos.items():
         policy = info.get("maxmemory_policy", "noeviction")
         if isinstance(policy, bytes):
@@ -140,6 +193,85 @@ async def check_server(client: aioredis.Redis) -> None:
                 "'noeviction' (an evicted stream or agent history would be lost "
                 "silently); run CONFIG SET maxmemory-policy noeviction"
             )
+
+
+async def _memory_infos(client: aioredis.Redis) -> dict[str, Any]:
+    """``INFO memory`` of every primary, by node; empty if the ACL denies INFO."""
+    try:
+        if is_cluster(client):
+            infos: dict[str, Any] = await client.info("memory", target_nodes=RedisCluster.PRIMARIES)
+            return infos
+        return {"the server": await client.info("memory")}
+    except rexc.NoPermissionError as exc:
+        # NOPERM means the login worked: only INFO is not allowed to this user.
+        log.warning("eviction_policy_unchecked", reason=str(exc))
+        return {}
+
+
+async def _probe_prefix(client: aioredis.Redis, config: RedisConfig) -> None:
+    """Touch a key under the prefix, so an ACL that forbids it fails here, once,
+    and not in every background loop later."""
+    await client.exists(Keys(config.prefix).workers())
+
+
+def _access_problem(exc: rexc.RedisError, config: RedisConfig) -> str:
+    """A failed first contact in words, with the setting most likely to blame."""
+    if isinstance(exc, rexc.NoPermissionError):
+        return (
+            f"the ACL user {config.user()!r} may not use keys under the prefix "
+            f"{config.prefix!r} (redis.prefix; the server said: {exc})"
+        )
+    if isinstance(exc, rexc.AuthenticationError):
+        if "username-password" not in str(exc) and config.password() is None:
+            return (
+                "Redis requires a password and none was given: set the environment "
+                f"variable {config.password_env} (redis.password_env)"
+            )
+        return (
+            f"Redis refused the credentials for user {config.user()!r}: a wrong "
+            f"password in {config.password_env}, or an unknown or disabled user ({exc})"
+        )
+    tls = _tls_error(exc)
+    if tls is not None:
+        return f"{_reason(exc)}: {_tls_hint(tls, config)}"
+    if isinstance(exc, rexc.ConnectionError) and "reset by peer" in str(exc):
+        # TLS 1.3 may finish the client's side of the handshake before the server
+        # rejects the client's certificate: then the rejection is a reset.
+        if not config.use_tls:
+            hint = "a TLS-only server resets plain connections: set redis.tls = true"
+        else:
+            hint = _client_certificate_hint(config)
+        return f"Redis unavailable: {exc} (if it is up: {hint})"
+    if isinstance(exc, rexc.TimeoutError) and config.use_tls:
+        return f"Redis unavailable: {exc} (if it is up: does that port speak TLS?)"
+    return f"Redis unavailable: {_reason(exc)}"
+
+
+def _tls_hint(error: ssl.SSLError, config: RedisConfig) -> str:
+    """Which TLS setting a failed handshake points at."""
+    reason = (error.reason or "").upper()
+    if isinstance(error, ssl.SSLCertVerificationError):
+        if "mismatch" in str(error).lower():
+            return "the certificate does not name the url's host (see redis.tls_check_hostname)"
+        if config.tls_ca_file is None:
+            return "set redis.tls_ca_file to the CA that signed the server's certificate"
+        return f"the server's certificate is not signed by the CA in {config.tls_ca_file}"
+    if "CERTIFICATE_REQUIRED" in reason:
+        return _NO_CLIENT_CERTIFICATE
+    return _client_certificate_hint(config)
+
+
+_NO_CLIENT_CERTIFICATE: Final = (
+    "the server wants a client certificate (tls-auth-clients): set "
+    "redis.tls_cert_file and redis.tls_key_file"
+)
+
+
+def _client_certificate_hint(config: RedisConfig) -> str:
+    """What to do about a server that rejects this client's certificate (or its lack)."""
+    if config.tls_cert_file is None:
+        return _NO_CLIENT_CERTIFICATE
+    return f"the server does not accept the client certificate {config.tls_cert_file}"
 
 
 @asynccontextmanager
@@ -156,7 +288,7 @@ async def open_client(config: RedisConfig) -> AsyncIterator[aioredis.Redis]:
     if config.url:
         client = connect(config)
         try:
-            await check_server(client)
+            await check_server(client, config)
             yield client
         finally:
             await client.aclose()
@@ -164,7 +296,7 @@ async def open_client(config: RedisConfig) -> AsyncIterator[aioredis.Redis]:
     async with EmbeddedRedis(aof=config.aof) as server:
         client = connect(config, server.url)
         try:
-            await check_server(client)
+            await check_server(client, config)
             yield client
         finally:
             await client.aclose()

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Final
+from pathlib import Path
+from typing import Any, Final, Literal
 
 import msgspec
 from redis.connection import parse_url
@@ -41,6 +42,11 @@ DEFAULT_OUTBOX_SIZE: Final = 10_000
 
 _URL_PASSWORD: Final = re.compile(r"(://[^:/@]*:)[^@]*@")
 
+#: Whether the client checks the server's certificate (``none`` is for tests only).
+TlsVerify = Literal["required", "none"]
+#: The TLS keys that name files, checked to be readable when the config is built.
+_TLS_FILES: Final = ("tls_ca_file", "tls_cert_file", "tls_key_file")
+
 
 class RedisConfig(_Section, frozen=True):
     """How to reach Redis and how the Redis transport behaves.
@@ -51,6 +57,17 @@ class RedisConfig(_Section, frozen=True):
         cluster: ``url`` names a node of a Redis Cluster.
         password_env: the environment variable holding the password (never put a
             password in a config file; one in ``url`` is hidden from reprs).
+        username: the Redis ACL user to log in as (None: the ``default`` user,
+            which is what a bare ``requirepass`` password is for).
+        tls: speak TLS to the server (a ``rediss://`` url does too).
+        tls_ca_file: the PEM file of the CA that signed the server's certificate
+            (None: the system's trusted CAs).
+        tls_cert_file: this client's certificate (PEM), for a server that
+            requires client certificates (``tls-auth-clients yes``).
+        tls_key_file: the private key of ``tls_cert_file`` (None: it is in that file).
+        tls_verify: ``required`` checks the server's certificate; ``none`` does
+            not (encrypted but unauthenticated: for tests, never for production).
+        tls_check_hostname: the server's certificate must name the url's host.
         prefix: the first part of every key.
         shards: command streams; agents map to them by a stable hash. Every
             worker and client of one deployment must use the same number.
@@ -96,6 +113,14 @@ class RedisConfig(_Section, frozen=True):
     retry_for: float = DEFAULT_RETRY_FOR
     outbox_size: int = DEFAULT_OUTBOX_SIZE
     aof: bool = False
+    # New keys go last: a config encoded by an older version still decodes.
+    username: str | None = None
+    tls: bool = False
+    tls_ca_file: str | None = None
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    tls_verify: TlsVerify = "required"
+    tls_check_hostname: bool = True
 
     def __post_init__(self) -> None:
         if self.url is not None:
@@ -125,6 +150,49 @@ class RedisConfig(_Section, frozen=True):
             )
         if not self.prefix or "{" in self.prefix or "}" in self.prefix:
             raise ValueError(f"prefix must be non-empty without braces, got {self.prefix!r}")
+        if self.username == "":
+            raise ValueError("username must not be empty (leave it unset for the default user)")
+        self._check_tls()
+
+    def _check_tls(self) -> None:
+        """TLS keys only with a TLS url, and every file they name readable."""
+        tls_keys = [key for key in _TLS_FILES if getattr(self, key) is not None]
+        if self.tls_verify != "required":
+            tls_keys.append("tls_verify")
+        if not self.tls_check_hostname:
+            tls_keys.append("tls_check_hostname")
+        if self.tls and (self.url is None or self.url.startswith("unix:")):
+            where = "an embedded server" if self.url is None else "a unix:// url"
+            raise ValueError(f"tls = true needs a redis:// or rediss:// url, not {where}")
+        if tls_keys and not self.use_tls:
+            raise ValueError(
+                f"{tls_keys[0]} is set but TLS is off: set tls = true or use a rediss:// url"
+            )
+        if self.tls_key_file is not None and self.tls_cert_file is None:
+            raise ValueError("tls_key_file is set without tls_cert_file (the certificate it signs)")
+        for key in _TLS_FILES:
+            path = getattr(self, key)
+            if path is not None:
+                problem = _unreadable(Path(path))
+                if problem:
+                    raise ValueError(f"{key}: cannot read {path}: {problem}")
+
+    @property
+    def use_tls(self) -> bool:
+        """True when the client speaks TLS (``tls = true`` or a ``rediss://`` url)."""
+        return self.tls or (self.url or "").startswith("rediss:")
+
+    def tls_options(self) -> dict[str, Any]:
+        """redis-py's ``ssl_*`` connection arguments for this config (empty without TLS)."""
+        if not self.use_tls:
+            return {}
+        return {
+            "ssl_ca_certs": self.tls_ca_file,
+            "ssl_certfile": self.tls_cert_file,
+            "ssl_keyfile": self.tls_key_file,
+            "ssl_cert_reqs": self.tls_verify,
+            "ssl_check_hostname": self.tls_check_hostname and self.tls_verify == "required",
+        }
 
     def __repr__(self) -> str:
         fields = []
@@ -135,6 +203,10 @@ class RedisConfig(_Section, frozen=True):
             fields.append(f"{name}={value!r}")
         return f"RedisConfig({', '.join(fields)})"
 
+    def user(self) -> str:
+        """The ACL user the client logs in as, for messages."""
+        return self.username or "default"
+
     def password(self) -> str | None:
         """The password from the ``password_env`` environment variable, if set."""
         return os.environ.get(self.password_env) or None
@@ -142,3 +214,17 @@ class RedisConfig(_Section, frozen=True):
     def replace(self, **changes: object) -> RedisConfig:
         """Return a copy with some fields changed (validated again)."""
         return msgspec.structs.replace(self, **changes)
+
+
+def _unreadable(path: Path) -> str | None:
+    """Why ``path`` cannot be read as a file, or None if it can."""
+    try:
+        with path.open("rb"):
+            pass
+    except FileNotFoundError:
+        return "no such file"
+    except IsADirectoryError:
+        return "it is a directory"
+    except OSError as exc:
+        return (exc.strerror or str(exc)).lower()
+    return None

@@ -236,7 +236,7 @@ class RedisTransport(Transport):
             client = connect(self.config, url)
             self._stack.push_async_callback(client.aclose)
         self._client = client
-        await check_server(client)
+        await check_server(client, self.config)
         # Blocking reads (one per owned shard) get a pool of their own.
         blocking = blocking_twin(client, self.config.shards + 4)
         if blocking is not client:

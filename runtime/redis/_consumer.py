@@ -319,16 +319,7 @@ async def _accept(t: RedisTransport, shard: Shard, entry: str, fields: dict[byte
         await _ack(t, shard, [entry])
         return
     delivery = StreamEnvelope(
-        recipient=env.recipient,
-        body=env.body,
-        id=env.id,
-        sender=env.sender,
-        reply_to=env.reply_to,
-        correlation=env.correlation,
-        deadline=env.deadline,
-        shard=shard.number,
-        entry=entry,
-        lease=shard.lease,
+        **_envelope_fields(env), shard=shard.number, entry=entry, lease=shard.lease
     )
     shard.inflight.add(entry)
     if env.id:
@@ -342,6 +333,11 @@ async def _accept(t: RedisTransport, shard: Shard, entry: str, fields: dict[byte
         await _dead_letter(t, shard, entry, data, str(exc))
         if delivery.correlation is not None:
             await t.reply(delivery, Reply(delivery.correlation, error=exc))
+
+
+def _envelope_fields(env: Envelope) -> dict[str, Any]:
+    """The fields an :class:`Envelope` has, as keyword arguments (to copy it)."""
+    return {name: getattr(env, name) for name in Envelope.__struct_fields__}
 
 
 def _given_up(address: str, *, reason: str) -> BaseException:
@@ -546,17 +542,7 @@ async def retry(t: RedisTransport, env: Envelope, allowed: bool) -> bool:
         + ("" if allowed else " (the actor's restart budget is spent)")
         + f" (max_deliveries={t.config.max_deliveries})"
     )
-    data = t.codec.encode_envelope(
-        Envelope(
-            recipient=env.recipient,
-            body=env.body,
-            id=env.id,
-            sender=env.sender,
-            reply_to=env.reply_to,
-            correlation=env.correlation,
-            deadline=env.deadline,
-        )
-    )
+    data = t.codec.encode_envelope(Envelope(**_envelope_fields(env)))
     try:
         await _dead_letter(t, shard, env.entry, data, reason)
     except TransportError as exc:

@@ -11,10 +11,12 @@ one actor never runs two messages at once.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from typing import Any, Final, Literal, Self
 
 import anyio
@@ -48,6 +50,47 @@ ActorFactory = Callable[[ActorContext], Actor]
 _STOP_HOOK_TIMEOUT: Final = 5.0
 #: How often the shutdown drain looks whether everything is quiet.
 _DRAIN_POLL: Final = 0.002
+
+
+class _Origin:
+    """The command a dispatcher is handling, and how many tells its handler sent."""
+
+    __slots__ = ("id", "sent")
+
+    def __init__(self, command: str) -> None:
+        self.id = command
+        self.sent = 0
+
+
+#: Longest id a derived one may have before it is hashed.
+_MAX_DERIVED_ID: Final = 48
+
+#: Set while a handler runs a command that has an id (over Redis, every one).
+_handling: ContextVar[_Origin | None] = ContextVar("actormem_handling", default=None)
+
+
+async def _receive_as_command(actor: Actor, env: Envelope) -> Any:
+    """``actor.receive(env.body)``, with the tells it sends numbered after ``env.id``."""
+    token = _handling.set(_Origin(env.id))
+    try:
+        return await actor.receive(env.body)
+    finally:
+        _handling.reset(token)
+
+
+def _derived_id() -> str:
+    """The id for a tell: ``<command id>.<n>`` for the n-th tell of a handler running
+    a command with an id, so a redelivered command sends the same ids again and the
+    recipients skip what they already applied; otherwise empty (the transport
+    makes one)."""
+    origin = _handling.get()
+    if origin is None:
+        return ""
+    origin.sent += 1
+    derived = f"{origin.id}.{origin.sent}"
+    if len(derived) > _MAX_DERIVED_ID:  # a chain of relays: keep ids short
+        derived = hashlib.blake2b(derived.encode(), digest_size=16).hexdigest()
+    return derived
 
 
 class RuntimeStats(msgspec.Struct, frozen=True, kw_only=True):
@@ -317,7 +360,7 @@ class Runtime(AsyncClosing):
     async def tell(self, address: str, message: Any) -> None:
         """Send ``message`` to ``address``, waiting while its mailbox is full."""
         self._check_open()
-        await self.transport.send(Envelope(recipient=address, body=message))
+        await self.transport.send(Envelope(recipient=address, body=message, id=_derived_id()))
         # A producer whose sends never block would otherwise never let the
         # dispatchers run until every mailbox was full.
         self._unyielded += 1
@@ -328,7 +371,7 @@ class Runtime(AsyncClosing):
     def tell_nowait(self, address: str, message: Any) -> None:
         """Send ``message`` to ``address`` now, or raise :class:`MailboxFullError`."""
         self._check_open()
-        self.transport.send_nowait(Envelope(recipient=address, body=message))
+        self.transport.send_nowait(Envelope(recipient=address, body=message, id=_derived_id()))
 
     async def ask(self, address: str, message: Any, timeout: float | None = None) -> Any:
         """Send ``message`` to ``address`` and return the reply (see :meth:`ActorRef.ask`)."""
@@ -581,7 +624,10 @@ class Runtime(AsyncClosing):
                 space.set()
             handled += 1
             try:
-                value = await actor.receive(env.body)
+                if env.id:
+                    value = await _receive_as_command(actor, env)
+                else:
+                    value = await actor.receive(env.body)
             except actor.expected_errors as exc:
                 self._rejected += 1
                 if self._hooked and not await self.transport.handled(env, actor, True):

@@ -19,9 +19,18 @@ Sending is asynchronous: ``tell`` returns once the envelope is queued in the
 outbox (bounded; a full outbox, or a shard stream over ``stream_limit``, makes
 senders wait), and a background task XADDs the queue in order, in pipelined
 batches, retrying while Redis is away; :meth:`RedisTransport.flush` waits until
-everything queued is in Redis, and closing flushes too. Effects a handler has
-on the world outside its own state (tells it sends, say) happen when it runs,
-not when its commit lands: a redelivered command sends them again, with new ids.
+everything queued is in Redis, and closing flushes too. Tells a handler sends
+go out when it runs, not when its commit lands, so a redelivered command sends
+them again, but with the same ids (``<command id>.<n>``): their recipients skip
+what they already applied. Asks it makes, and effects outside the runtime (an
+LLM call, a file), happen again.
+
+A durable actor's changes are stored by *group commits*: one fenced call per
+shard stores every command handled while the previous call was in flight, and
+the replies to those commands are sent only once their changes are stored. A
+handler failure is retried at once, before the agent's later commands, up to
+``max_deliveries`` times (or while the actor's restart budget lasts), then the
+command is dead-lettered.
 """
 
 from __future__ import annotations

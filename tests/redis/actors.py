@@ -64,7 +64,14 @@ class Flaky(msgspec.Struct, frozen=True, tag="ledger.Flaky"):
     token: str
 
 
-register_message_types(Add, GetState, Boom, Crash, Refuse, Reset, Flaky)
+class Relay(msgspec.Struct, frozen=True, tag="ledger.Relay"):
+    """Tells ``Add(token)`` to ``to``, then fails the first time it sees ``token``."""
+
+    token: str
+    to: str
+
+
+register_message_types(Add, GetState, Boom, Crash, Refuse, Reset, Flaky, Relay)
 
 _encoder = msgspec.msgpack.Encoder()
 _int = msgspec.msgpack.Decoder(int)
@@ -146,10 +153,27 @@ class Echo(Actor):
         return message
 
 
+class Relayer(Actor):
+    """Passes tokens on to a ledger, failing once per token after sending; not durable."""
+
+    seen: ClassVar[set[str]] = set()
+
+    async def receive(self, message: Any) -> Any:
+        match message:
+            case Relay(token=token, to=to):
+                await self.ctx.ref(to).tell(Add(token))
+                if token not in Relayer.seen:
+                    Relayer.seen.add(token)
+                    raise RuntimeError(f"failed after relaying {token}")
+                return None
+        raise TypeError(f"unexpected {message!r}")
+
+
 def register(rt: Runtime) -> None:
     """Register the test kinds (the worker subprocesses call this)."""
     rt.register("ledger", Ledger)
     rt.register("echo", Echo)
+    rt.register("relay", Relayer)
 
 
 class Brittle(Ledger):

@@ -32,6 +32,8 @@ from tests.redis.actors import (
     LedgerState,
     Refuse,
     RefusedError,
+    Relay,
+    Relayer,
     Reset,
     register,
 )
@@ -295,6 +297,26 @@ async def test_a_failed_command_is_retried_before_its_agent_s_later_commands(
     assert {a: s.tokens for a, s in zip(agents, states, strict=True)} == sent
     assert stats.redelivered == 12
     assert stats.dead_lettered == 0
+
+
+async def test_a_retried_handler_s_tells_are_not_applied_twice(
+    redis_client: aioredis.Redis, redis_config: RedisConfig
+) -> None:
+    # Each relay tells the ledger, then fails and is run again: the second tell
+    # carries the same id (derived from the command's), so the ledger skips it.
+    async with worker(redis_client, redis_config) as rt:
+        # Ten failures in a row: within a restart budget of 100.
+        rt.register("relays", Relayer, supervision=SupervisionConfig(max_restarts=100))
+        tokens = [f"r{n}" for n in range(10)]
+        for token in tokens:
+            await rt.ref("relays/a").tell(Relay(token, "ledger/relayed"))
+
+        async def relayed() -> bool:
+            return rt.transport.stats().duplicates >= 10  # type: ignore[attr-defined]
+
+        await eventually(relayed, "the second tells are skipped")
+        state = await rt.ref("ledger/relayed").ask(GetState())
+    assert state.tokens == tokens
 
 
 async def test_streams_are_trimmed_but_never_past_a_pending_entry(

@@ -299,7 +299,7 @@ class PoolActor(Actor):
         self._subs.load(state.subscriptions)
 
     async def receive(self, message: Any) -> Any:
-        if isinstance(message, AgentCommand):
+        if isinstance(message, AgentCommand | DeliveryOutcome):
             self._check_voucher(message)
         match message:
             case Share():
@@ -320,8 +320,9 @@ class PoolActor(Actor):
             case _:
                 raise InsightError(f"the pool does not handle {type(message).__name__}")
 
-    def _check_voucher(self, cmd: AgentCommand) -> None:
-        """Refuse a command that acts for an agent unless that agent's memory vouched for it."""
+    def _check_voucher(self, cmd: AgentCommand | DeliveryOutcome) -> None:
+        """Refuse a command that acts for an agent unless that agent's memory vouched
+        for it, and a DeliveryOutcome the pool did not make (vouch for) itself."""
         if self.voucher.check(cmd):
             return
         self._rejected += 1
@@ -329,6 +330,10 @@ class PoolActor(Actor):
         name = type(cmd).__name__
         why = "no voucher" if cmd.voucher is None else "a voucher that does not match"
         log.warning("pool_command_refused", command=name, agent=str(agent)[:64], reason=why)
+        if isinstance(cmd, DeliveryOutcome):
+            raise InsightSignatureError(
+                f"DeliveryOutcome is the pool's note to itself; this one carries {why}"
+            )
         raise InsightSignatureError(
             f"{name} acts for agent {str(agent)[:64]!r} but carries {why} from its memory "
             f"actor: send it through the agent's handle (rt.memory(name).{_VERB[name]}(...)); "
@@ -476,8 +481,11 @@ class PoolActor(Actor):
                 sent[0] += 1
 
         def outcome(_: Any, error: BaseException | None) -> DeliveryOutcome:
-            return DeliveryOutcome(
-                agent=agent, delivered=sent[0], error=None if error is None else str(error)
+            # Vouched for, so that nobody else can make the pool drop a backlog.
+            return self.voucher.vouch(
+                DeliveryOutcome(
+                    agent=agent, delivered=sent[0], error=None if error is None else str(error)
+                )
             )
 
         self.ctx.pipe(drain, wrap=outcome)

@@ -195,7 +195,8 @@ class DeliveryOutcome(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     """Internal: a background drain of an agent's deferred deliveries ended.
 
     The pool tells itself this. ``delivered`` reached the mailbox; ``error``
-    says why the drain stopped early, if it did.
+    says why the drain stopped early, if it did. The pool vouches for it and
+    refuses one it did not make.
     """
 
     reply_type: ClassVar[type[Any]] = type(None)
@@ -203,6 +204,7 @@ class DeliveryOutcome(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     agent: str
     delivered: int
     error: str | None = None
+    voucher: str | None = None
 
 
 #: The commands that act for an agent: the pool takes them only vouched for by

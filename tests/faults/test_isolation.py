@@ -30,6 +30,7 @@ from actors import commands as memory_commands
 from actors.commands import CompressionDone, MemoryExport, Vouch
 from actors.compression import CompressionOutcome
 from actors.pool_commands import (
+    DeliveryOutcome,
     GetPoolStats,
     QueryInsights,
     RegisterFact,
@@ -126,8 +127,8 @@ def test_the_pool_commands_that_name_an_agent_are_known() -> None:
         and t.__struct_config__.tag is not None
     ]
     named = {t.__name__: set(t.__struct_fields__) & AGENT_FIELDS for t in tagged}
-    # The pool takes all but DeliveryOutcome only vouched for by the named agent's
-    # memory (see the next tests); DeliveryOutcome is the pool's note to itself.
+    # The pool takes these only vouched for: by the named agent's memory (see the
+    # next tests), or, for DeliveryOutcome, its note to itself, by the pool.
     assert {k: v for k, v in named.items() if v} == {
         "DeliveryOutcome": {"agent"},
         "RegisterFact": {"source"},
@@ -157,6 +158,16 @@ async def test_a_share_cannot_claim_another_agent_as_its_source(memory_rt: Memor
     assert await memory_rt.ask("pool/main", QueryInsights()) == ()
     stats = await memory_rt.ask("pool/main", GetPoolStats())
     assert (stats.shared, stats.rejected) == (0, 3)
+
+
+async def test_nobody_makes_the_pool_drop_another_agents_deliveries(
+    memory_rt: MemoryRuntime,
+) -> None:
+    forged = DeliveryOutcome(agent="bob", delivered=5, error="gave up")
+    with pytest.raises(InsightSignatureError, match="the pool's note to itself"):
+        await memory_rt.ask("pool/main", forged)
+    stats = await memory_rt.ask("pool/main", GetPoolStats())
+    assert (stats.delivered, stats.failed_deliveries, stats.rejected) == (0, 0, 1)
 
 
 async def test_nobody_subscribes_another_agent(memory_rt: MemoryRuntime) -> None:

@@ -66,10 +66,13 @@ register_error_types(
 
 def register_actors(runtime: Runtime, config: AppConfig) -> None:
     """Register every domain actor kind on ``runtime`` (workers call this too)."""
-    runtime.register("memory", memory_factory(config))
+    # Over Redis, every process of the deployment vouches with one key by default.
+    transport = runtime.transport
+    deployment = transport.keys.prefix if isinstance(transport, RedisTransport) else ""
+    runtime.register("memory", memory_factory(config, deployment))
     runtime.register(COMPRESSOR_KIND, compressor_factory(config.compression))
     store = config.retention.store() if config.retention.policy == "persistent" else None
-    runtime.register("pool", PoolActor.factory(config.pool, store))
+    runtime.register("pool", PoolActor.factory(config.pool, store, deployment))
 
 
 def worker_register(runtime: Runtime) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import secrets
 import sys
 from collections.abc import Callable
 from contextlib import AsyncExitStack
@@ -15,6 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from actors._vouch import VOUCHER_KEY_ENV
 from actors.app import CONFIG_ENV, MemoryRuntime
 from actors.config import AppConfig, load_app_config
 from actors.simulation import SimulationReport, report_dict, run_simulation
@@ -198,6 +200,8 @@ async def _run(
             server = await stack.enter_async_context(EmbeddedRedis())
             redis = msgspec.structs.replace(redis, url=server.url)
         env = {CONFIG_ENV: path} if path else {}
+        # The workers vouch for and check agents' pool commands with one key.
+        env[VOUCHER_KEY_ENV] = secrets.token_hex(32)
         await stack.enter_async_context(
             WorkerProcesses(
                 workers, redis, "actors.app:worker_register", runtime=config.runtime, env=env

@@ -16,6 +16,7 @@ from actors.episodes import Episode
 from actors.insights import Insight
 from actors.longterm import Recalled
 from actors.messages import Message, Role, ToolCall
+from actors.pool_commands import AgentCommand
 
 __all__ = (
     "EXPORT_VERSION",
@@ -45,6 +46,7 @@ __all__ = (
     "StartEpisode",
     "Stats",
     "SummarizeEpisodes",
+    "Vouch",
 )
 
 #: The version of the export format written by ``Export`` and read by ``Load``.
@@ -307,6 +309,20 @@ class CompressionDone(_Command, frozen=True):
     token: str = ""
 
 
+class Vouch(_Command, frozen=True):
+    """Return ``command`` acting for this agent, vouched for, to send to the pool.
+
+    The memory actor sets the command's agent (``source`` of a share or fact,
+    ``agent`` of a subscription) to its own agent, whatever it was, and adds its
+    voucher: the pool takes commands that act for an agent only so (see
+    :mod:`actors._vouch`). The handle's ``share``, ``register_fact``,
+    ``subscribe`` and ``unsubscribe`` do this for you.
+    """
+
+    reply_type = AgentCommand
+    command: AgentCommand
+
+
 class EndRun(_Command, frozen=True):
     """A run ended: apply the retention policy (clear single_run, save persistent)."""
 
@@ -335,4 +351,5 @@ MemoryCommand = (
     | HeldInsights
     | EndRun
     | CompressionDone
+    | Vouch
 )

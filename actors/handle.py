@@ -38,6 +38,7 @@ from actors.commands import (
     StartEpisode,
     Stats,
     SummarizeEpisodes,
+    Vouch,
 )
 from actors.episodes import Episode
 from actors.errors import MemoryInputError
@@ -45,6 +46,7 @@ from actors.insights import Insight
 from actors.longterm import Recalled
 from actors.messages import ROLES, Message, Role, ToolCall
 from actors.pool_commands import (
+    AgentCommand,
     QueryInsights,
     RegisterFact,
     Share,
@@ -336,6 +338,16 @@ class MemoryHandle:
 
     # -- the insight pool ------------------------------------------------------------
 
+    async def _act(self, command: AgentCommand) -> Any:
+        """Have this agent's memory vouch for ``command``, then send it to the pool.
+
+        The pool takes a command that acts for an agent only from that agent's
+        memory actor (see :mod:`actors._vouch`), so nobody can share as, or
+        subscribe, another agent.
+        """
+        vouched = await self._ask(Vouch(command=command))
+        return await self.runtime.ask(self.pool, vouched, self.timeout)
+
     async def share(
         self,
         insight: str,
@@ -346,39 +358,35 @@ class MemoryHandle:
     ) -> ShareResult:
         """Share what this agent learned; the pool sends it to the topic's subscribers.
 
-        The pool records this agent as the source, drops exact and near duplicates
-        and keeps per-topic limits.
+        The pool records this agent as the source (vouched for by its memory
+        actor), drops exact and near duplicates and keeps per-topic limits.
         """
-        return await self.runtime.ask(  # type: ignore[no-any-return]
-            self.pool,
+        return await self._act(  # type: ignore[no-any-return]
             Share(
                 text=insight,
                 source=self.agent,
                 topic=topic,
                 importance=importance,
                 source_message_ids=tuple(source_message_ids),
-            ),
-            self.timeout,
+            )
         )
 
     async def register_fact(self, fact: str, importance: float = 1.0) -> ShareResult:
         """Register a fact every agent the pool knows receives (MARSYS's coordinated facts)."""
-        return await self.runtime.ask(  # type: ignore[no-any-return]
-            self.pool,
-            RegisterFact(text=fact, source=self.agent, importance=importance),
-            self.timeout,
+        return await self._act(  # type: ignore[no-any-return]
+            RegisterFact(text=fact, source=self.agent, importance=importance)
         )
 
     async def subscribe(self, *topics: str) -> SubscriptionState:
         """Receive the pool's insights on these topics (``*``, the default, is every topic)."""
-        return await self.runtime.ask(  # type: ignore[no-any-return]
-            self.pool, Subscribe(agent=self.agent, topics=topics or ("*",)), self.timeout
+        return await self._act(  # type: ignore[no-any-return]
+            Subscribe(agent=self.agent, topics=topics or ("*",))
         )
 
     async def unsubscribe(self, *topics: str) -> SubscriptionState:
         """Stop receiving these topics (``*``, the default, is all of them)."""
-        return await self.runtime.ask(  # type: ignore[no-any-return]
-            self.pool, Unsubscribe(agent=self.agent, topics=topics or ("*",)), self.timeout
+        return await self._act(  # type: ignore[no-any-return]
+            Unsubscribe(agent=self.agent, topics=topics or ("*",))
         )
 
     async def insights(self, topic: str = "*", k: int = 5) -> list[Insight]:

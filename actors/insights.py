@@ -101,7 +101,8 @@ class InsightError(MemoryInputError):
 
 
 class InsightSignatureError(InsightError):
-    """An insight's provenance HMAC is missing or does not match (forged or altered)."""
+    """A provenance HMAC is missing or does not match (forged or altered): an insight's
+    signature, or the voucher of a pool command that acts for an agent."""
 
 
 class Insight(msgspec.Struct, frozen=True, kw_only=True):

@@ -18,6 +18,7 @@ import msgspec
 import structlog
 
 from actors._bm25 import BM25
+from actors._vouch import AgentVoucher
 from actors.commands import (
     EXPORT_VERSION,
     Add,
@@ -45,6 +46,7 @@ from actors.commands import (
     StartEpisode,
     Stats,
     SummarizeEpisodes,
+    Vouch,
 )
 from actors.compression import (
     CONTEXT_RELOAD_TOOL,
@@ -60,6 +62,7 @@ from actors.conversation import group_units, leading_system_count
 from actors.errors import ContextBudgetError, MemoryInputError
 from actors.insights import InsightDelivery
 from actors.messages import Message, count_tokens, decode_message, encode_message
+from actors.pool_commands import AgentCommand, RegisterFact, Share
 from actors.recall import BLOCK_FRAMING, BLOCK_SHARE, AgentRecall, RecallConfig
 from runtime import Actor, ActorContext, TokenCounter, get_counter
 from runtime.tokens import REPLY_PRIMING_TOKENS
@@ -144,16 +147,23 @@ class AgentMemory(Actor):
         "_tokens_saved",
         "_unobserved",
         "_version",
+        "_voucher",
         "_working",
         "_working_tokens",
         "agent",
     )
 
     def __init__(
-        self, ctx: ActorContext, config: AppConfig, recall: RecallConfig, counter: TokenCounter
+        self,
+        ctx: ActorContext,
+        config: AppConfig,
+        recall: RecallConfig,
+        counter: TokenCounter,
+        voucher: AgentVoucher | None = None,
     ) -> None:
         super().__init__(ctx)
         self.agent = ctx.key
+        self._voucher = voucher or config.pool.voucher()
         self._config = config.memory
         self._compression = config.compression
         self._compressing = False
@@ -254,6 +264,8 @@ class AgentMemory(Actor):
                 self.recall.changed()
                 await self.recall.retention.end_run()
                 return None
+            case Vouch(command=command):
+                return self._vouch(command)
         raise MemoryInputError(f"an agent memory does not serve {type(message).__name__}")
 
     @property
@@ -434,6 +446,19 @@ class AgentMemory(Actor):
         if removed:
             self._set_working([m for pos, m in enumerate(working) if pos in keep])
         return PruneResult(removed=removed, working_tokens=self._working_tokens)
+
+    def _vouch(self, command: AgentCommand) -> AgentCommand:
+        """Make ``command`` act for this agent, whatever agent it named, and vouch for it."""
+        if not isinstance(command, AgentCommand):
+            raise MemoryInputError(
+                f"vouch takes Share, RegisterFact, Subscribe or Unsubscribe, "
+                f"not {type(command).__name__}"
+            )
+        if isinstance(command, Share | RegisterFact):
+            mine: AgentCommand = msgspec.structs.replace(command, source=self.agent)
+        else:
+            mine = msgspec.structs.replace(command, agent=self.agent)
+        return self._voucher.vouch(mine)
 
     # -- compression ------------------------------------------------------------------
 
@@ -778,8 +803,11 @@ class _Conversation:
         self._memory._clear(history=True)
 
 
-def memory_factory(config: AppConfig) -> Callable[[ActorContext], AgentMemory]:
-    """Return the factory the runtime calls to activate an agent's memory actor."""
+def memory_factory(
+    config: AppConfig, deployment: str = ""
+) -> Callable[[ActorContext], AgentMemory]:
+    """Return the factory the runtime calls to activate an agent's memory actor
+    (``deployment``: see :class:`~actors._vouch.AgentVoucher`)."""
     counter = get_counter(config.memory.encoding)
     recall = RecallConfig(
         pool=config.pool,
@@ -790,9 +818,10 @@ def memory_factory(config: AppConfig) -> Callable[[ActorContext], AgentMemory]:
     # Embeddings make retrieval await the network, so receive may suspend: asks
     # must then go through the mailbox instead of running inline.
     cls = AgentMemory if not config.longterm.embedding_base_url else _SuspendingAgentMemory
+    voucher = config.pool.voucher(deployment)
 
     def make(ctx: ActorContext) -> AgentMemory:
-        return cls(ctx, config, recall, counter)
+        return cls(ctx, config, recall, counter, voucher)
 
     return make
 

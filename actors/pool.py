@@ -38,6 +38,7 @@ import structlog
 
 from actors._bm25 import BM25, tokenize
 from actors._subscriptions import Subscriptions
+from actors._vouch import AgentVoucher
 from actors.insights import (
     DEFAULT_MAX_INSIGHT_CHARS,
     DEFAULT_NEAR_DUPLICATE_THRESHOLD,
@@ -45,6 +46,7 @@ from actors.insights import (
     Insight,
     InsightDelivery,
     InsightError,
+    InsightSignatureError,
     InsightSigner,
     NearDuplicateIndex,
     clean_label,
@@ -53,6 +55,7 @@ from actors.insights import (
 )
 from actors.pool_commands import (
     WILDCARD,
+    AgentCommand,
     DeliveryOutcome,
     GetPoolStats,
     PoolStats,
@@ -143,18 +146,33 @@ class PoolConfig(_Section, frozen=True):
             f"hmac_key_env={self.hmac_key_env!r})"
         )
 
+    def _key(self) -> str:
+        key = self.hmac_key
+        if not key and self.hmac_key_env:
+            key = os.environ.get(self.hmac_key_env, "")
+            if not key:
+                raise ValueError(f"hmac_key_env: environment variable {self.hmac_key_env} is unset")
+        return key
+
     def signer(self) -> InsightSigner | None:
         """Return the signer for the configured key, or None when there is none.
 
         Raises:
             ValueError: ``hmac_key_env`` names a variable that is unset or too short.
         """
-        key = self.hmac_key
-        if not key and self.hmac_key_env:
-            key = os.environ.get(self.hmac_key_env, "")
-            if not key:
-                raise ValueError(f"hmac_key_env: environment variable {self.hmac_key_env} is unset")
+        key = self._key()
         return InsightSigner(key) if key else None
+
+    def voucher(self, deployment: str = "") -> AgentVoucher:
+        """Return what makes and checks agent vouchers (see :mod:`actors._vouch`).
+
+        Keyed by the configured HMAC key, else by ``ACTORMEM_VOUCHER_KEY``, else by
+        this process's random key.
+
+        Raises:
+            ValueError: ``hmac_key_env`` names a variable that is unset.
+        """
+        return AgentVoucher(self._key(), deployment)
 
 
 # -- the actor ------------------------------------------------------------------------
@@ -212,11 +230,13 @@ class PoolActor(Actor):
         ctx: ActorContext,
         config: PoolConfig | None = None,
         store: SessionStore | None = None,
+        deployment: str = "",
     ) -> None:
         super().__init__(ctx)
         self.config = config or PoolConfig()
         self.store = store
         self.signer = self.config.signer()
+        self.voucher = self.config.voucher(deployment)
         self.facts_topic = self.config.facts_topic.casefold()
         self._topics: dict[str, _Topic] = {}
         self._subs = Subscriptions()
@@ -233,10 +253,14 @@ class PoolActor(Actor):
 
     @classmethod
     def factory(
-        cls, config: PoolConfig | None = None, store: SessionStore | None = None
+        cls,
+        config: PoolConfig | None = None,
+        store: SessionStore | None = None,
+        deployment: str = "",
     ) -> Callable[[ActorContext], PoolActor]:
-        """Return an actor factory for ``rt.register("pool", ...)``."""
-        return functools.partial(cls, config=config, store=store)
+        """Return an actor factory for ``rt.register("pool", ...)`` (``deployment``:
+        see :class:`~actors._vouch.AgentVoucher`)."""
+        return functools.partial(cls, config=config, store=store, deployment=deployment)
 
     async def on_start(self) -> None:
         if self.store is None:
@@ -280,6 +304,8 @@ class PoolActor(Actor):
         self._subs.load(state.subscriptions)
 
     async def receive(self, message: Any) -> Any:
+        if isinstance(message, AgentCommand | DeliveryOutcome):
+            self._check_voucher(message)
         match message:
             case Share():
                 return self._share_command(message, message.topic)
@@ -298,6 +324,26 @@ class PoolActor(Actor):
                 return None
             case _:
                 raise InsightError(f"the pool does not handle {type(message).__name__}")
+
+    def _check_voucher(self, cmd: AgentCommand | DeliveryOutcome) -> None:
+        """Refuse a command that acts for an agent unless that agent's memory vouched
+        for it, and a DeliveryOutcome the pool did not make (vouch for) itself."""
+        if self.voucher.check(cmd):
+            return
+        self._rejected += 1
+        agent = cmd.source if isinstance(cmd, Share | RegisterFact) else cmd.agent
+        name = type(cmd).__name__
+        why = "no voucher" if cmd.voucher is None else "a voucher that does not match"
+        log.warning("pool_command_refused", command=name, agent=str(agent)[:64], reason=why)
+        if isinstance(cmd, DeliveryOutcome):
+            raise InsightSignatureError(
+                f"DeliveryOutcome is the pool's note to itself; this one carries {why}"
+            )
+        raise InsightSignatureError(
+            f"{name} acts for agent {str(agent)[:64]!r} but carries {why} from its memory "
+            f"actor: send it through the agent's handle (rt.memory(name).{_VERB[name]}(...)); "
+            "across worker processes, set pool.hmac_key (or ACTORMEM_VOUCHER_KEY) on every one"
+        )
 
     # -- sharing ------------------------------------------------------------------
 
@@ -440,8 +486,11 @@ class PoolActor(Actor):
                 sent[0] += 1
 
         def outcome(_: Any, error: BaseException | None) -> DeliveryOutcome:
-            return DeliveryOutcome(
-                agent=agent, delivered=sent[0], error=None if error is None else str(error)
+            # Vouched for, so that nobody else can make the pool drop a backlog.
+            return self.voucher.vouch(
+                DeliveryOutcome(
+                    agent=agent, delivered=sent[0], error=None if error is None else str(error)
+                )
             )
 
         self.ctx.pipe(drain, wrap=outcome)
@@ -535,6 +584,15 @@ class PoolActor(Actor):
             topics=len(self._topics),
             agents=len(self._subs),
         )
+
+
+#: The handle method that sends each command vouched for (for error messages).
+_VERB: Final = {
+    "Share": "share",
+    "RegisterFact": "register_fact",
+    "Subscribe": "subscribe",
+    "Unsubscribe": "unsubscribe",
+}
 
 
 class _EmptyTopic:

@@ -17,6 +17,7 @@ from runtime.ids import new_id
 __all__ = (
     "DEFAULT_QUERY_K",
     "WILDCARD",
+    "AgentCommand",
     "DeliveryOutcome",
     "GetPoolStats",
     "PoolCommand",
@@ -76,7 +77,8 @@ class PoolStats(msgspec.Struct, frozen=True, kw_only=True):
         near_duplicates: of those, the near (not exact) ones.
         delivered: deliveries that reached a memory actor's mailbox.
         failed_deliveries: deliveries that could not be made (logged each).
-        rejected: shares refused as invalid.
+        rejected: shares refused as invalid, and commands refused for want of
+            a valid voucher.
         evicted: insights dropped by per-topic limits.
         insights: insights held now.
         topics: topics held now.
@@ -105,6 +107,8 @@ class Share(msgspec.Struct, frozen=True, kw_only=True, tag=True):
         importance: 0..1.
         source_message_ids: ids of the messages it came from.
         id: the command's id; a redelivered command returns its first result.
+        voucher: set by ``memory/<source>`` (:class:`~actors.commands.Vouch`);
+            the pool refuses the command without a valid one.
     """
 
     reply_type: ClassVar[type[Any]] = ShareResult
@@ -115,12 +119,13 @@ class Share(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     importance: float = 0.5
     source_message_ids: tuple[str, ...] = ()
     id: str = msgspec.field(default_factory=new_id)
+    voucher: str | None = None
 
 
 class RegisterFact(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     """Register a fact that every known agent receives (the facts topic).
 
-    Replies :class:`ShareResult`.
+    Replies :class:`ShareResult`. Vouched for like :class:`Share`.
     """
 
     reply_type: ClassVar[type[Any]] = ShareResult
@@ -130,6 +135,7 @@ class RegisterFact(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     importance: float = 1.0
     source_message_ids: tuple[str, ...] = ()
     id: str = msgspec.field(default_factory=new_id)
+    voucher: str | None = None
 
 
 class Subscribe(msgspec.Struct, frozen=True, kw_only=True, tag=True):
@@ -139,7 +145,7 @@ class Subscribe(msgspec.Struct, frozen=True, kw_only=True, tag=True):
 
     An empty ``topics`` only makes the agent known (it then gets facts).
     ``backfill`` > 0 also delivers up to that many of the best insights already
-    held on the new topics.
+    held on the new topics. Vouched for by ``memory/<agent>`` like :class:`Share`.
     """
 
     reply_type: ClassVar[type[Any]] = SubscriptionState
@@ -147,19 +153,21 @@ class Subscribe(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     agent: str
     topics: tuple[str, ...] = (WILDCARD,)
     backfill: int = 0
+    voucher: str | None = None
 
 
 class Unsubscribe(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     """Unsubscribe ``agent`` from topics; ``*`` (the default) drops every subscription.
 
     Unsubscribing a named topic while subscribed to ``*`` excludes that topic.
-    Replies :class:`SubscriptionState`.
+    Replies :class:`SubscriptionState`. Vouched for like :class:`Subscribe`.
     """
 
     reply_type: ClassVar[type[Any]] = SubscriptionState
 
     agent: str
     topics: tuple[str, ...] = (WILDCARD,)
+    voucher: str | None = None
 
 
 class QueryInsights(msgspec.Struct, frozen=True, kw_only=True, tag=True):
@@ -187,7 +195,8 @@ class DeliveryOutcome(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     """Internal: a background drain of an agent's deferred deliveries ended.
 
     The pool tells itself this. ``delivered`` reached the mailbox; ``error``
-    says why the drain stopped early, if it did.
+    says why the drain stopped early, if it did. The pool vouches for it and
+    refuses one it did not make.
     """
 
     reply_type: ClassVar[type[Any]] = type(None)
@@ -195,7 +204,12 @@ class DeliveryOutcome(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     agent: str
     delivered: int
     error: str | None = None
+    voucher: str | None = None
 
+
+#: The commands that act for an agent: the pool takes them only vouched for by
+#: that agent's memory actor (see :mod:`actors._vouch`).
+AgentCommand = Share | RegisterFact | Subscribe | Unsubscribe
 
 PoolCommand = (
     Share | RegisterFact | Subscribe | Unsubscribe | QueryInsights | GetPoolStats | DeliveryOutcome

@@ -417,6 +417,11 @@ class Runtime(AsyncClosing):
         finally:
             timer.cancel()
             self._pending.pop(correlation, None)
+            future = slot.future
+            if future.done() and not future.cancelled():
+                # The timer may have failed it while the send still waited: mark
+                # the error seen (else asyncio reports it as never retrieved).
+                future.exception()
         reply = slot.reply
         assert reply is not None
         if reply.error is not None:

@@ -3,14 +3,14 @@
 One queue per transport, so a sender's messages reach the streams in the order
 they were sent; bounded, so a producer that outruns Redis (or sends while Redis
 is away) waits instead of growing memory without limit. Streams are bounded
-too: while a shard stream holds more than ``stream_limit`` entries (its workers
-are down or behind) the outbox stops writing, so producers wait (backpressure)
-instead of filling Redis's memory.
+too: the outbox writes to a shard stream only while it holds fewer than
+``stream_limit`` entries (its workers are down or behind once it is that long),
+whatever the other streams in the same batch do; otherwise it stops writing, so
+producers wait (backpressure) instead of filling Redis's memory.
 """
 
 from __future__ import annotations
 
-import itertools
 from collections import deque
 from collections.abc import Callable
 from typing import Final
@@ -130,24 +130,35 @@ class Outbox:
             drained.set()
 
     def _next_batch(self) -> list[tuple[str, bytes]]:
-        """The entries to write next: up to ``_BATCH``, stopping before one whose
-        stream would pass ``stream_limit`` (the first one already has room)."""
-        lengths, limit = self._lengths, self.stream_limit
-        adding: dict[str, int] = {}
+        """The entries at the head of the queue that their streams have room for.
+
+        The batch ends before the first entry whose stream would pass
+        ``stream_limit`` (as of the lengths last seen), so a stream nobody reads
+        stays bounded even while the head of the queue is for another one; the
+        head always has room (:meth:`_wait_for_room` saw to it).
+        """
+        room: dict[str, int] = {}
         batch: list[tuple[str, bytes]] = []
-        for item in itertools.islice(self._queue, _BATCH):
-            stream = item[0]
-            count = adding.get(stream, 0)
-            if batch and lengths.get(stream, 0) + count >= limit:
+        for i in range(min(len(self._queue), _BATCH)):
+            stream, data = self._queue[i]
+            left = room.get(stream)
+            if left is None:
+                known = self._lengths.get(stream)
+                if known is None and batch:
+                    break  # not measured yet: it becomes the head, and is measured then
+                left = self.stream_limit - (known or 0)
+            if left <= 0 and batch:
                 break
-            adding[stream] = count + 1
-            batch.append(item)
+            room[stream] = left - 1
+            batch.append((stream, data))
         return batch
 
     async def _wait_for_room(self) -> None:
-        """Pause while the stream the next entry goes to is over ``stream_limit``."""
+        """Pause while the stream the next entry goes to is over ``stream_limit``
+        (measuring it first if this outbox has not written to it yet)."""
         stream = self._queue[0][0]
-        if self._lengths.get(stream, 0) < self.stream_limit:
+        known = self._lengths.get(stream)
+        if known is not None and known < self.stream_limit:
             return
         pause = 0.02
         waited = False

@@ -3,23 +3,42 @@
 A handle is bound to one agent: every memory command goes to that agent's actor,
 and no memory command names an agent, so nothing sent through ``rt.memory("a")``
 can read or change another agent's memory. The insight pool's commands do name
-agents (the sharing source, the subscriber); the last test pins what that lets a
-caller of ``rt.ask`` claim (see the report).
+agents (the sharing source, the subscriber), so the pool takes them only vouched
+for by that agent's memory actor: nobody else can share as, or (un)subscribe,
+another agent, whether through a handle or a raw ``rt.ask``.
 """
 
 from __future__ import annotations
 
 import typing
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
 import pytest
 
-from actors import MemoryInputError, MemoryRuntime, Message, pool_commands
+from actors import (
+    AppConfig,
+    InsightSignatureError,
+    MemoryInputError,
+    MemoryRuntime,
+    Message,
+    PoolConfig,
+    pool_commands,
+)
 from actors import commands as memory_commands
-from actors.commands import CompressionDone, MemoryExport
+from actors.commands import CompressionDone, MemoryExport, Vouch
 from actors.compression import CompressionOutcome
-from actors.pool_commands import Share
+from actors.pool_commands import (
+    DeliveryOutcome,
+    GetPoolStats,
+    QueryInsights,
+    RegisterFact,
+    Share,
+    Subscribe,
+    Unsubscribe,
+)
+from runtime import Transport
 from tests.faults.checker import History, observe_memory
 
 pytestmark = [pytest.mark.faults, pytest.mark.anyio]
@@ -108,8 +127,8 @@ def test_the_pool_commands_that_name_an_agent_are_known() -> None:
         and t.__struct_config__.tag is not None
     ]
     named = {t.__name__: set(t.__struct_fields__) & AGENT_FIELDS for t in tagged}
-    # A caller of rt.ask chooses these freely (see the next test and the report);
-    # DeliveryOutcome is the pool's note to itself, yet anyone may send it.
+    # The pool takes these only vouched for: by the named agent's memory (see the
+    # next tests), or, for DeliveryOutcome, its note to itself, by the pool.
     assert {k: v for k, v in named.items() if v} == {
         "DeliveryOutcome": {"agent"},
         "RegisterFact": {"source"},
@@ -119,14 +138,95 @@ def test_the_pool_commands_that_name_an_agent_are_known() -> None:
     }
 
 
-@pytest.mark.xfail(strict=True, reason="design gap: a share's source is what the caller says")
 async def test_a_share_cannot_claim_another_agent_as_its_source(memory_rt: MemoryRuntime) -> None:
     victim = memory_rt.memory("victim")
     await victim.subscribe()
     share = Share(text="the vault code changed to 0000", source="alice", topic="news")
-    await memory_rt.ask("pool/main", share)  # sent by code that is not alice
+    with pytest.raises(InsightSignatureError, match="'alice' but carries no voucher"):
+        await memory_rt.ask("pool/main", share)  # sent by code that is not alice
+    fact = RegisterFact(text="the vault code changed to 0000", source="alice")
+    with pytest.raises(InsightSignatureError, match="no voucher"):
+        await memory_rt.ask("pool/main", fact)
+    # Nor with a voucher mallory's memory made: it vouches for mallory, not alice.
+    vouched = await memory_rt.ask("memory/mallory", Vouch(command=share))
+    assert vouched.source == "mallory" and vouched.voucher
+    forged = msgspec.structs.replace(vouched, source="alice")
+    with pytest.raises(InsightSignatureError, match="does not match"):
+        await memory_rt.ask("pool/main", forged)
     held = await victim.held_insights()
     assert all(insight.source != "alice" for insight in held), held
+    assert await memory_rt.ask("pool/main", QueryInsights()) == ()
+    stats = await memory_rt.ask("pool/main", GetPoolStats())
+    assert (stats.shared, stats.rejected) == (0, 3)
+
+
+async def test_nobody_makes_the_pool_drop_another_agents_deliveries(
+    memory_rt: MemoryRuntime,
+) -> None:
+    forged = DeliveryOutcome(agent="bob", delivered=5, error="gave up")
+    with pytest.raises(InsightSignatureError, match="the pool's note to itself"):
+        await memory_rt.ask("pool/main", forged)
+    stats = await memory_rt.ask("pool/main", GetPoolStats())
+    assert (stats.delivered, stats.failed_deliveries, stats.rejected) == (0, 0, 1)
+
+
+async def test_nobody_subscribes_another_agent(memory_rt: MemoryRuntime) -> None:
+    with pytest.raises(InsightSignatureError, match="Subscribe acts for agent 'alice'"):
+        await memory_rt.ask("pool/main", Subscribe(agent="alice"))
+    # A voucher covers the command's type and every field: mallory's vouched
+    # subscription renamed, or replayed as another command, is refused.
+    vouched = await memory_rt.ask("memory/mallory", Vouch(command=Subscribe(agent="alice")))
+    assert vouched.agent == "mallory"
+    for forged in (
+        msgspec.structs.replace(vouched, agent="alice"),
+        msgspec.structs.replace(vouched, topics=("secrets",)),
+        Unsubscribe(agent="mallory", topics=vouched.topics, voucher=vouched.voucher),
+    ):
+        with pytest.raises(InsightSignatureError, match="does not match"):
+            await memory_rt.ask("pool/main", forged)
+    await memory_rt.memory("bob").share("the ferry leaves at noon", "news")
+    assert await memory_rt.memory("alice").held_insights() == []
+    assert (await memory_rt.ask("pool/main", GetPoolStats())).agents == 0
+
+
+async def test_nobody_unsubscribes_another_agent(memory_rt: MemoryRuntime) -> None:
+    alice = memory_rt.memory("alice")
+    await alice.subscribe("news")
+    with pytest.raises(InsightSignatureError, match="Unsubscribe acts for agent 'alice'"):
+        await memory_rt.ask("pool/main", Unsubscribe(agent="alice"))
+    # Mallory's handle only ever unsubscribes mallory.
+    state = await memory_rt.memory("mallory").unsubscribe("news")
+    assert state.agent == "mallory"
+    await memory_rt.memory("bob").share("the ferry leaves at noon", "news")
+    held = await alice.held_insights()
+    assert [(i.text, i.source) for i in held] == [("the ferry leaves at noon", "bob")]
+
+
+@pytest.mark.parametrize("keyed", [False, True], ids=["process-key", "hmac-key"])
+async def test_a_share_through_the_handle_reaches_subscribers_with_its_source(
+    make_transport: Callable[[], Transport], keyed: bool
+) -> None:
+    key = "isolation-test-key-0123456789" if keyed else ""
+    config = AppConfig(pool=PoolConfig(hmac_key=key))
+    async with MemoryRuntime(config, transport=make_transport()) as rt:
+        alice, bob, carol = rt.memory("alice"), rt.memory("bob"), rt.memory("carol")
+        await bob.subscribe("news")
+        await carol.subscribe()
+        await carol.unsubscribe("news")
+        result = await alice.share("the bridge closes at nine", "news", 0.8)
+        assert (result.status, result.recipients, result.insight.source) == ("new", 1, "alice")
+        fact = await carol.register_fact("the town hall burned down")
+        assert fact.insight.source == "carol"
+        bob_held = await bob.held_insights()
+        assert {(i.text, i.source) for i in bob_held} == {
+            ("the bridge closes at nine", "alice"),
+            ("the town hall burned down", "carol"),
+        }
+        assert await carol.held_insights() == []  # unsubscribed from news; its own fact
+        signer = config.pool.signer()
+        if signer is not None:  # the provenance HMAC signs the vouched source
+            assert all(signer.verify(i) for i in bob_held)
+        assert all((i.signature is not None) == keyed for i in bob_held)
 
 
 async def test_a_compression_result_nobody_asked_for_changes_nothing(

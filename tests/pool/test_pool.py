@@ -22,6 +22,7 @@ from actors.insights import (
 )
 from actors.pool import PoolActor, PoolConfig
 from actors.pool_commands import (
+    AgentCommand,
     GetPoolStats,
     PoolStats,
     QueryInsights,
@@ -72,11 +73,25 @@ class Recorder(Actor):
         raise TypeError(type(message).__name__)
 
 
+class VouchedPool:
+    """The pool as agents' memory actors reach it: commands acting for an agent are
+    vouched for (what ``Vouch`` does in the memory actor), the rest sent as they are."""
+
+    def __init__(self, rt: Runtime, config: PoolConfig | None = None) -> None:
+        self.ref = rt.ref("pool/main")
+        self.voucher = (config or PoolConfig()).voucher()
+
+    async def ask(self, message: Any) -> Any:
+        if isinstance(message, AgentCommand):
+            message = self.voucher.vouch(message)
+        return await self.ref.ask(message)
+
+
 class Harness:
-    def __init__(self, rt: Runtime, log: dict[str, list[Insight]]) -> None:
+    def __init__(self, rt: Runtime, log: dict[str, list[Insight]], config: PoolConfig) -> None:
         self.rt = rt
         self.log = log
-        self.pool = rt.ref("pool/main")
+        self.pool = VouchedPool(rt, config)
 
     async def share(self, text: str, source: str, topic: str = "news", **kw: Any) -> ShareResult:
         result = await self.pool.ask(Share(text=text, source=source, topic=topic, **kw))
@@ -105,7 +120,7 @@ async def _harness(
     async with Runtime(RuntimeConfig(**rt_kw)) as rt:
         rt.register("pool", PoolActor.factory(cfg))
         rt.register("memory", lambda ctx: Recorder(ctx, log, signer), mailbox_size=mailbox_size)
-        yield Harness(rt, log)
+        yield Harness(rt, log, cfg)
 
 
 @pytest.fixture
@@ -345,7 +360,7 @@ async def _share_to_gated(
         rt.register(
             "memory", lambda ctx: Gated(ctx, gate, log, crash), mailbox_size=1, supervision=stop
         )
-        pool = rt.ref("pool/main")
+        pool = VouchedPool(rt, config)
         await pool.ask(Subscribe(agent="gated", topics=("*",)))
         for n in range(shares):
             await pool.ask(Share(text=f"fact {n} holds", source="a"))
@@ -390,7 +405,7 @@ async def test_a_memory_actor_that_stops_fails_its_waiting_deliveries() -> None:
 async def test_delivery_to_a_missing_memory_kind_is_counted_not_lost_silently() -> None:
     async with Runtime() as rt:
         rt.register("pool", PoolActor.factory())
-        pool = rt.ref("pool/main")
+        pool = VouchedPool(rt)
         await pool.ask(Subscribe(agent="ghost", topics=("*",)))
         await pool.ask(Share(text="anyone there", source="a"))
         stats = await pool.ask(GetPoolStats())
@@ -419,7 +434,7 @@ async def test_pool_state_survives_a_restart_with_a_store(tmp_path: Path) -> Non
     config = PoolConfig(hmac_key=KEY)
     async with Runtime() as rt:
         rt.register("pool", PoolActor.factory(config, store))
-        pool = rt.ref("pool/main")
+        pool = VouchedPool(rt, config)
         await pool.ask(Subscribe(agent="bob", topics=("*",)))
         await pool.ask(Unsubscribe(agent="bob", topics=("sports",)))
         first = await pool.ask(Share(text="the lighthouse lamp is lit at dusk", source="a"))
@@ -427,7 +442,7 @@ async def test_pool_state_survives_a_restart_with_a_store(tmp_path: Path) -> Non
     async with Runtime() as rt:
         rt.register("pool", PoolActor.factory(config, store))
         rt.register("memory", lambda ctx: Recorder(ctx, log, config.signer()))
-        pool = rt.ref("pool/main")
+        pool = VouchedPool(rt, config)
         kept = await pool.ask(QueryInsights())
         assert kept == (first.insight,)
         again = await pool.ask(Share(text="The lighthouse lamp is lit at dusk!", source="c"))
@@ -443,3 +458,28 @@ async def test_insights_in_other_scripts_are_shared_and_deduplicated(h: Harness)
     first = await h.share("東京の天気は晴れです", "aiko")
     again = await h.share("東京の天気は晴れです。", "ben")
     assert first.status == "new" and again.status == "duplicate"
+
+
+@pytest.mark.anyio
+async def test_the_pool_takes_commands_for_an_agent_only_vouched_for_with_its_key() -> None:
+    config = PoolConfig(hmac_key=KEY)
+    commands: list[AgentCommand] = [
+        Subscribe(agent="bob"),
+        Unsubscribe(agent="bob", topics=("sports",)),
+        Share(text="the ferry leaves at noon", source="alice"),
+        RegisterFact(text="the bakery closed", source="alice"),
+    ]
+    async for h in _harness(config):
+        for cmd in commands:
+            with pytest.raises(InsightSignatureError, match="no voucher"):
+                await h.pool.ref.ask(cmd)
+            # Vouched for with another key (another process's random key, say).
+            elsewhere = PoolConfig().voucher().vouch(cmd)
+            with pytest.raises(InsightSignatureError, match=r"set pool\.hmac_key"):
+                await h.pool.ref.ask(elsewhere)
+        assert (await h.stats()).rejected == 2 * len(commands)
+        for cmd in commands:  # the same commands, vouched for with the pool's key
+            await h.pool.ask(cmd)
+        stats = await h.stats()
+        assert (stats.shared, stats.agents, stats.rejected) == (2, 1, 8)
+        assert await h.received("bob") == ["the ferry leaves at noon", "the bakery closed"]

@@ -302,3 +302,46 @@ def test_a_worker_command_with_an_unreachable_redis_prints_one_line() -> None:
     assert "Traceback" not in done.stderr
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("actormem worker: error: connecting to Redis: Redis unavailable")
+
+
+async def test_workers_started_apart_agree_on_vouchers_with_no_shared_secret(
+    redis_config: RedisConfig,
+) -> None:
+    # No pool key and no ACTORMEM_VOUCHER_KEY: over Redis the deployment's key
+    # prefix keys the vouchers, so an agent's memory on one worker vouches for a
+    # share that the pool on another worker accepts.
+    from actors import AppConfig, MemoryRuntime
+    from actors._vouch import VOUCHER_KEY_ENV
+
+    config = msgspec.structs.replace(redis_config, shards=4)
+    env = {VOUCHER_KEY_ENV: ""}
+    async with WorkerProcesses(2, config, "actors.app:worker_register", env=env) as workers:
+        read_owners = owners(workers)
+
+        async def shared() -> bool:
+            return await read_owners() == set(workers.ids)
+
+        await eventually(shared, "both workers own shards")
+        client = connect(config)
+        keys = Keys(config.prefix)
+        try:
+            lease = {
+                s: (await client.get(keys.lease(s)) or b"").decode().partition(":")[2]
+                for s in range(config.shards)
+            }
+        finally:
+            await client.aclose()
+        pool_owner = lease[shard_of("pool/main", config.shards)]
+        names = (f"agent{i}" for i in range(1000))
+        sharer = next(n for n in names if lease[shard_of(f"memory/{n}", 4)] != pool_owner)
+        app = AppConfig(redis=config)
+        transport = RedisTransport(None, config, worker=False)
+        async with MemoryRuntime(app, transport=transport) as rt:
+            listener = rt.memory("listener")
+            await listener.subscribe("news")
+            await rt.memory(sharer).share("the bridge is closed", topic="news")
+
+            async def arrived() -> bool:
+                return any(i.source == sharer for i in await listener.held_insights())
+
+            await eventually(arrived, "the share reaches the subscriber")

@@ -300,9 +300,13 @@ class AgentMemory(Actor):
             raise MemoryInputError(
                 f"{what} got {len(messages)} messages; at most {self._config.max_batch} at once"
             )
+        limit = self._config.max_message_chars
+        if len(messages) == 1:  # the common case, without the bookkeeping below
+            m = messages[0]
+            if isinstance(m, Message) and len(m.text()) <= limit:
+                return [m.with_tokens(count_tokens(m, self._counter))]
         seen: set[str] = set()
         out = []
-        limit = self._config.max_message_chars
         for i, m in enumerate(messages):
             if not isinstance(m, Message):
                 raise MemoryInputError(f"{what}: item {i} is a {type(m).__name__}, not a Message")

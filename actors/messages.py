@@ -12,7 +12,6 @@ New fields go last, with defaults; a field's type never changes.
 
 from __future__ import annotations
 
-import copy
 import re
 import time
 from typing import Any, Final, Literal, get_args
@@ -199,7 +198,7 @@ class Message(msgspec.Struct, frozen=True, kw_only=True):
         if self.tokens == tokens:
             return self
         # copy + force_setattr skips __post_init__: the copy is as valid as self.
-        out = copy.copy(self)
+        out: Message = self.__copy__()  # type: ignore[attr-defined]  # msgspec's, not copy.copy's dispatch
         msgspec.structs.force_setattr(out, "tokens", tokens)
         return out
 

@@ -360,7 +360,14 @@ class Runtime(AsyncClosing):
     async def tell(self, address: str, message: Any) -> None:
         """Send ``message`` to ``address``, waiting while its mailbox is full."""
         self._check_open()
-        await self.transport.send(Envelope(recipient=address, body=message, id=_derived_id()))
+        envelope = Envelope(recipient=address, body=message, id=_derived_id())
+        if self._inline_ok:  # in process: straight into the mailbox unless it is full
+            try:
+                self.transport.send_nowait(envelope)
+            except MailboxFullError:
+                await self.transport.send(envelope)
+        else:
+            await self.transport.send(envelope)
         # A producer whose sends never block would otherwise never let the
         # dispatchers run until every mailbox was full.
         self._unyielded += 1

@@ -43,9 +43,10 @@ pytest: $(VENV)/.installed-test
 
 test: lint typecheck pytest
 
-# The fault-injection and bad-input suite alone (make test runs it too).
+# The fault-injection and bad-input suite alone, at full size (make test runs the
+# same tests smaller); prints the fault table and writes reports/faults.json.
 faults: $(VENV)/.installed-test
-	$(BIN)/python -m pytest -m faults tests/faults
+	ACTORMEM_FAULTS=full $(BIN)/python -m pytest -m faults tests/faults
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

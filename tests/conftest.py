@@ -10,7 +10,7 @@ from actors import AppConfig, MemoryRuntime
 from runtime import InProcessTransport, Transport
 from runtime.logging import configure_logging
 
-pytest_plugins = ["tests.redis_fixtures"]
+pytest_plugins = ["tests.redis_fixtures", "tests.faults.report"]
 
 # Every level reaches the processors, so structlog.testing.capture_logs sees info
 # events too; pytest keeps the output and shows it only for failing tests.

@@ -16,6 +16,7 @@ from runtime import HandlerError
 from runtime.redis import Keys, RedisConfig, shard_of
 from runtime.transports.redis import RedisTransport
 from tests.faults.checker import History, observe_memory
+from tests.faults.report import Recorder
 
 pytestmark = [pytest.mark.faults, pytest.mark.anyio]
 
@@ -26,7 +27,7 @@ def worker(config: RedisConfig) -> MemoryRuntime:
 
 @pytest.mark.parametrize("part", ["snapshot", "history"])
 async def test_an_agent_whose_stored_state_is_corrupt_fails_alone_and_clearly(
-    part: str, redis_config: RedisConfig, redis_client: aioredis.Redis
+    part: str, redis_config: RedisConfig, redis_client: aioredis.Redis, fault_report: Recorder
 ) -> None:
     history = History()
     agents = ["broken", "fine"]
@@ -56,5 +57,6 @@ async def test_an_agent_whose_stored_state_is_corrupt_fails_alone_and_clearly(
             await rt.memory("broken").get()
         await add(rt, "fine", "fine after")
         verdict = history.check(await observe_memory(rt, ["fine"]))
+    fault_report.row(f"another agent's stored {part} corrupt", "2 agents", verdict)
     assert verdict.ok, str(verdict)
     assert verdict.applied == 2

@@ -40,6 +40,7 @@ from actors.pool_commands import (
 )
 from runtime import Transport
 from tests.faults.checker import History, observe_memory
+from tests.faults.report import Recorder
 
 pytestmark = [pytest.mark.faults, pytest.mark.anyio]
 
@@ -55,7 +56,7 @@ def dump(value: Any) -> str:
 
 
 async def test_a_handle_never_reads_or_changes_another_agents_memory(
-    memory_rt: MemoryRuntime,
+    memory_rt: MemoryRuntime, fault_report: Recorder
 ) -> None:
     history = History()
     for agent in NEIGHBOURS:
@@ -98,6 +99,11 @@ async def test_a_handle_never_reads_or_changes_another_agents_memory(
 
     # The neighbours' memories are exactly what was sent to them.
     verdict = history.check(await observe_memory(memory_rt, NEIGHBOURS))
+    fault_report.row(
+        f"one agent's handle reads and writes aimed at others ({memory_rt.transport.name})",
+        "every read and write of the handle",
+        verdict,
+    )
     assert verdict.ok, str(verdict)
     for agent in NEIGHBOURS:
         assert len(await memory_rt.memory(agent).get()) == 3

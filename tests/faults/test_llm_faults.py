@@ -9,6 +9,7 @@ LLM summaries come back without a restart.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import anyio
@@ -18,6 +19,7 @@ from structlog.testing import capture_logs
 from actors import AppConfig, MemoryRuntime, Message, check_openai_messages
 from actors.compression import CompressionConfig, LLMConfig
 from tests.faults.checker import History, observe_memory
+from tests.faults.report import Recorder
 from tests.support.openai_server import OpenAIStub
 
 pytestmark = [pytest.mark.faults, pytest.mark.anyio]
@@ -73,7 +75,7 @@ def llm_summaries(view: list[Message]) -> int:
 
 
 async def test_a_failing_llm_falls_back_trips_the_breaker_and_service_resumes(
-    stub: OpenAIStub,
+    stub: OpenAIStub, fault_report: Recorder
 ) -> None:
     history = History()
     agents = ["ana", "ben"]
@@ -98,6 +100,7 @@ async def test_a_failing_llm_falls_back_trips_the_breaker_and_service_resumes(
 
             # The endpoint recovers: LLM summaries come back, with no restart.
             stub.mode = "normal"
+            back = time.monotonic()
             await anyio.sleep(BREAKER_RESET)  # the breaker's trial call is then allowed
             recovered: dict[str, int] = {}
             for i in range(30, 90):
@@ -107,11 +110,18 @@ async def test_a_failing_llm_falls_back_trips_the_breaker_and_service_resumes(
                 if all(recovered.values()):
                     break
             assert all(recovered.values()), recovered
+            resumed = time.monotonic() - back
             assert stub.requests > failing_requests
 
             # Nothing was lost: every message is in the original history, once, in
             # order; what compression took out of the view can be reloaded.
             verdict = history.check(await observe_memory(rt, agents))
+            fault_report.row(
+                "LLM endpoint answers 429, 500, hangs, garbage; then recovers",
+                f"2 agents compressing, {failing_requests} failed calls",
+                verdict,
+                recovery_s=resumed,
+            )
             assert verdict.ok, str(verdict)
             for agent in agents:
                 memory = rt.memory(agent)

@@ -49,6 +49,7 @@ from runtime.redis import Keys, RedisConfig, register_message_types, shard_of
 from runtime.redis._client import connect
 from runtime.transports.redis import RedisTransport
 from tests.faults.checker import Applied, History
+from tests.faults.report import Recorder
 
 pytestmark = [pytest.mark.faults, pytest.mark.anyio]
 
@@ -340,7 +341,7 @@ def overload_runtime(request: pytest.FixtureRequest) -> tuple[Runtime, RedisConf
 
 
 async def test_ten_times_the_nominal_rate_stays_bounded_and_loses_nothing(
-    overload_runtime: tuple[Runtime, RedisConfig | None],
+    overload_runtime: tuple[Runtime, RedisConfig | None], fault_report: Recorder
 ) -> None:
     rt, redis = overload_runtime
     agents = [f"tally/a{i}" for i in range(AGENTS)]
@@ -378,6 +379,11 @@ async def test_ten_times_the_nominal_rate_stays_bounded_and_loses_nothing(
     # Exactly once, in producer order, nothing made up (a refused tell_nowait applied
     # anywhere would be "unknown"); every accepted command is there.
     verdict = _history(producers, result["final"]).check(result["final"])
+    fault_report.row(
+        f"10x the nominal rate for {OVERLOAD_S:g} s ({rt.transport.name})",
+        f"{result['offered']:,.0f}/s offered, {result['handled']:,.0f}/s handled",
+        verdict,
+    )
     assert verdict.ok, str(verdict)
     assert verdict.sent == sum(len(entries) for entries in result["final"].values())
 

@@ -25,6 +25,7 @@ from runtime import Runtime, RuntimeConfig, TransportError
 from runtime.redis import EmbeddedRedis, RedisConfig, _scripts, connect
 from runtime.transports.redis import RedisTransport
 from tests.faults.checker import Applied, History, observe_memory
+from tests.faults.report import Recorder
 from tests.redis.actors import Add, GetState
 from tests.redis.helpers import eventually
 from tests.redis.test_transport import worker as runtime
@@ -126,7 +127,7 @@ async def send_waves(
 
 @pytest.mark.parametrize("lost", ["xadd", "commit"])
 async def test_calls_whose_reply_was_lost_are_retried_without_duplicate_effects(
-    lost: str, redis_config: RedisConfig, redis_client: aioredis.Redis
+    lost: str, redis_config: RedisConfig, redis_client: aioredis.Redis, fault_report: Recorder
 ) -> None:
     # The producer's outbox XADDs, or the worker's commits, lose their replies.
     if lost == "xadd":
@@ -155,6 +156,12 @@ async def test_calls_whose_reply_was_lost_are_retried_without_duplicate_effects(
         # The retry found the commit already stored (by its command id): stored once.
         assert any(e["event"] == "commit_already_stored" for e in logs)
     verdict = history.check(final)
+    what = "XADD" if lost == "xadd" else "group COMMIT"
+    fault_report.row(
+        f"replies to {what} calls lost (at the client)",
+        f"1 worker, 6 agents, {faults.lost} replies lost",
+        verdict,
+    )
     assert verdict.ok, str(verdict)
     assert verdict.applied == 200
 
@@ -240,7 +247,7 @@ async def test_cancelled_redis_calls_never_hand_a_reply_to_the_wrong_caller(
 
 
 async def test_many_actors_on_a_pool_of_four_connections_never_run_out(
-    redis_config: RedisConfig, redis_client: aioredis.Redis
+    redis_config: RedisConfig, redis_client: aioredis.Redis, fault_report: Recorder
 ) -> None:
     config = redis_config.replace(pool_size=4)
     app = AppConfig(runtime=RuntimeConfig(ask_timeout=30.0))
@@ -261,6 +268,9 @@ async def test_many_actors_on_a_pool_of_four_connections_never_run_out(
                 for agent in agents:
                     tg.start_soon(talk, agent)
             verdict = history.check(await observe_memory(rt, agents))
+    fault_report.row(
+        "60 agents at once on a pool of 4 connections", "2 runtimes, 60 agents", verdict
+    )
     assert verdict.ok, str(verdict)
     assert verdict.applied == 180
     trouble = [e for e in logs if "connection" in str(e).lower() and e["log_level"] != "debug"]

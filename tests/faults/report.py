@@ -1,0 +1,127 @@
+"""The fault report: one row per fault a test injected, printed as a table at the end.
+
+A fault test takes the ``fault_report`` fixture and calls :meth:`FaultReport.row`
+with the checker's verdict, the load it held and how long recovery took. After
+the run pytest prints the rows as a table (the one the README's Reliability
+section shows) and writes them to ``reports/faults.json``. ``make faults`` runs
+the whole suite at full size (``ACTORMEM_FAULTS=full``); ``make test`` runs the
+same tests at a smaller size.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.faults.checker import Verdict
+
+__all__ = ("FaultReport", "Recorder", "Row", "full_size")
+
+ROOT = Path(__file__).resolve().parents[2]
+REPORT = ROOT / "reports" / "faults.json"
+
+
+def full_size() -> bool:
+    """True under ``make faults``: the fault tests run at the sizes the issue names."""
+    return os.environ.get("ACTORMEM_FAULTS", "") == "full"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One fault: what was done, under what load, and what the checker found."""
+
+    fault: str
+    load: str
+    sent: int
+    lost: int
+    duplicated: int
+    reordered: int
+    recovery_s: float | None
+    passed: bool
+    test: str
+
+
+class FaultReport:
+    """The rows recorded by the tests of one pytest run."""
+
+    def __init__(self) -> None:
+        self.rows: list[Row] = []
+
+    def row(
+        self,
+        fault: str,
+        load: str,
+        verdict: Verdict,
+        *,
+        recovery_s: float | None = None,
+        test: str = "",
+    ) -> None:
+        """Record one fault's outcome (call it before asserting on the verdict, so a
+        failing row is in the table too)."""
+        self.rows.append(
+            Row(
+                fault=fault,
+                load=load,
+                sent=verdict.sent,
+                lost=verdict.lost,
+                duplicated=verdict.duplicated,
+                reordered=verdict.reordered,
+                recovery_s=None if recovery_s is None else round(recovery_s, 2),
+                passed=verdict.ok,
+                test=test,
+            )
+        )
+
+    def table(self) -> list[str]:
+        """The rows as a Markdown table, the way the README shows them."""
+        head = "| fault | load held | sent | lost | duplicated | reordered | recovery |"
+        lines = [head, "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+        for r in self.rows:
+            recovery = "-" if r.recovery_s is None else f"{r.recovery_s:.1f} s"
+            mark = "" if r.passed else " **FAILED**"
+            lines.append(
+                f"| {r.fault}{mark} | {r.load} | {r.sent:,} | {r.lost} | {r.duplicated} "
+                f"| {r.reordered} | {recovery} |"
+            )
+        return lines
+
+
+_REPORT = FaultReport()
+
+
+class Recorder:
+    """What a test gets from ``fault_report``: rows that name the test."""
+
+    def __init__(self, report: FaultReport, test: str) -> None:
+        self._report, self._test = report, test
+
+    def row(
+        self, fault: str, load: str, verdict: Verdict, *, recovery_s: float | None = None
+    ) -> None:
+        """See :meth:`FaultReport.row`."""
+        self._report.row(fault, load, verdict, recovery_s=recovery_s, test=self._test)
+
+
+@pytest.fixture
+def fault_report(request: pytest.FixtureRequest) -> Recorder:
+    """Records this test's rows in the run's fault report."""
+    return Recorder(_REPORT, request.node.nodeid)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not _REPORT.rows:
+        return
+    size = "full size (ACTORMEM_FAULTS=full)" if full_size() else "the make test size"
+    terminalreporter.section(f"fault report, {size}")
+    for line in _REPORT.table():
+        terminalreporter.write_line(line)
+    REPORT.parent.mkdir(parents=True, exist_ok=True)
+    REPORT.write_text(
+        json.dumps({"full_size": full_size(), "rows": [asdict(r) for r in _REPORT.rows]}, indent=2)
+        + "\n"
+    )
+    terminalreporter.write_line(f"(written to {REPORT.relative_to(ROOT)})")

@@ -10,6 +10,7 @@ holds a running total.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from typing import Any, ClassVar
 
@@ -169,9 +170,44 @@ class Relayer(Actor):
         raise TypeError(f"unexpected {message!r}")
 
 
+class SnapshotCorruptError(ActormemError):
+    """A stored snapshot did not match its own checksum."""
+
+
+class HeavyLedger(Ledger):
+    """A ledger whose snapshot is large (``HEAVY_SNAPSHOT_BYTES``) and checksummed,
+    so a worker killed while writing it has every chance to leave half of one.
+
+    The snapshot is ``[total, checksum, padding]``; the padding changes with the
+    total. Loading a snapshot whose checksum does not match raises.
+    """
+
+    size: ClassVar[int] = 1 << 20
+
+    def durable_changes(self) -> DurableChanges:
+        changes = super().durable_changes()
+        if changes.snapshot is None:
+            return changes
+        seed = hashlib.blake2b(str(self.total).encode()).digest()
+        padding = seed * (self.size // len(seed))
+        checksum = hashlib.blake2b(padding, digest_size=16).digest()
+        snapshot = _encoder.encode([self.total, checksum, padding])
+        return DurableChanges(changes.log_appends, snapshot, changes.replace_log)
+
+    def durable_restore(self, snapshot: bytes | None, log: list[bytes]) -> None:
+        self.tokens = [entry.decode() for entry in log]
+        self.total = 0
+        if snapshot is not None:
+            total, checksum, padding = msgspec.msgpack.decode(snapshot)
+            if hashlib.blake2b(padding, digest_size=16).digest() != checksum:
+                raise SnapshotCorruptError("the stored snapshot does not match its checksum")
+            self.total = total
+
+
 def register(rt: Runtime) -> None:
     """Register the test kinds (the worker subprocesses call this)."""
     rt.register("ledger", Ledger)
+    rt.register("heavy", HeavyLedger)
     rt.register("echo", Echo)
     rt.register("relay", Relayer)
 

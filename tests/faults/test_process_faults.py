@@ -362,7 +362,7 @@ async def test_a_worker_killed_while_writing_snapshots_leaves_the_previous_one_v
     ):
         for _ in range(kills):
             before = await applied_count(redis_client, config, agents)
-            for _ in range(40):
+            for _ in range(100):
                 agent, token = agents[n % len(agents)], f"h{n}"
                 n += 1
                 history.sent(token, agent, token)
@@ -373,7 +373,7 @@ async def test_a_worker_killed_while_writing_snapshots_leaves_the_previous_one_v
                 return await applied_count(redis_client, config, agents) > before
 
             await eventually(writing, "snapshots being written")
-            await anyio.sleep(rng.uniform(0.0, 0.1))
+            await anyio.sleep(rng.uniform(0.0, 0.03))
             workers.kill(0)
             # Work was cut short: some of the round's commands were not stored yet.
             interrupted += await applied_count(redis_client, config, agents) < n

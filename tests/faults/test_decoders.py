@@ -30,6 +30,7 @@ from runtime.config import decode_config
 from runtime.errors import ConfigError, MessageDecodeError
 from runtime.redis import default_codec
 from tests.faults.frames import deep, huge_lengths, mutants, real_frames
+from tests.faults.report import full_size
 
 pytestmark = pytest.mark.faults
 
@@ -45,13 +46,16 @@ DECODERS: dict[str, tuple[Callable[[bytes], Any], type[BaseException] | None]] =
     "messages": (decode_messages, MemoryInputError),
 }
 
+#: make faults fuzzes ten times longer than make test.
+SCALE = 10 if full_size() else 1
+
 FUZZ = settings(
-    max_examples=300,
+    max_examples=300 * SCALE,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 #: For strategies whose examples are slow to make.
-FAST_FUZZ = settings(FUZZ, max_examples=100)
+FAST_FUZZ = settings(FUZZ, max_examples=100 * SCALE)
 
 
 def outcome(decoder: str, data: bytes) -> str:
@@ -90,7 +94,7 @@ def test_mutated_real_frames_raise_only_documented_errors() -> None:
     failures: list[str] = []
     rejected = 0
     for n, (_, frame) in enumerate(sorted(real_frames().items())):
-        for data in mutants(frame, 150, seed=n):
+        for data in mutants(frame, 150 * SCALE, seed=n):
             failures.extend(undocumented(data, tolerate=KNOWN_DEFECTS))
             rejected += outcome("envelope", data) != "ok"
     assert failures == []

@@ -24,6 +24,7 @@ import anyio.lowlevel
 import msgspec
 import structlog
 
+from runtime import _gc
 from runtime._actor import Actor, ActorContext, ActorRef, split_address
 from runtime._closing import AsyncClosing
 from runtime._envelope import Envelope, Reply
@@ -212,6 +213,7 @@ class Runtime(AsyncClosing):
         self._failures = 0
         self._rejected = 0
         self._restarts = 0
+        self._gc_held = False
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -219,6 +221,7 @@ class Runtime(AsyncClosing):
         if self._state != "new":
             raise RuntimeError("a Runtime can be opened only once")
         self._state = "closing"  # nothing may be sent until the transport is up
+        self._gc_held = _gc.hold(self.config.gc_threshold)
         tg = anyio.create_task_group()
         await tg.__aenter__()
         self._tg = tg
@@ -229,6 +232,7 @@ class Runtime(AsyncClosing):
         except BaseException as exc:
             tg.cancel_scope.cancel()
             self._state = "closed"
+            self._release_gc()
             try:
                 await tg.__aexit__(type(exc), exc, exc.__traceback__)
             except BaseExceptionGroup as group:
@@ -266,6 +270,12 @@ class Runtime(AsyncClosing):
                 with anyio.move_on_after(_STOP_HOOK_TIMEOUT):
                     await self.transport.aclose()
             self._fail_leftovers()
+            self._release_gc()
+
+    def _release_gc(self) -> None:
+        if self._gc_held:
+            self._gc_held = False
+            _gc.release()
 
     async def _stop_actors(self) -> None:
         for cell in self._cells.values():

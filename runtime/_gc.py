@@ -1,0 +1,53 @@
+"""The garbage collector's first-generation threshold, raised while runtimes are open.
+
+Handling a message allocates a few dozen objects (the envelope, the decoded
+command, the message, its token count, the reply), so at the interpreter's
+default threshold (700 allocations) a busy runtime runs a young collection every
+few dozen messages, and the older generations follow. Raising the threshold
+while a runtime is open cut the time spent collecting enough to lift Redis
+``add`` throughput by about a quarter on the development machine (see the README's
+Performance section). Reference counting frees almost everything these objects
+hold; the collector only has cycles to find, and it still runs.
+
+Several runtimes in one process share the setting: the first to open raises it,
+the last to close puts back what it found (unless someone changed it meanwhile).
+"""
+
+from __future__ import annotations
+
+import gc
+
+__all__ = ("hold", "release")
+
+_holders = 0
+_found: tuple[int, int, int] | None = None
+_set: tuple[int, int, int] | None = None
+
+
+def hold(threshold: int) -> bool:
+    """Raise the first-generation threshold to ``threshold`` (0: leave it alone).
+
+    Returns:
+        True if the caller must :func:`release` it when done.
+    """
+    global _holders, _found, _set
+    if threshold <= 0:
+        return False
+    if _holders == 0:
+        _found = gc.get_threshold()
+        if threshold > _found[0]:
+            _set = (threshold, _found[1], _found[2])
+            gc.set_threshold(*_set)
+    _holders += 1
+    return True
+
+
+def release() -> None:
+    """Undo one :func:`hold`; the last one puts the thresholds found back."""
+    global _holders, _found, _set
+    _holders -= 1
+    if _holders > 0:
+        return
+    if _set is not None and _found is not None and gc.get_threshold() == _set:
+        gc.set_threshold(*_found)
+    _holders, _found, _set = 0, None, None

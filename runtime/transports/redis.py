@@ -96,12 +96,16 @@ log = structlog.get_logger("actormem.redis")
 
 T = TypeVar("T")
 
-#: Entries read per XREAD / pipelined per XADD batch.
-_BATCH: Final = 64
+#: Entries read per XREAD of a reply or broadcast stream.
+_BATCH: Final = 1_000
 #: Reply streams outlive a silent client by this long (ms).
 _REPLY_TTL_MS: Final = 3_600_000
-#: Entries kept in a reply stream, approximately.
-_REPLY_MAXLEN: Final = 10_000
+#: Entries kept in a reply stream, approximately, by its writers. The client trims
+#: what it has read, so only a client this far behind loses replies (its asks then
+#: time out): a bound for a client that stopped reading, not a working size.
+_REPLY_MAXLEN: Final = 100_000
+#: How often a client forgets the asks whose deadline passed (s).
+_EXPIRE_EVERY: Final = 1.0
 #: Entries kept in the broadcast and dead-letter streams, approximately.
 _SIDE_MAXLEN: Final = 100_000
 #: How often a waiting loop looks whether the runtime opened (s).
@@ -222,7 +226,7 @@ class RedisTransport(Transport):
             # The loops run in the runtime's task group: they end when it closes,
             # after the mailboxes drained and before this transport's aclose.
             # The reply stream is this transport's own (its id is new): read it all.
-            host.spawn(self._tail, self._replies, "0-0", b"r", self._accept_reply)
+            host.spawn(self._tail, self._replies, "0-0", b"r", self._accept_reply, True)
             host.spawn(self._outbox_loop, self._outbox)
             host.spawn(self._outbox_loop, self._reply_box)
             if self.worker:
@@ -485,10 +489,16 @@ class RedisTransport(Transport):
         last: str,
         field: bytes,
         handle: Callable[[bytes | None], Awaitable[None]],
+        own: bool = False,
     ) -> None:
         """Read ``stream`` (no consumer group) after entry ``last`` for ever, handing
-        each entry's ``field`` to ``handle``: a client's replies, the broadcasts."""
+        each entry's ``field`` to ``handle``: a client's replies, the broadcasts.
+
+        ``own``: the stream is this transport's alone (its replies), so what was
+        read is trimmed off at once and the stream stays as short as the backlog.
+        """
         blocking: Any = self.blocking_client
+        next_expiry = time.monotonic() + _EXPIRE_EVERY
         while True:
 
             async def read(after: str = last) -> Any:
@@ -502,7 +512,19 @@ class RedisTransport(Transport):
                 for entry_id, fields in entries:
                     last = entry_id.decode()
                     await handle(fields.get(field))
-            self._expire_asks()
+            if own and response:
+                await self.forever(stream, partial(self._trim_read, stream, last))
+            if time.monotonic() >= next_expiry:
+                # Once a second, not per read: with many asks pending, a scan per
+                # read batch slowed the reader until replies were trimmed unread.
+                next_expiry = time.monotonic() + _EXPIRE_EVERY
+                self._expire_asks()
+
+    async def _trim_read(self, stream: str, last: str) -> None:
+        """Drop the entries of ``stream`` up to ``last`` (read and handled)."""
+        ms, _, seq = last.partition("-")
+        with redis_errors(f"XTRIM {stream}"):
+            await self.client.xtrim(stream, minid=f"{ms}-{int(seq) + 1}", approximate=False)
 
     async def _accept_reply(self, data: bytes | None) -> None:
         host = self._host

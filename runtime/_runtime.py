@@ -101,13 +101,15 @@ class RuntimeStats(msgspec.Struct, frozen=True, kw_only=True):
         actors: addresses that have a cell (activated or stopped).
         active: actors whose object is alive.
         stopped: actors stopped by supervision.
-        processed: messages handled since start.
+        processed: messages taken from mailboxes since start (handled or shed).
         failures: handler crashes (not counting expected errors).
         rejected: messages answered with an expected error (bad input).
         restarts: restarts done by supervision.
         mailbox_depth: messages waiting in all mailboxes.
         max_mailbox_depth: the deepest mailbox now.
         pending_asks: asks waiting for a reply.
+        expired: asks dropped unhandled because their deadline had passed
+            (``runtime.shed_expired_asks``).
     """
 
     actors: int
@@ -120,6 +122,7 @@ class RuntimeStats(msgspec.Struct, frozen=True, kw_only=True):
     mailbox_depth: int
     max_mailbox_depth: int
     pending_asks: int
+    expired: int
 
 
 class _Kind:
@@ -212,6 +215,7 @@ class Runtime(AsyncClosing):
         self._processed = 0
         self._failures = 0
         self._rejected = 0
+        self._expired = 0
         self._restarts = 0
         self._gc_held = False
 
@@ -221,7 +225,7 @@ class Runtime(AsyncClosing):
         if self._state != "new":
             raise RuntimeError("a Runtime can be opened only once")
         self._state = "closing"  # nothing may be sent until the transport is up
-        self._gc_held = _gc.hold(self.config.gc_threshold)
+        self._gc_held = _gc.hold(self.config.gc_threshold, self.config.gc_freeze)
         tg = anyio.create_task_group()
         await tg.__aenter__()
         self._tg = tg
@@ -322,6 +326,11 @@ class Runtime(AsyncClosing):
         """True between ``__aenter__`` and the start of shutdown."""
         return self._state == "open"
 
+    @property
+    def shed_expired_asks(self) -> bool:
+        """``runtime.shed_expired_asks``: asks whose deadline passed are dropped unhandled."""
+        return self.config.shed_expired_asks
+
     # -- registry --------------------------------------------------------------
 
     def register(
@@ -417,12 +426,11 @@ class Runtime(AsyncClosing):
         timer = loop.call_later(limit, _expire, slot.future)
         try:
             sent = False
-            if self._inline_ok:  # in process: enqueue now unless the mailbox is full
-                try:
-                    self.transport.send_nowait(env)
-                    sent = True
-                except MailboxFullError:
-                    pass
+            try:  # enqueue now (mailbox or outbox) unless it is full
+                self.transport.send_nowait(env)
+                sent = True
+            except MailboxFullError:
+                pass
             if not sent:
                 with anyio.fail_after(limit):
                     await self.transport.send(env)
@@ -634,6 +642,7 @@ class Runtime(AsyncClosing):
         actor = cell.actor
         mailbox = cell.mailbox
         limit = self.config.throughput
+        shed = self.config.shed_expired_asks
         while mailbox and handled < limit and cell.stopped is None:
             if actor is None:
                 actor = await self._activate(cell, mailbox[0])
@@ -645,7 +654,16 @@ class Runtime(AsyncClosing):
                 cell.space = None
                 space.set()
             handled += 1
+            if env.deadline is not None and shed and env.deadline < time.time():
+                # Nobody waits for this reply any more: skip the work, but let the
+                # transport settle the command as done (over Redis: acked).
+                self._expired += 1
+                if self._hooked and not await self.transport.handled(env, actor, True):
+                    actor = cell.actor = None
+                continue
             try:
+                if env.track_start:
+                    await self.transport.starting(env)
                 if env.id:
                     value = await _receive_as_command(actor, env)
                 else:
@@ -839,6 +857,7 @@ class Runtime(AsyncClosing):
             mailbox_depth=depth,
             max_mailbox_depth=deepest,
             pending_asks=len(self._pending),
+            expired=self._expired,
         )
 
     def stop_reason(self, address: str) -> str | None:

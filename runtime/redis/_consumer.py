@@ -11,7 +11,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Final, cast
 
 import anyio
 import redis.exceptions as rexc
@@ -38,6 +38,7 @@ __all__ = (
     "flush_commits",
     "handled",
     "retry",
+    "starting",
 )
 
 log = structlog.get_logger("actormem.redis")
@@ -50,6 +51,11 @@ _COMMIT_BATCH: Final = 256
 _COMMIT_QUEUE: Final = 1024
 #: Entries kept in the dead-letter stream, approximately.
 _DLQ_MAXLEN: Final = 100_000
+#: How long a redelivered entry's attempt counter lives (ms).
+_ATTEMPTS_TTL_MS: Final = 24 * 3600 * 1000
+#: Deliveries (started or not) after which an entry is dead-lettered anyway: one
+#: that kills its worker before handling starts (while its actor loads, say).
+_DELIVERY_CAP_FACTOR: Final = 10
 
 
 class StreamEnvelope(Envelope, kw_only=True):
@@ -62,6 +68,14 @@ class StreamEnvelope(Envelope, kw_only=True):
     commit: PendingCommit | None = None
     # Handler failures so far on this delivery (each retried at once, in order).
     failures: int = 0
+
+
+class RedeliveredEnvelope(StreamEnvelope, kw_only=True):
+    """An entry claimed after its worker died or left it: the runtime reports when
+    handling it starts (:func:`starting`), so that only attempts count towards
+    ``max_deliveries``, not the deliveries of entries a dead worker had merely read."""
+
+    track_start: ClassVar[bool] = True
 
 
 class PendingCommit:
@@ -223,14 +237,11 @@ async def _recover(t: RedisTransport, shard: Shard, min_idle: int) -> None:
             entry = item["message_id"].decode()
             if entry in shard.inflight or entry in shard.acks:
                 continue
-            if item["times_delivered"] >= t.config.max_deliveries:
+            reason = await _poisoned(t, shard, entry, item["times_delivered"])
+            if reason is not None:
                 with redis_errors(f"XRANGE {stream}"):
                     found = await client.xrange(stream, entry, entry)
                 data = found[0][1].get(b"e") if found and found[0][1] else None
-                reason = (
-                    f"delivered {item['times_delivered']} times without being handled "
-                    f"(max_deliveries={t.config.max_deliveries})"
-                )
                 await _dead_letter(t, shard, entry, data, reason)
                 if data is not None:
                     # An ask whose every delivery died with its worker got no answer.
@@ -253,10 +264,51 @@ async def _recover(t: RedisTransport, shard: Shard, min_idle: int) -> None:
                 if fields is None:  # trimmed meanwhile: nothing left to do
                     await _ack(t, shard, [entry])
                 else:
-                    await _accept(t, shard, entry_id.decode(), fields)
+                    await _accept(t, shard, entry_id.decode(), fields, redelivered=True)
         if len(page) < BATCH:
             return
         start = "(" + page[-1]["message_id"].decode()
+
+
+async def _poisoned(t: RedisTransport, shard: Shard, entry: str, delivered: int) -> str | None:
+    """Why a pending entry goes to the dead letters instead of being claimed, if it does.
+
+    A worker reads entries in batches, so one that dies leaves many pending that
+    it never started; counting those deliveries would dead-letter innocent commands
+    after a few unrelated crashes. What counts is how often handling *started*: the
+    first delivery (always, as nothing records it), and every redelivered attempt
+    (:func:`starting` records those). A hard cap on deliveries catches an entry
+    that kills its worker before handling starts.
+    """
+    limit = t.config.max_deliveries
+    if delivered >= limit * _DELIVERY_CAP_FACTOR:
+        return f"delivered {delivered} times without being handled (max_deliveries={limit})"
+    started = 1
+    if delivered >= 2 and limit >= 2:
+        with redis_errors("GET attempts"):
+            started += int(await t.client.get(t.keys.attempts(shard.number, entry)) or 0)
+    if started < limit:
+        return None
+    return (
+        f"handling it started {started} times and never finished "
+        f"(delivered {delivered} times; max_deliveries={limit})"
+    )
+
+
+async def starting(t: RedisTransport, env: Envelope) -> None:
+    """The runtime's hook: handling a redelivered entry starts; count the attempt."""
+    if not isinstance(env, StreamEnvelope):
+        return
+    key = t.keys.attempts(env.shard, env.entry)
+    try:
+        with redis_errors("INCR attempts"):
+            async with t.client.pipeline(transaction=True) as pipe:
+                pipe.incr(key)
+                pipe.pexpire(key, _ATTEMPTS_TTL_MS)
+                await pipe.execute()
+    except TransportError as exc:
+        # Uncounted, the attempt only delays poison detection (the delivery cap holds).
+        log.warning("attempt_not_counted", entry=env.entry, reason=str(exc))
 
 
 async def _trim(t: RedisTransport, shard: Shard) -> None:
@@ -285,8 +337,15 @@ async def _trim(t: RedisTransport, shard: Shard) -> None:
         log.debug("stream_trimmed", stream=stream, removed=removed, below=minid)
 
 
-async def _accept(t: RedisTransport, shard: Shard, entry: str, fields: dict[bytes, bytes]) -> None:
-    """Check, deduplicate and deliver one stream entry."""
+async def _accept(
+    t: RedisTransport,
+    shard: Shard,
+    entry: str,
+    fields: dict[bytes, bytes],
+    redelivered: bool = False,
+) -> None:
+    """Check, deduplicate and deliver one stream entry (``redelivered``: claimed
+    from the pending list, not read new)."""
     data = fields.get(b"e")
     if data is None:
         await _dead_letter(t, shard, entry, None, "the entry has no 'e' field")
@@ -318,9 +377,8 @@ async def _accept(t: RedisTransport, shard: Shard, entry: str, fields: dict[byte
         log.info("duplicate_skipped", actor=env.recipient, msg_id=env.id, entry=entry)
         await _ack(t, shard, [entry])
         return
-    delivery = StreamEnvelope(
-        **_envelope_fields(env), shard=shard.number, entry=entry, lease=shard.lease
-    )
+    kind = RedeliveredEnvelope if redelivered else StreamEnvelope
+    delivery = kind(**_envelope_fields(env), shard=shard.number, entry=entry, lease=shard.lease)
     shard.inflight.add(entry)
     if env.id:
         agent.inflight.add(env.id)

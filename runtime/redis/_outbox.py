@@ -7,10 +7,18 @@ too: the outbox writes to a shard stream only while it holds fewer than
 ``stream_limit`` entries (its workers are down or behind once it is that long),
 whatever the other streams in the same batch do; otherwise it stops writing, so
 producers wait (backpressure) instead of filling Redis's memory.
+
+Each entry carries a deadline: an ask's (or its reply's) wall-clock deadline, or
+infinity. An entry whose deadline passed while it was queued is dropped unsent:
+its asker has already given up, and past capacity the outbox would otherwise
+spend its writes on asks that time out while fresh ones wait behind them.
 """
 
 from __future__ import annotations
 
+import asyncio
+import math
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Final
@@ -21,18 +29,21 @@ import structlog
 
 from runtime.redis._client import redis_errors
 
-__all__ = ("Outbox",)
+__all__ = ("NO_DEADLINE", "Outbox")
+
+#: The deadline of an entry that never expires (a tell).
+NO_DEADLINE: Final = math.inf
 
 log = structlog.get_logger("actormem.redis")
 
 #: Entries XADDed per pipeline, at most.
-_BATCH: Final = 512
+_BATCH: Final = 4_096
 #: Longest pause while a stream is over its limit (s).
 _MAX_FULL_PAUSE: Final = 1.0
 
 
 class Outbox:
-    """A bounded queue of ``(stream, data)`` and the batch writer that empties it.
+    """A bounded queue of ``(stream, data, deadline)`` and the batch writer that empties it.
 
     Args:
         client: returns the Redis client to write with.
@@ -59,9 +70,13 @@ class Outbox:
         self._field = field
         self._maxlen = maxlen
         self._expire_ms = expire_ms
-        self._queue: deque[tuple[str, bytes]] = deque()
+        self._queue: deque[tuple[str, bytes, float]] = deque()
+        #: Entries dropped unsent because their deadline passed while queued.
+        self.expired = 0
         self._ready = anyio.Event()
-        self._space: anyio.Event | None = None
+        # Senders waiting for room, woken first come first served, one per entry
+        # written (not all at once: thousands may wait past capacity).
+        self._putters: deque[asyncio.Future[None]] = deque()
         self._drained: anyio.Event | None = None
         # Each stream's length as last read, plus what was written since: an upper
         # bound (workers only shorten streams), read again once it reaches the limit.
@@ -74,18 +89,33 @@ class Outbox:
         """True when ``size`` entries are queued."""
         return len(self._queue) >= self.size
 
-    def put_nowait(self, item: tuple[str, bytes]) -> None:
+    def put_nowait(self, item: tuple[str, bytes, float]) -> None:
         """Queue ``item`` (the caller checked :meth:`full`)."""
         self._queue.append(item)
         self._ready.set()
 
-    async def put(self, item: tuple[str, bytes]) -> None:
+    async def put(self, item: tuple[str, bytes, float]) -> None:
         """Queue ``item``, waiting while the outbox is full."""
         while self.full():
-            if self._space is None:
-                self._space = anyio.Event()
-            await self._space.wait()
+            waiter = asyncio.get_running_loop().create_future()
+            self._putters.append(waiter)
+            try:
+                await waiter
+            except BaseException:
+                if waiter.done() and not waiter.cancelled() and not self.full():
+                    self._wake(1)  # woken, then cancelled: pass the room on
+                waiter.cancel()
+                raise
         self.put_nowait(item)
+
+    def _wake(self, count: int) -> None:
+        """Wake up to ``count`` waiting senders, oldest first."""
+        putters = self._putters
+        while count > 0 and putters:
+            waiter = putters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                count -= 1
 
     async def flush(self) -> None:
         """Wait until everything queued so far is written."""
@@ -106,31 +136,46 @@ class Outbox:
             TransportUnavailableError, TransportError: a batch failed (it stays
                 queued, and is written again whole: the same bytes, the same ids).
         """
-        while self._queue:
+        while self._drop_expired_head():
             await self._wait_for_room()
-            batch = self._next_batch()
-            with redis_errors("XADD from the outbox"):
-                async with self._client().pipeline(transaction=False) as pipe:
-                    field, maxlen, approximate = self._field, self._maxlen, True
-                    for stream, data in batch:
-                        pipe.xadd(stream, {field: data}, maxlen=maxlen, approximate=approximate)
-                    if self._expire_ms is not None:
-                        for stream in dict.fromkeys(stream for stream, _ in batch):
-                            pipe.pexpire(stream, self._expire_ms)
-                    await pipe.execute()
+            batch, taken = self._next_batch()
+            if batch:
+                with redis_errors("XADD from the outbox"):
+                    async with self._client().pipeline(transaction=False) as pipe:
+                        field, maxlen, approximate = self._field, self._maxlen, True
+                        for stream, data in batch:
+                            pipe.xadd(stream, {field: data}, maxlen=maxlen, approximate=approximate)
+                        if self._expire_ms is not None:
+                            for stream in dict.fromkeys(stream for stream, _ in batch):
+                                pipe.pexpire(stream, self._expire_ms)
+                        await pipe.execute()
             lengths = self._lengths
             for stream, _ in batch:
                 lengths[stream] = lengths.get(stream, 0) + 1
+            self.expired += taken - len(batch)
+            for _ in range(taken):
                 self._queue.popleft()
-            space, self._space = self._space, None
-            if space is not None:
-                space.set()
+            self._wake(taken)
         drained, self._drained = self._drained, None
         if drained is not None:
             drained.set()
 
-    def _next_batch(self) -> list[tuple[str, bytes]]:
-        """The entries at the head of the queue that their streams have room for.
+    def _drop_expired_head(self) -> bool:
+        """Drop the expired entries at the head of the queue; True if any is left."""
+        queue = self._queue
+        if queue and queue[0][2] < math.inf:
+            now = time.time()
+            dropped = 0
+            while queue and queue[0][2] < now:
+                queue.popleft()
+                dropped += 1
+            self.expired += dropped
+            self._wake(dropped)
+        return bool(queue)
+
+    def _next_batch(self) -> tuple[list[tuple[str, bytes]], int]:
+        """The entries at the head of the queue that their streams have room for,
+        and how many queued entries they stand for (expired ones are skipped).
 
         The batch ends before the first entry whose stream would pass
         ``stream_limit`` (as of the lengths last seen), so a stream nobody reads
@@ -139,8 +184,13 @@ class Outbox:
         """
         room: dict[str, int] = {}
         batch: list[tuple[str, bytes]] = []
+        now = time.time()
+        taken = 0
         for i in range(min(len(self._queue), _BATCH)):
-            stream, data = self._queue[i]
+            stream, data, deadline = self._queue[i]
+            if deadline < now:
+                taken += 1
+                continue
             left = room.get(stream)
             if left is None:
                 known = self._lengths.get(stream)
@@ -151,7 +201,8 @@ class Outbox:
                 break
             room[stream] = left - 1
             batch.append((stream, data))
-        return batch
+            taken += 1
+        return batch, taken
 
     async def _wait_for_room(self) -> None:
         """Pause while the stream the next entry goes to is over ``stream_limit``

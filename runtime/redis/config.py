@@ -75,7 +75,10 @@ class RedisConfig(_Section, frozen=True):
         block_ms: how long one blocking read waits for new entries.
         claim_idle_ms: an entry pending this long is delivered again.
         lease_ms: a shard lease's time to live; renewed every third of it.
-        max_deliveries: deliveries after which an entry goes to the dead letters.
+        max_deliveries: attempts at handling an entry after which it goes to the
+            dead letters (an attempt is a delivery whose handling started: the
+            entries a dead worker had read but not begun do not count; an entry
+            delivered ten times this many without starting goes too).
         stream_maxlen: a shard stream longer than this is trimmed, but only below
             its lowest pending entry.
         stream_limit: producers stop writing to a shard stream this long (its

@@ -94,6 +94,10 @@ class Keys:
         """Command ids an agent has applied (zset scored by the id's time)."""
         return f"{self.tag(shard)}:agent:{address}:done"
 
+    def attempts(self, shard: int, entry: str) -> str:
+        """How often handling a redelivered entry started (expiring counter)."""
+        return f"{self.tag(shard)}:try:{entry}"
+
     def broadcast(self) -> str:
         """The broadcast stream every worker reads."""
         return f"{self.prefix}:{{bcast}}:stream"

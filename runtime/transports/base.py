@@ -28,6 +28,10 @@ class TransportHost(Protocol):
     def is_open(self) -> bool:
         """True once the runtime is fully open and until its shutdown starts."""
 
+    @property
+    def shed_expired_asks(self) -> bool:
+        """True when asks (and replies) whose deadline passed may be dropped unsent."""
+
     async def deliver(self, envelope: Envelope) -> None:
         """Put an envelope into its local mailbox, waiting while the mailbox is full."""
 
@@ -116,6 +120,12 @@ class Transport(ABC):
             (it is reloaded on its next message) and sends no success reply.
         """
         return True
+
+    async def starting(self, envelope: Envelope) -> None:  # noqa: B027 (optional hook)
+        """Called just before the actor handles an envelope whose ``track_start``
+        is True (the Redis transport counts the attempts at an entry delivered
+        again, so only a command that was being handled when its worker died counts
+        towards ``max_deliveries``)."""
 
     async def retry(self, envelope: Envelope, allowed: bool) -> bool:
         """Called after a handler failed on ``envelope`` (and :meth:`handled` was told).

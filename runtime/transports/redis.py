@@ -81,9 +81,10 @@ from runtime.redis._consumer import (
     flush_commits,
     handled,
     retry,
+    starting,
 )
 from runtime.redis._leases import LeaseManager
-from runtime.redis._outbox import Outbox
+from runtime.redis._outbox import NO_DEADLINE, Outbox
 from runtime.redis._server import EmbeddedRedis
 from runtime.redis.codec import Codec, default_codec
 from runtime.redis.config import RedisConfig
@@ -124,6 +125,8 @@ class RedisTransportStats(msgspec.Struct, frozen=True, kw_only=True):
         owned_shards: the shards it owns now.
         agents: actors it tracks on those shards.
         outbox: envelopes queued for XADD.
+        expired_unsent: asks, and replies to asks, dropped from the outboxes
+            because their deadline passed while they were queued.
         pending_asks: asks waiting for their reply.
         redelivered: entries delivered again (after a failure or a worker's death).
         duplicates: commands skipped because their id was already applied.
@@ -134,6 +137,7 @@ class RedisTransportStats(msgspec.Struct, frozen=True, kw_only=True):
     owned_shards: list[int]
     agents: int
     outbox: int
+    expired_unsent: int
     pending_asks: int
     redelivered: int
     duplicates: int
@@ -182,6 +186,8 @@ class RedisTransport(Transport):
         self._blocking: aioredis.Redis | None = None
         self._stack = AsyncExitStack()
         self._host: TransportHost | None = None
+        # runtime.shed_expired_asks of the runtime that opened this transport.
+        self._shed = True
         self._state = "new"
         self._replies = self.keys.replies(self.id)
         self._reply_stream = re.compile(
@@ -221,6 +227,7 @@ class RedisTransport(Transport):
             raise RuntimeError("a RedisTransport can be opened only once")
         self._state = "open"
         self._host = host
+        self._shed = host.shed_expired_asks
         try:
             await self._connect()
             # The loops run in the runtime's task group: they end when it closes,
@@ -363,7 +370,12 @@ class RedisTransport(Transport):
 
     # -- sending ---------------------------------------------------------------------------
 
-    def _prepare(self, envelope: Envelope) -> tuple[str, bytes]:
+    def _expires(self, envelope: Envelope) -> float:
+        """When ``envelope`` (an ask, or the reply to one) may be dropped unsent."""
+        deadline = envelope.deadline
+        return deadline if deadline is not None and self._shed else NO_DEADLINE
+
+    def _prepare(self, envelope: Envelope) -> tuple[str, bytes, float]:
         if not envelope.id:
             envelope.id = new_id()
         if envelope.correlation is not None and envelope.reply_to is None:
@@ -378,7 +390,7 @@ class RedisTransport(Transport):
                 f"{len(data)} bytes, over max_message_bytes={self.config.max_message_bytes}"
             )
         stream = self.keys.stream(shard_of(envelope.recipient, self.config.shards))
-        return stream, data
+        return stream, data, self._expires(envelope)
 
     async def send(self, envelope: Envelope) -> None:
         """Queue ``envelope`` for its shard's stream; wait only while the outbox is full.
@@ -479,7 +491,7 @@ class RedisTransport(Transport):
                     f"over max_message_bytes={self.config.max_message_bytes}"
                 )
                 data = self.codec.encode_reply(Reply(reply.correlation, error=error))
-            await self._reply_box.put((stream, data))
+            await self._reply_box.put((stream, data, self._expires(envelope)))
 
     # -- replies -------------------------------------------------------------------------------
 
@@ -668,6 +680,9 @@ class RedisTransport(Transport):
     async def handled(self, envelope: Envelope, actor: Actor | None, ok: bool) -> bool:
         return await handled(self, envelope, actor, ok)
 
+    async def starting(self, envelope: Envelope) -> None:
+        await starting(self, envelope)
+
     async def retry(self, envelope: Envelope, allowed: bool) -> bool:
         return await retry(self, envelope, allowed)
 
@@ -699,6 +714,7 @@ class RedisTransport(Transport):
             owned_shards=self.owned_shards(),
             agents=len(self.agents),
             outbox=len(self._outbox),
+            expired_unsent=self._outbox.expired + self._reply_box.expired,
             pending_asks=len(self._asks),
             redelivered=self.redelivered,
             duplicates=self.duplicates,

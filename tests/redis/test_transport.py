@@ -12,6 +12,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from runtime import (
+    AskTimeoutError,
     HandlerError,
     MessageTooLargeError,
     Runtime,
@@ -20,7 +21,15 @@ from runtime import (
 )
 from runtime._envelope import Envelope
 from runtime.errors import MessageDecodeError, TransportUnavailableError
-from runtime.redis import Codec, Keys, RedisConfig, default_codec, free_port, shard_of
+from runtime.redis import (
+    CONSUMER_GROUP,
+    Codec,
+    Keys,
+    RedisConfig,
+    default_codec,
+    free_port,
+    shard_of,
+)
 from runtime.transports.redis import RedisTransport
 from tests.redis.actors import (
     Add,
@@ -519,3 +528,36 @@ async def test_a_client_trims_the_replies_it_has_read_and_loses_none_in_a_burst(
             return int(await redis_client.xlen(stream)) == 0
 
         await eventually(trimmed, "the read replies are trimmed off")
+
+
+async def test_an_ask_that_expired_in_the_stream_is_acked_unhandled(
+    redis_client: aioredis.Redis, redis_config: RedisConfig
+) -> None:
+    """Past capacity a worker skips asks nobody waits for: the command is acked (not
+    redelivered, not dead-lettered) without running, and the agent goes on."""
+    keys = Keys(redis_config.prefix)
+    stream = keys.stream(shard_of("ledger/s", redis_config.shards))
+    async with (
+        worker(redis_client, redis_config) as rt,
+        worker(redis_client, redis_config, worker=False) as client,
+    ):
+        ledger = client.ref("ledger/s")
+        await ledger.tell(Add("busy", delay=0.5))
+        with pytest.raises(AskTimeoutError):
+            await ledger.ask(Add("late"), timeout=0.1)
+        await ledger.tell(Add("after"))
+        assert (await ledger.ask(GetState())).tokens == ["busy", "after"]
+        assert rt.stats().expired == 1
+        transport = rt.transport
+        assert isinstance(transport, RedisTransport)
+
+        async def acked() -> bool:
+            pending = await redis_client.xpending(stream, CONSUMER_GROUP)
+            return bool(pending["pending"] == 0)
+
+        await eventually(acked, "every entry acked")
+        assert transport.stats().redelivered == 0
+        assert await redis_client.xlen(keys.dead_letters()) == 0
+    # The next worker does not run it either.
+    async with worker(redis_client, redis_config) as rt:
+        assert (await rt.ref("ledger/s").ask(GetState())).tokens == ["busy", "after"]

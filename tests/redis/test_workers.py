@@ -16,6 +16,7 @@ import redis.asyncio as aioredis
 from runtime import HandlerError, Runtime
 from runtime.errors import ConfigError, TransportUnavailableError
 from runtime.redis import (
+    CONSUMER_GROUP,
     Keys,
     RedisConfig,
     connect,
@@ -71,10 +72,11 @@ async def test_three_workers_share_the_shards_and_apply_each_command_once(
         assert state.tokens == expected[LEDGERS[0]]
 
 
+@pytest.mark.parametrize("max_deliveries", [1, 2])
 async def test_a_poison_pill_that_kills_its_workers_is_dead_lettered_and_answered(
-    redis_client: aioredis.Redis, redis_config: RedisConfig
+    redis_client: aioredis.Redis, redis_config: RedisConfig, max_deliveries: int
 ) -> None:
-    config = msgspec.structs.replace(redis_config, max_deliveries=1)
+    config = msgspec.structs.replace(redis_config, max_deliveries=max_deliveries)
     async with WorkerProcesses(1, config, REGISTER) as workers, client_runtime(config) as rt:
         async with anyio.create_task_group() as tg:
             outcome: list[BaseException] = []
@@ -86,17 +88,50 @@ async def test_a_poison_pill_that_kills_its_workers_is_dead_lettered_and_answere
                     outcome.append(exc)
 
             tg.start_soon(ask_crash)
+            # Each worker that starts on the pill dies of it (the second one's
+            # attempt is counted in Redis); the next finds it pending.
+            for _ in range(max_deliveries):
 
-            async def died() -> bool:
-                return workers.pid(0) is None
+                async def died() -> bool:
+                    return workers.pid(0) is None
 
-            await eventually(died, "the pill kills the worker")
-            workers.start(0)  # a new worker finds the pill pending, delivered once already
+                await eventually(died, "the pill kills the worker")
+                workers.start(0)
         [error] = outcome
-        assert "delivered 1 times without being handled" in str(error)
+        assert f"handling it started {max_deliveries} times and never finished" in str(error)
         assert await rt.ref("ledger/poison").ask(Add("after")) == 1
     letters = await redis_client.xrange(Keys(config.prefix).dead_letters())
     assert [default_codec.decode_envelope(f[b"e"]).body for _, f in letters] == [Crash()]
+
+
+async def test_commands_a_dead_worker_read_but_never_started_are_not_poison(
+    redis_client: aioredis.Redis, redis_config: RedisConfig
+) -> None:
+    """A worker reads its stream in batches: when it dies, the entries it had read
+    but not begun are delivered again, and that is no reason to dead-letter them,
+    however many workers die that way."""
+    config = msgspec.structs.replace(redis_config, max_deliveries=2)
+    keys = Keys(config.prefix)
+    stream = keys.stream(shard_of("ledger/x", config.shards))
+    await redis_client.xgroup_create(stream, CONSUMER_GROUP, id="0", mkstream=True)
+    async with client_runtime(config) as rt:
+        for i in range(5):
+            await rt.ref("ledger/x").tell(Add(f"t{i}"))
+        await rt.transport.flush()  # type: ignore[attr-defined]
+    # Three workers in turn read them and die before starting any.
+    await redis_client.xreadgroup(CONSUMER_GROUP, "dead1", {stream: ">"}, count=10)
+    for dead in ("dead2", "dead3"):
+        ids = [
+            e["message_id"]
+            for e in await redis_client.xpending_range(stream, CONSUMER_GROUP, "-", "+", 10)
+        ]
+        await redis_client.xclaim(stream, CONSUMER_GROUP, dead, min_idle_time=0, message_ids=ids)
+    pending = await redis_client.xpending_range(stream, CONSUMER_GROUP, "-", "+", 10)
+    assert [e["times_delivered"] for e in pending] == [3] * 5
+    async with WorkerProcesses(1, config, REGISTER), client_runtime(config) as rt:
+        state = await rt.ref("ledger/x").ask(GetState())
+    assert state.tokens == [f"t{i}" for i in range(5)]
+    assert await redis_client.xlen(keys.dead_letters()) == 0
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,5 @@
-"""The runtime raises the collector's first-generation threshold while open."""
+"""The runtime raises the collector's first-generation threshold and freezes what
+exists while open; messages are not tracked by the collector."""
 
 from __future__ import annotations
 
@@ -53,3 +54,31 @@ async def test_a_setting_changed_while_open_is_not_overwritten_at_close() -> Non
 def test_a_negative_threshold_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="gc_threshold"):
         decode_config({"gc_threshold": -1}, RuntimeConfig, source="test")
+
+
+async def test_what_exists_at_open_is_frozen_until_the_last_runtime_closes() -> None:
+    assert gc.get_freeze_count() == 0
+    async with Runtime(RuntimeConfig()):
+        frozen = gc.get_freeze_count()
+        assert frozen > 0
+        async with Runtime(RuntimeConfig()):
+            assert gc.get_freeze_count() == frozen
+        assert gc.get_freeze_count() == frozen
+    assert gc.get_freeze_count() == 0
+
+
+async def test_gc_freeze_false_freezes_nothing() -> None:
+    async with Runtime(RuntimeConfig(gc_freeze=False)):
+        assert gc.get_freeze_count() == 0
+    async with Runtime(RuntimeConfig(gc_threshold=0, gc_freeze=False)):
+        assert gc.get_threshold() == (700, 10, 10)
+
+
+def test_messages_are_not_tracked_by_the_collector() -> None:
+    from actors import Message
+    from actors.messages import ToolCall
+
+    call = ToolCall(id="c1", name="f", arguments="{}")
+    message = Message(role="assistant", content=None, tool_calls=(call,), metadata={"a": [1]})
+    assert not gc.is_tracked(message)
+    assert not gc.is_tracked(call)

@@ -87,6 +87,31 @@ async def test_ask_timeout_names_the_actor_and_message() -> None:
             await rt.ref("counter/slow").ask(("sleep", 1.0), timeout=0.05)
 
 
+async def test_an_ask_whose_asker_gave_up_is_not_handled() -> None:
+    """Past capacity, an ask that timed out while queued is dropped unhandled; the
+    mail behind it is handled as usual."""
+    async with runtime() as rt:
+        ref = rt.ref("counter/a")
+        await ref.tell(("sleep", 0.2))  # occupies the actor
+        await anyio.sleep(0.01)
+        with pytest.raises(AskTimeoutError):
+            await ref.ask("late", timeout=0.05)
+        await ref.tell("after")
+        assert await ref.ask("end") == [("sleep", 0.2), "after", "end"]
+        assert rt.stats().expired == 1
+
+
+async def test_expired_asks_are_handled_when_shedding_is_off() -> None:
+    async with runtime(shed_expired_asks=False) as rt:
+        ref = rt.ref("counter/a")
+        await ref.tell(("sleep", 0.2))
+        await anyio.sleep(0.01)
+        with pytest.raises(AskTimeoutError):
+            await ref.ask("late", timeout=0.05)
+        assert await ref.ask("end") == [("sleep", 0.2), "late", "end"]
+        assert rt.stats().expired == 0
+
+
 async def test_tell_nowait_on_full_mailbox_raises_and_drops_nothing() -> None:
     async with runtime(mailbox_size=3) as rt:
         ref = rt.ref("counter/a")

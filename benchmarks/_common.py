@@ -57,8 +57,8 @@ class BenchResult(msgspec.Struct, kw_only=True):
     series: dict[str, Any] = {}
 
 
-def bench_config(mailbox_size: int = 1_000, compression: bool = False) -> Any:
-    """The app config the runtime benchmarks use.
+def bench_config(mailbox_size: int = 1_000, compression: bool = False, shed: bool = True) -> Any:
+    """The app config the runtime benchmarks use (``shed``: ``runtime.shed_expired_asks``).
 
     Compression is off unless asked for: a burst of adds to one agent would
     otherwise measure the compressor (which the compression benchmark measures on
@@ -68,7 +68,7 @@ def bench_config(mailbox_size: int = 1_000, compression: bool = False) -> Any:
     from runtime import RuntimeConfig
 
     return AppConfig(
-        runtime=RuntimeConfig(mailbox_size=mailbox_size),
+        runtime=RuntimeConfig(mailbox_size=mailbox_size, shed_expired_asks=shed),
         compression=CompressionConfig(enabled=compression),
     )
 

@@ -157,6 +157,7 @@ def memory_plot(current: BenchResult, out_dir: Path) -> list[Path]:
         ("scale", "actormem idle agent", "idle in-process agent (RSS)", "o-"),
         ("scale", "raw anyio task", "raw anyio task + stream (RSS)", "s--"),
         ("redis_scale", "passivated agent in Redis", "passivated agent, Redis used_memory", "^-"),
+        ("redis_scale", "passivated agent's keys", "passivated agent's keys in Redis", "x-"),
         ("redis_scale", "passivated agent, worker RSS", "passivated agent, worker RSS", "v-"),
     ):
         result = _load(out_dir, name, current)

@@ -29,6 +29,7 @@ from runtime.worker import WorkerProcesses
 
 __all__ = (
     "REGISTER",
+    "agent_keys_memory",
     "client_runtime",
     "raw_redis",
     "redis_app_config",
@@ -61,13 +62,14 @@ def redis_app_config(
     shards: int = 16,
     mailbox_size: int = 10_000,
     passivate_after: float | None = None,
+    shed: bool = True,
 ) -> AppConfig:
     """The benchmark app config (compression off) over the Redis at ``url``.
 
     Each call gets a fresh key prefix, so runs on one server never see each
     other's streams or state.
     """
-    base = bench_config(mailbox_size=mailbox_size)
+    base = bench_config(mailbox_size=mailbox_size, shed=shed)
     redis = RedisConfig(url=url, prefix=f"b{secrets.token_hex(4)}", shards=shards)
     if passivate_after is not None:
         redis = redis.replace(passivate_after=passivate_after)
@@ -102,7 +104,10 @@ async def workers(config: AppConfig, count: int) -> AsyncIterator[WorkerProcesse
         count,
         config.redis,
         REGISTER,
-        runtime=RuntimeConfig(mailbox_size=config.runtime.mailbox_size),
+        runtime=RuntimeConfig(
+            mailbox_size=config.runtime.mailbox_size,
+            shed_expired_asks=config.runtime.shed_expired_asks,
+        ),
         log_level="warning",
     ) as procs:
         await wait_all_shards_owned(config)
@@ -132,6 +137,23 @@ async def redis_info_memory(url: str) -> int:
     try:
         info = await client.info("memory")
         return int(info["used_memory"])
+    finally:
+        await client.aclose()
+
+
+async def agent_keys_memory(url: str, prefix: str) -> tuple[int, int]:
+    """``MEMORY USAGE`` summed over every agent key under ``prefix`` (history,
+    snapshot, applied ids), and how many keys there are."""
+    client = connect(RedisConfig(url=url))
+    try:
+        keys = [k async for k in client.scan_iter(match=f"{prefix}:*:agent:*", count=1_000)]
+        total = 0
+        for start in range(0, len(keys), 1_000):
+            async with client.pipeline(transaction=False) as pipe:
+                for key in keys[start : start + 1_000]:
+                    pipe.memory_usage(key, samples=0)
+                total += sum(int(size or 0) for size in await pipe.execute())
+        return total, len(keys)
     finally:
         await client.aclose()
 

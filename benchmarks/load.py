@@ -52,6 +52,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--mix", type=float, default=0.2, help="share of context() asks (the rest are adds)"
     )
     parser.add_argument("--mailbox", type=int, default=1_000, help="mailbox size per agent")
+    parser.add_argument(
+        "--timeout", type=float, default=30.0, help="seconds each ask waits for its reply"
+    )
+    parser.add_argument(
+        "--max-inflight",
+        type=int,
+        default=5_000,
+        help="asks in flight at most: a command due while this many wait is not sent "
+        "(counted as skipped), as a client with a bounded pool would (0: no bound)",
+    )
+    parser.add_argument(
+        "--no-shed",
+        action="store_true",
+        help="handle asks whose asker gave up (runtime.shed_expired_asks = false)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no live display")
     parser.add_argument(
         "--transport", choices=("memory", "redis"), default="memory", help="where the agents run"
@@ -70,6 +85,7 @@ class _Second:
         self.sent = 0
         self.done = 0
         self.errors = 0
+        self.skipped = 0
         self.latencies: list[float] = []
         self.gauges: dict[str, int] = {}
 
@@ -80,6 +96,7 @@ class _Second:
             "sent": self.sent,
             "done": self.done,
             "errors": self.errors,
+            "skipped": self.skipped,
             "p50_ms": round(percentile(self.latencies, 50) * 1e3, 3) if self.latencies else None,
             "p99_ms": round(percentile(self.latencies, 99) * 1e3, 3) if self.latencies else None,
             **self.gauges,
@@ -95,13 +112,15 @@ _SHORT = {
     "redelivered": "redeliv",
     "redelivered_pending": "redeliv pend",
     "dead_letters": "dlq",
+    "client_outbox": "c.outbox",
+    "client_asks": "c.asks",
 }
 
 
 def _table(seconds: list[_Second]) -> Table:
     table = Table(title="load (last 10 s)", title_justify="left")
     gauges = list(seconds[-2].gauges) if len(seconds) > 1 else []
-    for col in ("t", "target/s", "done/s", "errors", "p50 ms", "p99 ms", *gauges):
+    for col in ("t", "target/s", "done/s", "errors", "skipped", "p50 ms", "p99 ms", *gauges):
         table.add_column(_SHORT.get(col, col), justify="right")
     for s in seconds[-10:]:
         r = s.row()
@@ -109,9 +128,10 @@ def _table(seconds: list[_Second]) -> Table:
             str(r["t"]),
             f"{r['target_rate']:,.0f}",
             f"{r['done']:,}",
-            str(r["errors"]),
-            f"{r['p50_ms']}" if r["p50_ms"] is not None else "-",
-            f"{r['p99_ms']}" if r["p99_ms"] is not None else "-",
+            f"{r['errors']:,}",
+            f"{r['skipped']:,}",
+            f"{r['p50_ms']:,.1f}" if r["p50_ms"] is not None else "-",
+            f"{r['p99_ms']:,.1f}" if r["p99_ms"] is not None else "-",
             *(f"{s.gauges[g]:,}" if g in s.gauges else "-" for g in gauges),
         )
     return table
@@ -122,24 +142,33 @@ Gauges = Callable[[], Awaitable[dict[str, int]]]
 
 def _mailboxes(rt: MemoryRuntime) -> dict[str, int]:
     stats = rt.stats()
-    return {"mailbox_depth": stats.mailbox_depth, "max_mailbox_depth": stats.max_mailbox_depth}
+    return {
+        "mailbox_depth": stats.mailbox_depth,
+        "max_mailbox_depth": stats.max_mailbox_depth,
+        "expired": stats.expired,
+    }
 
 
 @asynccontextmanager
 async def _target(args: argparse.Namespace) -> AsyncIterator[tuple[MemoryRuntime, Gauges]]:
     """The runtime the load goes to, and how to read its depths and redeliveries."""
     if args.transport == "memory":
-        async with MemoryRuntime(bench_config(mailbox_size=args.mailbox)) as rt:
+        config = bench_config(mailbox_size=args.mailbox, shed=not args.no_shed)
+        async with MemoryRuntime(config) as rt:
 
             async def gauges() -> dict[str, int]:
                 return _mailboxes(rt)
 
             yield rt, gauges
         return
+    if args.max_inflight < 0:
+        raise ValueError(f"--max-inflight must be >= 0, got {args.max_inflight}")
+    if args.timeout <= 0:
+        raise ValueError(f"--timeout must be > 0, got {args.timeout}")
     if args.workers < 0:
         raise ValueError(f"--workers must be >= 0, got {args.workers}")
     async with server() as redis:
-        config = redis_app_config(redis.url, mailbox_size=args.mailbox)
+        config = redis_app_config(redis.url, mailbox_size=args.mailbox, shed=not args.no_shed)
         client = connect(config.redis)
         try:
             async with AsyncExitStack() as stack:
@@ -155,6 +184,9 @@ async def _target(args: argparse.Namespace) -> AsyncIterator[tuple[MemoryRuntime
                     found = {"stream_waiting": waiting, "stream_pending": pending}
                     if args.workers:
                         found["redelivered_pending"] = await redelivered_pending(client, config)
+                        mine = transport.stats()
+                        found["client_outbox"] = mine.outbox
+                        found["client_asks"] = mine.pending_asks
                     else:
                         found.update(_mailboxes(rt))
                         found["redelivered"] = transport.stats().redelivered
@@ -176,8 +208,17 @@ async def run(args: argparse.Namespace) -> list[Row]:
     console = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
     async with _target(args) as (rt, gauges):
         addresses = [f"memory/load{i}" for i in range(args.agents)]
+        inflight = 0
+        cap = args.max_inflight or float("inf")
 
         async def one(i: int, bucket: _Second) -> None:
+            nonlocal inflight
+            try:
+                await ask(i, bucket)
+            finally:
+                inflight -= 1
+
+        async def ask(i: int, bucket: _Second) -> None:
             address = addresses[i % len(addresses)]
             if (i % 100) < args.mix * 100:
                 command: Any = Context(max_tokens=2_000)
@@ -185,7 +226,7 @@ async def run(args: argparse.Namespace) -> list[Row]:
                 command = Add(messages=[Message(role="user", content=texts[i % len(texts)])])
             t0 = time.perf_counter()
             try:
-                await rt.ask(address, command, timeout=30)
+                await rt.ask(address, command, timeout=args.timeout)
             except ActormemError as exc:
                 bucket.errors += 1
                 errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
@@ -212,8 +253,12 @@ async def run(args: argparse.Namespace) -> list[Row]:
                         seconds.append(_Second(t, rate))
                     bucket = seconds[-1]
                     while next_at <= now:
-                        tg.start_soon(one, i, bucket)
-                        bucket.sent += 1
+                        if inflight < cap:
+                            inflight += 1
+                            tg.start_soon(one, i, bucket)
+                            bucket.sent += 1
+                        else:
+                            bucket.skipped += 1
                         i += 1
                         next_at += 1.0 / rate
                     await anyio.sleep(max(0.0, next_at - time.perf_counter()))
@@ -223,12 +268,14 @@ async def run(args: argparse.Namespace) -> list[Row]:
             if not args.quiet:
                 live.update(_table(seconds))
         sent = sum(s.sent for s in seconds)
+        skipped = sum(s.skipped for s in seconds)
         done = sum(s.done for s in seconds)
     where = "in-process" if args.transport == "memory" else f"Redis, {args.workers} worker(s)"
     rows = [
         Row(name=f"commands sent ({where})", value=sent, unit="", extra={"errors": errors}),
         Row(name="throughput (completed)", value=done / elapsed, unit="cmd/s"),
         Row(name="errors", value=sum(errors.values()), unit=""),
+        Row(name="not sent: --max-inflight asks already waiting", value=skipped, unit=""),
     ]
     if args.transport == "memory":
         rows.append(Row(name="redeliveries (in-process: none by design)", value=0, unit=""))
@@ -245,6 +292,14 @@ async def run(args: argparse.Namespace) -> list[Row]:
             Row(
                 name="redelivered entries pending, most seen (XPENDING)",
                 value=max((s.gauges.get("redelivered_pending", 0) for s in seconds), default=0),
+                unit="",
+            )
+        )
+    if "expired" in final:
+        rows.append(
+            Row(
+                name="asks dropped unhandled, their asker gone (RuntimeStats.expired)",
+                value=final["expired"],
                 unit="",
             )
         )

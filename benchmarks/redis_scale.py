@@ -3,7 +3,9 @@ resident memory) at 1,000 / 10,000 agents, and the activation time of a passivat
 agent, next to an ask to an agent still in memory. Each size runs in a fresh process
 with its own ``redis-server``.
 
-The worker's RSS after passivation includes what the allocator keeps rather
+``used_memory`` also counts the shard streams' entries still in Redis (trimmed
+only past ``stream_maxlen``), so the agents' own keys are measured too, with
+``MEMORY USAGE``. The worker's RSS after passivation includes what the allocator keeps rather
 than returning to the OS; the count of gc-tracked objects left per agent says
 whether anything of the agents is still referenced.
 
@@ -30,7 +32,13 @@ from actors import Message
 from actors.commands import Add, Context
 from benchmarks._common import BenchResult, Row, percentile, rss_bytes
 from benchmarks._plots import memory_plot
-from benchmarks._redis import redis_app_config, redis_info_memory, server, worker_runtime
+from benchmarks._redis import (
+    agent_keys_memory,
+    redis_app_config,
+    redis_info_memory,
+    server,
+    worker_runtime,
+)
 from runtime.transports.redis import RedisTransport
 
 NAME = "redis_scale"
@@ -69,6 +77,9 @@ async def _child(n: int, activations: int) -> dict[str, float]:
             gc.collect()
             rss1, used1 = rss_bytes(), await redis_info_memory(redis.url)
             objects1 = len(gc.get_objects())
+            # The agents' own keys, without the shard streams' entries still in
+            # Redis (trimmed only past stream_maxlen, so they weigh more at 1,000).
+            keys_bytes, keys = await agent_keys_memory(redis.url, config.redis.prefix)
             cold: list[float] = []
             warm: list[float] = []
             for i in range(min(activations, n)):
@@ -81,6 +92,8 @@ async def _child(n: int, activations: int) -> dict[str, float]:
                 warm.append(time.perf_counter() - t0)
             return {
                 "redis_per_agent": (used1 - used0) / n,
+                "keys_per_agent": keys_bytes / (n + 1),  # and the warm-up agent
+                "agent_keys": keys / (n + 1),
                 "rss_per_agent": (rss1 - rss0) / n,
                 "tracked_agents": float(transport.stats().agents),
                 "objects_per_agent": (objects1 - objects0) / n,
@@ -129,6 +142,15 @@ async def run(args: argparse.Namespace) -> list[Row]:
                 value=m["redis_per_agent"],
                 unit="B",
                 extra={"agents": n},
+            )
+        )
+        rows.append(
+            Row(
+                name=f"passivated agent's keys in Redis (MEMORY USAGE), {n:,} agents",
+                value=m["keys_per_agent"],
+                unit="B",
+                target="< 1 KB",
+                extra={"agents": n, "keys_per_agent": m["agent_keys"]},
             )
         )
         rows.append(

@@ -1,16 +1,24 @@
 """Scale: resident memory per idle agent actor at 1,000 / 10,000 / 100,000 agents, next to
-a raw anyio task with its own stream per agent. Each size runs in a fresh process."""
+a raw anyio task with its own stream per agent. Each size runs in a fresh process.
+
+Also the pause of a full garbage collection (``gc.collect()``) with that many agents
+in memory, and, at the largest size, the same with ``runtime.gc_freeze`` off: what
+the collector walks is what the latency tail pays for.
+"""
 
 from __future__ import annotations
 
 import argparse
 import gc
 import json
+import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import anyio
+import msgspec
 
 from actors import MemoryRuntime, Message
 from actors.commands import Add
@@ -24,12 +32,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--agents", type=int, nargs="+", default=[1_000, 10_000, 100_000], help="agent counts"
     )
-    parser.add_argument("--child", choices=("actormem", "anyio"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--child", choices=("actormem", "actormem-nofreeze", "anyio"), help=argparse.SUPPRESS
+    )
     parser.add_argument("--n", type=int, help=argparse.SUPPRESS)
 
 
-async def _child_actormem(n: int) -> float:
-    async with MemoryRuntime(bench_config()) as rt:
+async def _child_actormem(n: int, freeze: bool = True) -> dict[str, float]:
+    config = bench_config()
+    config = msgspec.structs.replace(
+        config, runtime=msgspec.structs.replace(config.runtime, gc_freeze=freeze)
+    )
+    async with MemoryRuntime(config) as rt:
         await rt.ask("memory/warm", Add(messages=[Message(role="user", content="warm up")]))
         gc.collect()
         before = rss_bytes()
@@ -38,10 +52,16 @@ async def _child_actormem(n: int) -> float:
             await rt.tell(f"memory/a{i}", Add(messages=[Message(role="user", content="hello")]))
         await wait_processed(rt, n + 1, poll=0.01)
         gc.collect()
-        return (rss_bytes() - before) / n
+        per_agent = (rss_bytes() - before) / n
+        pauses = []
+        for _ in range(5):
+            started = time.perf_counter()
+            gc.collect()
+            pauses.append(time.perf_counter() - started)
+        return {"per_agent": per_agent, "gc_pause": statistics.median(pauses)}
 
 
-async def _child_anyio(n: int) -> float:
+async def _child_anyio(n: int) -> dict[str, float]:
     gc.collect()
     before = rss_bytes()
     async with anyio.create_task_group() as tg:
@@ -59,10 +79,10 @@ async def _child_anyio(n: int) -> float:
         gc.collect()
         per = (rss_bytes() - before) / n
         tg.cancel_scope.cancel()
-    return per
+    return {"per_agent": per}
 
 
-def _measure(kind: str, n: int) -> float:
+def _measure(kind: str, n: int) -> dict[str, float]:
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks", "scale", "--child", kind, "--n", str(n)],
         capture_output=True,
@@ -70,18 +90,22 @@ def _measure(kind: str, n: int) -> float:
         check=True,
         timeout=600,
     )
-    return float(json.loads(proc.stdout.strip().splitlines()[-1])["per_agent"])
+    result: dict[str, float] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
 
 
 async def run(args: argparse.Namespace) -> list[Row]:
     if args.child:
-        fn = _child_actormem if args.child == "actormem" else _child_anyio
-        print(json.dumps({"per_agent": await fn(args.n)}))
+        if args.child == "anyio":
+            print(json.dumps(await _child_anyio(args.n)))
+        else:
+            print(json.dumps(await _child_actormem(args.n, args.child == "actormem")))
         raise SystemExit(0)
     rows = []
     for n in args.agents:
-        raw = _measure("anyio", n)
-        ours = _measure("actormem", n)
+        raw = _measure("anyio", n)["per_agent"]
+        measured = _measure("actormem", n)
+        ours = measured["per_agent"]
         rows.append(
             Row(
                 name=f"raw anyio task + stream per agent, {n:,}",
@@ -99,6 +123,18 @@ async def run(args: argparse.Namespace) -> list[Row]:
                 baseline_value=raw,
                 ratio=ours / raw,
                 target="< 4 KB" if n == 100_000 else None,
+                extra={"agents": n},
+            )
+        )
+        unfrozen = _measure("actormem-nofreeze", n) if n == max(args.agents) else None
+        rows.append(
+            Row(
+                name=f"full gc.collect() pause, {n:,} idle agents",
+                value=measured["gc_pause"] * 1e3,
+                unit="ms",
+                baseline=None if unfrozen is None else "the same, gc_freeze = false",
+                baseline_value=None if unfrozen is None else unfrozen["gc_pause"] * 1e3,
+                ratio=None if unfrozen is None else measured["gc_pause"] / unfrozen["gc_pause"],
                 extra={"agents": n},
             )
         )

@@ -18,6 +18,7 @@ from runtime.errors import (
     MailboxFullError,
     MessageTooLargeError,
     RuntimeClosedError,
+    TooManyAsksError,
     TransportError,
 )
 from runtime.ids import new_id
@@ -48,6 +49,7 @@ __all__ = (
     "RuntimeStats",
     "SupervisionConfig",
     "TokenCounter",
+    "TooManyAsksError",
     "Transport",
     "TransportError",
     "TransportHost",

@@ -37,6 +37,7 @@ from runtime.errors import (
     HandlerError,
     MailboxFullError,
     RuntimeClosedError,
+    TooManyAsksError,
 )
 from runtime.transports.base import Transport
 from runtime.transports.memory import InProcessTransport
@@ -413,6 +414,13 @@ class Runtime(AsyncClosing):
         ):
             return await self._ask_inline(cell, cell.actor, message)
         limit = self.config.ask_timeout if timeout is None else timeout
+        bound = self.config.max_pending_asks
+        if bound and len(self._pending) >= bound:
+            raise TooManyAsksError(
+                address,
+                f"{type(message).__name__} not sent: {len(self._pending)} asks already "
+                f"wait for replies (runtime.max_pending_asks={bound})",
+            )
         correlation = next(self._correlation)
         loop = asyncio.get_running_loop()
         slot = _Slot(loop.create_future())

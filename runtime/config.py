@@ -115,6 +115,10 @@ class RuntimeConfig(_Section, frozen=True):
             closes, so full collections skip them: shorter pauses in the latency
             tail. Cyclic garbage made before the runtime opened is then only
             collected after it closes.
+        max_pending_asks: asks that may wait for replies at once in this runtime;
+            one more fails at once with ``TooManyAsksError``, unsent (0: no bound).
+            A client that outruns its workers otherwise piles up asks that all
+            time out, and handling the timeouts takes the time the replies needed.
         shed_expired_asks: drop an ask whose deadline passed before its actor got
             to it, unhandled (its asker already got ``AskTimeoutError``), so a
             runtime past its capacity does not spend it on replies nobody reads.
@@ -131,11 +135,12 @@ class RuntimeConfig(_Section, frozen=True):
     supervision: SupervisionConfig = msgspec.field(default_factory=SupervisionConfig)
     gc_threshold: int = DEFAULT_GC_THRESHOLD
     gc_freeze: bool = True
+    max_pending_asks: int = 0
     shed_expired_asks: bool = True
 
     def __post_init__(self) -> None:
         self._at_least(1, "mailbox_size", "dispatchers", "throughput")
-        self._at_least(0, "gc_threshold")
+        self._at_least(0, "gc_threshold", "max_pending_asks")
         self._above(0, "ask_timeout", "drain_timeout")
 
 

@@ -15,6 +15,7 @@ boundary with ``raise ... from exc`` so the cause stays visible.
     │   ├── ActorStoppedError        the actor stopped (restart intensity, shutdown)
     │   ├── MailboxFullError         ``tell_nowait`` on a full mailbox
     │   ├── AskTimeoutError          no reply within the ask timeout
+    │   ├── TooManyAsksError         ``max_pending_asks`` asks already wait (not sent)
     │   └── HandlerError             the handler raised while serving this request
     ├── TransportError               a transport cannot carry an envelope
     │   ├── MessageTooLargeError     an encoded envelope is over the size limit
@@ -65,6 +66,10 @@ class MailboxFullError(ActorError):
 
 class AskTimeoutError(ActorError, TimeoutError):
     """No reply arrived within the ask timeout."""
+
+
+class TooManyAsksError(ActorError):
+    """``runtime.max_pending_asks`` asks already wait for replies: this one was not sent."""
 
 
 class HandlerError(ActorError):

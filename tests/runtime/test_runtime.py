@@ -22,6 +22,7 @@ from runtime import (
     RuntimeClosedError,
     RuntimeConfig,
     SupervisionConfig,
+    TooManyAsksError,
 )
 
 pytestmark = pytest.mark.anyio
@@ -110,6 +111,26 @@ async def test_expired_asks_are_handled_when_shedding_is_off() -> None:
             await ref.ask("late", timeout=0.05)
         assert await ref.ask("end") == [("sleep", 0.2), "late", "end"]
         assert rt.stats().expired == 0
+
+
+async def test_asks_past_max_pending_asks_fail_at_once_unsent() -> None:
+    async with runtime(max_pending_asks=2) as rt:
+        ref = rt.ref("counter/a")
+        await ref.tell(("sleep", 0.2))  # occupies the actor: asks queue
+        await anyio.sleep(0.01)
+        results: list[Any] = []
+        async with anyio.create_task_group() as tg:
+
+            async def ask(i: int) -> None:
+                results.append(await ref.ask(i))
+
+            tg.start_soon(ask, 1)
+            tg.start_soon(ask, 2)
+            await anyio.sleep(0.01)
+            with pytest.raises(TooManyAsksError, match=r"counter/a.*int not sent.*2 asks"):
+                await ref.ask(3)
+        assert sorted(r[-1] for r in results) == [1, 2]
+        assert 3 not in await ref.ask("end")  # never delivered
 
 
 async def test_tell_nowait_on_full_mailbox_raises_and_drops_nothing() -> None:

@@ -331,6 +331,15 @@ class AgentMemory(Actor):
                     self._log_pending.append(m)
 
     def _add(self, messages: list[Message]) -> AddResult:
+        if type(messages) is list and len(messages) == 1:
+            m = messages[0]
+            if (
+                type(m) is Message
+                and type(m.content) is str
+                and len(m.content) <= self._config.max_message_chars
+                and m.id not in self._history_ids
+            ):
+                return self._add_one(m.with_tokens(count_tokens(m, self._counter)))
         counted = self._counted(messages, "add")
         clash = [m.id for m in counted if m.id in self._history_ids]
         if clash:
@@ -355,6 +364,35 @@ class AgentMemory(Actor):
             tokens=[m.tokens for m in counted],
             size=len(self._working),
             working_tokens=self._working_tokens,
+        )
+
+    def _add_one(self, m: Message) -> AddResult:
+        """:meth:`_add` of one valid, new, counted message: the hot path of every
+        agent's turn, without the batch bookkeeping (the same effects)."""
+        working = self._working
+        working.append(m)
+        tokens = m.tokens
+        self._working_tokens += tokens
+        self._history_ids.add(m.id)
+        self._history.append(m)
+        self._history_tokens += tokens
+        if self._durable:
+            self._log_pending.append(m)
+        if self._recall is not None:
+            self._recall.observe([m])
+        elif self._unobserved is None:
+            self._unobserved = [m]
+        else:
+            self._unobserved.append(m)
+        size = len(working)
+        if self._working_tokens > self._peak_tokens:
+            self._peak_tokens = self._working_tokens
+        if size > self._peak_size:
+            self._peak_size = size
+        if self._compression.enabled:
+            self._maybe_compress()
+        return AddResult(
+            ids=[m.id], tokens=[tokens], size=size, working_tokens=self._working_tokens
         )
 
     def _set_working(self, messages: list[Message]) -> None:

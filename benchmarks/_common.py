@@ -8,11 +8,13 @@ draws its plots when matplotlib is installed and plots were asked for.
 
 from __future__ import annotations
 
+import argparse
+import math
 import os
 import platform
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,10 @@ import msgspec
 __all__ = (
     "BenchResult",
     "Row",
+    "above",
+    "at_least",
     "bench_config",
+    "fraction",
     "machine",
     "message_texts",
     "percentile",
@@ -55,6 +60,41 @@ class BenchResult(msgspec.Struct, kw_only=True):
     started: float
     elapsed_s: float
     series: dict[str, Any] = {}
+
+
+def at_least(minimum: float, kind: Callable[[str], float] = int) -> Callable[[str], Any]:
+    """An argparse type: a number (``kind``: int or float) >= ``minimum``; a bad one
+    is a one-line usage error."""
+
+    def convert(text: str) -> Any:
+        value = kind(text)
+        if not (value >= minimum and math.isfinite(value)):  # also refuses nan, inf
+            raise argparse.ArgumentTypeError(f"must be >= {minimum:g}, got {text}")
+        return value
+
+    convert.__name__ = getattr(kind, "__name__", "number")  # "invalid int value: ..."
+    return convert
+
+
+def above(minimum: float) -> Callable[[str], float]:
+    """An argparse type: a number > ``minimum``."""
+
+    def convert(text: str) -> float:
+        value = float(text)
+        if not (value > minimum and math.isfinite(value)):  # also refuses nan, inf
+            raise argparse.ArgumentTypeError(f"must be > {minimum:g}, got {text}")
+        return value
+
+    convert.__name__ = "float"
+    return convert
+
+
+def fraction(text: str) -> float:
+    """An argparse type: a number within 0..1."""
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be within 0..1, got {text}")
+    return value
 
 
 def bench_config(mailbox_size: int = 1_000, compression: bool = False, shed: bool = True) -> Any:

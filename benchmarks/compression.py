@@ -11,16 +11,22 @@ import time
 from actors import CompressionConfig, Message, ToolCall, compress
 from actors.compression import OfflineSummarizer
 from actors.simulation import agent_names, plant_facts
-from benchmarks._common import Row, message_texts, percentile
+from benchmarks._common import Row, at_least, message_texts, percentile
 from runtime import get_counter
 
 NAME = "compression"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--conversations", type=int, default=30, help="conversations compressed")
-    parser.add_argument("--messages", type=int, default=300, help="messages per conversation")
-    parser.add_argument("--max-tokens", type=int, default=4_000, help="compression max_tokens")
+    parser.add_argument(
+        "--conversations", type=at_least(1), default=30, help="conversations compressed"
+    )
+    parser.add_argument(
+        "--messages", type=at_least(1), default=300, help="messages per conversation"
+    )
+    parser.add_argument(
+        "--max-tokens", type=at_least(1), default=4_000, help="compression max_tokens"
+    )
 
 
 def conversation(seed: int, size: int, facts: list[str]) -> list[Message]:

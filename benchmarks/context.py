@@ -11,16 +11,18 @@ import tiktoken
 from actors import MemoryRuntime, Message
 from actors.commands import Add, Context
 from actors.messages import count_tokens
-from benchmarks._common import Row, bench_config, message_texts, percentile
+from benchmarks._common import Row, at_least, bench_config, message_texts, percentile
 from runtime import get_counter
 
 NAME = "context"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--messages", type=int, default=10_000, help="messages the agent holds")
-    parser.add_argument("--calls", type=int, default=500, help="context() calls timed")
-    parser.add_argument("--budget", type=int, default=4096, help="context(max_tokens)")
+    parser.add_argument(
+        "--messages", type=at_least(1), default=10_000, help="messages the agent holds"
+    )
+    parser.add_argument("--calls", type=at_least(1), default=500, help="context() calls timed")
+    parser.add_argument("--budget", type=at_least(1), default=4096, help="context(max_tokens)")
 
 
 async def run(args: argparse.Namespace) -> list[Row]:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from actors import Message
 from actors.commands import Add
-from benchmarks._common import BenchResult, Row, message_texts
+from benchmarks._common import BenchResult, Row, above, at_least, message_texts
 from benchmarks._plots import distributed_plot
 from benchmarks._redis import (
     client_runtime,
@@ -33,12 +33,14 @@ NAME = "distributed"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--messages", type=int, default=10_000, help="messages per run")
-    parser.add_argument("--agents", type=int, default=1_000, help="agents the adds spread over")
+    parser.add_argument("--messages", type=at_least(1), default=10_000, help="messages per run")
     parser.add_argument(
-        "--workers", type=int, nargs="+", default=[1, 2, 3], help="worker process counts"
+        "--agents", type=at_least(1), default=1_000, help="agents the adds spread over"
     )
-    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per run at most")
+    parser.add_argument(
+        "--workers", type=at_least(1), nargs="+", default=[1, 2, 3], help="worker process counts"
+    )
+    parser.add_argument("--timeout", type=above(0), default=300.0, help="seconds per run at most")
 
 
 async def drive(url: str, texts: list[str], agents: int, count: int, timeout: float) -> float:

@@ -13,7 +13,15 @@ import anyio
 
 from actors import MemoryRuntime, Message
 from actors.commands import Add, Context
-from benchmarks._common import BenchResult, Row, bench_config, message_texts, percentile
+from benchmarks._common import (
+    BenchResult,
+    Row,
+    above,
+    at_least,
+    bench_config,
+    message_texts,
+    percentile,
+)
 from benchmarks._plots import latency_plot
 from runtime import ActormemError
 
@@ -21,9 +29,11 @@ NAME = "latency"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--agents", type=int, default=100, help="agents asked in turn")
-    parser.add_argument("--seconds", type=float, default=3.0, help="seconds per load level")
-    parser.add_argument("--concurrency", type=int, default=32, help="askers when finding peak")
+    parser.add_argument("--agents", type=at_least(1), default=100, help="agents asked in turn")
+    parser.add_argument("--seconds", type=above(0), default=3.0, help="seconds per load level")
+    parser.add_argument(
+        "--concurrency", type=at_least(1), default=32, help="askers when finding peak"
+    )
 
 
 async def peak_rate(ask: Callable[[int], Awaitable[object]], seconds: float, workers: int) -> float:

@@ -24,7 +24,15 @@ from rich.table import Table
 
 from actors import MemoryRuntime, Message
 from actors.commands import Add, Context
-from benchmarks._common import Row, bench_config, message_texts, percentile
+from benchmarks._common import (
+    Row,
+    above,
+    at_least,
+    bench_config,
+    fraction,
+    message_texts,
+    percentile,
+)
 from benchmarks._redis import (
     client_runtime,
     redelivered_pending,
@@ -41,23 +49,28 @@ NAME = "load"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--agents", type=int, default=1_000, help="agents the load spreads over")
-    parser.add_argument("--rate", type=float, default=2_000.0, help="commands per second")
-    parser.add_argument("--duration", type=float, default=10.0, help="seconds of load")
     parser.add_argument(
-        "--step", type=float, default=0.0, help="add this many commands/s every --step-every s"
+        "--agents", type=at_least(1), default=1_000, help="agents the load spreads over"
     )
-    parser.add_argument("--step-every", type=float, default=2.0, help="seconds per load step")
+    parser.add_argument("--rate", type=above(0), default=2_000.0, help="commands per second")
+    parser.add_argument("--duration", type=above(0), default=10.0, help="seconds of load")
     parser.add_argument(
-        "--mix", type=float, default=0.2, help="share of context() asks (the rest are adds)"
+        "--step",
+        type=at_least(0.0, float),
+        default=0.0,
+        help="add this many commands/s every --step-every s",
     )
-    parser.add_argument("--mailbox", type=int, default=1_000, help="mailbox size per agent")
+    parser.add_argument("--step-every", type=above(0), default=2.0, help="seconds per load step")
     parser.add_argument(
-        "--timeout", type=float, default=30.0, help="seconds each ask waits for its reply"
+        "--mix", type=fraction, default=0.2, help="share of context() asks (the rest are adds)"
+    )
+    parser.add_argument("--mailbox", type=at_least(1), default=1_000, help="mailbox size per agent")
+    parser.add_argument(
+        "--timeout", type=above(0), default=30.0, help="seconds each ask waits for its reply"
     )
     parser.add_argument(
         "--max-inflight",
-        type=int,
+        type=at_least(0),
         default=5_000,
         help="asks in flight at most: a command due while this many wait is not sent "
         "(counted as skipped), as a client with a bounded pool would (0: no bound)",
@@ -72,7 +85,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--transport", choices=("memory", "redis"), default="memory", help="where the agents run"
     )
     parser.add_argument(
-        "--workers", type=int, default=1, help="Redis worker processes (0: this process)"
+        "--workers", type=at_least(0), default=1, help="Redis worker processes (0: this process)"
     )
 
 
@@ -161,12 +174,6 @@ async def _target(args: argparse.Namespace) -> AsyncIterator[tuple[MemoryRuntime
 
             yield rt, gauges
         return
-    if args.max_inflight < 0:
-        raise ValueError(f"--max-inflight must be >= 0, got {args.max_inflight}")
-    if args.timeout <= 0:
-        raise ValueError(f"--timeout must be > 0, got {args.timeout}")
-    if args.workers < 0:
-        raise ValueError(f"--workers must be >= 0, got {args.workers}")
     async with server() as redis:
         config = redis_app_config(redis.url, mailbox_size=args.mailbox, shed=not args.no_shed)
         client = connect(config.redis)

@@ -7,7 +7,7 @@ import argparse
 import time
 from typing import Any
 
-from benchmarks._common import Row, message_texts
+from benchmarks._common import Row, at_least, message_texts
 from benchmarks.throughput import actormem_add
 from runtime import Actor, Runtime
 
@@ -15,8 +15,10 @@ NAME = "peers"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--messages", type=int, default=20_000, help="messages per workload")
-    parser.add_argument("--agents", type=int, default=100, help="agents published to")
+    parser.add_argument(
+        "--messages", type=at_least(1), default=20_000, help="messages per workload"
+    )
+    parser.add_argument("--agents", type=at_least(1), default=100, help="agents published to")
 
 
 class _Echo(Actor):

@@ -12,7 +12,7 @@ import argparse
 from functools import partial
 from pathlib import Path
 
-from benchmarks._common import BenchResult, Row
+from benchmarks._common import BenchResult, Row, above, at_least
 from benchmarks._plots import latency_plot
 from benchmarks._redis import client_runtime, redis_app_config, server, wait_drained, workers
 from benchmarks.latency import measure
@@ -25,11 +25,16 @@ _SETTLE_TIMEOUT = 600.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--agents", type=int, default=100, help="agents asked in turn")
-    parser.add_argument("--seconds", type=float, default=3.0, help="seconds per load level")
-    parser.add_argument("--concurrency", type=int, default=64, help="askers when finding peak")
+    parser.add_argument("--agents", type=at_least(1), default=100, help="agents asked in turn")
+    parser.add_argument("--seconds", type=above(0), default=3.0, help="seconds per load level")
     parser.add_argument(
-        "--fixed-rate", type=float, default=5_000.0, help="the target's rate (asks/s); 0 = skip"
+        "--concurrency", type=at_least(1), default=64, help="askers when finding peak"
+    )
+    parser.add_argument(
+        "--fixed-rate",
+        type=at_least(0.0, float),
+        default=5_000.0,
+        help="the target's rate (asks/s); 0 = skip",
     )
 
 

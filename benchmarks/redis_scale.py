@@ -30,7 +30,7 @@ import anyio
 
 from actors import Message
 from actors.commands import Add, Context
-from benchmarks._common import BenchResult, Row, percentile, rss_bytes
+from benchmarks._common import BenchResult, Row, at_least, percentile, rss_bytes
 from benchmarks._plots import memory_plot
 from benchmarks._redis import (
     agent_keys_memory,
@@ -49,9 +49,11 @@ _PASSIVATE_AFTER = 1.0
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--agents", type=int, nargs="+", default=[1_000, 10_000], help="agent counts"
+        "--agents", type=at_least(1), nargs="+", default=[1_000, 10_000], help="agent counts"
     )
-    parser.add_argument("--activations", type=int, default=200, help="passivated agents asked")
+    parser.add_argument(
+        "--activations", type=at_least(1), default=200, help="passivated agents asked"
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--n", type=int, help=argparse.SUPPRESS)
 

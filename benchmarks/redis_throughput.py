@@ -18,7 +18,15 @@ import anyio
 
 from actors import Message
 from actors.commands import Add
-from benchmarks._common import BenchResult, Row, message_texts, timed_adds, wait_processed
+from benchmarks._common import (
+    BenchResult,
+    Row,
+    above,
+    at_least,
+    message_texts,
+    timed_adds,
+    wait_processed,
+)
 from benchmarks._plots import throughput_plot
 from benchmarks._redis import raw_redis, redis_app_config, server, wire_payload, worker_runtime
 
@@ -26,15 +34,17 @@ NAME = "redis_throughput"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--messages", type=int, default=3_000, help="messages per agent count")
     parser.add_argument(
-        "--agents", type=int, nargs="+", default=[1, 100, 10_000], help="agent counts"
+        "--messages", type=at_least(1), default=3_000, help="messages per agent count"
+    )
+    parser.add_argument(
+        "--agents", type=at_least(1), nargs="+", default=[1, 100, 10_000], help="agent counts"
     )
     parser.add_argument(
         "--cold", action="store_true", help="do not activate the agents before timing"
     )
     parser.add_argument(
-        "--timeout", type=float, default=300.0, help="give up on one agent count after this (s)"
+        "--timeout", type=above(0), default=300.0, help="give up on one agent count after this (s)"
     )
 
 

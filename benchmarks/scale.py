@@ -22,7 +22,7 @@ import msgspec
 
 from actors import MemoryRuntime, Message
 from actors.commands import Add
-from benchmarks._common import BenchResult, Row, bench_config, rss_bytes, wait_processed
+from benchmarks._common import BenchResult, Row, at_least, bench_config, rss_bytes, wait_processed
 from benchmarks._plots import memory_plot
 
 NAME = "scale"
@@ -30,7 +30,11 @@ NAME = "scale"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--agents", type=int, nargs="+", default=[1_000, 10_000, 100_000], help="agent counts"
+        "--agents",
+        type=at_least(1),
+        nargs="+",
+        default=[1_000, 10_000, 100_000],
+        help="agent counts",
     )
     parser.add_argument(
         "--child", choices=("actormem", "actormem-nofreeze", "anyio"), help=argparse.SUPPRESS

@@ -18,16 +18,20 @@ import tiktoken
 
 from actors import MemoryRuntime, Message
 from actors.commands import Add
-from benchmarks._common import BenchResult, Row, bench_config, message_texts, timed_adds
+from benchmarks._common import BenchResult, Row, at_least, bench_config, message_texts, timed_adds
 from benchmarks._plots import throughput_plot
 
 NAME = "throughput"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--messages", type=int, default=60_000, help="messages per run")
+    parser.add_argument("--messages", type=at_least(1), default=60_000, help="messages per run")
     parser.add_argument(
-        "--agents", type=int, nargs="+", default=[1, 100, 1_000, 10_000], help="agent counts"
+        "--agents",
+        type=at_least(1),
+        nargs="+",
+        default=[1, 100, 1_000, 10_000],
+        help="agent counts",
     )
 
 

@@ -1,0 +1,17 @@
+"""What every benchmark smoke test checks of the rows a benchmark reports."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from benchmarks._common import Row
+
+
+def check_rows(name: str, rows: Sequence[Row]) -> None:
+    """Rows were reported, ratios are positive, and rates are above zero."""
+    assert rows, f"{name} reported no rows"
+    for row in rows:
+        if row.ratio is not None:
+            assert row.ratio > 0, f"{name}: {row.name} has ratio {row.ratio}"
+        if row.unit in ("msg/s", "ask/s", "cmd/s"):
+            assert row.value > 0, f"{name}: {row.name} is {row.value}"

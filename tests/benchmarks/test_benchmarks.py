@@ -1,0 +1,68 @@
+"""The in-process benchmarks run end to end at tiny sizes (no timing is asserted:
+tests never do), and every benchmark refuses a bad option with one line."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+
+import pytest
+
+from benchmarks.__main__ import build_parser
+from tests.benchmarks.helpers import check_rows
+
+pytestmark = pytest.mark.anyio
+
+TINY = {
+    "throughput": ["--messages", "200", "--agents", "1", "20"],
+    "latency": ["--agents", "3", "--seconds", "0.2", "--concurrency", "4"],
+    "scale": ["--agents", "50"],
+    "context": ["--messages", "300", "--calls", "20", "--budget", "500"],
+    "compression": ["--conversations", "2", "--messages", "60", "--max-tokens", "500"],
+    "load": ["--agents", "5", "--rate", "200", "--duration", "1", "--quiet", "--timeout", "5"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(TINY))
+async def test_benchmark_runs_at_tiny_size(name: str) -> None:
+    args = build_parser().parse_args([name, *TINY[name]])
+    check_rows(name, await importlib.import_module(f"benchmarks.{name}").run(args))
+
+
+async def test_load_with_max_inflight_reports_what_it_did_not_send() -> None:
+    # With at most one ask in flight, commands that fall due while it waits are
+    # counted as not sent; how many depends on scheduling, so only the accounting
+    # is checked: a row for them, and nothing sent failed.
+    argv = ["load", "--agents", "2", "--rate", "5000", "--duration", "0.5", "--quiet"]
+    args = build_parser().parse_args([*argv, "--max-inflight", "1", "--mix", "1"])
+    rows = await importlib.import_module("benchmarks.load").run(args)
+    figures = {row.name: row.value for row in rows}
+    assert figures["commands sent (in-process)"] >= 1
+    assert figures["not sent: --max-inflight asks already waiting"] >= 0
+    assert figures["errors"] == 0
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["load", "--rate", "-5"], "argument --rate: must be > 0, got -5"),
+        (["load", "--rate", "inf"], "argument --rate: must be > 0, got inf"),
+        (["load", "--timeout", "0"], "argument --timeout: must be > 0, got 0"),
+        (["load", "--max-inflight", "-1"], "argument --max-inflight: must be >= 0, got -1"),
+        (["load", "--mix", "1.5"], "argument --mix: must be within 0..1, got 1.5"),
+        (["load", "--workers", "-1"], "argument --workers: must be >= 0, got -1"),
+        (["throughput", "--agents", "0"], "argument --agents: must be >= 1, got 0"),
+        (["distributed", "--workers", "0"], "argument --workers: must be >= 1, got 0"),
+        (["redis_latency", "--fixed-rate", "-1"], "argument --fixed-rate: must be >= 0, got -1"),
+        (["scale", "--agents", "x"], "argument --agents: invalid int value: 'x'"),
+    ],
+)
+def test_a_bad_option_is_one_line_and_exit_status_2(argv: list[str], message: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", *argv], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    [line] = proc.stderr.splitlines()
+    assert message in line

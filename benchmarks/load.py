@@ -281,37 +281,25 @@ async def run(args: argparse.Namespace) -> list[Row]:
     rows = [
         Row(name=f"commands sent ({where})", value=sent, unit="", extra={"errors": errors}),
         Row(name="throughput (completed)", value=done / elapsed, unit="cmd/s"),
-        Row(name="errors", value=sum(errors.values()), unit=""),
-        Row(name="not sent: --max-inflight asks already waiting", value=skipped, unit=""),
+    ]
+    counts: list[tuple[str, float]] = [
+        ("errors", sum(errors.values())),
+        ("not sent: --max-inflight asks already waiting", skipped),
     ]
     if args.transport == "memory":
-        rows.append(Row(name="redeliveries (in-process: none by design)", value=0, unit=""))
+        counts.append(("redeliveries (in-process: none by design)", 0))
     elif "redelivered" in final:
-        rows.append(
-            Row(
-                name="redeliveries (the worker's RedisTransport.stats())",
-                value=final["redelivered"],
-                unit="",
-            )
-        )
+        counts.append(("redeliveries (the worker's RedisTransport.stats())", final["redelivered"]))
     else:
-        rows.append(
-            Row(
-                name="redelivered entries pending, most seen (XPENDING)",
-                value=max((s.gauges.get("redelivered_pending", 0) for s in seconds), default=0),
-                unit="",
-            )
-        )
+        most = max((s.gauges.get("redelivered_pending", 0) for s in seconds), default=0)
+        counts.append(("redelivered entries pending, most seen (XPENDING)", most))
     if "expired" in final:
-        rows.append(
-            Row(
-                name="asks dropped unhandled, their asker gone (RuntimeStats.expired)",
-                value=final["expired"],
-                unit="",
-            )
+        counts.append(
+            ("asks dropped unhandled, their asker gone (RuntimeStats.expired)", final["expired"])
         )
     if "dead_letters" in final:
-        rows.append(Row(name="dead letters", value=final["dead_letters"], unit=""))
+        counts.append(("dead letters", final["dead_letters"]))
+    rows += [Row(name=name, value=value, unit="") for name, value in counts]
     for p in (50, 95, 99):
         rows.append(Row(name=f"latency p{p}", value=percentile(all_latencies, p) * 1e3, unit="ms"))
     series = [s.row() for s in seconds]

@@ -138,32 +138,31 @@ async def run(args: argparse.Namespace) -> list[Row]:
     rows: list[Row] = []
     for n in args.agents:
         m = await anyio.to_thread.run_sync(_measure, n, args.activations)
-        rows.append(
-            Row(
-                name=f"passivated agent in Redis (used_memory), {n:,} agents",
-                value=m["redis_per_agent"],
-                unit="B",
-                extra={"agents": n},
-            )
+        per_agent = (
+            ("passivated agent in Redis (used_memory)", "redis_per_agent", None, {}),
+            (
+                "passivated agent's keys in Redis (MEMORY USAGE)",
+                "keys_per_agent",
+                "< 1 KB",
+                {"keys_per_agent": m["agent_keys"]},
+            ),
+            (
+                "passivated agent, worker RSS left",
+                "rss_per_agent",
+                "< 1 KB",
+                {"still_tracked": m["tracked_agents"]},
+            ),
         )
-        rows.append(
-            Row(
-                name=f"passivated agent's keys in Redis (MEMORY USAGE), {n:,} agents",
-                value=m["keys_per_agent"],
-                unit="B",
-                target="< 1 KB",
-                extra={"agents": n, "keys_per_agent": m["agent_keys"]},
+        for name, key, target, extra in per_agent:
+            rows.append(
+                Row(
+                    name=f"{name}, {n:,} agents",
+                    value=m[key],
+                    unit="B",
+                    target=target,
+                    extra={"agents": n, **extra},
+                )
             )
-        )
-        rows.append(
-            Row(
-                name=f"passivated agent, worker RSS left, {n:,} agents",
-                value=m["rss_per_agent"],
-                unit="B",
-                target="< 1 KB",
-                extra={"agents": n, "still_tracked": m["tracked_agents"]},
-            )
-        )
         rows.append(
             Row(
                 name=f"passivated agent, gc-tracked Python objects left, {n:,} agents",

@@ -61,6 +61,15 @@ async def worker(
         yield rt
 
 
+@asynccontextmanager
+async def worker_and_client(
+    client: aioredis.Redis, config: RedisConfig
+) -> AsyncIterator[tuple[Runtime, Runtime]]:
+    """A worker runtime and a client runtime (``worker=False``) on the same Redis."""
+    async with worker(client, config) as rt, worker(client, config, worker=False) as asker:
+        yield rt, asker
+
+
 async def test_ask_and_tell_round_trip(
     redis_client: aioredis.Redis, redis_config: RedisConfig
 ) -> None:
@@ -86,10 +95,7 @@ async def test_errors_cross_as_their_own_class(
 async def test_a_client_asks_a_worker_in_another_runtime(
     redis_client: aioredis.Redis, redis_config: RedisConfig
 ) -> None:
-    async with (
-        worker(redis_client, redis_config),
-        worker(redis_client, redis_config, worker=False) as client,
-    ):
+    async with worker_and_client(redis_client, redis_config) as (_, client):
         assert await client.ref("ledger/a").ask(Add("c1", 7)) == 7
         assert (await client.ref("ledger/a").ask(GetState())).tokens == ["c1"]
         transport = client.transport
@@ -509,10 +515,7 @@ async def test_a_client_trims_the_replies_it_has_read_and_loses_none_in_a_burst(
     # 3,000 asks at once: every reply reaches its asker, and the client's reply
     # stream keeps only what it has not read yet (writers trim only a client far
     # behind, so a reader that lags under load does not lose replies).
-    async with (
-        worker(redis_client, redis_config),
-        worker(redis_client, redis_config, worker=False) as client,
-    ):
+    async with worker_and_client(redis_client, redis_config) as (_, client):
         answers: list[str] = []
 
         async def one(i: int) -> None:
@@ -537,10 +540,7 @@ async def test_an_ask_that_expired_in_the_stream_is_acked_unhandled(
     redelivered, not dead-lettered) without running, and the agent goes on."""
     keys = Keys(redis_config.prefix)
     stream = keys.stream(shard_of("ledger/s", redis_config.shards))
-    async with (
-        worker(redis_client, redis_config) as rt,
-        worker(redis_client, redis_config, worker=False) as client,
-    ):
+    async with worker_and_client(redis_client, redis_config) as (rt, client):
         ledger = client.ref("ledger/s")
         await ledger.tell(Add("busy", delay=0.5))
         with pytest.raises(AskTimeoutError):

@@ -69,7 +69,6 @@ class LeaseManager:
         self.owned: dict[int, str] = {}
         self._renewed: dict[int, float] = {}
         self._acquire = client.register_script(_scripts.ACQUIRE)
-        self._renew = client.register_script(_scripts.RENEW)
         self._release = client.register_script(_scripts.RELEASE)
         # Each worker tries free shards from its own starting point, so workers
         # that start together do not all race for shard 0 first.
@@ -123,14 +122,27 @@ class LeaseManager:
         return int(result[2])
 
     async def _renew_all(self) -> None:
-        for shard, value in list(self.owned.items()):
-            with redis_errors("renewing a shard lease"):
-                ok = await self._renew(keys=[self._keys.lease(shard)], args=[value, self._lease_ms])
+        """Renew every held lease in one round trip (a pipeline): under load a round
+        trip waits for a busy event loop, and one per shard could add up to a lease."""
+        owned = list(self.owned.items())
+        if not owned:
+            return
+        # The time of sending, not of the answer: the lease cannot outlive that by more.
+        sent = time.monotonic()
+        with redis_errors("renewing the shard leases"):
+            async with self._client.pipeline(transaction=False) as pipe:
+                for shard, value in owned:
+                    pipe.eval(_scripts.RENEW, 1, self._keys.lease(shard), value, self._lease_ms)
+                results = await pipe.execute()
+        lost = []
+        for (shard, _value), ok in zip(owned, results, strict=True):
             if ok:
-                self._renewed[shard] = time.monotonic()
+                self._renewed[shard] = sent
             else:
                 log.warning("shard_lease_lost", shard=shard, worker=self.worker)
-                await self._drop([shard], released=False)
+                lost.append(shard)
+        if lost:
+            await self._drop(lost, released=False)
 
     async def _expire_unrenewed(self) -> None:
         """Give up, locally, leases that cannot have survived without renewal."""

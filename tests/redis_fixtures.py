@@ -80,16 +80,23 @@ async def delete_prefix(client: aioredis.Redis, prefix: str) -> None:
         await client.delete(key)
 
 
-@pytest.fixture
-async def redis_client(redis_config: RedisConfig) -> AsyncIterator[aioredis.Redis]:
-    """A client for the test's Redis; the test's keys are deleted afterwards."""
-    client = connect(redis_config)
+@contextlib.asynccontextmanager
+async def prefixed_client(config: RedisConfig) -> AsyncIterator[aioredis.Redis]:
+    """A client for ``config``'s Redis; the keys under its prefix are deleted afterwards."""
+    client = connect(config)
     try:
         yield client
     finally:
         with anyio.CancelScope(shield=True):
-            await delete_prefix(client, redis_config.prefix)
+            await delete_prefix(client, config.prefix)
             await client.aclose()
+
+
+@pytest.fixture
+async def redis_client(redis_config: RedisConfig) -> AsyncIterator[aioredis.Redis]:
+    """A client for the test's Redis; the test's keys are deleted afterwards."""
+    async with prefixed_client(redis_config) as client:
+        yield client
 
 
 @pytest.fixture

@@ -14,14 +14,14 @@ import math
 import time
 import zlib
 from collections.abc import Awaitable, Callable
-from typing import Final
+from typing import Any, Final
 
 import redis.asyncio as aioredis
 import structlog
 
 from runtime.errors import TransportUnavailableError
 from runtime.redis import _scripts
-from runtime.redis._client import redis_errors
+from runtime.redis._client import eval_pipelined, redis_errors
 from runtime.redis.keys import Keys
 
 __all__ = ("LeaseManager",)
@@ -129,11 +129,11 @@ class LeaseManager:
             return
         # The time of sending, not of the answer: the lease cannot outlive that by more.
         sent = time.monotonic()
+        calls: list[tuple[list[Any], list[Any]]] = [
+            ([self._keys.lease(shard)], [value, self._lease_ms]) for shard, value in owned
+        ]
         with redis_errors("renewing the shard leases"):
-            async with self._client.pipeline(transaction=False) as pipe:
-                for shard, value in owned:
-                    pipe.eval(_scripts.RENEW, 1, self._keys.lease(shard), value, self._lease_ms)
-                results = await pipe.execute()
+            results = await eval_pipelined(self._client, _scripts.RENEW, calls)
         lost = []
         for (shard, _value), ok in zip(owned, results, strict=True):
             if ok:

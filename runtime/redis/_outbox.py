@@ -21,13 +21,14 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Final
+from typing import Any, Final
 
 import anyio
 import redis.asyncio as aioredis
 import structlog
 
-from runtime.redis._client import redis_errors
+from runtime.redis import _scripts
+from runtime.redis._client import eval_pipelined, redis_errors
 
 __all__ = ("NO_DEADLINE", "Outbox")
 
@@ -140,15 +141,7 @@ class Outbox:
             await self._wait_for_room()
             batch, taken = self._next_batch()
             if batch:
-                with redis_errors("XADD from the outbox"):
-                    async with self._client().pipeline(transaction=False) as pipe:
-                        field, maxlen, approximate = self._field, self._maxlen, True
-                        for stream, data in batch:
-                            pipe.xadd(stream, {field: data}, maxlen=maxlen, approximate=approximate)
-                        if self._expire_ms is not None:
-                            for stream in dict.fromkeys(stream for stream, _ in batch):
-                                pipe.pexpire(stream, self._expire_ms)
-                        await pipe.execute()
+                await self._write(batch)
             lengths = self._lengths
             for stream, _ in batch:
                 lengths[stream] = lengths.get(stream, 0) + 1
@@ -159,6 +152,25 @@ class Outbox:
         drained, self._drained = self._drained, None
         if drained is not None:
             drained.set()
+
+    async def _write(self, batch: list[tuple[str, bytes]]) -> None:
+        """XADD ``batch``: one script call per stream, all in one pipeline (one round
+        trip, and one reply per stream rather than per entry)."""
+        by_stream: dict[str, list[bytes]] = {}
+        for stream, data in batch:
+            entries = by_stream.get(stream)
+            if entries is None:
+                by_stream[stream] = [data]
+            else:
+                entries.append(data)
+        maxlen = "" if self._maxlen is None else self._maxlen
+        ttl = "" if self._expire_ms is None else self._expire_ms
+        calls: list[tuple[list[Any], list[Any]]] = [
+            ([stream], [self._field, maxlen, ttl, *entries])
+            for stream, entries in by_stream.items()
+        ]
+        with redis_errors("XADD from the outbox"):
+            await eval_pipelined(self._client(), _scripts.XADD_MANY, calls)
 
     def _drop_expired_head(self) -> bool:
         """Drop the expired entries at the head of the queue; True if any is left."""

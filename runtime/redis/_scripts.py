@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ("ACK", "ACQUIRE", "COMMIT", "RELEASE", "RENEW")
+__all__ = ("ACK", "ACQUIRE", "COMMIT", "RELEASE", "RENEW", "XADD_MANY")
 
 #: KEYS: lease, fence. ARGV: worker id, lease ms. Returns the new token, or nil
 #: if the shard is owned.
@@ -87,4 +87,21 @@ while i <= #acks do
   i = j + 1
 end
 return out
+"""
+
+#: Appends entries to one stream in one call (the outbox's batch for that stream):
+#: one reply instead of one per entry.
+#: KEYS: stream. ARGV: field, max length ('' = none; trimmed approximately), time to
+#: live in ms ('' = none), then the data of each entry, in order.
+#: Returns the number of entries added.
+XADD_MANY: Final = """
+local stream, field, maxlen, ttl = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
+local n = #ARGV
+if maxlen == '' then
+  for i = 4, n do redis.call('XADD', stream, '*', field, ARGV[i]) end
+else
+  for i = 4, n do redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', field, ARGV[i]) end
+end
+if ttl ~= '' then redis.call('PEXPIRE', stream, ttl) end
+return n - 3
 """

@@ -63,6 +63,8 @@ class Faults:
 
 #: The group-commit script's SHA1, as EVALSHA names it.
 COMMIT_SHA = hashlib.sha1(_scripts.COMMIT.encode()).hexdigest()
+#: The outbox's script (one call XADDs a batch to one stream).
+XADD_SHA = hashlib.sha1(_scripts.XADD_MANY.encode()).hexdigest()
 
 #: Commands that lose nothing.
 NEVER = Faults(1, 0)
@@ -74,16 +76,19 @@ class LossyPipeline(Pipeline):
     faults = NEVER
 
     async def execute(self, raise_on_error: bool = True) -> list[Any]:
-        xadd = any(args[0] == "XADD" and b":stream" in _key(args) for args, _ in self.command_stack)
+        xadd = any(_is_shard_xadd(args) for args, _ in self.command_stack)
         result = await super().execute(raise_on_error)
         if xadd:
             self.faults.strike()
         return result
 
 
-def _key(args: tuple[Any, ...]) -> bytes:
-    key = args[1] if len(args) > 1 else b""
-    return key.encode() if isinstance(key, str) else bytes(key)
+def _is_shard_xadd(args: tuple[Any, ...]) -> bool:
+    """True for the outbox's XADDs to a shard stream (EVALSHA sha 1 stream ...)."""
+    if args[0] != "EVALSHA" or args[1] != XADD_SHA:
+        return False
+    key = args[3]
+    return b":stream" in (key.encode() if isinstance(key, str) else bytes(key))
 
 
 class LossyRedis(aioredis.Redis):

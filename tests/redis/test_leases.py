@@ -6,9 +6,9 @@ import msgspec
 import pytest
 import redis.asyncio as aioredis
 
-from runtime.redis import Keys, RedisConfig, connect
+from runtime.redis import Keys, RedisConfig
 from runtime.redis._leases import LeaseManager
-from tests.redis_fixtures import delete_prefix
+from tests.redis_fixtures import prefixed_client
 
 pytestmark = pytest.mark.anyio
 
@@ -23,12 +23,8 @@ async def test_leases_on_many_cluster_nodes_are_renewed_together(
     redis_cluster_url: str, redis_config: RedisConfig
 ) -> None:
     config = msgspec.structs.replace(redis_config, url=redis_cluster_url, cluster=True)
-    client = connect(config)
-    try:
+    async with prefixed_client(config) as client:
         await _renews_all_but_the_lost(client, Keys(config.prefix))
-    finally:
-        await delete_prefix(client, config.prefix)
-        await client.aclose()
 
 
 async def _renews_all_but_the_lost(redis_client: aioredis.Redis, keys: Keys) -> None:

@@ -356,8 +356,11 @@ async def _accept(
         )
         await _dead_letter(t, shard, entry, data, reason)
         return
+    kind = RedeliveredEnvelope if redelivered else StreamEnvelope
     try:
-        env = t.codec.decode_envelope(data)
+        env = t.codec.decode_envelope(
+            data, kind, shard=shard.number, entry=entry, lease=shard.lease
+        )
     except MessageDecodeError as exc:
         await _dead_letter(t, shard, entry, data, str(exc))
         error = exc
@@ -371,14 +374,13 @@ async def _accept(
         )
         await _dead_letter(t, shard, entry, data, reason)
         return
-    agent = await _agent(t, env.recipient, shard.number)
+    agent = t.agents.get(env.recipient) or await _agent(t, env.recipient, shard.number)
     if env.id and (env.id in agent.applied or env.id in agent.inflight):
         t.duplicates += 1
         log.info("duplicate_skipped", actor=env.recipient, msg_id=env.id, entry=entry)
         await _ack(t, shard, [entry])
         return
-    kind = RedeliveredEnvelope if redelivered else StreamEnvelope
-    delivery = kind(**_envelope_fields(env), shard=shard.number, entry=entry, lease=shard.lease)
+    delivery = cast(StreamEnvelope, env)
     shard.inflight.add(entry)
     if env.id:
         agent.inflight.add(env.id)
@@ -722,30 +724,44 @@ def _committed(
 
 
 async def _store(t: RedisTransport, shard: Shard, batch: list[PendingCommit]) -> list[int] | None:
-    """One fenced call storing ``batch``; its statuses, or None when fenced off."""
+    """One fenced call storing ``batch``; its statuses in ``batch`` order, or None when
+    fenced off. The commands go grouped by agent (each agent's own in order)."""
     number = shard.number
+    by_agent: dict[str, list[int]] = {}
+    for i, pending in enumerate(batch):
+        group = by_agent.get(pending.envelope.recipient)
+        if group is None:
+            by_agent[pending.envelope.recipient] = [i]
+        else:
+            group.append(i)
     keys = [t.keys.lease(number), t.keys.stream(number)]
     args: list[Any] = [shard.lease, CONSUMER_GROUP, f"{time.time():.6f}", t.config.applied_keep]
-    for pending in batch:
-        env, changes = pending.envelope, pending.changes
-        address = env.recipient
+    order: list[int] = []
+    for address, indices in by_agent.items():
         keys += (
             t.keys.agent_log(number, address),
             t.keys.agent_snapshot(number, address),
             t.keys.agent_applied(number, address),
         )
-        args += (
-            env.entry if isinstance(env, StreamEnvelope) else "",
-            env.id,
-            "0" if changes.snapshot is None else "1",
-            changes.snapshot or b"",
-            "1" if changes.replace_log else "0",
-            len(changes.log_appends),
-            *changes.log_appends,
-        )
+        args.append(len(indices))
+        order += indices
+        for i in indices:
+            env, changes = batch[i].envelope, batch[i].changes
+            args += (
+                env.entry if isinstance(env, StreamEnvelope) else "",
+                env.id,
+                "0" if changes.snapshot is None else "1",
+                changes.snapshot or b"",
+                "1" if changes.replace_log else "0",
+                len(changes.log_appends),
+                *changes.log_appends,
+            )
     with redis_errors(f"storing the state of {len(batch)} commands of shard {number}"):
         result = await t.script("commit")(keys=keys, args=args)
     if result == -1:
         log.warning("write_fenced_off", shard=number, commands=len(batch))
         return None
-    return [int(status) for status in result]
+    statuses = [0] * len(batch)
+    for i, status in zip(order, result, strict=True):
+        statuses[i] = int(status)
+    return statuses

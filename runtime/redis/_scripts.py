@@ -43,49 +43,70 @@ return redis.call('XACK', KEYS[2], ARGV[2], unpack(ARGV, 3))
 """
 
 #: Stores the changes of a batch of handled commands, of any agents of one shard,
-#: and XACKs their entries: one call per batch (group commit).
-#: KEYS: lease, stream, then per command: log, snapshot, applied.
-#: ARGV: lease value, group, score, applied ids to keep, then per command: entry id
-#: ('' = none), command id ('' = none), has snapshot ('0'/'1'), snapshot, replace
-#: the log ('0'/'1'), number of log items, log items...
-#: Returns -1 when fenced off (nothing is changed), else one status per command:
-#: 1 stored, 2 its command id was already applied (only its XACK is done).
+#: and XACKs their entries: one call per batch (group commit). The commands come
+#: grouped by agent, so that each agent's history grows by one RPUSH and its applied
+#: ids by one ZADD, whatever the number of its commands in the batch.
+#: KEYS: lease, stream, then per agent: log, snapshot, applied.
+#: ARGV: lease value, group, score, applied ids to keep, then per agent: its number
+#: of commands, then per command: entry id ('' = none), command id ('' = none), has
+#: snapshot ('0'/'1'), snapshot, replace the log ('0'/'1'), number of log items,
+#: log items...
+#: Returns -1 when fenced off (nothing is changed), else one status per command, in
+#: order: 1 stored, 2 its command id was already applied (only its XACK is done).
 COMMIT: Final = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
 local group, score, keep = ARGV[2], ARGV[3], tonumber(ARGV[4])
+local function chunked(command, key, head, list)
+  local i = 1
+  while i <= #list do
+    local j = math.min(i + 499, #list)
+    if head then
+      redis.call(command, key, head, unpack(list, i, j))
+    else
+      redis.call(command, key, unpack(list, i, j))
+    end
+    i = j + 1
+  end
+end
 local out, acks = {}, {}
 local a, k, n = 5, 3, #ARGV
 while a <= n do
-  local entry, id, has_snap, snap = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
-  local replace, items = ARGV[a + 4], tonumber(ARGV[a + 5])
+  local count = tonumber(ARGV[a])
+  a = a + 1
   local log, snapshot, applied = KEYS[k], KEYS[k + 1], KEYS[k + 2]
-  a, k = a + 6, k + 3
-  if id ~= '' and redis.call('ZSCORE', applied, id) then
-    out[#out + 1] = 2
-  else
-    if replace == '1' then redis.call('DEL', log) end
-    local i, last = a, a + items - 1
-    while i <= last do
-      local j = math.min(i + 499, last)
-      redis.call('RPUSH', log, unpack(ARGV, i, j))
-      i = j + 1
+  k = k + 3
+  local done = {}
+  local items, snap, added = {}, false, {}
+  for c = 1, count do
+    local entry, id, has_snap = ARGV[a], ARGV[a + 1], ARGV[a + 2]
+    local replace, m = ARGV[a + 4], tonumber(ARGV[a + 5])
+    if id ~= '' and (done[id] or redis.call('ZSCORE', applied, id)) then
+      out[#out + 1] = 2
+    else
+      if replace == '1' then
+        redis.call('DEL', log)
+        items = {}
+      end
+      for i = a + 6, a + 5 + m do items[#items + 1] = ARGV[i] end
+      if has_snap == '1' then snap = ARGV[a + 3] end
+      if id ~= '' then
+        added[#added + 1] = score
+        added[#added + 1] = id
+        done[id] = true
+      end
+      out[#out + 1] = 1
     end
-    if has_snap == '1' then redis.call('SET', snapshot, snap) end
-    if id ~= '' then
-      redis.call('ZADD', applied, score, id)
-      redis.call('ZREMRANGEBYRANK', applied, 0, -(keep + 1))
-    end
-    out[#out + 1] = 1
+    if entry ~= '' then acks[#acks + 1] = entry end
+    a = a + 6 + m
   end
-  a = a + items
-  if entry ~= '' then acks[#acks + 1] = entry end
+  chunked('RPUSH', log, false, items)
+  if snap then redis.call('SET', snapshot, snap) end
+  if #added > 0 then
+    chunked('ZADD', applied, false, added)
+    redis.call('ZREMRANGEBYRANK', applied, 0, -(keep + 1))
+  end
 end
-local i = 1
-while i <= #acks do
-  local j = math.min(i + 499, #acks)
-  redis.call('XACK', KEYS[2], group, unpack(acks, i, j))
-  i = j + 1
-end
+chunked('XACK', KEYS[2], group, acks)
 return out
 """
 

@@ -157,8 +157,14 @@ class Codec:
                 f"cannot encode {type(envelope.body).__name__} for {envelope.recipient}: {exc}"
             ) from exc
 
-    def decode_envelope(self, data: bytes) -> Envelope:
+    def decode_envelope(
+        self, data: bytes, kind: type[Envelope] = Envelope, **extra: Any
+    ) -> Envelope:
         """Decode and validate an envelope.
+
+        Args:
+            kind: the class to build (an :class:`Envelope` subclass), with ``extra``
+                as its further fields: a consumer decodes straight into its own kind.
 
         Raises:
             MessageDecodeError: not an envelope, or a body of no registered type.
@@ -173,7 +179,7 @@ class Codec:
             raise MessageDecodeError(
                 f"envelope {wire.id or '?'} for {wire.recipient}: invalid body: {exc}"
             ) from exc
-        return Envelope(
+        return kind(
             recipient=wire.recipient,
             body=body,
             id=wire.id,
@@ -181,6 +187,7 @@ class Codec:
             reply_to=wire.reply_to,
             correlation=wire.correlation,
             deadline=wire.deadline,
+            **extra,
         )
 
     def reply_address(self, data: bytes) -> tuple[str, int, str] | None:

@@ -178,6 +178,8 @@ class RedisTransport(Transport):
     ) -> None:
         self.config = config or RedisConfig()
         self.keys = Keys(self.config.prefix)
+        # Every shard's stream name, made once (one per command sent otherwise).
+        self._streams = [self.keys.stream(n) for n in range(self.config.shards)]
         self.codec = codec or default_codec
         self.worker = worker
         self.id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
@@ -389,7 +391,7 @@ class RedisTransport(Transport):
                 f"{type(envelope.body).__name__} for {envelope.recipient} encodes to "
                 f"{len(data)} bytes, over max_message_bytes={self.config.max_message_bytes}"
             )
-        stream = self.keys.stream(shard_of(envelope.recipient, self.config.shards))
+        stream = self._streams[shard_of(envelope.recipient, self.config.shards)]
         return stream, data, self._expires(envelope)
 
     async def send(self, envelope: Envelope) -> None:

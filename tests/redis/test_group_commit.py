@@ -100,3 +100,77 @@ async def test_commands_handled_while_a_commit_is_in_flight_share_the_next_one(
             assert state.tokens == [f"t{n}" for n in range(i, 100, 5)]
     finally:
         await client.aclose()
+
+
+def _group(commands: list[tuple[str, str, bytes | None, bool, list[bytes]]]) -> list[Any]:
+    """One agent's part of the commit script's ARGV: (entry, id, snapshot, replace, items)."""
+    args: list[Any] = [len(commands)]
+    for entry, command, snapshot, replace, items in commands:
+        has = "0" if snapshot is None else "1"
+        args += [entry, command, has, snapshot or b"", "1" if replace else "0", len(items), *items]
+    return args
+
+
+async def test_the_commit_script_stores_each_agent_s_commands_once_and_in_order(
+    redis_client: aioredis.Redis, redis_config: RedisConfig
+) -> None:
+    keys = Keys(redis_config.prefix)
+    stream, lease = keys.stream(0), keys.lease(0)
+    await redis_client.set(lease, "1:w")
+    await redis_client.xgroup_create(stream, "g", id="0", mkstream=True)
+    entries = [(await redis_client.xadd(stream, {b"e": b"x"})).decode() for _ in range(7)]
+    await redis_client.xreadgroup("g", "c", {stream: ">"})
+    commit = redis_client.register_script(_scripts.COMMIT)
+
+    def agent_keys(address: str) -> list[str]:
+        return [
+            keys.agent_log(0, address),
+            keys.agent_snapshot(0, address),
+            keys.agent_applied(0, address),
+        ]
+
+    head = ["1:w", "g", "1000.5", 100]
+    first = await commit(
+        keys=[lease, stream, *agent_keys("a")],
+        args=[*head, *_group([(entries[0], "a1", None, False, [b"x1"])])],
+    )
+    assert first == [1]
+    # The same command again (a commit whose reply was lost), with new ones of the
+    # same agent behind it; another agent replaces its log mid-batch.
+    second = await commit(
+        keys=[lease, stream, *agent_keys("a"), *agent_keys("c")],
+        args=[
+            *head,
+            *_group(
+                [
+                    (entries[0], "a1", None, False, [b"x1"]),
+                    (entries[1], "a2", None, False, [b"x2", b"x3"]),
+                    (entries[2], "", None, False, [b"x4"]),
+                ]
+            ),
+            *_group(
+                [
+                    (entries[3], "c1", None, False, [b"p1"]),
+                    (entries[4], "c2", b"S1", True, [b"q1"]),
+                    (entries[5], "c3", b"S2", False, [b"q2"]),
+                    (entries[6], "c3", None, False, [b"dup"]),
+                ]
+            ),
+        ],
+    )
+    assert second == [2, 1, 1, 1, 1, 1, 2]
+    assert await redis_client.lrange(keys.agent_log(0, "a"), 0, -1) == [b"x1", b"x2", b"x3", b"x4"]
+    assert await redis_client.lrange(keys.agent_log(0, "c"), 0, -1) == [b"q1", b"q2"]
+    assert await redis_client.get(keys.agent_snapshot(0, "c")) == b"S2"
+    assert await redis_client.exists(keys.agent_snapshot(0, "a")) == 0
+    assert await redis_client.zrange(keys.agent_applied(0, "a"), 0, -1) == [b"a1", b"a2"]
+    assert await redis_client.zrange(keys.agent_applied(0, "c"), 0, -1) == [b"c1", b"c2", b"c3"]
+    assert (await redis_client.xpending(stream, "g"))["pending"] == 0
+    # Fenced off: another owner's lease changes nothing.
+    await redis_client.set(lease, "2:other")
+    fenced = await commit(
+        keys=[lease, stream, *agent_keys("a")],
+        args=[*head, *_group([("", "a9", None, False, [b"late"])])],
+    )
+    assert fenced == -1
+    assert await redis_client.llen(keys.agent_log(0, "a")) == 4

@@ -103,6 +103,17 @@ class Message(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     def __post_init__(self) -> None:
         # msgspec does not type-check __init__ arguments, only decoded input, so the
         # checks a user can trip from Python live here (they run on decode too).
+        if (
+            type(self.content) is str
+            and self.role in _PLAIN_ROLES
+            and not self.tool_calls
+            and self.tool_call_id is None
+            and self.importance is None
+            and type(self.id) is str
+            and self.id
+            and type(self.metadata) is dict
+        ):
+            return  # the common message (plain text, no calls): every rule below holds
         if self.role not in ROLES:
             raise MemoryInputError(f"role must be one of {sorted(ROLES)}, got {self.role!r}")
         if not isinstance(self.content, str | dict | list | None):

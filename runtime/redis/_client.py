@@ -392,7 +392,15 @@ def blocking_twin(client: aioredis.Redis, connections: int) -> aioredis.Redis:
         max_connections=connections,
         **pool.connection_kwargs,
     )
-    return aioredis.Redis.from_pool(twin)
+    blocking = aioredis.Redis.from_pool(twin)
+    # Its XREADGROUP replies stay as the server sent them: redis-py would turn every
+    # entry's fields into a dict, a cost paid per command read (see _consumer).
+    blocking.set_response_callback("XREADGROUP", _unparsed)
+    return blocking
+
+
+def _unparsed(response: Any, **_options: Any) -> Any:
+    return response
 
 
 @cache

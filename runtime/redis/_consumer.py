@@ -204,7 +204,7 @@ async def _read_loop(
             await anyio.sleep(t.config.block_ms / 1000)
             continue
         response = await t.forever("read", read)
-        for _stream, entries in response or ():
+        for entries in _streams_read(response):
             for entry_id, fields in entries:
                 await _accept(t, shard, entry_id.decode(), fields)
         await t.forever("ack", lambda: flush_acks(t, shard))
@@ -212,6 +212,16 @@ async def _read_loop(
             next_claim = time.monotonic() + claim_every
             await t.forever("recover", lambda: _recover(t, shard, t.config.claim_idle_ms))
             await t.forever("trim", lambda: _trim(t, shard))
+
+
+def _streams_read(response: Any) -> Any:
+    """The entry lists of an XREADGROUP reply: parsed by redis-py, or as the server
+    sent it (the blocking twin skips redis-py's parsing, see ``blocking_twin``)."""
+    if not response:
+        return ()
+    if isinstance(response, dict):  # RESP3: {stream: entries}
+        return response.values()
+    return (entries for _stream, entries in response)
 
 
 async def _ensure_group(client: Any, stream: str) -> None:
@@ -341,12 +351,12 @@ async def _accept(
     t: RedisTransport,
     shard: Shard,
     entry: str,
-    fields: dict[bytes, bytes],
+    fields: dict[bytes, bytes] | list[bytes],
     redelivered: bool = False,
 ) -> None:
     """Check, deduplicate and deliver one stream entry (``redelivered``: claimed
     from the pending list, not read new)."""
-    data = fields.get(b"e")
+    data = _field_e(fields)
     if data is None:
         await _dead_letter(t, shard, entry, None, "the entry has no 'e' field")
         return
@@ -393,6 +403,17 @@ async def _accept(
         await _dead_letter(t, shard, entry, data, str(exc))
         if delivery.correlation is not None:
             await t.reply(delivery, Reply(delivery.correlation, error=exc))
+
+
+def _field_e(fields: Any) -> bytes | None:
+    """The ``e`` field of an entry: from redis-py's dict, or the server's flat
+    ``[name, value, ...]`` list."""
+    if type(fields) is list:
+        if len(fields) == 2 and fields[0] == b"e":  # what every sender writes
+            return cast(bytes, fields[1])
+        pairs = dict(zip(fields[::2], fields[1::2], strict=False))
+        return pairs.get(b"e")
+    return cast(dict[bytes, bytes], fields).get(b"e")
 
 
 def _envelope_fields(env: Envelope) -> dict[str, Any]:

@@ -54,6 +54,7 @@ async def test_load_with_max_inflight_reports_what_it_did_not_send() -> None:
         (["load", "--workers", "-1"], "argument --workers: must be >= 0, got -1"),
         (["throughput", "--agents", "0"], "argument --agents: must be >= 1, got 0"),
         (["distributed", "--workers", "0"], "argument --workers: must be >= 1, got 0"),
+        (["redis_throughput", "--repeat", "0"], "argument --repeat: must be >= 1, got 0"),
         (["redis_latency", "--fixed-rate", "-1"], "argument --fixed-rate: must be >= 0, got -1"),
         (["scale", "--agents", "x"], "argument --agents: invalid int value: 'x'"),
     ],

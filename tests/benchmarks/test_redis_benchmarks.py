@@ -13,7 +13,7 @@ from tests.benchmarks.helpers import check_rows
 pytestmark = pytest.mark.anyio
 
 TINY = {
-    "redis_throughput": ["--messages", "60", "--agents", "1", "5"],
+    "redis_throughput": ["--messages", "60", "--agents", "1", "5", "--repeat", "2"],
     "redis_latency": [
         "--agents",
         "3",
@@ -49,3 +49,8 @@ async def test_benchmark_runs_at_tiny_size(name: str) -> None:
     check_rows(name, rows)
     measured = [row for row in rows if row.unit in ("msg/s", "ask/s", "cmd/s", "ms", "us", "B")]
     assert measured, f"{name} reported no measured figure"
+    if name == "redis_throughput":  # --repeat 2: two (baseline, actormem) pairs per count
+        for row in rows[1:]:
+            runs = row.extra["runs"]
+            assert len(runs) == 2
+            assert row.value == (runs[0]["actormem"] + runs[1]["actormem"]) / 2

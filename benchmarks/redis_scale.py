@@ -67,11 +67,11 @@ async def _child(n: int, activations: int) -> dict[str, float]:
             gc.collect()
             rss0, used0 = rss_bytes(), await redis_info_memory(redis.url)
             objects0 = len(gc.get_objects())
-            base = rt.stats().processed
+            base = rt.processed
             for i in range(n):
                 await rt.tell(f"memory/a{i}", Add(messages=[Message(role="user", content="hello")]))
             with anyio.fail_after(600):
-                while rt.stats().processed - base < n:  # noqa: ASYNC110
+                while rt.processed - base < n:  # noqa: ASYNC110
                     await anyio.sleep(0.01)
                 # Until the worker has passivated them all (the warm-up agent too).
                 while rt.stats().active > 0:  # noqa: ASYNC110

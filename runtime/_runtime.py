@@ -839,8 +839,16 @@ class Runtime(AsyncClosing):
 
     # -- introspection ------------------------------------------------------------------
 
+    @property
+    def processed(self) -> int:
+        """Messages handled so far: :meth:`stats` ``.processed`` in constant time, to poll
+        for completion (``stats`` walks every actor)."""
+        return self._processed
+
     def stats(self) -> RuntimeStats:
-        """Return a snapshot of the counters (cheap enough to poll for a progress bar)."""
+        """Return a snapshot of the counters: it walks every actor once (at 100,000
+        actors a few ms), so poll it for a progress display, not in a tight loop; to
+        wait for work to finish, poll :attr:`processed`."""
         depth = 0
         deepest = 0
         active = 0

@@ -455,20 +455,23 @@ async def _agent(t: RedisTransport, address: str, shard: int) -> Agent:
 async def _dead_letter(
     t: RedisTransport, shard: Shard, entry: str, data: bytes | None, reason: str
 ) -> None:
+    """Write ``entry`` to the dead-letter stream (once: a second write, after a worker
+    died before the ack, adds nothing), then ack it."""
     stream = t.keys.stream(shard.number)
-    fields: dict[Any, Any] = {
-        b"reason": reason,
-        b"stream": stream,
-        b"entry": entry,
-        b"worker": t.id,
-    }
+    fields: list[Any] = [b"reason", reason, b"stream", stream, b"entry", entry, b"worker", t.id]
     if data is not None:
-        fields[b"e"] = data
+        fields += [b"e", data]
     with redis_errors("XADD to the dead letters"):
-        await t.client.xadd(t.keys.dead_letters(), fields, maxlen=_DLQ_MAXLEN, approximate=True)
+        written = await t.script("dead_letter")(
+            keys=[t.keys.dead_letters(), t.keys.dead_letter_index()],
+            args=[f"{stream} {entry}", _DLQ_MAXLEN, f"{time.time():.6f}", *fields],
+        )
     await _ack(t, shard, [entry])
-    t.dead_lettered += 1
-    log.warning("dead_lettered", stream=stream, entry=entry, reason=reason)
+    if written:
+        t.dead_lettered += 1
+        log.warning("dead_lettered", stream=stream, entry=entry, reason=reason)
+    else:
+        log.info("dead_letter_already_written", stream=stream, entry=entry)
 
 
 async def _ack(t: RedisTransport, shard: Shard, entries: list[str]) -> None:

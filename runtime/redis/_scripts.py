@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ("ACK", "ACQUIRE", "COMMIT", "RELEASE", "RENEW", "XADD_MANY")
+__all__ = ("ACK", "ACQUIRE", "COMMIT", "DEAD_LETTER", "RELEASE", "RENEW", "XADD_MANY")
 
 #: KEYS: lease, fence. ARGV: worker id, lease ms. Returns the new token, or nil
 #: if the shard is owned.
@@ -125,4 +125,20 @@ else
 end
 if ttl ~= '' then redis.call('PEXPIRE', stream, ttl) end
 return n - 3
+"""
+
+#: Writes a shard entry to the dead-letter stream unless it is there already: the
+#: entry is acked in a second call (another slot), and a worker that died between the
+#: two leaves it pending, to be dead-lettered again by the next owner.
+#: KEYS: dead-letter stream, its index. ARGV: '<stream> <entry>', the most entries
+#: kept (approximately), the time (the index forgets the oldest first), then the
+#: fields and values of the dead letter.
+#: Returns 1 if written, 0 if it was there already.
+DEAD_LETTER: Final = """
+if redis.call('ZSCORE', KEYS[2], ARGV[1]) then return 0 end
+local keep = tonumber(ARGV[2])
+redis.call('XADD', KEYS[1], 'MAXLEN', '~', keep, '*', unpack(ARGV, 4))
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
+redis.call('ZREMRANGEBYRANK', KEYS[2], 0, -(keep + 1))
+return 1
 """

@@ -106,6 +106,11 @@ class Keys:
         """The dead-letter stream."""
         return f"{self.prefix}:{{dlq}}:stream"
 
+    def dead_letter_index(self) -> str:
+        """The entries already in the dead-letter stream (``<stream> <entry>``), so
+        that writing one again adds no second copy."""
+        return f"{self.prefix}:{{dlq}}:seen"
+
     def workers(self) -> str:
         """The registry of live workers."""
         return f"{self.prefix}:{{workers}}"

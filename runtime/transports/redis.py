@@ -267,7 +267,11 @@ class RedisTransport(Transport):
         # Runs first on close (callbacks unwind last in, first out), while the
         # clients are still open: give the leases back, delete the reply stream.
         self._stack.push_async_callback(self._leave)
-        for name, text in (("ack", _scripts.ACK), ("commit", _scripts.COMMIT)):
+        for name, text in (
+            ("ack", _scripts.ACK),
+            ("commit", _scripts.COMMIT),
+            ("dead_letter", _scripts.DEAD_LETTER),
+        ):
             self._scripts[name] = client.register_script(text)
 
     async def _start_worker(self, host: TransportHost) -> None:

@@ -21,7 +21,7 @@ from actors.commands import Get
 from runtime import MessageTooLargeError
 from runtime._envelope import Envelope
 from runtime.errors import MessageDecodeError
-from runtime.redis import Keys, RedisConfig, default_codec, shard_of
+from runtime.redis import Keys, RedisConfig, _scripts, default_codec, shard_of
 from runtime.transports.redis import RedisTransport
 from tests.faults.checker import History, observe_memory
 from tests.faults.frames import deep, mutants, real_frames
@@ -204,3 +204,31 @@ async def test_an_ask_cannot_make_the_worker_touch_keys_outside_the_reply_stream
     await rt.memory("victim").get()  # and everything before it
     assert await redis_client.type(log) == b"list"
     assert await redis_client.pttl(log) == -1, "the victim's history now expires"
+
+
+async def test_a_dead_letter_written_before_its_worker_died_is_not_written_twice(
+    config: RedisConfig, redis_client: aioredis.Redis
+) -> None:
+    keys = Keys(config.prefix)
+    stream = keys.stream(0)
+    entry = (await redis_client.xadd(stream, {b"e": b"not msgpack"})).decode()
+    # A worker wrote the dead letter, then died before its ack: the entry is still
+    # there to be read, and the dead-letter stream already holds it.
+    dying = redis_client.register_script(_scripts.DEAD_LETTER)
+    letter = [b"reason", b"first", b"stream", stream, b"entry", entry, b"worker", b"dead"]
+    written = await dying(
+        keys=[keys.dead_letters(), keys.dead_letter_index()],
+        args=[f"{stream} {entry}", 1000, "1.0", *letter],
+    )
+    assert written == 1
+    transport = RedisTransport(config.url, config)
+    async with MemoryRuntime(AppConfig(), transport=transport):
+
+        async def acked() -> bool:
+            groups = await redis_client.xinfo_groups(stream)
+            return bool(groups) and groups[0]["pending"] == 0 and groups[0]["lag"] == 0
+
+        await eventually(acked, "the next worker dead-letters the entry and acks it")
+        assert transport.stats().dead_lettered == 0
+    letters = await redis_client.xrange(keys.dead_letters())
+    assert [fields[b"worker"] for _, fields in letters] == [b"dead"]

@@ -23,14 +23,25 @@ from actors.memory import memory_factory
 from actors.memory_tools import ToolArgumentsError
 from actors.pool import PoolActor
 from actors.retention import SessionFileError
-from runtime import Runtime, Transport
+from runtime import ConfigError, Runtime, Transport
+from runtime.config import decode_config
 from runtime.redis import register_error_types, register_message_types
 from runtime.transports.redis import RedisTransport
 
-__all__ = ("CONFIG_ENV", "MemoryRuntime", "register_actors", "worker_register")
+__all__ = (
+    "CONFIG_ENV",
+    "CONFIG_JSON_ENV",
+    "MemoryRuntime",
+    "register_actors",
+    "worker_config",
+    "worker_env",
+    "worker_register",
+)
 
-#: The environment variable through which worker processes find the app's config.
+#: The environment variable through which worker processes find the app's config file.
 CONFIG_ENV = "ACTORMEM_CONFIG"
+#: The environment variable carrying a whole app config as JSON (see :func:`worker_env`).
+CONFIG_JSON_ENV = "ACTORMEM_CONFIG_JSON"
 
 
 def _tagged(module: Any) -> list[type[msgspec.Struct]]:
@@ -75,12 +86,37 @@ def register_actors(runtime: Runtime, config: AppConfig) -> None:
     runtime.register("pool", PoolActor.factory(config.pool, store, deployment))
 
 
-def worker_register(runtime: Runtime) -> None:
-    """``actors.app:worker_register``: what a worker process registers.
+def worker_env(config: AppConfig) -> dict[str, str]:
+    """The environment that gives worker processes ``config``: pass it as
+    ``WorkerProcesses(..., env=worker_env(config))`` with ``actors.app:worker_register``
+    so that workers started from code run the config built in code (its compression,
+    budgets, pool...), not the defaults."""
+    return {CONFIG_JSON_ENV: msgspec.json.encode(config).decode()}
 
-    Reads the app config named by ``ACTORMEM_CONFIG`` (defaults if unset).
+
+def worker_config() -> AppConfig:
+    """The app config of a worker process: the JSON in ``ACTORMEM_CONFIG_JSON`` (see
+    :func:`worker_env`), else the file named by ``ACTORMEM_CONFIG``, else the defaults.
+
+    Raises:
+        ConfigError: the JSON or the file is not a valid app config (named).
     """
-    register_actors(runtime, load_app_config(os.environ.get(CONFIG_ENV) or None))
+    text = os.environ.get(CONFIG_JSON_ENV)
+    if text:
+        try:
+            data = msgspec.json.decode(text)
+        except msgspec.DecodeError as exc:
+            raise ConfigError(f"{CONFIG_JSON_ENV}: not valid JSON: {exc}") from exc
+        if not isinstance(data, dict):
+            raise ConfigError(f"{CONFIG_JSON_ENV}: expected a JSON object (an app config)")
+        return decode_config(data, AppConfig, source=CONFIG_JSON_ENV)
+    return load_app_config(os.environ.get(CONFIG_ENV) or None)
+
+
+def worker_register(runtime: Runtime) -> None:
+    """``actors.app:worker_register``: what a worker process registers, with the app
+    config of :func:`worker_config`."""
+    register_actors(runtime, worker_config())
 
 
 def transport_for(config: AppConfig, *, worker: bool = True) -> Transport | None:

@@ -18,7 +18,7 @@ import anyio
 import msgspec
 
 from actors import AppConfig, Message
-from actors.app import MemoryRuntime
+from actors.app import MemoryRuntime, worker_env
 from actors.commands import Add
 from benchmarks._common import bench_config
 from runtime import RuntimeConfig
@@ -99,7 +99,8 @@ async def client_runtime(config: AppConfig) -> AsyncIterator[tuple[MemoryRuntime
 
 @asynccontextmanager
 async def workers(config: AppConfig, count: int) -> AsyncIterator[WorkerProcesses]:
-    """``count`` worker processes on ``config``'s Redis, once they own every shard."""
+    """``count`` worker processes on ``config``'s Redis, running ``config`` (compression
+    off like the rest of the benchmark), once they own every shard."""
     async with WorkerProcesses(
         count,
         config.redis,
@@ -108,6 +109,7 @@ async def workers(config: AppConfig, count: int) -> AsyncIterator[WorkerProcesse
             mailbox_size=config.runtime.mailbox_size,
             shed_expired_asks=config.runtime.shed_expired_asks,
         ),
+        env=worker_env(config),
         log_level="warning",
     ) as procs:
         await wait_all_shards_owned(config)

@@ -68,6 +68,29 @@ async def test_an_ask_is_answered_only_once_its_changes_are_stored(
         await client.aclose()
 
 
+async def test_a_read_that_changed_nothing_is_answered_without_waiting_for_a_commit(
+    redis_config: RedisConfig, redis_client: aioredis.Redis
+) -> None:
+    client = gated(redis_config)
+    client.gate.set()
+    address = "ledger/reader"
+    try:
+        async with worker(client, redis_config) as rt:
+            await rt.ref(address).ask(Add("t1", 5))
+            stored = GatedRedis.commits
+            client.gate = anyio.Event()  # any commit from now on would hang
+            with anyio.fail_after(10):
+                for _ in range(20):
+                    state = await rt.ref(address).ask(GetState())
+            assert state.tokens == ["t1"]
+            assert GatedRedis.commits == stored  # no commit call for the reads
+            client.gate.set()
+        stream = Keys(redis_config.prefix).stream(shard_of(address, redis_config.shards))
+        assert (await redis_client.xpending(stream, "workers"))["pending"] == 0
+    finally:
+        await client.aclose()
+
+
 async def test_commands_handled_while_a_commit_is_in_flight_share_the_next_one(
     redis_config: RedisConfig, redis_client: aioredis.Redis
 ) -> None:

@@ -231,3 +231,38 @@ async def test_workers_started_apart_agree_on_vouchers_with_no_shared_secret(
                 return any(i.source == sharer for i in await listener.held_insights())
 
             await eventually(arrived, "the share reaches the subscriber")
+
+
+async def test_workers_started_from_code_run_the_app_config_built_in_code(
+    redis_config: RedisConfig,
+) -> None:
+    from actors import AppConfig, MemoryConfig, MemoryInputError, MemoryRuntime
+    from actors.app import worker_env
+
+    app = AppConfig(redis=redis_config, memory=MemoryConfig(max_message_chars=50))
+    spec = "actors.app:worker_register"
+    async with WorkerProcesses(1, redis_config, spec, env=worker_env(app)):
+        transport = RedisTransport(None, redis_config, worker=False)
+        async with MemoryRuntime(app, transport=transport) as rt:
+            await rt.memory("a").add({"role": "user", "content": "x" * 50})
+            with pytest.raises(MemoryInputError, match="the limit is 50"):
+                await rt.memory("a").add({"role": "user", "content": "x" * 51})
+
+
+@pytest.mark.parametrize(
+    ("json", "message"),
+    [
+        ("{not json", "ACTORMEM_CONFIG_JSON: not valid JSON"),
+        ("[1]", "ACTORMEM_CONFIG_JSON: expected a JSON object"),
+        ('{"memory": {"max_message_chars": 0}}', "max_message_chars"),
+    ],
+)
+async def test_a_bad_app_config_in_the_environment_stops_the_worker_with_the_reason(
+    redis_config: RedisConfig, json: str, message: str
+) -> None:
+    from actors.app import CONFIG_JSON_ENV
+
+    spec = "actors.app:worker_register"
+    with pytest.raises(TransportUnavailableError, match=message):
+        async with WorkerProcesses(1, redis_config, spec, env={CONFIG_JSON_ENV: json}):
+            pass

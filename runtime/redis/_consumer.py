@@ -563,7 +563,7 @@ async def handled(t: RedisTransport, env: Envelope, actor: Actor | None, ok: boo
         changes = await _changes(t, env, cast(Durable, actor))
         if changes is None:
             return False
-        if changes:
+        if _stores_something(changes):
             await _queue_commit(t, shard, agent, env, changes)
         return True
     queued = False
@@ -583,7 +583,7 @@ async def handled(t: RedisTransport, env: Envelope, actor: Actor | None, ok: boo
             changes = await _changes(t, env, cast(Durable, actor))
             if changes is None:
                 return False
-            if changes:
+            if _stores_something(changes):
                 # Stored (and acked, and its id remembered) by the group commit.
                 await _queue_commit(t, shard, agent, env, changes)
                 queued = True
@@ -662,9 +662,13 @@ async def _changes(t: RedisTransport, env: Envelope, actor: Durable) -> DurableC
             )
             await t.reply(env, Reply(env.correlation, error=error))
         return None
-    if not changes.log_appends and changes.snapshot is None and not changes.replace_log:
-        return DurableChanges([])
     return changes
+
+
+def _stores_something(changes: DurableChanges) -> bool:
+    """False for a command that changed nothing (a read): it needs no commit, and its
+    reply need not wait for one (a NamedTuple is truthy even when empty)."""
+    return bool(changes.log_appends) or changes.snapshot is not None or changes.replace_log
 
 
 async def _queue_commit(

@@ -355,7 +355,13 @@ def overload_runtime(request: pytest.FixtureRequest) -> tuple[Runtime, RedisConf
         return Runtime(runtime_config), None
     base: RedisConfig = request.getfixturevalue("redis_config")
     request.getfixturevalue("redis_client")  # deletes the test's keys afterwards
-    redis = msgspec.structs.replace(base, stream_maxlen=200, stream_limit=1_000, outbox_size=256)
+    # A 3 s lease, not the tests' 1 s: this process runs the producers and the worker
+    # flat out, and a stall of the loop (CPU taken by the rest of the suite) would
+    # otherwise let the lease lapse, and a lapsed lease resets the tallies (they are
+    # not durable): that is the lease doing its job, not what this test is about.
+    redis = msgspec.structs.replace(
+        base, stream_maxlen=200, stream_limit=1_000, outbox_size=256, lease_ms=3_000
+    )
     transport = RedisTransport(redis.url, redis)
     return Runtime(runtime_config, transport=transport), redis
 

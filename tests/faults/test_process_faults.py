@@ -381,6 +381,12 @@ async def test_a_worker_killed_while_writing_snapshots_leaves_the_previous_one_v
         started = time.monotonic()
         states = {a: await rt.ref(a).ask(GetState()) for a in agents}
         recovered = time.monotonic() - started
+
+        async def all_stored() -> bool:
+            # A read's reply does not wait for the commits of the writes before it.
+            return await applied_count(redis_client, config, agents) >= n
+
+        await eventually(all_stored, "every command stored")
         stored = await stored_tokens(redis_client, config, agents)
     verdict = verdict_of(history, stored)
     fault_report.row(

@@ -47,6 +47,9 @@ log = structlog.get_logger("actormem.redis")
 BATCH: Final = 256
 #: Commands stored per commit call, at most.
 _COMMIT_BATCH: Final = 256
+#: Bytes of changes stored per commit call, at most (one command may exceed it
+#: alone): Redis holds a whole call in its query buffer before running it.
+_COMMIT_BYTES: Final = 8 << 20
 #: Handled commands waiting for their commit, per shard, before handlers wait.
 _COMMIT_QUEUE: Final = 1024
 #: Entries kept in the dead-letter stream, approximately.
@@ -712,7 +715,7 @@ async def flush_commits(t: RedisTransport, shard: Shard) -> None:
     """
     async with shard.commit_lock:
         while shard.commits:
-            batch = shard.commits[:_COMMIT_BATCH]
+            batch = _next_commit_batch(shard.commits)
             statuses = await _store(t, shard, batch)
             del shard.commits[: len(batch)]
             answered: list[tuple[Envelope, Reply]] = []
@@ -727,6 +730,18 @@ async def flush_commits(t: RedisTransport, shard: Shard) -> None:
             done.set()
             if answered:
                 await t.send_replies(answered)
+
+
+def _next_commit_batch(commits: list[PendingCommit]) -> list[PendingCommit]:
+    """The queued commits the next call stores: the oldest, up to ``_COMMIT_BATCH``
+    commands and about ``_COMMIT_BYTES`` of changes (at least one command)."""
+    size = 0
+    for n, pending in enumerate(commits[:_COMMIT_BATCH]):
+        changes = pending.changes
+        size += len(changes.snapshot or b"") + sum(map(len, changes.log_appends))
+        if size > _COMMIT_BYTES and n > 0:
+            return commits[:n]
+    return commits[:_COMMIT_BATCH]
 
 
 def _committed(

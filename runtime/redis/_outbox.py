@@ -39,6 +39,9 @@ log = structlog.get_logger("actormem.redis")
 
 #: Entries XADDed per pipeline, at most.
 _BATCH: Final = 4_096
+#: Bytes of entries per script call, at most (one entry may exceed it alone): Redis
+#: holds a whole command in its query buffer before running it (1 GB by default).
+_CALL_BYTES: Final = 8 << 20
 #: Longest pause while a stream is over its limit (s).
 _MAX_FULL_PAUSE: Final = 1.0
 
@@ -156,19 +159,22 @@ class Outbox:
     async def _write(self, batch: list[tuple[str, bytes]]) -> None:
         """XADD ``batch``: one script call per stream, all in one pipeline (one round
         trip, and one reply per stream rather than per entry)."""
-        by_stream: dict[str, list[bytes]] = {}
-        for stream, data in batch:
-            entries = by_stream.get(stream)
-            if entries is None:
-                by_stream[stream] = [data]
-            else:
-                entries.append(data)
         maxlen = "" if self._maxlen is None else self._maxlen
         ttl = "" if self._expire_ms is None else self._expire_ms
-        calls: list[tuple[list[Any], list[Any]]] = [
-            ([stream], [self._field, maxlen, ttl, *entries])
-            for stream, entries in by_stream.items()
-        ]
+        head = [self._field, maxlen, ttl]
+        # Per stream, the call being filled and its size in bytes.
+        filling: dict[str, tuple[list[Any], int]] = {}
+        calls: list[tuple[list[Any], list[Any]]] = []
+        for stream, data in batch:
+            current = filling.get(stream)
+            if current is None or current[1] + len(data) > _CALL_BYTES:
+                args = [*head, data]
+                calls.append(([stream], args))
+                filling[stream] = (args, len(data))
+            else:
+                args, size = current
+                args.append(data)
+                filling[stream] = (args, size + len(data))
         with redis_errors("XADD from the outbox"):
             await eval_pipelined(self._client(), _scripts.XADD_MANY, calls)
 

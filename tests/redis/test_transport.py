@@ -561,3 +561,25 @@ async def test_an_ask_that_expired_in_the_stream_is_acked_unhandled(
     # The next worker does not run it either.
     async with worker(redis_client, redis_config) as rt:
         assert (await rt.ref("ledger/s").ask(GetState())).tokens == ["busy", "after"]
+
+
+async def test_large_batches_are_split_into_calls_of_bounded_size_in_order(
+    redis_client: aioredis.Redis, redis_config: RedisConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Redis holds a whole call in its query buffer: the outbox's XADDs and the group
+    # commits are cut into calls of about _CALL_BYTES / _COMMIT_BYTES (tiny here).
+    from runtime.redis import _consumer, _outbox
+
+    monkeypatch.setattr(_outbox, "_CALL_BYTES", 300)
+    monkeypatch.setattr(_consumer, "_COMMIT_BYTES", 40)
+    agents = ["ledger/big0", "ledger/big1"]
+    async with worker_and_client(redis_client, redis_config) as (_rt, asker):
+        for n in range(120):
+            await asker.ref(agents[n % 2]).tell(Add(f"token-{n:03}-" + "x" * 20))
+        states = [await asker.ref(a).ask(GetState()) for a in agents]
+    keys = Keys(redis_config.prefix)
+    for i, (address, state) in enumerate(zip(agents, states, strict=True)):
+        expected = [f"token-{n:03}-" + "x" * 20 for n in range(i, 120, 2)]
+        assert state.tokens == expected
+        log_key = keys.agent_log(shard_of(address, redis_config.shards), address)
+        assert [t.decode() for t in await redis_client.lrange(log_key, 0, -1)] == expected

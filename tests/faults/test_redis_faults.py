@@ -140,7 +140,9 @@ async def test_calls_whose_reply_was_lost_are_retried_without_duplicate_effects(
         flaky = lossy(redis_config, xadds=faults)
         worker_redis, client_redis = redis_client, flaky
     else:
-        faults = Faults(every=2, most=4)  # a group commit carries many commands
+        # A group commit carries many commands, and reads make none: the calls are
+        # few, so every one loses its reply (retries included) until 4 are lost.
+        faults = Faults(every=1, most=4)
         flaky = lossy(redis_config, commits=faults)
         worker_redis, client_redis = flaky, redis_client
     history = History()

@@ -288,10 +288,11 @@ async def _poisoned(t: RedisTransport, shard: Shard, entry: str, delivered: int)
 
     A worker reads entries in batches, so one that dies leaves many pending that
     it never started; counting those deliveries would dead-letter innocent commands
-    after a few unrelated crashes. What counts is how often handling *started*: the
-    first delivery (always, as nothing records it), and every redelivered attempt
-    (:func:`starting` records those). A hard cap on deliveries catches an entry
-    that kills its worker before handling starts.
+    after a few unrelated crashes. What counts is how often handling started and
+    never returned: the first delivery (always, as nothing records it), and every
+    redelivered attempt that did not finish (:func:`starting` counts them,
+    :func:`_finished` forgets them once one returns). A hard cap on deliveries
+    catches an entry that kills its worker before handling starts.
     """
     limit = t.config.max_deliveries
     if delivered >= limit * _DELIVERY_CAP_FACTOR:
@@ -322,6 +323,19 @@ async def starting(t: RedisTransport, env: Envelope) -> None:
     except TransportError as exc:
         # Uncounted, the attempt only delays poison detection (the delivery cap holds).
         log.warning("attempt_not_counted", entry=env.entry, reason=str(exc))
+
+
+async def _finished(t: RedisTransport, env: StreamEnvelope) -> None:
+    """Handling a redelivered entry returned (whatever its outcome): it did not kill
+    its worker, so the attempts :func:`starting` counted are forgotten. What is left
+    counted is only handling that never returned: a crash that hit while the entry's
+    commit was still queued does not make it a poison pill."""
+    try:
+        with redis_errors("DEL attempts"):
+            await t.client.delete(t.keys.attempts(env.shard, env.entry))
+    except TransportError as exc:
+        # Left counted, the entry is only dead-lettered sooner if crashes recur.
+        log.warning("attempt_not_cleared", entry=env.entry, reason=str(exc))
 
 
 async def _trim(t: RedisTransport, shard: Shard) -> None:
@@ -554,6 +568,8 @@ async def handled(t: RedisTransport, env: Envelope, actor: Actor | None, ok: boo
     the command wait for it (see :meth:`RedisTransport.reply`), and so does a
     fresh activation of the actor.
     """
+    if isinstance(env, RedeliveredEnvelope):
+        await _finished(t, env)
     durable = actor is not None and is_durable(actor)
     agent = t.agents.get(env.recipient)
     if not isinstance(env, StreamEnvelope):

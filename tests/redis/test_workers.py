@@ -132,6 +132,9 @@ async def test_commands_a_dead_worker_read_but_never_started_are_not_poison(
         state = await rt.ref("ledger/x").ask(GetState())
     assert state.tokens == [f"t{i}" for i in range(5)]
     assert await redis_client.xlen(keys.dead_letters()) == 0
+    # Handling each returned: no attempt stays counted against it (a later crash,
+    # before its commit, must not bring it closer to the dead letters).
+    assert [k async for k in redis_client.scan_iter(match=f"{config.prefix}:*:try:*")] == []
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ from tests.benchmarks.helpers import check_rows
 pytestmark = pytest.mark.anyio
 
 TINY = {
-    "redis_throughput": ["--messages", "60", "--agents", "1", "5", "--repeat", "2"],
+    "redis_throughput": ["--messages", "60", "--agents", "5", "--repeat", "2"],
     "redis_latency": [
         "--agents",
         "3",

@@ -18,7 +18,13 @@ import redis.exceptions as rexc
 import structlog
 
 from runtime._envelope import Envelope, Reply
-from runtime.errors import ActorError, HandlerError, MessageDecodeError, TransportError
+from runtime.errors import (
+    ActorError,
+    HandlerError,
+    MessageDecodeError,
+    RuntimeClosedError,
+    TransportError,
+)
 from runtime.redis._client import redis_errors, retrying
 from runtime.redis.durable import Durable, DurableChanges, is_durable
 from runtime.redis.keys import CONSUMER_GROUP, shard_of
@@ -49,7 +55,7 @@ BATCH: Final = 256
 _COMMIT_BATCH: Final = 256
 #: Bytes of changes stored per commit call, at most (one command may exceed it
 #: alone): Redis holds a whole call in its query buffer before running it.
-_COMMIT_BYTES: Final = 8 << 20
+_COMMIT_BYTES: Final = 64 << 20
 #: Handled commands waiting for their commit, per shard, before handlers wait.
 _COMMIT_QUEUE: Final = 1024
 #: Entries kept in the dead-letter stream, approximately.
@@ -325,17 +331,35 @@ async def starting(t: RedisTransport, env: Envelope) -> None:
         log.warning("attempt_not_counted", entry=env.entry, reason=str(exc))
 
 
-async def _finished(t: RedisTransport, env: StreamEnvelope) -> None:
+def _finished(t: RedisTransport, env: StreamEnvelope) -> None:
     """Handling a redelivered entry returned (whatever its outcome): it did not kill
     its worker, so the attempts :func:`starting` counted are forgotten. What is left
     counted is only handling that never returned: a crash that hit while the entry's
-    commit was still queued does not make it a poison pill."""
+    commit was still queued does not make it a poison pill.
+
+    The counters are deleted in the background, a burst in one pipeline: a worker
+    taking over a dead one's backlog must not wait a round trip per entry.
+    """
+    t.finished_attempts.append(t.keys.attempts(env.shard, env.entry))
+    if len(t.finished_attempts) == 1:
+        try:
+            t.host.spawn(_forget_attempts, t)
+        except RuntimeClosedError:  # closing: left counted, only dead-lettered sooner
+            t.finished_attempts.clear()
+
+
+async def _forget_attempts(t: RedisTransport) -> None:
+    await anyio.lowlevel.checkpoint()  # let the rest of a burst gather
+    keys, t.finished_attempts = t.finished_attempts, []
     try:
         with redis_errors("DEL attempts"):
-            await t.client.delete(t.keys.attempts(env.shard, env.entry))
+            async with t.client.pipeline(transaction=False) as pipe:
+                for key in keys:
+                    pipe.delete(key)
+                await pipe.execute()
     except TransportError as exc:
-        # Left counted, the entry is only dead-lettered sooner if crashes recur.
-        log.warning("attempt_not_cleared", entry=env.entry, reason=str(exc))
+        # Left counted, those entries are only dead-lettered sooner if crashes recur.
+        log.warning("attempts_not_cleared", entries=len(keys), reason=str(exc))
 
 
 async def _trim(t: RedisTransport, shard: Shard) -> None:
@@ -569,7 +593,7 @@ async def handled(t: RedisTransport, env: Envelope, actor: Actor | None, ok: boo
     fresh activation of the actor.
     """
     if isinstance(env, RedeliveredEnvelope):
-        await _finished(t, env)
+        _finished(t, env)
     durable = actor is not None and is_durable(actor)
     agent = t.agents.get(env.recipient)
     if not isinstance(env, StreamEnvelope):

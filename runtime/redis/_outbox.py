@@ -41,7 +41,7 @@ log = structlog.get_logger("actormem.redis")
 _BATCH: Final = 4_096
 #: Bytes of entries per script call, at most (one entry may exceed it alone): Redis
 #: holds a whole command in its query buffer before running it (1 GB by default).
-_CALL_BYTES: Final = 8 << 20
+_CALL_BYTES: Final = 64 << 20
 #: Longest pause while a stream is over its limit (s).
 _MAX_FULL_PAUSE: Final = 1.0
 

@@ -213,6 +213,8 @@ class RedisTransport(Transport):
         )
         self.shards: dict[int, Shard] = {}
         self.agents: dict[str, Agent] = {}
+        # Attempt counters of redelivered entries whose handling returned, to delete.
+        self.finished_attempts: list[str] = []
         self._leases: LeaseManager | None = None
         self._scripts: dict[str, Any] = {}
         self.dead_lettered = 0

@@ -11,8 +11,6 @@ import math
 from collections.abc import Sequence
 from typing import Any, Final, Protocol
 
-import openai
-
 from runtime.errors import ActormemError
 
 __all__ = ("Embedder", "EmbeddingError", "OpenAIEmbedder", "cosine")
@@ -52,6 +50,8 @@ class OpenAIEmbedder:
         timeout: float = 10.0,
         max_retries: int = 1,
     ) -> None:
+        import openai  # here, not at the top: it is slow to import, and optional to use
+
         self.model = model
         self._client = openai.AsyncOpenAI(
             base_url=base_url,
@@ -70,6 +70,8 @@ class OpenAIEmbedder:
             EmbeddingError: the request failed, or the answer is not one
                 same-sized vector per text.
         """
+        import openai
+
         out: list[list[float]] = []
         for start in range(0, len(texts), BATCH_SIZE):
             batch = list(texts[start : start + BATCH_SIZE])

@@ -28,3 +28,19 @@ def test_runtime_never_imports_actors() -> None:
     for path in root.rglob("*.py"):
         text = path.read_text()
         assert "from actors" not in text and "import actors" not in text, path
+
+
+def test_openai_is_imported_only_when_an_api_is_used() -> None:
+    # It takes longer to import than the rest of actormem together, and every
+    # worker process and CLI command would pay for it (the default is offline).
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, actors.app, actors.cli, runtime.worker\n"
+        "from actors.compression.llm import LLMSummarizer\n"
+        "from actors._embeddings import OpenAIEmbedder\n"
+        "print('openai' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

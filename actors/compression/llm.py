@@ -17,10 +17,9 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
-import openai
 import structlog
 
 from actors.compression.config import LLMConfig
@@ -29,6 +28,9 @@ from actors.compression.summarizers import OfflineSummarizer, Purpose, RunUsage
 from actors.messages import Message
 from runtime._closing import AsyncClosing
 from runtime.tokens import TokenCounter
+
+if TYPE_CHECKING:
+    import openai
 
 __all__ = ("CircuitBreaker", "LLMSummarizer", "SummaryFailedError")
 
@@ -48,13 +50,20 @@ _SYSTEM: Final = (
 )
 #: Tokens a chat request costs besides its two messages' text.
 _REQUEST_OVERHEAD: Final = 12
-_RETRYABLE: Final = (
-    openai.RateLimitError,
-    openai.InternalServerError,
-    openai.APITimeoutError,
-    openai.APIConnectionError,
-    TimeoutError,
-)
+
+
+def _retryable() -> tuple[type[BaseException], ...]:
+    """The errors worth another attempt (``openai`` is imported only when a summarizer
+    calls an API: it takes longer to import than the rest of actormem together)."""
+    import openai
+
+    return (
+        openai.RateLimitError,
+        openai.InternalServerError,
+        openai.APITimeoutError,
+        openai.APIConnectionError,
+        TimeoutError,
+    )
 
 
 class SummaryFailedError(Exception):
@@ -145,6 +154,8 @@ class LLMSummarizer(AsyncClosing):
         api_key = config.api_key()
         self._missing_key = api_key is None
         if api_key is not None:
+            import openai
+
             self._client = openai.AsyncOpenAI(
                 api_key=api_key,
                 base_url=config.base_url,
@@ -240,7 +251,10 @@ class LLMSummarizer(AsyncClosing):
         usage: RunUsage,
     ) -> str:
         """Send the request, retrying what is worth retrying; SummaryFailedError if it fails."""
+        import openai
+
         cfg = self.config
+        retryable = _retryable()
         request: dict[str, Any] = {
             "model": cfg.model,
             "messages": prompt,
@@ -257,7 +271,7 @@ class LLMSummarizer(AsyncClosing):
                 # that trickles bytes forever.
                 with anyio.fail_after(cfg.timeout * 1.5):
                     response = await client.chat.completions.create(**request)
-            except _RETRYABLE as exc:
+            except retryable as exc:
                 last = exc
                 log.info("summarizer_retry", attempt=attempt + 1, error=type(exc).__name__)
                 continue

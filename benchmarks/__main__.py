@@ -52,6 +52,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def figure(value: float) -> str:
+    """``value`` with as many decimals as its size deserves (0.012 ms, 3.4 ms, 65,327)."""
+    if abs(value) >= 1e4:
+        return f"{value:,.0f}"
+    if abs(value) >= 10:
+        return f"{value:,.1f}"
+    if abs(value) >= 1:
+        return f"{value:.2f}"
+    return f"{value:.3f}"
+
+
 def print_result(result: BenchResult, console: Console) -> None:
     table = Table(title=f"{result.name}  ({result.command})", title_justify="left")
     for col in ("measure", "value", "baseline", "ratio", "target"):
@@ -59,8 +70,8 @@ def print_result(result: BenchResult, console: Console) -> None:
     for row in result.rows:
         table.add_row(
             row.name,
-            f"{row.value:,.1f} {row.unit}" if row.value < 1e4 else f"{row.value:,.0f} {row.unit}",
-            f"{row.baseline_value:,.0f} ({row.baseline})" if row.baseline_value else "",
+            f"{figure(row.value)} {row.unit}",
+            f"{figure(row.baseline_value)} ({row.baseline})" if row.baseline_value else "",
             f"{row.ratio:.2f}x" if row.ratio is not None else "",
             row.target or "",
         )

@@ -119,12 +119,15 @@ def latency_plot(current: BenchResult, out_dir: Path) -> list[Path]:
     fig, axes = plt.subplots(1, len(results), figsize=(6 * len(results), 4.5), squeeze=False)
     for ax, result in zip(axes[0], results, strict=True):
         curves: dict[tuple[str, int], list[tuple[float, float]]] = {}
+        raw: dict[float, float] = {}
         where = ""
         for row in result.rows:
             if "percentile" in row.extra and "ask" in row.extra:
                 where = row.extra.get("transport", "")
                 key = (row.extra["ask"], int(row.extra["percentile"]))
                 curves.setdefault(key, []).append((row.extra["rate"], row.value))
+                if key[1] == 99 and row.baseline_value:
+                    raw[row.extra["rate"]] = row.baseline_value
         for (ask, p), points in sorted(curves.items()):
             points.sort()
             style = {"context()": "-", "add": "--"}.get(ask, ":")
@@ -138,6 +141,9 @@ def latency_plot(current: BenchResult, out_dir: Path) -> list[Path]:
                 color=color,
                 label=f"{ask} p{p}",
             )
+        if raw:
+            rates = sorted(raw)
+            ax.plot(rates, [raw[r] for r in rates], ":", marker="x", color="black", label="raw p99")
         if where == "Redis":
             ax.axhline(2.0, color="grey", linestyle=":", label="target p99 2 ms at 5k/s")
         ax.set(xlabel="offered load (asks / s)", ylabel="round trip (ms)", yscale="log")

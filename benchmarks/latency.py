@@ -1,13 +1,20 @@
 """Latency: p50/p95/p99 of ``ask`` round trips (``context()`` and ``add``) at 50% and 90%
 of the measured peak rate, open loop (requests leave on schedule, whatever the replies do).
+
+The raw baseline runs at each of the same rates just before: a request/reply round
+trip through an anyio memory object stream to one responder task, which answers
+each request by setting its future (the least an ask through a mailbox costs).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 import anyio
 
@@ -90,15 +97,24 @@ async def open_loop(
     return samples, failed
 
 
+class Baseline(NamedTuple):
+    """The raw round trip a benchmark compares its asks with, at the same rates."""
+
+    name: str
+    ask: Callable[[int], Awaitable[object]]
+
+
 async def measure(
     rt: MemoryRuntime,
     where: str,
     args: argparse.Namespace,
+    baseline: Baseline,
     fixed_rate: float = 0.0,
     settle: Callable[[], Awaitable[None]] | None = None,
 ) -> list[Row]:
     """Peak, then p50/p95/p99 at 50% and 90% of it (and at ``fixed_rate`` if given),
-    of ``context()`` and ``add`` asks to ``args.agents`` agents of ``rt``.
+    of ``context()`` and ``add`` asks to ``args.agents`` agents of ``rt``; each level
+    next to ``baseline`` at the same rate, measured just before it.
 
     ``where`` names the transport in the row names (``in-process``, ``Redis``);
     ``settle`` waits after each level until what timed-out asks left queued is
@@ -126,15 +142,20 @@ async def measure(
         if fixed_rate:
             levels.append((f"at {fixed_rate:,.0f}/s", fixed_rate, "< 2 ms at 5k/s"))
         for level, rate, target in levels:
+            raw, _ = await open_loop(baseline.ask, rate, args.seconds)
             samples, failed = await open_loop(ask, rate, args.seconds)
             if settle is not None:
                 await settle()
             for p in (50, 95, 99):
+                ours, theirs = percentile(samples, p) * 1e3, percentile(raw, p) * 1e3
                 rows.append(
                     Row(
                         name=f"{where} {label} p{p} {level}",
-                        value=percentile(samples, p) * 1e3,
+                        value=ours,
                         unit="ms",
+                        baseline=baseline.name,
+                        baseline_value=theirs,
+                        ratio=ours / theirs if theirs > 0 else None,
                         target=target if p == 99 else None,
                         extra={
                             "rate": rate,
@@ -155,9 +176,31 @@ async def measure(
 
 
 async def run(args: argparse.Namespace) -> list[Row]:
-    """In-process asks (see :func:`measure`)."""
-    async with MemoryRuntime(bench_config()) as rt:
-        return await measure(rt, "in-process", args)
+    """In-process asks (see :func:`measure`), next to the raw anyio round trip."""
+    async with MemoryRuntime(bench_config()) as rt, raw_anyio_asker() as raw:
+        return await measure(rt, "in-process", args, Baseline("raw anyio round trip", raw))
+
+
+@asynccontextmanager
+async def raw_anyio_asker() -> AsyncIterator[Callable[[int], Awaitable[object]]]:
+    """The raw in-process baseline: asks through a memory object stream to one task."""
+    send, receive = anyio.create_memory_object_stream[tuple[int, asyncio.Future[int]]](1_000)
+
+    async def respond() -> None:
+        async with receive:
+            async for request, future in receive:
+                if not future.done():
+                    future.set_result(request)
+
+    async def ask(i: int) -> object:
+        future = asyncio.get_running_loop().create_future()
+        await send.send((i, future))
+        return await future
+
+    async with anyio.create_task_group() as tg, send:
+        tg.start_soon(respond)
+        yield ask
+        tg.cancel_scope.cancel()
 
 
 def plot(result: BenchResult, out_dir: Path) -> list[Path]:

@@ -4,6 +4,10 @@ measured peak and at the issue's fixed 5,000 asks/s, open loop.
 
 A rate above the measured peak queues without bound, so its percentiles mostly
 measure the queue: the fixed-rate rows say how far off the target is, honestly.
+
+The raw baseline runs at each of the same rates just before: the same asker process
+asks a plain redis-py responder process over two streams, with requests the size
+of an ``add``'s (see :mod:`benchmarks._raw_echo`).
 """
 
 from __future__ import annotations
@@ -12,10 +16,18 @@ import argparse
 from functools import partial
 from pathlib import Path
 
-from benchmarks._common import BenchResult, Row, above, at_least
+from benchmarks._common import BenchResult, Row, above, at_least, message_texts
 from benchmarks._plots import latency_plot
-from benchmarks._redis import client_runtime, redis_app_config, server, wait_drained, workers
-from benchmarks.latency import measure
+from benchmarks._raw_echo import raw_responder
+from benchmarks._redis import (
+    client_runtime,
+    redis_app_config,
+    server,
+    wait_drained,
+    wire_payload,
+    workers,
+)
+from benchmarks.latency import Baseline, measure
 from runtime.redis import connect
 
 NAME = "redis_latency"
@@ -39,14 +51,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 async def run(args: argparse.Namespace) -> list[Row]:
-    """One worker process, a client runtime here (see :func:`benchmarks.latency.measure`)."""
+    """One worker process, a client runtime here (see :func:`benchmarks.latency.measure`),
+    next to the raw redis-py round trip on the same server."""
+    payload = wire_payload(message_texts(1)[0])
     async with server() as redis:
         config = redis_app_config(redis.url)
         client = connect(config.redis)
         try:
-            async with workers(config, 1), client_runtime(config) as (rt, _transport):
+            async with (
+                workers(config, 1),
+                client_runtime(config) as (rt, _transport),
+                raw_responder(redis.url) as raw,
+            ):
+
+                async def raw_ask(_: int) -> object:
+                    return await raw.ask(payload)
+
                 settle = partial(wait_drained, client, config, _SETTLE_TIMEOUT)
-                return await measure(rt, "Redis", args, args.fixed_rate, settle)
+                baseline = Baseline("raw redis-py round trip", raw_ask)
+                return await measure(rt, "Redis", args, baseline, args.fixed_rate, settle)
         finally:
             await client.aclose()
 

@@ -8,9 +8,13 @@ from benchmarks._common import Row
 
 
 def check_rows(name: str, rows: Sequence[Row]) -> None:
-    """Rows were reported, ratios are positive, and rates are above zero."""
+    """Rows were reported, ratios are positive, rates are above zero, and every latency
+    percentile sits next to its raw baseline's at the same rate."""
     assert rows, f"{name} reported no rows"
     for row in rows:
+        if "percentile" in row.extra:
+            assert row.baseline and row.baseline_value, f"{name}: {row.name} has no baseline"
+            assert row.ratio == row.value / row.baseline_value
         if row.ratio is not None:
             assert row.ratio > 0, f"{name}: {row.name} has ratio {row.ratio}"
         if row.unit in ("msg/s", "ask/s", "cmd/s"):

@@ -16,10 +16,11 @@ handshake refused, an ACL denial) becomes one line that names the cause.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import ssl
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from functools import cache
 from typing import Any, Final, TypeVar, cast
@@ -155,7 +156,46 @@ def connect(
 
 class _HiredisPacking:
     """Packs commands with hiredis (C) rather than redis-py's asyncio Python loop,
-    which cost a fifth of a worker's time (an XADD per command, long EVALSHAs)."""
+    which cost a fifth of a worker's time (an XADD per command, long EVALSHAs), and
+    bounds each write in place rather than as a task of its own."""
+
+    async def send_packed_command(
+        self, command: bytes | str | Iterable[bytes], check_health: bool = True
+    ) -> None:
+        """redis-py's own, but for the timeout: it writes through ``asyncio.wait_for``,
+        which on Python 3.11 runs the write as a new task, so every command costs a
+        task and two more turns of the event loop (a busy loop's turn takes
+        milliseconds). ``asyncio.timeout`` bounds the same write where it runs, with
+        the same errors and the same disconnect on failure."""
+        conn: Any = self
+        if not conn.socket_timeout:
+            await super().send_packed_command(command, check_health)  # type: ignore[misc]
+            return
+        if not conn.is_connected:
+            await conn.connect_check_health(check_health=False)
+        if check_health:
+            await conn.check_health()
+        if isinstance(command, str):
+            command = command.encode()
+        if isinstance(command, bytes):
+            command = [command]
+        try:
+            async with asyncio.timeout(conn.socket_timeout):
+                conn._writer.writelines(command)
+                await conn._writer.drain()
+        except TimeoutError:
+            await conn.disconnect(nowait=True)
+            raise rexc.TimeoutError("Timeout writing to socket") from None
+        except OSError as exc:
+            await conn.disconnect(nowait=True)
+            number, message = ("UNKNOWN", exc.args[0]) if len(exc.args) == 1 else exc.args[:2]
+            raise rexc.ConnectionError(
+                f"Error {number} while writing to socket. {message}."
+            ) from exc
+        except BaseException:
+            # A write cut off halfway leaves the connection unusable.
+            await conn.disconnect(nowait=True)
+            raise
 
     def pack_command(self, *args: Any) -> list[bytes]:
         first = args[0]
@@ -422,6 +462,15 @@ async def eval_pipelined(
         redis.exceptions.RedisError: a call failed (the others may have run).
     """
     sha = _sha(script)
+    if len(calls) == 1:
+        # One call needs no pipeline (redis-py's costs a task to give its connection back).
+        keys, args = calls[0]
+        one: Any = client
+        try:
+            return [await one.execute_command("EVALSHA", sha, len(keys), *keys, *args)]
+        except rexc.NoScriptError:
+            await client.script_load(script)
+            return [await one.execute_command("EVALSHA", sha, len(keys), *keys, *args)]
 
     async def run(indices: list[int]) -> list[Any]:
         async with client.pipeline(transaction=False) as pipe:

@@ -128,7 +128,7 @@ class Shard:
         self.commit_space: anyio.Event | None = None
         # Set (and replaced) after every commit call.
         self.committed = anyio.Event()
-        self.commit_lock = anyio.Lock()
+        self.commit_lock = anyio.Lock(fast_acquire=True)
 
 
 class Agent:

@@ -106,6 +106,8 @@ class LossyRedis(aioredis.Redis):
         result = await super().execute_command(*args, **options)
         if args[0] == "EVALSHA" and args[1] == COMMIT_SHA:  # the commit script
             self.commits.strike()
+        elif _is_shard_xadd(args):  # a batch to one stream goes without a pipeline
+            self.xadds.strike()
         return result
 
 

@@ -51,3 +51,13 @@ async def test_a_failing_call_raises_its_error(
     key = Keys(redis_config.prefix).agent_log(0, "memory/a")
     with pytest.raises(rexc.ResponseError, match="boom"):
         await eval_pipelined(client, "return redis.error_reply('boom')", [([key], [])])
+
+
+async def test_a_single_call_goes_without_a_pipeline_and_runs_once(
+    client: aioredis.Redis, redis_config: RedisConfig
+) -> None:
+    script = f"-- {secrets.token_hex(8)}\nreturn redis.call('RPUSH', KEYS[1], ARGV[1])"
+    key = Keys(redis_config.prefix).agent_log(3, "memory/a")
+    assert await eval_pipelined(client, script, [([key], ["x"])]) == [1]  # after NOSCRIPT
+    assert await eval_pipelined(client, script, [([key], ["y"])]) == [2]
+    assert await client.lrange(key, 0, -1) == [b"x", b"y"]

@@ -172,7 +172,9 @@ class _HiredisPacking:
             await super().send_packed_command(command, check_health)  # type: ignore[misc]
             return
         if not conn.is_connected:
-            await conn.connect_check_health(check_health=False)
+            # (redis-py < 6 has no connect_check_health; its connect checks nothing.)
+            connect = getattr(conn, "connect_check_health", None)
+            await (connect(check_health=False) if connect is not None else conn.connect())
         if check_health:
             await conn.check_health()
         if isinstance(command, str):

@@ -4,6 +4,11 @@ of the measured peak rate, open loop (requests leave on schedule, whatever the r
 The raw baseline runs at each of the same rates just before: a request/reply round
 trip through an anyio memory object stream to one responder task, which answers
 each request by setting its future (the least an ask through a mailbox costs).
+
+In process, the open-loop sender (a task per ask) shares the event loop with what
+it measures: at tens of thousands of asks/s its own tasks queue, and the tails
+say as much about it as about the runtime (the raw round trip, 160,000/s closed
+loop, has queued for seconds at 38,000/s open loop on the 2-core machine).
 """
 
 from __future__ import annotations

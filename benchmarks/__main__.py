@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks._common import BenchResult, machine, write_result
+from runtime import ActormemError
 from runtime.cli import OneLineParser
 from runtime.logging import configure_logging
 
@@ -53,8 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def figure(value: float) -> str:
-    """``value`` with as many decimals as its size deserves (0.012 ms, 3.4 ms, 65,327)."""
-    if abs(value) >= 1e4:
+    """``value`` with as many decimals as its size deserves (0.012 ms, 3.4 ms, 65,327);
+    a whole number (a count) with none."""
+    if abs(value) >= 1e4 or float(value).is_integer():
         return f"{value:,.0f}"
     if abs(value) >= 10:
         return f"{value:,.1f}"
@@ -84,7 +86,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     module = importlib.import_module(f"benchmarks.{args.name}")
     command = "python -m benchmarks " + shlex.join(list(argv if argv is not None else sys.argv[1:]))
     started = time.time()
-    rows = anyio.run(module.run, args)
+    try:
+        rows = anyio.run(module.run, args)
+    except ActormemError as exc:  # a bad config, a deployment without workers...
+        print(f"python -m benchmarks {args.name}: error: {exc}", file=sys.stderr)
+        return 2
     result = BenchResult(
         name=args.name,
         command=command,

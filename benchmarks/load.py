@@ -6,11 +6,19 @@ reporting throughput, latency percentiles, errors, redeliveries and mailbox dept
 the agents, and the depths are the shard streams' backlog (entries not yet read
 by the workers, and read but not yet acked); with ``--workers 0`` this process is
 the worker, and its mailboxes are reported too.
+
+``--config FILE`` loads a running deployment instead: the app config its workers
+run (``actormem worker FILE``), whose ``[redis]`` names the server, the key prefix
+and the shards. Nothing is started; the load goes to agents of its own
+(``memory/load-<run>-<n>``, so no existing agent is touched), waits for every
+shard to have a worker first, and deletes those agents' keys when it is done.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import secrets
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -18,12 +26,14 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 import anyio
+import msgspec
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from actors import MemoryRuntime, Message
+from actors import AppConfig, MemoryRuntime, Message
 from actors.commands import Add, Context
+from actors.config import load_app_config
 from benchmarks._common import (
     Row,
     above,
@@ -39,11 +49,12 @@ from benchmarks._redis import (
     redis_app_config,
     server,
     stream_backlog,
+    wait_drained,
     worker_runtime,
     workers,
 )
-from runtime import ActormemError
-from runtime.redis import Keys, connect
+from runtime import ActormemError, ConfigError
+from runtime.redis import Keys, connect, shard_of
 
 NAME = "load"
 
@@ -85,7 +96,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--transport", choices=("memory", "redis"), default="memory", help="where the agents run"
     )
     parser.add_argument(
-        "--workers", type=at_least(0), default=1, help="Redis worker processes (0: this process)"
+        "--workers",
+        type=at_least(0),
+        default=None,
+        help="Redis worker processes to start (default 1; 0: this process is the worker)",
+    )
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        default=None,
+        help="load the running deployment whose workers run this app config (its [redis] "
+        "url, prefix, shards): start nothing, use agents of its own, delete them after",
+    )
+    parser.add_argument(
+        "--wait-workers",
+        type=above(0),
+        default=10.0,
+        help="with --config: seconds to wait for workers to own every shard",
     )
 
 
@@ -162,9 +189,109 @@ def _mailboxes(rt: MemoryRuntime) -> dict[str, int]:
     }
 
 
+def _stream_gauges(client: Any, config: AppConfig, transport: Any) -> Gauges:
+    """Depths and redeliveries of a load sent through a client runtime to workers elsewhere."""
+
+    async def gauges() -> dict[str, int]:
+        waiting, pending = await stream_backlog(client, config)
+        mine = transport.stats()
+        return {
+            "stream_waiting": waiting,
+            "stream_pending": pending,
+            "redelivered_pending": await redelivered_pending(client, config),
+            "client_outbox": mine.outbox,
+            "client_asks": mine.pending_asks,
+            "dead_letters": await client.xlen(Keys(config.redis.prefix).dead_letters()),
+        }
+
+    return gauges
+
+
+async def _wait_for_workers(client: Any, config: AppConfig, seconds: float) -> None:
+    """Return once every shard has a worker's lease, or raise naming those without."""
+    keys = Keys(config.redis.prefix)
+    shards = range(config.redis.shards)
+    deadline = time.monotonic() + seconds
+    while True:
+        async with client.pipeline(transaction=False) as pipe:
+            for shard in shards:
+                pipe.exists(keys.lease(shard))
+            owned = await pipe.execute()
+        missing = [shard for shard, found in zip(shards, owned, strict=True) if not found]
+        if not missing:
+            return
+        if time.monotonic() >= deadline:
+            named = ", ".join(map(str, missing[:8])) + (" ..." if len(missing) > 8 else "")
+            raise ConfigError(
+                f"no worker owns shard(s) {named} of prefix {config.redis.prefix!r} at "
+                f"{config.redis.url} after {seconds:g} s: start the deployment's workers "
+                "first (actormem worker FILE)"
+            )
+        await anyio.sleep(0.1)
+
+
+async def _delete_agents(client: Any, config: AppConfig, addresses: list[str]) -> None:
+    """Delete what the deployment stored for ``addresses`` (history, snapshot, applied)."""
+    keys = Keys(config.redis.prefix)
+    for start in range(0, len(addresses), 1_000):
+        names: list[str] = []
+        for address in addresses[start : start + 1_000]:
+            shard = shard_of(address, config.redis.shards)
+            names += (
+                keys.agent_log(shard, address),
+                keys.agent_snapshot(shard, address),
+                keys.agent_applied(shard, address),
+            )
+        async with client.pipeline(transaction=False) as pipe:
+            for name in names:  # one key per call: on a cluster they live in many slots
+                pipe.delete(name)
+            await pipe.execute()
+
+
 @asynccontextmanager
-async def _target(args: argparse.Namespace) -> AsyncIterator[tuple[MemoryRuntime, Gauges]]:
+async def _deployment(
+    args: argparse.Namespace, addresses: list[str]
+) -> AsyncIterator[tuple[MemoryRuntime, Gauges]]:
+    """A client runtime on the running deployment of ``args.config`` (see the module
+    docstring); ``addresses``' keys are deleted on the way out."""
+    if args.workers is not None:
+        raise ConfigError(
+            "--workers starts workers on a private server; --config loads the running ones"
+        )
+    config = load_app_config(args.config)
+    if not config.redis.url:
+        raise ConfigError(
+            f"{args.config}: [redis] url is not set, so there is no running deployment to load "
+            "(its workers would each start a server of their own)"
+        )
+    runtime = msgspec.structs.replace(config.runtime, transport="redis")
+    config = msgspec.structs.replace(config, runtime=runtime)
+    client = connect(config.redis)
+    try:
+        await _wait_for_workers(client, config, args.wait_workers)
+        try:
+            async with client_runtime(config) as (rt, transport):
+                yield rt, _stream_gauges(client, config, transport)
+        finally:
+            with anyio.CancelScope(shield=True):
+                # What timed out may still be queued: let the workers get to it first
+                # (other traffic may keep the streams busy: then delete anyway).
+                with contextlib.suppress(TimeoutError):
+                    await wait_drained(client, config, args.timeout)
+                await _delete_agents(client, config, addresses)
+    finally:
+        await client.aclose()
+
+
+@asynccontextmanager
+async def _target(
+    args: argparse.Namespace, addresses: list[str]
+) -> AsyncIterator[tuple[MemoryRuntime, Gauges]]:
     """The runtime the load goes to, and how to read its depths and redeliveries."""
+    if args.config:
+        async with _deployment(args, addresses) as target:
+            yield target
+        return
     if args.transport == "memory":
         config = bench_config(mailbox_size=args.mailbox, shed=not args.no_shed)
         async with MemoryRuntime(config) as rt:
@@ -177,26 +304,21 @@ async def _target(args: argparse.Namespace) -> AsyncIterator[tuple[MemoryRuntime
     async with server() as redis:
         config = redis_app_config(redis.url, mailbox_size=args.mailbox, shed=not args.no_shed)
         client = connect(config.redis)
+        count = 1 if args.workers is None else args.workers
         try:
             async with AsyncExitStack() as stack:
-                if args.workers:
-                    await stack.enter_async_context(workers(config, args.workers))
+                if count:
+                    await stack.enter_async_context(workers(config, count))
                     rt, transport = await stack.enter_async_context(client_runtime(config))
-                else:
-                    rt = await stack.enter_async_context(worker_runtime(config))
-                    transport = rt.transport
+                    yield rt, _stream_gauges(client, config, transport)
+                    return
+                rt = await stack.enter_async_context(worker_runtime(config))
 
                 async def redis_gauges() -> dict[str, int]:
                     waiting, pending = await stream_backlog(client, config)
                     found = {"stream_waiting": waiting, "stream_pending": pending}
-                    if args.workers:
-                        found["redelivered_pending"] = await redelivered_pending(client, config)
-                        mine = transport.stats()
-                        found["client_outbox"] = mine.outbox
-                        found["client_asks"] = mine.pending_asks
-                    else:
-                        found.update(_mailboxes(rt))
-                        found["redelivered"] = transport.stats().redelivered
+                    found.update(_mailboxes(rt))
+                    found["redelivered"] = rt.transport.stats().redelivered  # type: ignore[attr-defined]
                     dead = Keys(config.redis.prefix).dead_letters()
                     found["dead_letters"] = await client.xlen(dead)
                     return found
@@ -213,8 +335,10 @@ async def run(args: argparse.Namespace) -> list[Row]:
     all_latencies: list[float] = []
     errors: dict[str, int] = {}
     console = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
-    async with _target(args) as (rt, gauges):
-        addresses = [f"memory/load{i}" for i in range(args.agents)]
+    # Agents of their own on a deployment (see _deployment), and never an existing one.
+    name = f"load-{secrets.token_hex(3)}-" if args.config else "load"
+    addresses = [f"memory/{name}{i}" for i in range(args.agents)]
+    async with _target(args, addresses) as (rt, gauges):
         inflight = 0
         cap = args.max_inflight or float("inf")
 
@@ -277,7 +401,12 @@ async def run(args: argparse.Namespace) -> list[Row]:
         sent = sum(s.sent for s in seconds)
         skipped = sum(s.skipped for s in seconds)
         done = sum(s.done for s in seconds)
-    where = "in-process" if args.transport == "memory" else f"Redis, {args.workers} worker(s)"
+    if args.config:
+        where = f"the deployment of {args.config}"
+    elif args.transport == "memory":
+        where = "in-process"
+    else:
+        where = f"Redis, {1 if args.workers is None else args.workers} worker(s)"
     rows = [
         Row(name=f"commands sent ({where})", value=sent, unit="", extra={"errors": errors}),
         Row(name="throughput (completed)", value=done / elapsed, unit="cmd/s"),
@@ -286,7 +415,7 @@ async def run(args: argparse.Namespace) -> list[Row]:
         ("errors", sum(errors.values())),
         ("not sent: --max-inflight asks already waiting", skipped),
     ]
-    if args.transport == "memory":
+    if args.transport == "memory" and not args.config:
         counts.append(("redeliveries (in-process: none by design)", 0))
     elif "redelivered" in final:
         counts.append(("redeliveries (the worker's RedisTransport.stats())", final["redelivered"]))

@@ -13,6 +13,11 @@ Every agent is told one short message, then left idle until the worker passivate
 it (``[redis] passivate_after`` is short here): its state is in Redis, not in the
 worker's memory. Activation is an ask (``context()``) to such an agent: the worker
 loads its state from Redis before handling it.
+
+Churn: then ``--rounds`` more rounds, each of as many new agents, told and
+passivated the same way. The worker's RSS growth over them, per agent, says
+whether passivated agents leave anything behind, or whether what the first round
+left is memory the allocator keeps and reuses (a long-running worker's steady state).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import anyio
 
@@ -54,11 +59,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--activations", type=at_least(1), default=200, help="passivated agents asked"
     )
+    parser.add_argument(
+        "--rounds", type=at_least(0), default=3, help="rounds of new agents after the first"
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--n", type=int, help=argparse.SUPPRESS)
 
 
-async def _child(n: int, activations: int) -> dict[str, float]:
+async def _tell_and_passivate(rt: Any, names: list[str]) -> None:
+    """Tell each of ``names`` one message; return once all are handled and passivated."""
+    base = rt.processed
+    for name in names:
+        await rt.tell(name, Add(messages=[Message(role="user", content="hello")]))
+    with anyio.fail_after(600):
+        while rt.processed - base < len(names):  # noqa: ASYNC110
+            await anyio.sleep(0.01)
+        while rt.stats().active > 0:  # noqa: ASYNC110
+            await anyio.sleep(0.05)
+
+
+async def _child(n: int, activations: int, rounds: int) -> dict[str, float]:
     async with server() as redis:
         config = redis_app_config(redis.url, passivate_after=_PASSIVATE_AFTER)
         async with worker_runtime(config) as rt:
@@ -67,15 +87,8 @@ async def _child(n: int, activations: int) -> dict[str, float]:
             gc.collect()
             rss0, used0 = rss_bytes(), await redis_info_memory(redis.url)
             objects0 = len(gc.get_objects())
-            base = rt.processed
-            for i in range(n):
-                await rt.tell(f"memory/a{i}", Add(messages=[Message(role="user", content="hello")]))
-            with anyio.fail_after(600):
-                while rt.processed - base < n:  # noqa: ASYNC110
-                    await anyio.sleep(0.01)
-                # Until the worker has passivated them all (the warm-up agent too).
-                while rt.stats().active > 0:  # noqa: ASYNC110
-                    await anyio.sleep(0.05)
+            # Until the worker has passivated them all (the warm-up agent too).
+            await _tell_and_passivate(rt, [f"memory/a{i}" for i in range(n)])
             gc.collect()
             rss1, used1 = rss_bytes(), await redis_info_memory(redis.url)
             objects1 = len(gc.get_objects())
@@ -92,7 +105,13 @@ async def _child(n: int, activations: int) -> dict[str, float]:
                 t0 = time.perf_counter()
                 await rt.ask(address, Context(max_tokens=1_000))
                 warm.append(time.perf_counter() - t0)
+            rss2 = rss_bytes()
+            for r in range(rounds):
+                await _tell_and_passivate(rt, [f"memory/r{r}-{i}" for i in range(n)])
+            gc.collect()
+            rss3 = rss_bytes()
             return {
+                "churn_rss_per_agent": (rss3 - rss2) / (n * rounds) if rounds else 0.0,
                 "redis_per_agent": (used1 - used0) / n,
                 "keys_per_agent": keys_bytes / (n + 1),  # and the warm-up agent
                 "agent_keys": keys / (n + 1),
@@ -106,7 +125,7 @@ async def _child(n: int, activations: int) -> dict[str, float]:
             }
 
 
-def _measure(n: int, activations: int) -> dict[str, float]:
+def _measure(n: int, activations: int, rounds: int) -> dict[str, float]:
     proc = subprocess.run(
         [
             sys.executable,
@@ -118,6 +137,8 @@ def _measure(n: int, activations: int) -> dict[str, float]:
             str(n),
             "--activations",
             str(activations),
+            "--rounds",
+            str(rounds),
         ],
         capture_output=True,
         text=True,
@@ -133,11 +154,11 @@ def _measure(n: int, activations: int) -> dict[str, float]:
 async def run(args: argparse.Namespace) -> list[Row]:
     """One fresh process per agent count; see the module docstring."""
     if args.child:
-        print(json.dumps(await _child(args.n, args.activations)))
+        print(json.dumps(await _child(args.n, args.activations, args.rounds)))
         raise SystemExit(0)
     rows: list[Row] = []
     for n in args.agents:
-        m = await anyio.to_thread.run_sync(_measure, n, args.activations)
+        m = await anyio.to_thread.run_sync(_measure, n, args.activations, args.rounds)
         per_agent = (
             ("passivated agent in Redis (used_memory)", "redis_per_agent", None, {}),
             (
@@ -161,6 +182,17 @@ async def run(args: argparse.Namespace) -> list[Row]:
                     unit="B",
                     target=target,
                     extra={"agents": n, **extra},
+                )
+            )
+        if args.rounds:
+            rows.append(
+                Row(
+                    name=f"worker RSS growth per agent over {args.rounds} more rounds of "
+                    f"{n:,} new agents (churn)",
+                    value=m["churn_rss_per_agent"],
+                    unit="B",
+                    target="< 1 KB",
+                    extra={"agents": n, "rounds": args.rounds},
                 )
             )
         rows.append(

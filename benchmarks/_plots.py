@@ -100,6 +100,9 @@ def throughput_plot(current: BenchResult, out_dir: Path) -> list[Path]:
         xs, ys = _series(redis.rows, "actormem add over Redis")
         if xs:
             ax.plot(xs, ys, "^-", color="tab:red", label="actormem add, Redis, 1 worker")
+        xs, ys = _series(redis.rows, "least work for the same adds")
+        if xs:
+            ax.plot(xs, ys, "v:", color="tab:red", label="least work for those adds, no runtime")
         for row in redis.rows:
             if row.name.startswith("raw redis-py"):
                 ax.axhline(

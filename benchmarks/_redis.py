@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -31,6 +31,7 @@ __all__ = (
     "REGISTER",
     "agent_keys_memory",
     "client_runtime",
+    "floor_redis",
     "raw_redis",
     "redis_app_config",
     "redis_info_memory",
@@ -171,41 +172,122 @@ def wire_payload(text: str) -> bytes:
     return default_codec.encode_envelope(envelope)
 
 
-async def raw_redis(url: str, payloads: list[bytes], batch: int = RAW_BATCH) -> float:
-    """Entries/s end to end with plain redis-py: pipelined XADD by one producer,
-    XREADGROUP COUNT ``batch`` -> XACK by one consumer, concurrently, on one stream.
-
-    The clock stops when the consumer has acked the last entry.
-    """
+async def _end_to_end(
+    url: str,
+    name: str,
+    total: int,
+    entries: Callable[[int, int], Iterable[bytes]],
+    handle: Callable[[Any, str, list[Any]], Awaitable[None]],
+    batch: int,
+) -> float:
+    """Entries/s through one stream: one producer XADDs ``entries(lo, hi)`` in
+    pipelines of ``batch``, one consumer XREADGROUPs ``batch`` at a time and hands each
+    read to ``handle(client, stream, entries)``, concurrently; the clock stops when the
+    last entry is handled. The stream and the keys named after it are deleted after."""
     client: Any = connect(RedisConfig(url=url))
-    stream = f"rawbench:{secrets.token_hex(4)}"
+    stream = f"{name}:{secrets.token_hex(4)}"
     try:
         await client.xgroup_create(stream, "g", id="0", mkstream=True)
-        total = len(payloads)
         started = time.perf_counter()
 
         async def produce() -> None:
             for lo in range(0, total, batch):
                 async with client.pipeline(transaction=False) as pipe:
-                    for data in payloads[lo : lo + batch]:
+                    for data in entries(lo, min(lo + batch, total)):
                         pipe.xadd(stream, {b"e": data})
                     await pipe.execute()
 
         async def consume() -> None:
-            acked = 0
-            while acked < total:
+            handled = 0
+            while handled < total:
                 response = await client.xreadgroup("g", "c", {stream: ">"}, count=batch, block=100)
-                for _stream, entries in response or ():
-                    await client.xack(stream, "g", *(entry for entry, _ in entries))
-                    acked += len(entries)
+                for _stream, read in response or ():
+                    await handle(client, stream, read)
+                    handled += len(read)
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(consume)
             tg.start_soon(produce)
         return total / (time.perf_counter() - started)
     finally:
-        await client.delete(stream)
+        keys = [key async for key in client.scan_iter(match=f"{stream}*", count=1_000)]
+        for lo in range(0, len(keys), 1_000):
+            await client.delete(*keys[lo : lo + 1_000])
         await client.aclose()
+
+
+async def raw_redis(url: str, payloads: list[bytes], batch: int = RAW_BATCH) -> float:
+    """Entries/s end to end with plain redis-py: pipelined XADD by one producer,
+    XREADGROUP COUNT ``batch`` -> XACK by one consumer, concurrently, on one stream.
+
+    The clock stops when the consumer has acked the last entry.
+    """
+
+    async def ack(client: Any, stream: str, read: list[Any]) -> None:
+        await client.xack(stream, "g", *(entry for entry, _ in read))
+
+    return await _end_to_end(
+        url, "rawbench", len(payloads), lambda lo, hi: payloads[lo:hi], ack, batch
+    )
+
+
+#: The floor's store: XACK a batch's entries and RPUSH each agent's messages, one call.
+#: ARGV: group, number of entries, the entries, then per agent: its key, its number of
+#: items, the items.
+_FLOOR_STORE = """
+local n = tonumber(ARGV[2])
+redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, 3, 2 + n))
+local i = 3 + n
+while i <= #ARGV do
+  local count = tonumber(ARGV[i + 1])
+  redis.call('RPUSH', ARGV[i], unpack(ARGV, i + 2, i + 1 + count))
+  i = i + 2 + count
+end
+return n
+"""
+
+
+async def floor_redis(url: str, texts: list[str], agents: int, batch: int = RAW_BATCH) -> float:
+    """Adds/s end to end with the least work that has the same effect as actormem's,
+    and no runtime: the producer encodes each ``add`` envelope (msgspec) and XADDs
+    them pipelined as the raw baseline does; the consumer reads a batch, decodes each
+    entry, counts its message's tokens exactly, encodes the message for its agent's
+    history, and stores the batch and acks its entries with one script call.
+
+    What it leaves out is what the runtime adds to that: mailboxes and actors,
+    duplicate detection, leases and fencing, replies, snapshots, retries.
+    """
+    from actors.messages import count_tokens, encode_message
+    from runtime.redis._client import eval_pipelined
+    from runtime.tokens import get_counter
+
+    counter = get_counter()
+    envelopes = [
+        Envelope(
+            recipient=f"memory/agent{i % agents}",
+            body=Add(messages=[Message(role="user", content=text)]),
+            id=f"{i:026d}",
+        )
+        for i, text in enumerate(texts)
+    ]
+
+    def encoded(lo: int, hi: int) -> Iterable[bytes]:
+        return (default_codec.encode_envelope(env) for env in envelopes[lo:hi])
+
+    async def store(client: Any, stream: str, read: list[Any]) -> None:
+        logs: dict[str, list[bytes]] = {}
+        for _entry, fields in read:
+            env = default_codec.decode_envelope(fields[b"e"])
+            key = f"{stream}:log:{env.recipient}"
+            for message in env.body.messages:
+                counted = message.with_tokens(count_tokens(message, counter))
+                logs.setdefault(key, []).append(encode_message(counted))
+        args: list[Any] = ["g", len(read), *(entry for entry, _ in read)]
+        for key, items in logs.items():
+            args += (key, len(items), *items)
+        await eval_pipelined(client, _FLOOR_STORE, [([stream], args)])
+
+    return await _end_to_end(url, "floorbench", len(envelopes), encoded, store, batch)
 
 
 async def stream_backlog(client: Any, config: AppConfig) -> tuple[int, int]:

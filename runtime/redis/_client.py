@@ -48,6 +48,7 @@ __all__ = (
     "open_client",
     "redis_errors",
     "retrying",
+    "run_script",
 )
 
 log = structlog.get_logger("actormem.redis")
@@ -450,6 +451,25 @@ def _sha(script: str) -> str:
     return hashlib.sha1(script.encode()).hexdigest()
 
 
+async def run_script(client: aioredis.Redis, script: str, keys: list[Any], args: list[Any]) -> Any:
+    """Run ``script`` once, by EVALSHA (loading it if the server does not have it).
+
+    Leaner than redis-py's ``Script`` objects, which copy every argument twice and
+    test the client against a ``Protocol`` class (slow) on each call: a group commit
+    carries thousands of arguments.
+
+    Raises:
+        redis.exceptions.RedisError: the call failed.
+    """
+    sha = _sha(script)
+    one: Any = client
+    try:
+        return await one.execute_command("EVALSHA", sha, len(keys), *keys, *args)
+    except rexc.NoScriptError:
+        await client.script_load(script)
+        return await one.execute_command("EVALSHA", sha, len(keys), *keys, *args)
+
+
 async def eval_pipelined(
     client: aioredis.Redis, script: str, calls: list[tuple[list[Any], list[Any]]]
 ) -> list[Any]:
@@ -466,13 +486,7 @@ async def eval_pipelined(
     sha = _sha(script)
     if len(calls) == 1:
         # One call needs no pipeline (redis-py's costs a task to give its connection back).
-        keys, args = calls[0]
-        one: Any = client
-        try:
-            return [await one.execute_command("EVALSHA", sha, len(keys), *keys, *args)]
-        except rexc.NoScriptError:
-            await client.script_load(script)
-            return [await one.execute_command("EVALSHA", sha, len(keys), *keys, *args)]
+        return [await run_script(client, script, *calls[0])]
 
     async def run(indices: list[int]) -> list[Any]:
         async with client.pipeline(transaction=False) as pipe:

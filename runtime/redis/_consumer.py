@@ -25,7 +25,8 @@ from runtime.errors import (
     RuntimeClosedError,
     TransportError,
 )
-from runtime.redis._client import redis_errors, retrying
+from runtime.redis import _scripts
+from runtime.redis._client import redis_errors, retrying, run_script
 from runtime.redis.durable import Durable, DurableChanges, is_durable
 from runtime.redis.keys import CONSUMER_GROUP, shard_of
 
@@ -503,9 +504,11 @@ async def _dead_letter(
     if data is not None:
         fields += [b"e", data]
     with redis_errors("XADD to the dead letters"):
-        written = await t.script("dead_letter")(
-            keys=[t.keys.dead_letters(), t.keys.dead_letter_index()],
-            args=[f"{stream} {entry}", _DLQ_MAXLEN, f"{time.time():.6f}", *fields],
+        written = await run_script(
+            t.client,
+            _scripts.DEAD_LETTER,
+            [t.keys.dead_letters(), t.keys.dead_letter_index()],
+            [f"{stream} {entry}", _DLQ_MAXLEN, f"{time.time():.6f}", *fields],
         )
     await _ack(t, shard, [entry])
     if written:
@@ -517,9 +520,11 @@ async def _dead_letter(
 
 async def _ack(t: RedisTransport, shard: Shard, entries: list[str]) -> None:
     with redis_errors("XACK"):
-        result = await t.script("ack")(
-            keys=[t.keys.lease(shard.number), t.keys.stream(shard.number)],
-            args=[shard.lease, CONSUMER_GROUP, *entries],
+        result = await run_script(
+            t.client,
+            _scripts.ACK,
+            [t.keys.lease(shard.number), t.keys.stream(shard.number)],
+            [shard.lease, CONSUMER_GROUP, *entries],
         )
     if result == -1:
         log.warning("ack_fenced_off", shard=shard.number, entries=len(entries))
@@ -840,7 +845,7 @@ async def _store(t: RedisTransport, shard: Shard, batch: list[PendingCommit]) ->
                 *changes.log_appends,
             )
     with redis_errors(f"storing the state of {len(batch)} commands of shard {number}"):
-        result = await t.script("commit")(keys=keys, args=args)
+        result = await run_script(t.client, _scripts.COMMIT, keys, args)
     if result == -1:
         log.warning("write_fenced_off", shard=number, commands=len(batch))
         return None

@@ -62,7 +62,6 @@ from runtime.errors import (
     TransportUnavailableError,
 )
 from runtime.ids import new_id
-from runtime.redis import _scripts
 from runtime.redis._client import (
     blocking_twin,
     check_server,
@@ -216,7 +215,6 @@ class RedisTransport(Transport):
         # Attempt counters of redelivered entries whose handling returned, to delete.
         self.finished_attempts: list[str] = []
         self._leases: LeaseManager | None = None
-        self._scripts: dict[str, Any] = {}
         self.dead_lettered = 0
         self.duplicates = 0
         self.redelivered = 0
@@ -269,12 +267,6 @@ class RedisTransport(Transport):
         # Runs first on close (callbacks unwind last in, first out), while the
         # clients are still open: give the leases back, delete the reply stream.
         self._stack.push_async_callback(self._leave)
-        for name, text in (
-            ("ack", _scripts.ACK),
-            ("commit", _scripts.COMMIT),
-            ("dead_letter", _scripts.DEAD_LETTER),
-        ):
-            self._scripts[name] = client.register_script(text)
 
     async def _start_worker(self, host: TransportHost) -> None:
         leases = LeaseManager(
@@ -365,10 +357,6 @@ class RedisTransport(Transport):
     def lease_fresh(self, shard: int) -> bool:
         """True while this worker's lease on ``shard`` was recently renewed."""
         return self._leases is not None and self._leases.fresh(shard)
-
-    def script(self, name: str) -> Any:
-        """A registered Lua script (``ack``, ``commit``)."""
-        return self._scripts[name]
 
     def _require_host(self) -> TransportHost:
         host = self._host

@@ -26,6 +26,7 @@ __all__ = (
     "above",
     "at_least",
     "bench_config",
+    "compared",
     "fraction",
     "machine",
     "message_texts",
@@ -48,6 +49,29 @@ class Row(msgspec.Struct, kw_only=True):
     ratio: float | None = None
     target: str | None = None
     extra: dict[str, Any] = {}
+
+
+def compared(
+    name: str,
+    value: float,
+    unit: str,
+    baseline: str,
+    baseline_value: float,
+    *,
+    target: str | None = None,
+    extra: dict[str, Any] | None = None,
+) -> Row:
+    """A row measured next to a baseline in the same run: its ratio is value / baseline."""
+    return Row(
+        name=name,
+        value=value,
+        unit=unit,
+        baseline=baseline,
+        baseline_value=baseline_value,
+        ratio=value / baseline_value,
+        target=target,
+        extra=extra or {},
+    )
 
 
 class BenchResult(msgspec.Struct, kw_only=True):

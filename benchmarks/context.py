@@ -11,7 +11,7 @@ import tiktoken
 from actors import MemoryRuntime, Message
 from actors.commands import Add, Context
 from actors.messages import count_tokens
-from benchmarks._common import Row, at_least, bench_config, message_texts, percentile
+from benchmarks._common import Row, at_least, bench_config, compared, message_texts, percentile
 from runtime import get_counter
 
 NAME = "context"
@@ -43,16 +43,7 @@ async def run(args: argparse.Namespace) -> list[Row]:
         count_tokens(m, counter)
     ours = len(messages) / (time.perf_counter() - t0)
     rows.append(Row(name="raw tiktoken encode_ordinary", value=raw, unit="msg/s"))
-    rows.append(
-        Row(
-            name="actormem chat-message token count",
-            value=ours,
-            unit="msg/s",
-            baseline="raw tiktoken",
-            baseline_value=raw,
-            ratio=ours / raw,
-        )
-    )
+    rows.append(compared("actormem chat-message token count", ours, "msg/s", "raw tiktoken", raw))
 
     async with MemoryRuntime(bench_config()) as rt:
         address = "memory/big"

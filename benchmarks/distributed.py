@@ -16,7 +16,7 @@ from pathlib import Path
 
 from actors import Message
 from actors.commands import Add
-from benchmarks._common import BenchResult, Row, above, at_least, message_texts
+from benchmarks._common import BenchResult, Row, above, at_least, compared, message_texts
 from benchmarks._plots import distributed_plot
 from benchmarks._redis import (
     client_runtime,
@@ -73,13 +73,12 @@ async def run(args: argparse.Namespace) -> list[Row]:
             ours = await drive(redis.url, texts, args.agents, count, args.timeout)
             one = one or ours
             rows.append(
-                Row(
-                    name=f"actormem add, {count} worker process(es), {args.agents:,} agents",
-                    value=ours,
-                    unit="msg/s",
-                    baseline="raw redis-py",
-                    baseline_value=raw,
-                    ratio=ours / raw,
+                compared(
+                    f"actormem add, {count} worker process(es), {args.agents:,} agents",
+                    ours,
+                    "msg/s",
+                    "raw redis-py",
+                    raw,
                     extra={"workers": count, "vs_one_worker": ours / one},
                 )
             )

@@ -31,6 +31,7 @@ from benchmarks._common import (
     above,
     at_least,
     bench_config,
+    compared,
     message_texts,
     percentile,
 )
@@ -145,14 +146,7 @@ async def measure(
     for label, ask in (("context()", ask_context), ("add", ask_add)):
         peak = await peak_rate(ask, args.seconds, args.concurrency)
         rows.append(
-            Row(
-                name=f"{where} {label} peak (closed loop)",
-                value=peak,
-                unit="ask/s",
-                baseline=baseline.name,
-                baseline_value=raw_peak,
-                ratio=peak / raw_peak,
-            )
+            compared(f"{where} {label} peak (closed loop)", peak, "ask/s", baseline.name, raw_peak)
         )
         levels: list[tuple[str, float, str | None]] = [
             (f"at {share:.0%} of peak", peak * share, None) for share in (0.5, 0.9)

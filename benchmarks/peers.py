@@ -7,7 +7,7 @@ import argparse
 import time
 from typing import Any
 
-from benchmarks._common import Row, at_least, message_texts
+from benchmarks._common import Row, at_least, compared, message_texts
 from benchmarks.throughput import actormem_add
 from runtime import Actor, Runtime
 
@@ -79,40 +79,30 @@ async def run(args: argparse.Namespace) -> list[Row]:
     adds = await actormem_add(texts, args.agents)
     return [
         Row(name="Pykka ask round trip (ThreadingActor)", value=pykka_ask, unit="ask/s"),
-        Row(
-            name="actormem ask round trip, inline path",
-            value=inline,
-            unit="ask/s",
-            baseline="Pykka ask",
-            baseline_value=pykka_ask,
-            ratio=inline / pykka_ask,
+        compared(
+            "actormem ask round trip, inline path",
+            inline,
+            "ask/s",
+            "Pykka ask",
+            pykka_ask,
             target=">= 2x Pykka",
         ),
-        Row(
-            name="actormem ask round trip, mailbox path",
-            value=mailbox,
-            unit="ask/s",
-            baseline="Pykka ask",
-            baseline_value=pykka_ask,
-            ratio=mailbox / pykka_ask,
-        ),
+        compared("actormem ask round trip, mailbox path", mailbox, "ask/s", "Pykka ask", pykka_ask),
         Row(name=f"autogen-core publish to {args.agents} agents", value=publish, unit="msg/s"),
-        Row(
-            name=f"actormem add (tell) to {args.agents} agents, token counting included",
-            value=adds,
-            unit="msg/s",
-            baseline="autogen publish",
-            baseline_value=publish,
-            ratio=adds / publish,
+        compared(
+            f"actormem add (tell) to {args.agents} agents, token counting included",
+            adds,
+            "msg/s",
+            "autogen publish",
+            publish,
             target=">= 5x autogen publish",
         ),
         Row(name="autogen-core send_message round trip", value=send, unit="ask/s"),
-        Row(
-            name="actormem ask round trip (inline) vs autogen send_message",
-            value=inline,
-            unit="ask/s",
-            baseline="autogen send_message",
-            baseline_value=send,
-            ratio=inline / send,
+        compared(
+            "actormem ask round trip (inline) vs autogen send_message",
+            inline,
+            "ask/s",
+            "autogen send_message",
+            send,
         ),
     ]

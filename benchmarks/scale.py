@@ -22,7 +22,15 @@ import msgspec
 
 from actors import MemoryRuntime, Message
 from actors.commands import Add
-from benchmarks._common import BenchResult, Row, at_least, bench_config, rss_bytes, wait_processed
+from benchmarks._common import (
+    BenchResult,
+    Row,
+    at_least,
+    bench_config,
+    compared,
+    rss_bytes,
+    wait_processed,
+)
 from benchmarks._plots import memory_plot
 
 NAME = "scale"
@@ -119,13 +127,12 @@ async def run(args: argparse.Namespace) -> list[Row]:
             )
         )
         rows.append(
-            Row(
-                name=f"actormem idle agent (1 message), {n:,} agents",
-                value=ours,
-                unit="B",
-                baseline="raw anyio task",
-                baseline_value=raw,
-                ratio=ours / raw,
+            compared(
+                f"actormem idle agent (1 message), {n:,} agents",
+                ours,
+                "B",
+                "raw anyio task",
+                raw,
                 target="< 4 KB" if n == 100_000 else None,
                 extra={"agents": n},
             )

@@ -18,7 +18,15 @@ import tiktoken
 
 from actors import MemoryRuntime, Message
 from actors.commands import Add
-from benchmarks._common import BenchResult, Row, at_least, bench_config, message_texts, timed_adds
+from benchmarks._common import (
+    BenchResult,
+    Row,
+    at_least,
+    bench_config,
+    compared,
+    message_texts,
+    timed_adds,
+)
 from benchmarks._plots import throughput_plot
 
 NAME = "throughput"
@@ -93,27 +101,26 @@ async def run(args: argparse.Namespace) -> list[Row]:
                 extra={"agents": agents},
             )
         )
+        at_target = agents == 1_000
         rows.append(
-            Row(
-                name=f"actormem add, in-process, {agents} agents",
-                value=ours,
-                unit="msg/s",
-                baseline="raw anyio send",
-                baseline_value=base,
-                ratio=ours / base,
-                target=">= 1.5x anyio (1,000 agents)" if agents == 1_000 else None,
+            compared(
+                f"actormem add, in-process, {agents} agents",
+                ours,
+                "msg/s",
+                "raw anyio send",
+                base,
+                target=">= 1.5x anyio (1,000 agents)" if at_target else None,
                 extra={"vs_tiktoken": ours / tok, "agents": agents},
             )
         )
         rows.append(
-            Row(
-                name=f"the same, next to token counting alone ({agents} agents)",
-                value=ours,
-                unit="msg/s",
-                baseline="raw tiktoken",
-                baseline_value=tok,
-                ratio=ours / tok,
-                target=">= 0.6x tiktoken (1,000 agents)" if agents == 1_000 else None,
+            compared(
+                f"the same, next to token counting alone ({agents} agents)",
+                ours,
+                "msg/s",
+                "raw tiktoken",
+                tok,
+                target=">= 0.6x tiktoken (1,000 agents)" if at_target else None,
                 extra={"agents": agents},
             )
         )

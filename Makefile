@@ -7,24 +7,33 @@ PYTHON ?= $(shell for p in python3.13 python3.12 python3.11 python3; do \
 VENV := .venv
 BIN := $(VENV)/bin
 CONFIG ?= configs/town.toml
+CODE := src runtime actors benchmarks tests
+# The editable install is strict (a tree of links, which mypy reads like any installed
+# package), so it is redone whenever a module is added, moved or removed.
+PIP_INSTALL := $(BIN)/python -m pip install --config-settings editable_mode=strict
 
-.PHONY: run test lint typecheck pytest clean faults
+.PHONY: run test test-fast lint typecheck pytest clean faults FORCE
 
 $(BIN)/python:
 	@test -n "$(PYTHON)" || { echo "actormem needs Python 3.11 or newer on PATH (set PYTHON=...)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	@$(BIN)/python -m pip install --quiet --upgrade pip > /dev/null 2>&1 || true
 
+# The list of the package's modules; its time changes only when the list does.
+$(VENV)/.modules: FORCE | $(BIN)/python
+	@find src runtime actors benchmarks -name '*.py' -not -path '*/__pycache__/*' | sort > $@.new
+	@if cmp -s $@.new $@; then rm $@.new; else mv $@.new $@; fi
+
 # pip's and setuptools' chatter goes to a log that is shown only when the install fails.
-$(VENV)/.installed-run: pyproject.toml | $(BIN)/python
+$(VENV)/.installed-run: pyproject.toml $(VENV)/.modules | $(BIN)/python
 	@echo "installing actormem into $(VENV) (log: $(VENV)/install.log)"
-	@$(BIN)/python -m pip install -e . > $(VENV)/install.log 2>&1 \
+	@$(PIP_INSTALL) -e . > $(VENV)/install.log 2>&1 \
 		|| { cat $(VENV)/install.log; exit 1; }
 	@touch $@
 
-$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+$(VENV)/.installed-test: pyproject.toml $(VENV)/.modules | $(BIN)/python
 	@echo "installing actormem with its test extras into $(VENV) (log: $(VENV)/install.log)"
-	@$(BIN)/python -m pip install -e '.[test]' > $(VENV)/install.log 2>&1 \
+	@$(PIP_INSTALL) -e '.[test]' > $(VENV)/install.log 2>&1 \
 		|| { cat $(VENV)/install.log; exit 1; }
 	@touch $@ $(VENV)/.installed-run
 
@@ -32,8 +41,8 @@ run: $(VENV)/.installed-run
 	$(BIN)/actormem simulate $(CONFIG)
 
 lint: $(VENV)/.installed-test
-	$(BIN)/ruff check runtime actors tests benchmarks
-	$(BIN)/ruff format --check runtime actors tests benchmarks
+	$(BIN)/ruff check $(CODE)
+	$(BIN)/ruff format --check $(CODE)
 
 typecheck: $(VENV)/.installed-test
 	$(BIN)/mypy
@@ -43,10 +52,15 @@ pytest: $(VENV)/.installed-test
 
 test: lint typecheck pytest
 
+# The quick loop while working: every test but the end-to-end and fault runs.
+test-fast: $(VENV)/.installed-test
+	$(BIN)/ruff check $(CODE)
+	$(BIN)/python -m pytest -q -m "not slow"
+
 # The fault-injection and bad-input suite alone, at full size (make test runs the
 # same tests smaller); prints the fault table and writes reports/faults.json.
 faults: $(VENV)/.installed-test
 	ACTORMEM_FAULTS=full $(BIN)/python -m pytest -m faults tests/faults
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build .pytest_cache .mypy_cache .ruff_cache

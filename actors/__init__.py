@@ -1,8 +1,8 @@
 """actormem's domain actors: agent memory, the insight pool and the compressor."""
 
-from actors.app import MemoryRuntime, register_actors
-from actors.commands import AddResult, MemoryExport, MemoryStats, PruneResult
-from actors.compression import (
+from actormem.actors.app import MemoryRuntime, register_actors
+from actormem.actors.commands import AddResult, MemoryExport, MemoryStats, PruneResult
+from actormem.actors.compression import (
     CONTEXT_RELOAD_TOOL,
     CompressionConfig,
     CompressionOutcome,
@@ -12,24 +12,24 @@ from actors.compression import (
     compress,
     reload_tool_result,
 )
-from actors.config import AppConfig, MemoryConfig, SimulationConfig, load_app_config
-from actors.conversation import check_openai_messages, group_units
-from actors.episodes import Episode, EpisodeConfig
-from actors.errors import ContextBudgetError, MemoryInputError
-from actors.handle import MemoryHandle, to_message
-from actors.insights import (
+from actormem.actors.config import AppConfig, MemoryConfig, SimulationConfig, load_app_config
+from actormem.actors.conversation import check_openai_messages, group_units
+from actormem.actors.episodes import Episode, EpisodeConfig
+from actormem.actors.errors import ContextBudgetError, MemoryInputError
+from actormem.actors.handle import MemoryHandle, to_message
+from actormem.actors.insights import (
     Insight,
     InsightError,
     InsightSignatureError,
     sanitize_insight_text,
 )
-from actors.longterm import ControlMode, LongTermConfig, Recalled
-from actors.memory import AgentMemory
-from actors.memory_tools import MEMORY_TOOLS, ToolArgumentsError
-from actors.messages import Message, Role, ToolCall
-from actors.pool import PoolActor, PoolConfig
-from actors.pool_commands import PoolStats, ShareResult
-from actors.retention import RetentionConfig, SessionFileError
+from actormem.actors.longterm import ControlMode, LongTermConfig, Recalled
+from actormem.actors.memory import AgentMemory
+from actormem.actors.memory_tools import MEMORY_TOOLS, ToolArgumentsError
+from actormem.actors.messages import Message, Role, ToolCall
+from actormem.actors.pool import PoolActor, PoolConfig
+from actormem.actors.pool_commands import PoolStats, ShareResult
+from actormem.actors.retention import RetentionConfig, SessionFileError
 
 __all__ = (
     "CONTEXT_RELOAD_TOOL",

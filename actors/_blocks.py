@@ -14,7 +14,7 @@ import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from runtime.tokens import TokenCounter
+from actormem.runtime.tokens import TokenCounter
 
 __all__ = ("format_time", "quote", "render_block")
 

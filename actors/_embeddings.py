@@ -11,7 +11,7 @@ import math
 from collections.abc import Sequence
 from typing import Any, Final, Protocol
 
-from runtime.errors import ActormemError
+from actormem.runtime.errors import ActormemError
 
 __all__ = ("Embedder", "EmbeddingError", "OpenAIEmbedder", "cosine")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from actors.pool_commands import WILDCARD, SubscriptionState
+from actormem.actors.pool_commands import WILDCARD, SubscriptionState
 
 __all__ = ("Subscriptions",)
 

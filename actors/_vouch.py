@@ -1,11 +1,11 @@
 """Vouchers: how the pool knows a command naming an agent came from that agent's memory.
 
-The pool's commands that act for an agent (:class:`~actors.pool_commands.Share`,
+The pool's commands that act for an agent (:class:`~actormem.actors.pool_commands.Share`,
 ``RegisterFact``, ``Subscribe``, ``Unsubscribe``) name the agent in a field the
 sender fills, so the field alone proves nothing: anyone who can ``rt.ask`` could
 name ``alice``. The pool therefore takes such a command only with a *voucher*:
 an HMAC that ``memory/<agent>`` put on it after setting the agent field to its
-own agent (:class:`~actors.commands.Vouch`). The handle asks its agent's memory
+own agent (:class:`~actormem.actors.commands.Vouch`). The handle asks its agent's memory
 for the voucher, then sends the vouched command to the pool; the pool checks the
 voucher and takes the agent from the vouched field. Nobody but alice's memory
 actor can make a voucher for alice, and a voucher covers every field, so a

@@ -7,26 +7,26 @@ from typing import Any
 
 import msgspec
 
-from actors import commands, pool_commands
-from actors.compression import (
+from actormem.actors import commands, pool_commands
+from actormem.actors.compression import (
     COMPRESSOR_KIND,
     CompressionOutcome,
     CompressRequest,
     ReloadArgumentsError,
     compressor_factory,
 )
-from actors.config import AppConfig, load_app_config
-from actors.errors import ContextBudgetError, MemoryInputError
-from actors.handle import MemoryHandle
-from actors.insights import InsightDelivery, InsightError, InsightSignatureError
-from actors.memory import memory_factory
-from actors.memory_tools import ToolArgumentsError
-from actors.pool import PoolActor
-from actors.retention import SessionFileError
-from runtime import ConfigError, Runtime, Transport
-from runtime.config import decode_config
-from runtime.redis import register_error_types, register_message_types
-from runtime.transports.redis import RedisTransport
+from actormem.actors.config import AppConfig, load_app_config
+from actormem.actors.errors import ContextBudgetError, MemoryInputError
+from actormem.actors.handle import MemoryHandle
+from actormem.actors.insights import InsightDelivery, InsightError, InsightSignatureError
+from actormem.actors.memory import memory_factory
+from actormem.actors.memory_tools import ToolArgumentsError
+from actormem.actors.pool import PoolActor
+from actormem.actors.retention import SessionFileError
+from actormem.runtime import ConfigError, Runtime, Transport
+from actormem.runtime.config import decode_config
+from actormem.runtime.redis import register_error_types, register_message_types
+from actormem.runtime.transports.redis import RedisTransport
 
 __all__ = (
     "CONFIG_ENV",
@@ -88,7 +88,7 @@ def register_actors(runtime: Runtime, config: AppConfig) -> None:
 
 def worker_env(config: AppConfig) -> dict[str, str]:
     """The environment that gives worker processes ``config``: pass it as
-    ``WorkerProcesses(..., env=worker_env(config))`` with ``actors.app:worker_register``
+    ``WorkerProcesses(..., env=worker_env(config))`` with ``actormem.actors.app:worker_register``
     so that workers started from code run the config built in code (its compression,
     budgets, pool...), not the defaults."""
     return {CONFIG_JSON_ENV: msgspec.json.encode(config).decode()}
@@ -114,7 +114,7 @@ def worker_config() -> AppConfig:
 
 
 def worker_register(runtime: Runtime) -> None:
-    """``actors.app:worker_register``: what a worker process registers, with the app
+    """``actormem.actors.app:worker_register``: what a worker process registers, with the app
     config of :func:`worker_config`."""
     register_actors(runtime, worker_config())
 

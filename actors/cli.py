@@ -1,4 +1,4 @@
-"""The ``actormem`` commands (the CLI frame is ``runtime.cli``)."""
+"""The ``actormem`` commands (the CLI frame is ``actormem.runtime.cli``)."""
 
 from __future__ import annotations
 
@@ -16,16 +16,16 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from actors._vouch import VOUCHER_KEY_ENV
-from actors.app import CONFIG_ENV, MemoryRuntime
-from actors.config import AppConfig, load_app_config
-from actors.simulation import SimulationReport, report_dict, run_simulation
-from runtime.config import decode_config
-from runtime.errors import ConfigError
-from runtime.logging import configure_logging
-from runtime.redis import EmbeddedRedis
-from runtime.transports.redis import RedisTransport
-from runtime.worker import WorkerProcesses
+from actormem.actors._vouch import VOUCHER_KEY_ENV
+from actormem.actors.app import CONFIG_ENV, MemoryRuntime
+from actormem.actors.config import AppConfig, load_app_config
+from actormem.actors.simulation import SimulationReport, report_dict, run_simulation
+from actormem.runtime.config import decode_config
+from actormem.runtime.errors import ConfigError
+from actormem.runtime.logging import configure_logging
+from actormem.runtime.redis import EmbeddedRedis
+from actormem.runtime.transports.redis import RedisTransport
+from actormem.runtime.worker import WorkerProcesses
 
 __all__ = ("add_commands",)
 
@@ -63,18 +63,6 @@ def add_commands(subs: Any) -> None:
     worker.add_argument("config", nargs="?", default=None, help="a TOML config with [redis] url")
     worker.add_argument("--config", dest="config_opt", default=None, help=argparse.SUPPRESS)
     worker.set_defaults(func=_worker)
-
-    bench = subs.add_parser(
-        "bench",
-        help=(
-            "run a benchmark (throughput, latency, scale, context, compression, peers, "
-            "load, redis_throughput, redis_latency, distributed, redis_scale)"
-        ),
-        description="Run a benchmark: python -m benchmarks NAME --help lists its options.",
-        add_help=False,
-    )
-    bench.add_argument("args", nargs=argparse.REMAINDER, help="NAME [options]")
-    bench.set_defaults(func=_bench)
 
     cfg = subs.add_parser(
         "config",
@@ -127,8 +115,8 @@ def _worker(args: argparse.Namespace) -> int:
             f"{args.config or 'the default config'}: a worker needs [redis] url "
             "(the Redis its agents live in)"
         )
-    from actors.app import register_actors
-    from runtime.worker import run_worker
+    from actormem.actors.app import register_actors
+    from actormem.runtime.worker import run_worker
 
     anyio.run(
         lambda: run_worker(
@@ -136,15 +124,6 @@ def _worker(args: argparse.Namespace) -> int:
         )
     )
     return 0
-
-
-def _bench(args: argparse.Namespace) -> int:
-    from benchmarks.__main__ import main as bench_main
-
-    try:
-        return bench_main(args.args)
-    except SystemExit as exc:  # argparse of the benchmark runner: --help, bad options
-        return int(exc.code or 0)
 
 
 def _show_config(args: argparse.Namespace) -> int:
@@ -204,7 +183,11 @@ async def _run(
         env[VOUCHER_KEY_ENV] = secrets.token_hex(32)
         await stack.enter_async_context(
             WorkerProcesses(
-                workers, redis, "actors.app:worker_register", runtime=config.runtime, env=env
+                workers,
+                redis,
+                "actormem.actors.app:worker_register",
+                runtime=config.runtime,
+                env=env,
             )
         )
         config = msgspec.structs.replace(config, redis=redis)

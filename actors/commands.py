@@ -11,12 +11,12 @@ from typing import Any, ClassVar, Literal
 
 import msgspec
 
-from actors.compression.protocol import CompressionOutcome
-from actors.episodes import Episode
-from actors.insights import Insight
-from actors.longterm import Recalled
-from actors.messages import Message, Role, ToolCall
-from actors.pool_commands import AgentCommand
+from actormem.actors.compression.protocol import CompressionOutcome
+from actormem.actors.episodes import Episode
+from actormem.actors.insights import Insight
+from actormem.actors.longterm import Recalled
+from actormem.actors.messages import Message, Role, ToolCall
+from actormem.actors.pool_commands import AgentCommand
 
 __all__ = (
     "EXPORT_VERSION",
@@ -315,7 +315,7 @@ class Vouch(_Command, frozen=True):
     The memory actor sets the command's agent (``source`` of a share or fact,
     ``agent`` of a subscription) to its own agent, whatever it was, and adds its
     voucher: the pool takes commands that act for an agent only so (see
-    :mod:`actors._vouch`). The handle's ``share``, ``register_fact``,
+    :mod:`actormem.actors._vouch`). The handle's ``share``, ``register_fact``,
     ``subscribe`` and ``unsubscribe`` do this for you.
     """
 

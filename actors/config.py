@@ -11,13 +11,13 @@ from typing import Final
 
 import msgspec
 
-from actors.compression.config import CompressionConfig
-from actors.episodes import EpisodeConfig
-from actors.longterm import LongTermConfig
-from actors.pool import PoolConfig
-from actors.retention import RetentionConfig
-from runtime.config import LoggingConfig, RuntimeConfig, _Section, load_toml
-from runtime.redis import RedisConfig
+from actormem.actors.compression.config import CompressionConfig
+from actormem.actors.episodes import EpisodeConfig
+from actormem.actors.longterm import LongTermConfig
+from actormem.actors.pool import PoolConfig
+from actormem.actors.retention import RetentionConfig
+from actormem.runtime.config import LoggingConfig, RuntimeConfig, _Section, load_toml
+from actormem.runtime.redis import RedisConfig
 
 __all__ = ("AppConfig", "MemoryConfig", "SimulationConfig", "load_app_config")
 

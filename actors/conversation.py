@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from actors.messages import Message
+from actormem.actors.messages import Message
 
 __all__ = ("Unit", "check_openai_messages", "group_units", "leading_system_count")
 

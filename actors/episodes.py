@@ -22,15 +22,15 @@ from typing import Any, Final
 
 import msgspec
 
-from actors._blocks import format_time, quote, render_block
-from actors._bm25 import BM25
-from actors.conversation import group_units
-from actors.errors import MemoryInputError
-from actors.insights import sanitize_insight_text
-from actors.messages import Message
-from runtime.config import _Section
-from runtime.ids import new_id
-from runtime.tokens import TokenCounter
+from actormem.actors._blocks import format_time, quote, render_block
+from actormem.actors._bm25 import BM25
+from actormem.actors.conversation import group_units
+from actormem.actors.errors import MemoryInputError
+from actormem.actors.insights import sanitize_insight_text
+from actormem.actors.messages import Message
+from actormem.runtime.config import _Section
+from actormem.runtime.ids import new_id
+from actormem.runtime.tokens import TokenCounter
 
 __all__ = (
     "CORE_TAG",

@@ -1,21 +1,22 @@
-"""Errors of the domain actors, all within actormem's one error tree (``runtime.errors``).
+"""Errors of the domain actors, all within actormem's one error tree (``actormem.runtime.errors``).
 
 ::
 
-    ActormemError (runtime.errors)
+    ActormemError (actormem.runtime.errors)
     ├── MemoryInputError              bad input to an agent memory (also a ValueError)
     │   ├── ContextBudgetError        a context cannot fit the budget at all
-    │   ├── InsightError              an unusable insight (actors.insights)
+    │   ├── InsightError              an unusable insight (actormem.actors.insights)
     │   │   └── InsightSignatureError a missing or forged provenance HMAC
-    │   ├── ToolArgumentsError        bad memory-tool arguments (actors.memory_tools)
-    │   └── ReloadArgumentsError      bad context_reload arguments (actors.compression)
-    ├── SessionFileError              a corrupt or unwritable session file (actors.retention)
-    └── EmbeddingError                an embeddings endpoint failed (actors._embeddings)
+    │   ├── ToolArgumentsError        bad memory-tool arguments (actormem.actors.memory_tools)
+    │   └── ReloadArgumentsError      bad context_reload arguments (actormem.actors.compression)
+    ├── SessionFileError              a corrupt or unwritable session file
+    │                                 (actormem.actors.retention)
+    └── EmbeddingError                an embeddings endpoint failed (actormem.actors._embeddings)
 """
 
 from __future__ import annotations
 
-from runtime.errors import ActormemError
+from actormem.runtime.errors import ActormemError
 
 __all__ = ("ContextBudgetError", "MemoryInputError")
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from actors.commands import (
+from actormem.actors.commands import (
     Add,
     AddResult,
     AnswerToolCall,
@@ -40,12 +40,12 @@ from actors.commands import (
     SummarizeEpisodes,
     Vouch,
 )
-from actors.episodes import Episode
-from actors.errors import MemoryInputError
-from actors.insights import Insight
-from actors.longterm import Recalled
-from actors.messages import ROLES, Message, Role, ToolCall
-from actors.pool_commands import (
+from actormem.actors.episodes import Episode
+from actormem.actors.errors import MemoryInputError
+from actormem.actors.insights import Insight
+from actormem.actors.longterm import Recalled
+from actormem.actors.messages import ROLES, Message, Role, ToolCall
+from actormem.actors.pool_commands import (
     AgentCommand,
     QueryInsights,
     RegisterFact,
@@ -55,7 +55,7 @@ from actors.pool_commands import (
     SubscriptionState,
     Unsubscribe,
 )
-from runtime import Runtime
+from actormem.runtime import Runtime
 
 __all__ = ("MemoryHandle", "read_export", "to_message", "write_export")
 
@@ -342,7 +342,7 @@ class MemoryHandle:
         """Have this agent's memory vouch for ``command``, then send it to the pool.
 
         The pool takes a command that acts for an agent only from that agent's
-        memory actor (see :mod:`actors._vouch`), so nobody can share as, or
+        memory actor (see :mod:`actormem.actors._vouch`), so nobody can share as, or
         subscribe, another agent.
         """
         vouched = await self._ask(Vouch(command=command))

@@ -33,11 +33,11 @@ from typing import Any, ClassVar, Final
 import msgspec
 import structlog
 
-from actors._blocks import format_time, quote, render_block
-from actors._bm25 import BM25, tokenize
-from actors.errors import MemoryInputError
-from runtime.ids import new_id
-from runtime.tokens import TokenCounter
+from actormem.actors._blocks import format_time, quote, render_block
+from actormem.actors._bm25 import BM25, tokenize
+from actormem.actors.errors import MemoryInputError
+from actormem.runtime.ids import new_id
+from actormem.runtime.tokens import TokenCounter
 
 __all__ = (
     "DEFAULT_MAX_INSIGHT_CHARS",

@@ -16,7 +16,7 @@ The control modes are AgentScope's: ``static_control`` (the memory actor
 retrieves before each ``context()`` and injects :func:`render_memories_block`,
 and records after each reply), ``agent_control`` (the agent calls the
 ``record_to_memory`` / ``retrieve_from_memory`` tools of
-:mod:`actors.memory_tools`), and ``both``.
+:mod:`actormem.actors.memory_tools`), and ``both``.
 """
 
 from __future__ import annotations
@@ -31,15 +31,15 @@ from typing import Final
 import msgspec
 import structlog
 
-from actors._blocks import format_time, quote, render_block
-from actors._bm25 import BM25, tokenize
-from actors._embeddings import Embedder, EmbeddingError, OpenAIEmbedder, cosine
-from actors.errors import MemoryInputError
-from actors.insights import sanitize_insight_text, words
-from actors.messages import Message
-from runtime.config import _Section
-from runtime.ids import new_id
-from runtime.tokens import TokenCounter
+from actormem.actors._blocks import format_time, quote, render_block
+from actormem.actors._bm25 import BM25, tokenize
+from actormem.actors._embeddings import Embedder, EmbeddingError, OpenAIEmbedder, cosine
+from actormem.actors.errors import MemoryInputError
+from actormem.actors.insights import sanitize_insight_text, words
+from actormem.actors.messages import Message
+from actormem.runtime.config import _Section
+from actormem.runtime.ids import new_id
+from actormem.runtime.tokens import TokenCounter
 
 __all__ = (
     "MEMORIES_TAG",

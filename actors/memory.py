@@ -17,9 +17,9 @@ from typing import Any
 import msgspec
 import structlog
 
-from actors._bm25 import BM25
-from actors._vouch import AgentVoucher
-from actors.commands import (
+from actormem.actors._bm25 import BM25
+from actormem.actors._vouch import AgentVoucher
+from actormem.actors.commands import (
     EXPORT_VERSION,
     Add,
     AddResult,
@@ -48,7 +48,7 @@ from actors.commands import (
     SummarizeEpisodes,
     Vouch,
 )
-from actors.compression import (
+from actormem.actors.compression import (
     CONTEXT_RELOAD_TOOL,
     RELOAD_TOOL_NAME,
     CompressionConfig,
@@ -57,15 +57,15 @@ from actors.compression import (
     compressor_address,
     reload_tool_result,
 )
-from actors.config import AppConfig
-from actors.conversation import group_units, leading_system_count
-from actors.errors import ContextBudgetError, MemoryInputError
-from actors.insights import InsightDelivery
-from actors.messages import Message, count_tokens, decode_message, encode_message
-from actors.pool_commands import AgentCommand, RegisterFact, Share
-from actors.recall import BLOCK_FRAMING, BLOCK_SHARE, AgentRecall, RecallConfig
-from runtime import Actor, ActorContext, TokenCounter, get_counter
-from runtime.tokens import REPLY_PRIMING_TOKENS
+from actormem.actors.config import AppConfig
+from actormem.actors.conversation import group_units, leading_system_count
+from actormem.actors.errors import ContextBudgetError, MemoryInputError
+from actormem.actors.insights import InsightDelivery
+from actormem.actors.messages import Message, count_tokens, decode_message, encode_message
+from actormem.actors.pool_commands import AgentCommand, RegisterFact, Share
+from actormem.actors.recall import BLOCK_FRAMING, BLOCK_SHARE, AgentRecall, RecallConfig
+from actormem.runtime import Actor, ActorContext, TokenCounter, get_counter
+from actormem.runtime.tokens import REPLY_PRIMING_TOKENS
 
 __all__ = ("AgentMemory", "memory_factory")
 
@@ -752,7 +752,7 @@ class AgentMemory(Actor):
             raise MemoryInputError(f"reload: no offloaded content with id {offload_id!r}")
         return list(found)
 
-    # -- durable state (the Redis transport's protocol, runtime.redis.durable) ---------
+    # -- durable state (the Redis transport's protocol, actormem.runtime.redis.durable) ---------
 
     def durable_changes(self) -> tuple[list[bytes], bytes | None]:
         """History messages added since the last call, and the rest as a snapshot when
@@ -849,7 +849,7 @@ def memory_factory(
     config: AppConfig, deployment: str = ""
 ) -> Callable[[ActorContext], AgentMemory]:
     """Return the factory the runtime calls to activate an agent's memory actor
-    (``deployment``: see :class:`~actors._vouch.AgentVoucher`)."""
+    (``deployment``: see :class:`~actormem.actors._vouch.AgentVoucher`)."""
     counter = get_counter(config.memory.encoding)
     recall = RecallConfig(
         pool=config.pool,

@@ -3,7 +3,7 @@
 In ``agent_control`` and ``both`` modes the agent gets :data:`MEMORY_TOOLS` in
 its Chat Completions ``tools=`` and calls them itself. The handlers validate the
 call's arguments against the same limits the schemas state, act on the agent's
-:class:`~actors.longterm.LongTermMemory`, and return the tool result text, in
+:class:`~actormem.actors.longterm.LongTermMemory`, and return the tool result text, in
 which recalled memories are quoted data. :func:`memory_tool_message` wraps that
 in the ``tool`` message answering the call, turning bad arguments into an
 ``error: ...`` result the model can read and correct.
@@ -16,11 +16,11 @@ from typing import Annotated, Any, Final
 
 import msgspec
 
-from actors._blocks import format_time, quote
-from actors.errors import MemoryInputError
-from actors.longterm import DEFAULT_TOP_K, ControlMode, LongTermMemory
-from actors.messages import Message, ToolCall
-from runtime.tokens import TokenCounter
+from actormem.actors._blocks import format_time, quote
+from actormem.actors.errors import MemoryInputError
+from actormem.actors.longterm import DEFAULT_TOP_K, ControlMode, LongTermMemory
+from actormem.actors.messages import Message, ToolCall
+from actormem.runtime.tokens import TokenCounter
 
 __all__ = (
     "MEMORY_TOOLS",

@@ -18,9 +18,9 @@ from typing import Any, Final, Literal, get_args
 
 import msgspec
 
-from actors.errors import MemoryInputError
-from runtime.ids import new_id
-from runtime.tokens import TokenCounter
+from actormem.actors.errors import MemoryInputError
+from actormem.runtime.ids import new_id
+from actormem.runtime.tokens import TokenCounter
 
 __all__ = (
     "ROLES",

@@ -36,10 +36,10 @@ from typing import Any, ClassVar, Final, Literal
 import msgspec
 import structlog
 
-from actors._bm25 import BM25, tokenize
-from actors._subscriptions import Subscriptions
-from actors._vouch import AgentVoucher
-from actors.insights import (
+from actormem.actors._bm25 import BM25, tokenize
+from actormem.actors._subscriptions import Subscriptions
+from actormem.actors._vouch import AgentVoucher
+from actormem.actors.insights import (
     DEFAULT_MAX_INSIGHT_CHARS,
     DEFAULT_NEAR_DUPLICATE_THRESHOLD,
     DEFAULT_SHINGLE_SIZE,
@@ -53,7 +53,7 @@ from actors.insights import (
     sanitize_insight_text,
     words,
 )
-from actors.pool_commands import (
+from actormem.actors.pool_commands import (
     WILDCARD,
     AgentCommand,
     DeliveryOutcome,
@@ -67,11 +67,11 @@ from actors.pool_commands import (
     SubscriptionState,
     Unsubscribe,
 )
-from actors.retention import SessionFileError, SessionStore
-from runtime import Actor, ActorContext
-from runtime.config import _Section
-from runtime.errors import ActorError, MailboxFullError, RuntimeClosedError
-from runtime.ids import new_id
+from actormem.actors.retention import SessionFileError, SessionStore
+from actormem.runtime import Actor, ActorContext
+from actormem.runtime.config import _Section
+from actormem.runtime.errors import ActorError, MailboxFullError, RuntimeClosedError
+from actormem.runtime.ids import new_id
 
 __all__ = ("PoolActor", "PoolConfig", "PoolState")
 
@@ -164,7 +164,7 @@ class PoolConfig(_Section, frozen=True):
         return InsightSigner(key) if key else None
 
     def voucher(self, deployment: str = "") -> AgentVoucher:
-        """Return what makes and checks agent vouchers (see :mod:`actors._vouch`).
+        """Return what makes and checks agent vouchers (see :mod:`actormem.actors._vouch`).
 
         Keyed by the configured HMAC key, else by ``ACTORMEM_VOUCHER_KEY``, else by
         this process's random key.
@@ -259,7 +259,7 @@ class PoolActor(Actor):
         deployment: str = "",
     ) -> Callable[[ActorContext], PoolActor]:
         """Return an actor factory for ``rt.register("pool", ...)`` (``deployment``:
-        see :class:`~actors._vouch.AgentVoucher`)."""
+        see :class:`~actormem.actors._vouch.AgentVoucher`)."""
         return functools.partial(cls, config=config, store=store, deployment=deployment)
 
     async def on_start(self) -> None:

@@ -1,4 +1,4 @@
-"""The insight pool's commands and replies (see :mod:`actors.pool` for what they do).
+"""The insight pool's commands and replies (see :mod:`actormem.actors.pool` for what they do).
 
 Every command is a frozen, tagged msgspec Struct whose ``reply_type`` names the
 type of its reply, so a transport can encode the command and decode the answer.
@@ -11,8 +11,8 @@ from typing import Any, ClassVar, Final, Literal
 
 import msgspec
 
-from actors.insights import Insight
-from runtime.ids import new_id
+from actormem.actors.insights import Insight
+from actormem.runtime.ids import new_id
 
 __all__ = (
     "DEFAULT_QUERY_K",
@@ -107,7 +107,7 @@ class Share(msgspec.Struct, frozen=True, kw_only=True, tag=True):
         importance: 0..1.
         source_message_ids: ids of the messages it came from.
         id: the command's id; a redelivered command returns its first result.
-        voucher: set by ``memory/<source>`` (:class:`~actors.commands.Vouch`);
+        voucher: set by ``memory/<source>`` (:class:`~actormem.actors.commands.Vouch`);
             the pool refuses the command without a valid one.
     """
 
@@ -208,7 +208,7 @@ class DeliveryOutcome(msgspec.Struct, frozen=True, kw_only=True, tag=True):
 
 
 #: The commands that act for an agent: the pool takes them only vouched for by
-#: that agent's memory actor (see :mod:`actors._vouch`).
+#: that agent's memory actor (see :mod:`actormem.actors._vouch`).
 AgentCommand = Share | RegisterFact | Subscribe | Unsubscribe
 
 PoolCommand = (

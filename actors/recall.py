@@ -14,14 +14,19 @@ from typing import Any, Final
 
 import msgspec
 
-from actors.episodes import EpisodeConfig, EpisodeState, EpisodicMemory
-from actors.insights import InboxState, Insight, InsightInbox
-from actors.longterm import LongTermConfig, LongTermMemory, LongTermState, render_memories_block
-from actors.memory_tools import LongTermControl
-from actors.messages import Message
-from actors.pool import PoolConfig
-from actors.retention import AgentRetention, RetentionConfig, StateComponent
-from runtime import TokenCounter
+from actormem.actors.episodes import EpisodeConfig, EpisodeState, EpisodicMemory
+from actormem.actors.insights import InboxState, Insight, InsightInbox
+from actormem.actors.longterm import (
+    LongTermConfig,
+    LongTermMemory,
+    LongTermState,
+    render_memories_block,
+)
+from actormem.actors.memory_tools import LongTermControl
+from actormem.actors.messages import Message
+from actormem.actors.pool import PoolConfig
+from actormem.actors.retention import AgentRetention, RetentionConfig, StateComponent
+from actormem.runtime import TokenCounter
 
 __all__ = ("REPLY_ROLES", "AgentRecall", "RecallConfig")
 

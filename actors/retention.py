@@ -35,8 +35,8 @@ import anyio.to_thread
 import msgspec
 import structlog
 
-from runtime.config import _Section
-from runtime.errors import ActormemError
+from actormem.runtime.config import _Section
+from actormem.runtime.errors import ActormemError
 
 __all__ = (
     "SCHEMA",

@@ -21,12 +21,12 @@ import anyio
 import msgspec
 import structlog
 
-from actors.app import MemoryRuntime
-from actors.config import AppConfig
-from actors.handle import MemoryHandle
-from actors.messages import Message, ToolCall
-from actors.pool_commands import GetPoolStats, PoolStats
-from runtime import RuntimeStats, get_counter
+from actormem.actors.app import MemoryRuntime
+from actormem.actors.config import AppConfig
+from actormem.actors.handle import MemoryHandle
+from actormem.actors.messages import Message, ToolCall
+from actormem.actors.pool_commands import GetPoolStats, PoolStats
+from actormem.runtime import RuntimeStats, get_counter
 
 __all__ = ("AgentReport", "PlantedFact", "SimulationReport", "plant_facts", "run_simulation")
 

@@ -1,4 +1,6 @@
-"""The benchmark runner: ``python -m benchmarks NAME [options]`` (or ``actormem bench NAME``).
+"""The benchmark runner: ``python -m actormem.benchmarks NAME [options]``.
+
+``actormem bench NAME [options]`` runs the same.
 
 Each benchmark prints a table of its figures with their raw baselines and ratios,
 writes ``reports/bench/<name>.json``, and with ``--plot`` draws PNGs (needs the
@@ -19,10 +21,10 @@ import anyio
 from rich.console import Console
 from rich.table import Table
 
-from benchmarks._common import BenchResult, machine, write_result
-from runtime import ActormemError
-from runtime.cli import OneLineParser
-from runtime.logging import configure_logging
+from actormem.benchmarks._common import BenchResult, machine, write_result
+from actormem.runtime import ActormemError
+from actormem.runtime.cli import OneLineParser
+from actormem.runtime.logging import configure_logging
 
 BENCHMARKS = (
     "throughput",
@@ -40,12 +42,12 @@ BENCHMARKS = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="python -m benchmarks", description=__doc__)
+    parser = OneLineParser(prog="python -m actormem.benchmarks", description=__doc__)
     subs = parser.add_subparsers(
         dest="name", metavar="NAME", required=True, parser_class=OneLineParser
     )
     for name in BENCHMARKS:
-        module = importlib.import_module(f"benchmarks.{name}")
+        module = importlib.import_module(f"actormem.benchmarks.{name}")
         sub = subs.add_parser(name, help=(module.__doc__ or "").splitlines()[0])
         sub.add_argument("--out", default="reports/bench", help="where the JSON goes")
         sub.add_argument("--plot", action="store_true", help="also write PNG plots")
@@ -83,13 +85,15 @@ def print_result(result: BenchResult, console: Console) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging("console", "warning")
-    module = importlib.import_module(f"benchmarks.{args.name}")
-    command = "python -m benchmarks " + shlex.join(list(argv if argv is not None else sys.argv[1:]))
+    module = importlib.import_module(f"actormem.benchmarks.{args.name}")
+    command = "python -m actormem.benchmarks " + shlex.join(
+        list(argv if argv is not None else sys.argv[1:])
+    )
     started = time.time()
     try:
         rows = anyio.run(module.run, args)
     except ActormemError as exc:  # a bad config, a deployment without workers...
-        print(f"python -m benchmarks {args.name}: error: {exc}", file=sys.stderr)
+        print(f"python -m actormem.benchmarks {args.name}: error: {exc}", file=sys.stderr)
         return 2
     result = BenchResult(
         name=args.name,

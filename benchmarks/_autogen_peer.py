@@ -30,7 +30,7 @@ class Keeper(RoutedAgent):  # type: ignore[misc]
         super().__init__("keeps messages")
         self.kept: list[str] = []
 
-    @message_handler  # type: ignore[misc]
+    @message_handler  # type: ignore[misc, untyped-decorator]
     async def on_text(self, message: Text, ctx: MessageContext) -> Text:
         self.kept.append(message.content)
         return message

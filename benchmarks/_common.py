@@ -128,8 +128,8 @@ def bench_config(mailbox_size: int = 1_000, compression: bool = False, shed: boo
     otherwise measure the compressor (which the compression benchmark measures on
     its own), not the runtime.
     """
-    from actors import AppConfig, CompressionConfig
-    from runtime import RuntimeConfig
+    from actormem.actors import AppConfig, CompressionConfig
+    from actormem.runtime import RuntimeConfig
 
     return AppConfig(
         runtime=RuntimeConfig(mailbox_size=mailbox_size, shed_expired_asks=shed),
@@ -151,7 +151,7 @@ async def timed_adds(
     rt: Any, addresses: list[str], messages: list[Any], poll: float = 0.0005
 ) -> float:
     """Tell one ``add`` per message to ``addresses`` in turn; messages/s until all are handled."""
-    from actors.commands import Add
+    from actormem.actors.commands import Add
 
     base = rt.processed
     started = time.perf_counter()

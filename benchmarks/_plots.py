@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 
-from benchmarks._common import BenchResult, Row
+from actormem.benchmarks._common import BenchResult, Row
 
 __all__ = ("distributed_plot", "latency_plot", "memory_plot", "throughput_plot")
 

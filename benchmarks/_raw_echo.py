@@ -8,7 +8,7 @@ XADDs its requests in pipelines of whatever is queued, and reads its replies wit
 a blocking XREAD. That is the least any ask over Redis streams costs: two stream
 writes and two blocking reads, each batched the way actormem batches them.
 
-Run the responder as ``python -m benchmarks._raw_echo URL REQUESTS REPLIES``; it
+Run the responder as ``python -m actormem.benchmarks._raw_echo URL REQUESTS REPLIES``; it
 answers until it is terminated.
 """
 
@@ -26,7 +26,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from runtime.redis import RedisConfig, connect
+from actormem.runtime.redis import RedisConfig, connect
 
 __all__ = ("RawAsker", "raw_responder")
 
@@ -110,7 +110,7 @@ async def raw_responder(url: str) -> AsyncIterator[RawAsker]:
     requests, replies = f"rawask:{tag}:requests", f"rawask:{tag}:replies"
     client: Any = connect(RedisConfig(url=url))
     process = await anyio.open_process(
-        [sys.executable, "-m", "benchmarks._raw_echo", url, requests, replies],
+        [sys.executable, "-m", "actormem.benchmarks._raw_echo", url, requests, replies],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=None,

@@ -17,15 +17,15 @@ from typing import Any
 import anyio
 import msgspec
 
-from actors import AppConfig, Message
-from actors.app import MemoryRuntime, worker_env
-from actors.commands import Add
-from benchmarks._common import bench_config
-from runtime import RuntimeConfig
-from runtime._envelope import Envelope
-from runtime.redis import EmbeddedRedis, RedisConfig, connect, default_codec
-from runtime.transports.redis import RedisTransport
-from runtime.worker import WorkerProcesses
+from actormem.actors import AppConfig, Message
+from actormem.actors.app import MemoryRuntime, worker_env
+from actormem.actors.commands import Add
+from actormem.benchmarks._common import bench_config
+from actormem.runtime import RuntimeConfig
+from actormem.runtime._envelope import Envelope
+from actormem.runtime.redis import EmbeddedRedis, RedisConfig, connect, default_codec
+from actormem.runtime.transports.redis import RedisTransport
+from actormem.runtime.worker import WorkerProcesses
 
 __all__ = (
     "REGISTER",
@@ -45,7 +45,7 @@ __all__ = (
 )
 
 #: What worker processes register: the app's actor kinds.
-REGISTER = "actors.app:worker_register"
+REGISTER = "actormem.actors.app:worker_register"
 #: Entries per XADD pipeline and per XREADGROUP in the raw baseline.
 RAW_BATCH = 1_000
 
@@ -119,7 +119,7 @@ async def workers(config: AppConfig, count: int) -> AsyncIterator[WorkerProcesse
 
 async def wait_all_shards_owned(config: AppConfig, timeout: float = 60.0) -> None:
     """Wait until every shard has a lease (the workers share them out)."""
-    from runtime.redis import Keys
+    from actormem.runtime.redis import Keys
 
     keys = Keys(config.redis.prefix)
     client = connect(config.redis)
@@ -257,9 +257,9 @@ async def floor_redis(url: str, texts: list[str], agents: int, batch: int = RAW_
     What it leaves out is what the runtime adds to that: mailboxes and actors,
     duplicate detection, leases and fencing, replies, snapshots, retries.
     """
-    from actors.messages import count_tokens, encode_message
-    from runtime.redis._client import eval_pipelined
-    from runtime.tokens import get_counter
+    from actormem.actors.messages import count_tokens, encode_message
+    from actormem.runtime.redis._client import eval_pipelined
+    from actormem.runtime.tokens import get_counter
 
     counter = get_counter()
     envelopes = [
@@ -293,7 +293,7 @@ async def floor_redis(url: str, texts: list[str], agents: int, batch: int = RAW_
 async def stream_backlog(client: Any, config: AppConfig) -> tuple[int, int]:
     """``(waiting, pending)`` over every shard stream: entries not yet read by the
     workers' consumer group (its lag) and entries read but not yet acked."""
-    from runtime.redis import CONSUMER_GROUP, Keys
+    from actormem.runtime.redis import CONSUMER_GROUP, Keys
 
     keys = Keys(config.redis.prefix)
     waiting = pending = 0
@@ -330,7 +330,7 @@ async def wait_drained(client: Any, config: AppConfig, timeout: float) -> None:
 async def redelivered_pending(client: Any, config: AppConfig, page: int = 1_000) -> int:
     """Entries pending in the shard streams that were delivered more than once
     (XPENDING: a worker died, stalled or failed on them); the first ``page`` per shard."""
-    from runtime.redis import CONSUMER_GROUP, Keys
+    from actormem.runtime.redis import CONSUMER_GROUP, Keys
 
     keys = Keys(config.redis.prefix)
     count = 0

@@ -8,11 +8,11 @@ import json
 import random
 import time
 
-from actors import CompressionConfig, Message, ToolCall, compress
-from actors.compression import OfflineSummarizer
-from actors.simulation import agent_names, plant_facts
-from benchmarks._common import Row, at_least, message_texts, percentile
-from runtime import get_counter
+from actormem.actors import CompressionConfig, Message, ToolCall, compress
+from actormem.actors.compression import OfflineSummarizer
+from actormem.actors.simulation import agent_names, plant_facts
+from actormem.benchmarks._common import Row, at_least, message_texts, percentile
+from actormem.runtime import get_counter
 
 NAME = "compression"
 

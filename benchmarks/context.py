@@ -8,11 +8,18 @@ import time
 
 import tiktoken
 
-from actors import MemoryRuntime, Message
-from actors.commands import Add, Context
-from actors.messages import count_tokens
-from benchmarks._common import Row, at_least, bench_config, compared, message_texts, percentile
-from runtime import get_counter
+from actormem.actors import MemoryRuntime, Message
+from actormem.actors.commands import Add, Context
+from actormem.actors.messages import count_tokens
+from actormem.benchmarks._common import (
+    Row,
+    at_least,
+    bench_config,
+    compared,
+    message_texts,
+    percentile,
+)
+from actormem.runtime import get_counter
 
 NAME = "context"
 

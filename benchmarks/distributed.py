@@ -14,11 +14,11 @@ import argparse
 import time
 from pathlib import Path
 
-from actors import Message
-from actors.commands import Add
-from benchmarks._common import BenchResult, Row, above, at_least, compared, message_texts
-from benchmarks._plots import distributed_plot
-from benchmarks._redis import (
+from actormem.actors import Message
+from actormem.actors.commands import Add
+from actormem.benchmarks._common import BenchResult, Row, above, at_least, compared, message_texts
+from actormem.benchmarks._plots import distributed_plot
+from actormem.benchmarks._redis import (
     client_runtime,
     raw_redis,
     redis_app_config,
@@ -27,7 +27,7 @@ from benchmarks._redis import (
     wire_payload,
     workers,
 )
-from runtime.redis import connect
+from actormem.runtime.redis import connect
 
 NAME = "distributed"
 
@@ -86,5 +86,5 @@ async def run(args: argparse.Namespace) -> list[Row]:
 
 
 def plot(result: BenchResult, out_dir: Path) -> list[Path]:
-    """Draw ``distributed.png`` (see :func:`benchmarks._plots.distributed_plot`)."""
+    """Draw ``distributed.png`` (see :func:`actormem.benchmarks._plots.distributed_plot`)."""
     return distributed_plot(result, out_dir)

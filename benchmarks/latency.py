@@ -23,9 +23,9 @@ from typing import NamedTuple
 
 import anyio
 
-from actors import MemoryRuntime, Message
-from actors.commands import Add, Context
-from benchmarks._common import (
+from actormem.actors import MemoryRuntime, Message
+from actormem.actors.commands import Add, Context
+from actormem.benchmarks._common import (
     BenchResult,
     Row,
     above,
@@ -35,8 +35,8 @@ from benchmarks._common import (
     message_texts,
     percentile,
 )
-from benchmarks._plots import latency_plot
-from runtime import ActormemError
+from actormem.benchmarks._plots import latency_plot
+from actormem.runtime import ActormemError
 
 NAME = "latency"
 
@@ -219,5 +219,5 @@ async def raw_anyio_asker() -> AsyncIterator[Callable[[int], Awaitable[object]]]
 
 
 def plot(result: BenchResult, out_dir: Path) -> list[Path]:
-    """Draw ``latency.png`` (see :func:`benchmarks._plots.latency_plot`)."""
+    """Draw ``latency.png`` (see :func:`actormem.benchmarks._plots.latency_plot`)."""
     return latency_plot(result, out_dir)

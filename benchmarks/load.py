@@ -31,10 +31,10 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from actors import AppConfig, MemoryRuntime, Message
-from actors.commands import Add, Context
-from actors.config import load_app_config
-from benchmarks._common import (
+from actormem.actors import AppConfig, MemoryRuntime, Message
+from actormem.actors.commands import Add, Context
+from actormem.actors.config import load_app_config
+from actormem.benchmarks._common import (
     Row,
     above,
     at_least,
@@ -43,7 +43,7 @@ from benchmarks._common import (
     message_texts,
     percentile,
 )
-from benchmarks._redis import (
+from actormem.benchmarks._redis import (
     client_runtime,
     redelivered_pending,
     redis_app_config,
@@ -53,8 +53,8 @@ from benchmarks._redis import (
     worker_runtime,
     workers,
 )
-from runtime import ActormemError, ConfigError
-from runtime.redis import Keys, connect, shard_of
+from actormem.runtime import ActormemError, ConfigError
+from actormem.runtime.redis import Keys, connect, shard_of
 
 NAME = "load"
 

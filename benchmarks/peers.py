@@ -7,9 +7,9 @@ import argparse
 import time
 from typing import Any
 
-from benchmarks._common import Row, at_least, compared, message_texts
-from benchmarks.throughput import actormem_add
-from runtime import Actor, Runtime
+from actormem.benchmarks._common import Row, at_least, compared, message_texts
+from actormem.benchmarks.throughput import actormem_add
+from actormem.runtime import Actor, Runtime
 
 NAME = "peers"
 
@@ -66,7 +66,7 @@ def _pykka_ask(n: int) -> float:
 
 
 async def _autogen(texts: list[str], agents: int) -> tuple[float, float]:
-    from benchmarks._autogen_peer import publish_and_send
+    from actormem.benchmarks._autogen_peer import publish_and_send
 
     return await publish_and_send(texts, agents)
 

@@ -7,7 +7,7 @@ measure the queue: the fixed-rate rows say how far off the target is, honestly.
 
 The raw baseline runs at each of the same rates just before: the same asker process
 asks a plain redis-py responder process over two streams, with requests the size
-of an ``add``'s (see :mod:`benchmarks._raw_echo`).
+of an ``add``'s (see :mod:`actormem.benchmarks._raw_echo`).
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import argparse
 from functools import partial
 from pathlib import Path
 
-from benchmarks._common import BenchResult, Row, above, at_least, message_texts
-from benchmarks._plots import latency_plot
-from benchmarks._raw_echo import raw_responder
-from benchmarks._redis import (
+from actormem.benchmarks._common import BenchResult, Row, above, at_least, message_texts
+from actormem.benchmarks._plots import latency_plot
+from actormem.benchmarks._raw_echo import raw_responder
+from actormem.benchmarks._redis import (
     client_runtime,
     redis_app_config,
     server,
@@ -27,8 +27,8 @@ from benchmarks._redis import (
     wire_payload,
     workers,
 )
-from benchmarks.latency import Baseline, measure
-from runtime.redis import connect
+from actormem.benchmarks.latency import Baseline, measure
+from actormem.runtime.redis import connect
 
 NAME = "redis_latency"
 
@@ -51,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 async def run(args: argparse.Namespace) -> list[Row]:
-    """One worker process, a client runtime here (see :func:`benchmarks.latency.measure`),
+    """One worker process, a client runtime here (see :func:`actormem.benchmarks.latency.measure`),
     next to the raw redis-py round trip on the same server."""
     payload = wire_payload(message_texts(1)[0])
     async with server() as redis:
@@ -75,5 +75,5 @@ async def run(args: argparse.Namespace) -> list[Row]:
 
 
 def plot(result: BenchResult, out_dir: Path) -> list[Path]:
-    """Draw ``latency.png`` (see :func:`benchmarks._plots.latency_plot`)."""
+    """Draw ``latency.png`` (see :func:`actormem.benchmarks._plots.latency_plot`)."""
     return latency_plot(result, out_dir)

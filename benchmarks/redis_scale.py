@@ -33,18 +33,18 @@ from typing import Any, cast
 
 import anyio
 
-from actors import Message
-from actors.commands import Add, Context
-from benchmarks._common import BenchResult, Row, at_least, percentile, rss_bytes
-from benchmarks._plots import memory_plot
-from benchmarks._redis import (
+from actormem.actors import Message
+from actormem.actors.commands import Add, Context
+from actormem.benchmarks._common import BenchResult, Row, at_least, percentile, rss_bytes
+from actormem.benchmarks._plots import memory_plot
+from actormem.benchmarks._redis import (
     agent_keys_memory,
     redis_app_config,
     redis_info_memory,
     server,
     worker_runtime,
 )
-from runtime.transports.redis import RedisTransport
+from actormem.runtime.transports.redis import RedisTransport
 
 NAME = "redis_scale"
 
@@ -159,7 +159,7 @@ async def run(args: argparse.Namespace) -> list[Row]:
     rows: list[Row] = []
     for n in args.agents:
         m = await anyio.to_thread.run_sync(_measure, n, args.activations, args.rounds)
-        per_agent = (
+        per_agent: tuple[tuple[str, str, str | None, dict[str, Any]], ...] = (
             ("passivated agent in Redis (used_memory)", "redis_per_agent", None, {}),
             (
                 "passivated agent's keys in Redis (MEMORY USAGE)",
@@ -219,5 +219,5 @@ async def run(args: argparse.Namespace) -> list[Row]:
 
 
 def plot(result: BenchResult, out_dir: Path) -> list[Path]:
-    """Draw ``memory.png`` (see :func:`benchmarks._plots.memory_plot`)."""
+    """Draw ``memory.png`` (see :func:`actormem.benchmarks._plots.memory_plot`)."""
     return memory_plot(result, out_dir)

@@ -13,7 +13,7 @@ to run), so each agent count runs ``--repeat`` pairs, baseline then actormem, an
 reports the medians and the median of the pairs' ratios.
 
 Between the two runs the least work that has an ``add``'s effect, with no runtime
-(:func:`benchmarks._redis.floor_redis`): every entry decoded, its message counted
+(:func:`actormem.benchmarks._redis.floor_redis`): every entry decoded, its message counted
 exactly and encoded for its agent's history, each batch stored and acked with one
 script call. Its ratio to the raw baseline is the most any implementation of these
 semantics on redis-py, msgspec and tiktoken could reach here; actormem's distance
@@ -28,9 +28,9 @@ from pathlib import Path
 
 import anyio
 
-from actors import Message
-from actors.commands import Add
-from benchmarks._common import (
+from actormem.actors import Message
+from actormem.actors.commands import Add
+from actormem.benchmarks._common import (
     BenchResult,
     Row,
     above,
@@ -39,8 +39,8 @@ from benchmarks._common import (
     timed_adds,
     wait_processed,
 )
-from benchmarks._plots import throughput_plot
-from benchmarks._redis import (
+from actormem.benchmarks._plots import throughput_plot
+from actormem.benchmarks._redis import (
     floor_redis,
     raw_redis,
     redis_app_config,
@@ -149,5 +149,5 @@ async def run(args: argparse.Namespace) -> list[Row]:
 
 
 def plot(result: BenchResult, out_dir: Path) -> list[Path]:
-    """Draw ``throughput.png`` (see :func:`benchmarks._plots.throughput_plot`)."""
+    """Draw ``throughput.png`` (see :func:`actormem.benchmarks._plots.throughput_plot`)."""
     return throughput_plot(result, out_dir)

@@ -20,9 +20,9 @@ from pathlib import Path
 import anyio
 import msgspec
 
-from actors import MemoryRuntime, Message
-from actors.commands import Add
-from benchmarks._common import (
+from actormem.actors import MemoryRuntime, Message
+from actormem.actors.commands import Add
+from actormem.benchmarks._common import (
     BenchResult,
     Row,
     at_least,
@@ -31,7 +31,7 @@ from benchmarks._common import (
     rss_bytes,
     wait_processed,
 )
-from benchmarks._plots import memory_plot
+from actormem.benchmarks._plots import memory_plot
 
 NAME = "scale"
 
@@ -153,5 +153,5 @@ async def run(args: argparse.Namespace) -> list[Row]:
 
 
 def plot(result: BenchResult, out_dir: Path) -> list[Path]:
-    """Draw ``memory.png`` (see :func:`benchmarks._plots.memory_plot`)."""
+    """Draw ``memory.png`` (see :func:`actormem.benchmarks._plots.memory_plot`)."""
     return memory_plot(result, out_dir)

@@ -16,9 +16,9 @@ from pathlib import Path
 import anyio
 import tiktoken
 
-from actors import MemoryRuntime, Message
-from actors.commands import Add
-from benchmarks._common import (
+from actormem.actors import MemoryRuntime, Message
+from actormem.actors.commands import Add
+from actormem.benchmarks._common import (
     BenchResult,
     Row,
     at_least,
@@ -27,7 +27,7 @@ from benchmarks._common import (
     message_texts,
     timed_adds,
 )
-from benchmarks._plots import throughput_plot
+from actormem.benchmarks._plots import throughput_plot
 
 NAME = "throughput"
 
@@ -128,5 +128,5 @@ async def run(args: argparse.Namespace) -> list[Row]:
 
 
 def plot(result: BenchResult, out_dir: Path) -> list[Path]:
-    """Draw ``throughput.png`` (see :func:`benchmarks._plots.throughput_plot`)."""
+    """Draw ``throughput.png`` (see :func:`actormem.benchmarks._plots.throughput_plot`)."""
     return throughput_plot(result, out_dir)

@@ -3,11 +3,11 @@
 ``runtime`` knows nothing of memory semantics; the domain actors live in ``actors``.
 """
 
-from runtime._actor import Actor, ActorContext, ActorRef, split_address
-from runtime._envelope import Envelope, Reply
-from runtime._runtime import ActorFactory, Runtime, RuntimeStats
-from runtime.config import LoggingConfig, RuntimeConfig, SupervisionConfig, load_toml
-from runtime.errors import (
+from actormem.runtime._actor import Actor, ActorContext, ActorRef, split_address
+from actormem.runtime._envelope import Envelope, Reply
+from actormem.runtime._runtime import ActorFactory, Runtime, RuntimeStats
+from actormem.runtime.config import LoggingConfig, RuntimeConfig, SupervisionConfig, load_toml
+from actormem.runtime.errors import (
     ActorError,
     ActormemError,
     ActorNotFoundError,
@@ -21,9 +21,9 @@ from runtime.errors import (
     TooManyAsksError,
     TransportError,
 )
-from runtime.ids import new_id
-from runtime.tokens import TokenCounter, get_counter
-from runtime.transports import InProcessTransport, Transport, TransportHost
+from actormem.runtime.ids import new_id
+from actormem.runtime.tokens import TokenCounter, get_counter
+from actormem.runtime.transports import InProcessTransport, Transport, TransportHost
 
 __all__ = (
     "Actor",

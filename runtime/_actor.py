@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
-from runtime.errors import ActormemError
+from actormem.runtime.errors import ActormemError
 
 if TYPE_CHECKING:
-    from runtime._runtime import Runtime
+    from actormem.runtime._runtime import Runtime
 
 __all__ = ("Actor", "ActorContext", "ActorRef", "split_address")
 

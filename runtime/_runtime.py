@@ -24,12 +24,12 @@ import anyio.lowlevel
 import msgspec
 import structlog
 
-from runtime import _gc
-from runtime._actor import Actor, ActorContext, ActorRef, split_address
-from runtime._closing import AsyncClosing
-from runtime._envelope import Envelope, Reply
-from runtime.config import RuntimeConfig, SupervisionConfig
-from runtime.errors import (
+from actormem.runtime import _gc
+from actormem.runtime._actor import Actor, ActorContext, ActorRef, split_address
+from actormem.runtime._closing import AsyncClosing
+from actormem.runtime._envelope import Envelope, Reply
+from actormem.runtime.config import RuntimeConfig, SupervisionConfig
+from actormem.runtime.errors import (
     ActorError,
     ActorNotFoundError,
     ActorStoppedError,
@@ -39,8 +39,8 @@ from runtime.errors import (
     RuntimeClosedError,
     TooManyAsksError,
 )
-from runtime.transports.base import Transport
-from runtime.transports.memory import InProcessTransport
+from actormem.runtime.transports.base import Transport
+from actormem.runtime.transports.memory import InProcessTransport
 
 __all__ = ("ActorFactory", "Runtime", "RuntimeStats")
 

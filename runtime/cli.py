@@ -2,10 +2,12 @@
 
 ``runtime`` owns the frame: argument parsing, logging setup, and turning every
 error a user can cause into one line on stderr (exit status 2) instead of a
-traceback. The commands themselves come from the *app module* (``actors.cli``
-unless ``ACTORMEM_APP`` names another), loaded by name so that ``runtime`` never
-imports ``actors``. An app module defines ``add_commands(subparsers)``; each
-command sets ``func`` (called with the parsed arguments, returning the exit code).
+traceback. The commands themselves come from *command modules*, found through the
+``actormem.commands`` entry-point group (the application's ``simulate``, ``worker``
+and ``config``; the benchmarks' ``bench``), so that ``runtime`` imports neither the
+domain nor the benchmarks. ``ACTORMEM_APP`` may name one module to use instead. A
+command module defines ``add_commands(subparsers)``; each command sets ``func``
+(called with the parsed arguments, returning the exit code).
 """
 
 from __future__ import annotations
@@ -15,15 +17,17 @@ import importlib
 import os
 import sys
 from collections.abc import Callable, Sequence
+from importlib.metadata import entry_points
+from types import ModuleType
 from typing import NoReturn
 
-from runtime.errors import ActormemError
-from runtime.logging import configure_logging
+from actormem.runtime.errors import ActormemError
+from actormem.runtime.logging import configure_logging
 
 __all__ = ("OneLineParser", "main", "parser")
 
-#: The module that adds the commands, unless ``ACTORMEM_APP`` names another.
-DEFAULT_APP = "actors.cli"
+#: The entry-point group whose modules add the commands.
+COMMANDS_GROUP = "actormem.commands"
 EXIT_USAGE = 2
 
 
@@ -55,9 +59,18 @@ def parser() -> argparse.ArgumentParser:
     )
     subs = top.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     subs.required = True
-    app = importlib.import_module(os.environ.get("ACTORMEM_APP", DEFAULT_APP))
-    app.add_commands(subs)
+    for module in command_modules():
+        module.add_commands(subs)
     return top
+
+
+def command_modules() -> list[ModuleType]:
+    """The command modules: ``ACTORMEM_APP``'s, else the entry points', by name."""
+    named = os.environ.get("ACTORMEM_APP")
+    if named:
+        return [importlib.import_module(named)]
+    points = sorted(entry_points(group=COMMANDS_GROUP), key=lambda point: point.name)
+    return [importlib.import_module(point.value) for point in points]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -15,7 +15,7 @@ from typing import Any, Final, Literal, TypeVar
 
 import msgspec
 
-from runtime.errors import ConfigError
+from actormem.runtime.errors import ConfigError
 
 __all__ = (
     "DEFAULT_ASK_TIMEOUT",

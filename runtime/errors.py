@@ -21,7 +21,7 @@ boundary with ``raise ... from exc`` so the cause stays visible.
     │   ├── MessageTooLargeError     an encoded envelope is over the size limit
     │   ├── TransportUnavailableError  the broker (Redis) is unreachable or refuses
     │   └── MessageDecodeError       bytes that are not a valid envelope or reply
-    └── (actors) MemoryInputError    bad input to an agent memory (actors.errors)
+    └── (actors) MemoryInputError    bad input to an agent memory (actormem.actors.errors)
 
 ``actors`` defines its domain errors as subclasses of :class:`ActormemError` too.
 """

@@ -22,7 +22,7 @@ from typing import Any, Final
 
 import tiktoken
 
-from runtime.errors import ConfigError
+from actormem.runtime.errors import ConfigError
 
 __all__ = (
     "DEFAULT_ENCODING",

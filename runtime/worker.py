@@ -3,7 +3,7 @@
 :func:`run_worker` is a worker's whole life (the CLI's ``actormem worker`` calls
 it); :class:`WorkerProcesses` launches N of them as subprocesses for a
 simulation or a test, and stops or kills them. A subprocess runs
-``python -m runtime.worker``, which takes the ``[redis]`` section as JSON and the
+``python -m actormem.runtime.worker``, which takes the ``[redis]`` section as JSON and the
 actor kinds as ``module:function`` (a function that registers them on a runtime),
 so ``runtime`` never imports ``actors``.
 """
@@ -27,14 +27,14 @@ import anyio
 import msgspec
 import structlog
 
-from runtime._closing import AsyncClosing
-from runtime._runtime import Runtime
-from runtime.config import RuntimeConfig
-from runtime.errors import ConfigError, TransportUnavailableError
-from runtime.redis._client import connect, redis_errors
-from runtime.redis.config import RedisConfig
-from runtime.redis.keys import Keys
-from runtime.transports.redis import RedisTransport
+from actormem.runtime._closing import AsyncClosing
+from actormem.runtime._runtime import Runtime
+from actormem.runtime.config import RuntimeConfig
+from actormem.runtime.errors import ConfigError, TransportUnavailableError
+from actormem.runtime.redis._client import connect, redis_errors
+from actormem.runtime.redis.config import RedisConfig
+from actormem.runtime.redis.keys import Keys
+from actormem.runtime.transports.redis import RedisTransport
 
 __all__ = ("WorkerProcesses", "load_register", "run_worker")
 
@@ -182,7 +182,7 @@ class WorkerProcesses(AsyncClosing):
         args = [
             sys.executable,
             "-m",
-            "runtime.worker",
+            "actormem.runtime.worker",
             "--register",
             self.register,
             "--worker-id",
@@ -275,10 +275,10 @@ class WorkerProcesses(AsyncClosing):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m runtime.worker``: one worker process (see :class:`WorkerProcesses`)."""
-    from runtime.logging import configure_logging
+    """``python -m actormem.runtime.worker``: one worker process (see :class:`WorkerProcesses`)."""
+    from actormem.runtime.logging import configure_logging
 
-    parser = argparse.ArgumentParser(prog="python -m runtime.worker")
+    parser = argparse.ArgumentParser(prog="python -m actormem.runtime.worker")
     parser.add_argument("--register", required=True, help="module:function")
     parser.add_argument("--redis-json", required=True)
     parser.add_argument("--runtime-json", default="{}")

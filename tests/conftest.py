@@ -2,15 +2,36 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+import importlib.abc
+import sys
+from collections.abc import AsyncIterator, Callable, Sequence
+from types import ModuleType
 
 import pytest
 
-from actors import AppConfig, MemoryRuntime
-from runtime import InProcessTransport, Transport
-from runtime.logging import configure_logging
+from actormem.actors import AppConfig, MemoryRuntime
+from actormem.runtime import InProcessTransport, Transport
+from actormem.runtime.logging import configure_logging
 
 pytest_plugins = ["tests.redis_fixtures", "tests.faults.report"]
+
+
+class _OnlyThePackage(importlib.abc.MetaPathFinder):
+    """The repository's folders are importable from its root (pytest puts it on
+    sys.path for ``tests``); installed, they exist only under ``actormem``. A
+    reference to the bare names would pass here and fail for every user."""
+
+    BARE = frozenset({"runtime", "actors", "benchmarks"})
+
+    def find_spec(
+        self, name: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> None:
+        if name.partition(".")[0] in self.BARE:
+            raise ModuleNotFoundError(f"{name}: import it as actormem.{name}", name=name)
+        return None
+
+
+sys.meta_path.insert(0, _OnlyThePackage())
 
 # Every level reaches the processors, so structlog.testing.capture_logs sees info
 # events too; pytest keeps the output and shows it only for failing tests.

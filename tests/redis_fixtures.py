@@ -19,8 +19,8 @@ import anyio
 import pytest
 import redis.asyncio as aioredis
 
-from runtime.redis import EmbeddedRedis, RedisConfig, connect
-from runtime.transports.redis import RedisTransport
+from actormem.runtime.redis import EmbeddedRedis, RedisConfig, connect
+from actormem.runtime.transports.redis import RedisTransport
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

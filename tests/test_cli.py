@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from runtime.cli import main
+from actormem.runtime.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "runtime.cli", *args],
+        [sys.executable, "-m", "actormem.runtime.cli", *args],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -111,7 +111,7 @@ def test_config_command_prints_the_full_config(capsys: pytest.CaptureFixture[str
 
 
 def test_default_toml_documents_the_real_defaults() -> None:
-    from actors import AppConfig, load_app_config
+    from actormem.actors import AppConfig, load_app_config
 
     assert load_app_config(ROOT / "configs" / "default.toml") == AppConfig()
 

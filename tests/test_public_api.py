@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
+import pathlib
 
 import pytest
 
 
-@pytest.mark.parametrize("name", ["runtime", "actors", "runtime.transports"])
+@pytest.mark.parametrize(
+    "name", ["actormem", "actormem.runtime", "actormem.actors", "actormem.runtime.transports"]
+)
 def test_all_names_are_importable_and_complete(name: str) -> None:
     module = importlib.import_module(name)
     declared = set(module.__all__)
@@ -21,13 +25,32 @@ def test_all_names_are_importable_and_complete(name: str) -> None:
     assert public <= declared, f"{name} exports undeclared names: {public - declared}"
 
 
-def test_runtime_never_imports_actors() -> None:
-    import pathlib
-
-    root = pathlib.Path(importlib.import_module("runtime").__file__).parent
+def _imports(package: str) -> dict[str, set[str]]:
+    """Each module file of ``package`` with the modules it imports (absolute names)."""
+    root = pathlib.Path(importlib.import_module(package).__file__ or "").parent
+    found: dict[str, set[str]] = {}
     for path in root.rglob("*.py"):
-        text = path.read_text()
-        assert "from actors" not in text and "import actors" not in text, path
+        names: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names.add(node.module)
+        found[str(path)] = names
+    return found
+
+
+@pytest.mark.parametrize(
+    ("package", "never"),
+    [
+        ("actormem.runtime", ("actormem.actors", "actormem.benchmarks")),
+        ("actormem.actors", ("actormem.benchmarks",)),
+    ],
+)
+def test_the_arrows_point_one_way(package: str, never: tuple[str, ...]) -> None:
+    for path, names in _imports(package).items():
+        wrong = {n for n in names if n.startswith(never)}
+        assert not wrong, f"{path} imports {wrong}"
 
 
 def test_openai_is_imported_only_when_an_api_is_used() -> None:
@@ -37,9 +60,9 @@ def test_openai_is_imported_only_when_an_api_is_used() -> None:
     import sys
 
     code = (
-        "import sys, actors.app, actors.cli, runtime.worker\n"
-        "from actors.compression.llm import LLMSummarizer\n"
-        "from actors._embeddings import OpenAIEmbedder\n"
+        "import sys, actormem.actors.app, actormem.actors.cli, actormem.runtime.worker\n"
+        "from actormem.actors.compression.llm import LLMSummarizer\n"
+        "from actormem.actors._embeddings import OpenAIEmbedder\n"
         "print('openai' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -22,17 +22,17 @@ An agent gets offloaded content back through the ``context_reload`` tool
 the offload store.
 """
 
-from actors.compression.actor import (
+from actormem.actors.compression.actor import (
     COMPRESSOR_KIND,
     CompressorActor,
     compressor_address,
     compressor_factory,
     make_summarizer,
 )
-from actors.compression.config import PLAN_NOTE_TOOLS, CompressionConfig, LLMConfig
-from actors.compression.engine import compress, render_problems
-from actors.compression.llm import CircuitBreaker, LLMSummarizer
-from actors.compression.offload import (
+from actormem.actors.compression.config import PLAN_NOTE_TOOLS, CompressionConfig, LLMConfig
+from actormem.actors.compression.engine import compress, render_problems
+from actormem.actors.compression.llm import CircuitBreaker, LLMSummarizer
+from actormem.actors.compression.offload import (
     CONTEXT_RELOAD_TOOL,
     RELOAD_TOOL_NAME,
     ReloadArgumentsError,
@@ -42,8 +42,8 @@ from actors.compression.offload import (
     reload_ids,
     reload_tool_result,
 )
-from actors.compression.protocol import CompressionOutcome, CompressRequest
-from actors.compression.summarizers import OfflineSummarizer, RunUsage, Summarizer
+from actormem.actors.compression.protocol import CompressionOutcome, CompressRequest
+from actormem.actors.compression.summarizers import OfflineSummarizer, RunUsage, Summarizer
 
 __all__ = (
     "COMPRESSOR_KIND",

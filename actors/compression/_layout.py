@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from actors.compression.config import CompressionConfig
-from actors.conversation import group_units, leading_system_count
-from actors.messages import Message
+from actormem.actors.compression.config import CompressionConfig
+from actormem.actors.conversation import group_units, leading_system_count
+from actormem.actors.messages import Message
 
 __all__ = ("USER_ROLES", "Layout")
 
@@ -30,7 +30,7 @@ class Layout:
 
     Attributes:
         view: the messages.
-        units: the view's units (see :func:`actors.conversation.group_units`).
+        units: the view's units (see :func:`actormem.actors.conversation.group_units`).
         protected: indices of messages no strategy may change.
         first: index of the first message after the leading system messages.
         latest_user: index of the latest user (or agent_call) message, or None.

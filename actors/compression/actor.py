@@ -19,14 +19,14 @@ from typing import Any, Final
 
 import structlog
 
-from actors.compression.config import CompressionConfig
-from actors.compression.engine import compress
-from actors.compression.llm import CircuitBreaker, LLMSummarizer
-from actors.compression.protocol import CompressionOutcome, CompressRequest
-from actors.compression.summarizers import OfflineSummarizer, Summarizer
-from actors.errors import MemoryInputError
-from actors.messages import count_tokens
-from runtime import Actor, ActorContext, TokenCounter, get_counter
+from actormem.actors.compression.config import CompressionConfig
+from actormem.actors.compression.engine import compress
+from actormem.actors.compression.llm import CircuitBreaker, LLMSummarizer
+from actormem.actors.compression.protocol import CompressionOutcome, CompressRequest
+from actormem.actors.compression.summarizers import OfflineSummarizer, Summarizer
+from actormem.actors.errors import MemoryInputError
+from actormem.actors.messages import count_tokens
+from actormem.runtime import Actor, ActorContext, TokenCounter, get_counter
 
 __all__ = (
     "COMPRESSOR_KIND",
@@ -100,7 +100,7 @@ class CompressorActor(Actor):
             await summarizer.aclose()
 
     async def receive(self, message: Any) -> CompressionOutcome:
-        """Compress the request's view; see :func:`actors.compression.compress`."""
+        """Compress the request's view; see :func:`actormem.actors.compression.compress`."""
         if not isinstance(message, CompressRequest):
             raise MemoryInputError(
                 f"the compressor takes CompressRequest, got {type(message).__name__}"

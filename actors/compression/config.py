@@ -14,7 +14,7 @@ from typing import Final, Literal
 
 import msgspec
 
-from runtime.config import _Section
+from actormem.runtime.config import _Section
 
 __all__ = (
     "DEFAULT_LARGE_PAYLOAD_THRESHOLD",

@@ -2,7 +2,7 @@
 
 :func:`compress` is pure (no actor, no runtime): the compressor actor calls it,
 and tests call it directly. It runs the five strategies of
-:mod:`actors.compression.strategies` in order, lightest first, and goes round
+:mod:`actormem.actors.compression.strategies` in order, lightest first, and goes round
 again while any of them made progress, until the view is within its target
 (``compress_to`` of both limits, so the next compression is some messages
 away), no strategy can shrink it any more, the pass cap is reached or the time
@@ -14,7 +14,7 @@ What the reference systems leave to chance is checked here:
   and no more messages): otherwise the engine moves to the next strategy, so it
   can never loop;
 - after every pass the view must still render to a valid OpenAI message list
-  (no new problem from :func:`actors.conversation.check_openai_messages`); a pass
+  (no new problem from :func:`actormem.actors.conversation.check_openai_messages`); a pass
   that would break it is dropped and logged as a bug;
 - a timeout returns the view as it stood after the last finished pass;
 - when it stops over budget, ``note`` says why.
@@ -31,14 +31,14 @@ from typing import Final
 import anyio
 import structlog
 
-from actors.compression._layout import Layout
-from actors.compression.config import CompressionConfig
-from actors.compression.protocol import CompressionOutcome
-from actors.compression.strategies import STRATEGIES, PassContext, Strategy
-from actors.compression.summarizers import RunUsage, Summarizer
-from actors.conversation import check_openai_messages
-from actors.messages import Message, count_tokens
-from runtime.tokens import TokenCounter
+from actormem.actors.compression._layout import Layout
+from actormem.actors.compression.config import CompressionConfig
+from actormem.actors.compression.protocol import CompressionOutcome
+from actormem.actors.compression.strategies import STRATEGIES, PassContext, Strategy
+from actormem.actors.compression.summarizers import RunUsage, Summarizer
+from actormem.actors.conversation import check_openai_messages
+from actormem.actors.messages import Message, count_tokens
+from actormem.runtime.tokens import TokenCounter
 
 __all__ = ("compress", "render_problems")
 

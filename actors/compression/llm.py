@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, Any, Final
 import anyio
 import structlog
 
-from actors.compression.config import LLMConfig
-from actors.compression.offload import render_transcript
-from actors.compression.summarizers import OfflineSummarizer, Purpose, RunUsage
-from actors.messages import Message
-from runtime._closing import AsyncClosing
-from runtime.tokens import TokenCounter
+from actormem.actors.compression.config import LLMConfig
+from actormem.actors.compression.offload import render_transcript
+from actormem.actors.compression.summarizers import OfflineSummarizer, Purpose, RunUsage
+from actormem.actors.messages import Message
+from actormem.runtime._closing import AsyncClosing
+from actormem.runtime.tokens import TokenCounter
 
 if TYPE_CHECKING:
     import openai

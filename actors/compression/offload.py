@@ -15,8 +15,8 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
-from actors.errors import MemoryInputError
-from actors.messages import Message
+from actormem.actors.errors import MemoryInputError
+from actormem.actors.messages import Message
 
 __all__ = (
     "CONTEXT_RELOAD_TOOL",

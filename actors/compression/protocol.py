@@ -12,7 +12,7 @@ from typing import ClassVar
 
 import msgspec
 
-from actors.messages import Message
+from actormem.actors.messages import Message
 
 __all__ = ("CompressRequest", "CompressionOutcome")
 

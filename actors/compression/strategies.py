@@ -2,7 +2,7 @@
 
 Each strategy looks at the current view and returns a *candidate*: the next view
 and the originals it stored away, or None when it finds nothing to do. The engine
-(:mod:`actors.compression.engine`) keeps a candidate only if it shrank the view
+(:mod:`actormem.actors.compression.engine`) keeps a candidate only if it shrank the view
 and still renders to a valid OpenAI message list.
 
 1. :func:`compress_tool_runs`: runs of more than ``min_consecutive_tool_messages``
@@ -26,7 +26,7 @@ each replaces its span only if that shrinks it.
 Every replaced message is stored under a reload id that the replacement names,
 and a summary lists the ids of the messages it stands for in
 ``metadata["summarized_ids"]``. Protected messages (see
-:mod:`actors.compression._layout`) are never changed.
+:mod:`actormem.actors.compression._layout`) are never changed.
 """
 
 from __future__ import annotations
@@ -38,13 +38,13 @@ from typing import Any, Final
 import anyio
 import msgspec
 
-from actors.compression._layout import Layout
-from actors.compression.config import CompressionConfig
-from actors.compression.offload import offload_hint, preview
-from actors.compression.summarizers import Purpose, RunUsage, Summarizer
-from actors.messages import Message, count_tokens
-from runtime.ids import new_id
-from runtime.tokens import TokenCounter
+from actormem.actors.compression._layout import Layout
+from actormem.actors.compression.config import CompressionConfig
+from actormem.actors.compression.offload import offload_hint, preview
+from actormem.actors.compression.summarizers import Purpose, RunUsage, Summarizer
+from actormem.actors.messages import Message, count_tokens
+from actormem.runtime.ids import new_id
+from actormem.runtime.tokens import TokenCounter
 
 __all__ = (
     "STRATEGIES",

@@ -7,7 +7,7 @@ agent most needs later and a naive "first N words" cut loses), greedily so that
 each pick covers facts the summary does not hold yet, and keeps them in their
 original order under a header naming the speakers and tools of the span.
 
-The LLM summarizer (:mod:`actors.compression.llm`) falls back to this one.
+The LLM summarizer (:mod:`actormem.actors.compression.llm`) falls back to this one.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from typing import Final, Literal, Protocol
 
 import anyio.lowlevel
 
-from actors.compression.offload import strip_hints
-from actors.messages import Message
-from runtime.tokens import TokenCounter
+from actormem.actors.compression.offload import strip_hints
+from actormem.actors.messages import Message
+from actormem.runtime.tokens import TokenCounter
 
 __all__ = (
     "OfflineSummarizer",

@@ -34,10 +34,10 @@ from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 
-from runtime.errors import TransportError, TransportUnavailableError
-from runtime.redis._server import EmbeddedRedis
-from runtime.redis.config import RedisConfig
-from runtime.redis.keys import Keys
+from actormem.runtime.errors import TransportError, TransportUnavailableError
+from actormem.runtime.redis._server import EmbeddedRedis
+from actormem.runtime.redis.config import RedisConfig
+from actormem.runtime.redis.keys import Keys
 
 __all__ = (
     "blocking_twin",

@@ -1,6 +1,6 @@
 """The owner's side of a shard: read, deduplicate, deliver, load, store and ack.
 
-Functions here work on a :class:`~runtime.transports.redis.RedisTransport`'s
+Functions here work on a :class:`~actormem.runtime.transports.redis.RedisTransport`'s
 state; they live apart so the transport module stays one idea (sending and
 lifetimes) and this one another (consuming a shard).
 """
@@ -17,22 +17,22 @@ import anyio
 import redis.exceptions as rexc
 import structlog
 
-from runtime._envelope import Envelope, Reply
-from runtime.errors import (
+from actormem.runtime._envelope import Envelope, Reply
+from actormem.runtime.errors import (
     ActorError,
     HandlerError,
     MessageDecodeError,
     RuntimeClosedError,
     TransportError,
 )
-from runtime.redis import _scripts
-from runtime.redis._client import redis_errors, retrying, run_script
-from runtime.redis.durable import Durable, DurableChanges, is_durable
-from runtime.redis.keys import CONSUMER_GROUP, shard_of
+from actormem.runtime.redis import _scripts
+from actormem.runtime.redis._client import redis_errors, retrying, run_script
+from actormem.runtime.redis.durable import Durable, DurableChanges, is_durable
+from actormem.runtime.redis.keys import CONSUMER_GROUP, shard_of
 
 if TYPE_CHECKING:
-    from runtime._actor import Actor
-    from runtime.transports.redis import RedisTransport
+    from actormem.runtime._actor import Actor
+    from actormem.runtime.transports.redis import RedisTransport
 
 __all__ = (
     "Agent",

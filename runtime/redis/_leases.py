@@ -19,10 +19,10 @@ from typing import Any, Final
 import redis.asyncio as aioredis
 import structlog
 
-from runtime.errors import TransportUnavailableError
-from runtime.redis import _scripts
-from runtime.redis._client import eval_pipelined, redis_errors
-from runtime.redis.keys import Keys
+from actormem.runtime.errors import TransportUnavailableError
+from actormem.runtime.redis import _scripts
+from actormem.runtime.redis._client import eval_pipelined, redis_errors
+from actormem.runtime.redis.keys import Keys
 
 __all__ = ("LeaseManager",)
 

@@ -27,8 +27,8 @@ import anyio
 import redis.asyncio as aioredis
 import structlog
 
-from runtime.redis import _scripts
-from runtime.redis._client import eval_pipelined, redis_errors
+from actormem.runtime.redis import _scripts
+from actormem.runtime.redis._client import eval_pipelined, redis_errors
 
 __all__ = ("NO_DEADLINE", "Outbox")
 

@@ -22,8 +22,8 @@ from typing import Final
 import anyio
 import structlog
 
-from runtime._closing import AsyncClosing
-from runtime.errors import TransportUnavailableError
+from actormem.runtime._closing import AsyncClosing
+from actormem.runtime.errors import TransportUnavailableError
 
 __all__ = ("EmbeddedRedis", "find_redis_server", "free_port")
 

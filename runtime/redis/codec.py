@@ -8,7 +8,7 @@ back into its own class and is validated on the way. Plain scalars and lists
 A command class may declare ``reply_type: ClassVar[Any]``; the asker then decodes
 the reply's value into that type (``list[Message]``, say) instead of plain
 msgpack values. An error travels as its type name and text and is rebuilt as
-the registered error class of that name (every ``runtime.errors`` class is
+the registered error class of that name (every ``actormem.runtime.errors`` class is
 registered; ``actors`` registers its own), else as :class:`HandlerError`.
 """
 
@@ -19,9 +19,9 @@ from typing import Any, Final, Union
 
 import msgspec
 
-from runtime import errors as _errors
-from runtime._envelope import Envelope, Reply
-from runtime.errors import ActorError, HandlerError, MessageDecodeError, TransportError
+from actormem.runtime import errors as _errors
+from actormem.runtime._envelope import Envelope, Reply
+from actormem.runtime.errors import ActorError, HandlerError, MessageDecodeError, TransportError
 
 __all__ = (
     "Codec",
@@ -73,7 +73,7 @@ class Codec:
     Args:
         message_types: tagged Struct classes bodies may be.
         error_types: exception classes rebuilt by name on the asking side (every
-            ``runtime.errors`` class is, always).
+            ``actormem.runtime.errors`` class is, always).
     """
 
     def __init__(

@@ -10,7 +10,7 @@ from typing import Any, Final, Literal
 import msgspec
 from redis.connection import parse_url
 
-from runtime.config import _Section
+from actormem.runtime.config import _Section
 
 __all__ = (
     "DEFAULT_BLOCK_MS",

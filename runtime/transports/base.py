@@ -13,10 +13,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from runtime._envelope import Envelope, Reply
+from actormem.runtime._envelope import Envelope, Reply
 
 if TYPE_CHECKING:
-    from runtime._actor import Actor
+    from actormem.runtime._actor import Actor
 
 __all__ = ("Transport", "TransportHost")
 

@@ -6,9 +6,9 @@ No encoding and no copying: the fastest path, and the test double for the others
 
 from __future__ import annotations
 
-from runtime._envelope import Envelope, Reply
-from runtime.errors import RuntimeClosedError
-from runtime.transports.base import Transport, TransportHost
+from actormem.runtime._envelope import Envelope, Reply
+from actormem.runtime.errors import RuntimeClosedError
+from actormem.runtime.transports.base import Transport, TransportHost
 
 __all__ = ("InProcessTransport",)
 

@@ -2,10 +2,10 @@
 
 Every envelope is msgpack on the stream of its recipient's shard (a stable hash
 of the address). A *worker* transport owns shards through leases (see
-``runtime.redis._leases``) and reads each owned shard through the consumer group
+``actormem.runtime.redis._leases``) and reads each owned shard through the consumer group
 ``workers``; it delivers entries to its runtime's local cells and XACKs an entry
 only once the handler's effect is stored (the runtime's ``handled`` hook): for a
-:class:`~runtime.redis.durable.Durable` actor the state changes, the command's id
+:class:`~actormem.runtime.redis.durable.Durable` actor the state changes, the command's id
 and the XACK are one fenced Lua call. A *client* transport (``worker=False``)
 only sends, and reads the replies to its asks from its own reply stream.
 
@@ -51,9 +51,9 @@ import msgspec
 import redis.asyncio as aioredis
 import structlog
 
-from runtime._actor import Actor
-from runtime._envelope import Envelope, Reply
-from runtime.errors import (
+from actormem.runtime._actor import Actor
+from actormem.runtime._envelope import Envelope, Reply
+from actormem.runtime.errors import (
     MailboxFullError,
     MessageDecodeError,
     MessageTooLargeError,
@@ -61,15 +61,15 @@ from runtime.errors import (
     TransportError,
     TransportUnavailableError,
 )
-from runtime.ids import new_id
-from runtime.redis._client import (
+from actormem.runtime.ids import new_id
+from actormem.runtime.redis._client import (
     blocking_twin,
     check_server,
     connect,
     redis_errors,
     retrying,
 )
-from runtime.redis._consumer import (
+from actormem.runtime.redis._consumer import (
     Agent,
     Shard,
     StreamEnvelope,
@@ -82,13 +82,13 @@ from runtime.redis._consumer import (
     retry,
     starting,
 )
-from runtime.redis._leases import LeaseManager
-from runtime.redis._outbox import NO_DEADLINE, Outbox
-from runtime.redis._server import EmbeddedRedis
-from runtime.redis.codec import Codec, default_codec
-from runtime.redis.config import RedisConfig
-from runtime.redis.keys import Keys, shard_of
-from runtime.transports.base import Transport, TransportHost
+from actormem.runtime.redis._leases import LeaseManager
+from actormem.runtime.redis._outbox import NO_DEADLINE, Outbox
+from actormem.runtime.redis._server import EmbeddedRedis
+from actormem.runtime.redis.codec import Codec, default_codec
+from actormem.runtime.redis.config import RedisConfig
+from actormem.runtime.redis.keys import Keys, shard_of
+from actormem.runtime.transports.base import Transport, TransportHost
 
 __all__ = ("RedisTransport", "RedisTransportStats")
 
@@ -153,7 +153,7 @@ class RedisTransport(Transport):
         config: the ``[redis]`` section.
         worker: own shards and host actors (True), or only send and ask (False).
         codec: how bodies, replies and errors are encoded (the default codec,
-            where :func:`~runtime.redis.codec.register_message_types` registers).
+            where :func:`~actormem.runtime.redis.codec.register_message_types` registers).
         worker_id: this process's name in leases and consumer groups.
 
     Example::

@@ -7,8 +7,8 @@ import json
 import anyio
 import pytest
 
-from actors import AppConfig, MemoryRuntime, Message, ToolCall, check_openai_messages
-from actors.compression import CompressionConfig
+from actormem.actors import AppConfig, MemoryRuntime, Message, ToolCall, check_openai_messages
+from actormem.actors.compression import CompressionConfig
 
 pytestmark = pytest.mark.anyio
 
@@ -129,9 +129,9 @@ async def test_compression_can_be_turned_off() -> None:
 
 
 async def test_a_compression_result_nobody_asked_for_changes_nothing() -> None:
-    from actors.commands import CompressionDone
-    from actors.compression import CompressionOutcome
-    from actors.errors import MemoryInputError
+    from actormem.actors.commands import CompressionDone
+    from actormem.actors.compression import CompressionOutcome
+    from actormem.actors.errors import MemoryInputError
 
     async with MemoryRuntime(small()) as rt:
         mem = rt.memory("ana")

@@ -17,8 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from actors import MemoryInputError, MemoryRuntime, Message
-from actors.commands import (
+from actormem.actors import MemoryInputError, MemoryRuntime, Message
+from actormem.actors.commands import (
     Add,
     Clear,
     Context,
@@ -29,9 +29,9 @@ from actors.commands import (
     Retrieve,
     StartEpisode,
 )
-from actors.insights import Insight, InsightDelivery
-from actors.memory import AgentMemory, memory_factory
-from runtime import ActorContext
+from actormem.actors.insights import Insight, InsightDelivery
+from actormem.actors.memory import AgentMemory, memory_factory
+from actormem.runtime import ActorContext
 
 ROLES = ("user", "assistant", "system")
 WORDS = ("vault", "code", "bread", "river", "market", "lamp", "bridge", "owl")

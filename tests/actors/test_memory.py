@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from actors import (
+from actormem.actors import (
     ContextBudgetError,
     MemoryExport,
     MemoryInputError,
@@ -16,7 +16,7 @@ from actors import (
     ToolCall,
     check_openai_messages,
 )
-from runtime import get_counter
+from actormem.runtime import get_counter
 
 pytestmark = pytest.mark.anyio
 
@@ -291,8 +291,8 @@ async def test_bad_agent_names() -> None:
 async def test_durable_state_round_trips_through_changes_and_restore(
     memory_rt: MemoryRuntime,
 ) -> None:
-    from actors.memory import AgentMemory, memory_factory
-    from runtime import ActorContext
+    from actormem.actors.memory import AgentMemory, memory_factory
+    from actormem.runtime import ActorContext
 
     factory = memory_factory(memory_rt.app_config)
     first = factory(ActorContext(memory_rt, "memory/durable"))
@@ -308,7 +308,7 @@ async def test_durable_state_round_trips_through_changes_and_restore(
         snapshot = snap if snap is not None else snapshot
         return reply
 
-    from actors.commands import Add, Clear, Delete, Search
+    from actormem.actors.commands import Add, Clear, Delete, Search
 
     msgs = chat()
     await apply(Add(messages=msgs[:4]))

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors import MemoryInputError, Message, ToolCall
-from actors.messages import (
+from actormem.actors import MemoryInputError, Message, ToolCall
+from actormem.actors.messages import (
     count_tokens,
     decode_message,
     decode_messages,
@@ -99,7 +99,7 @@ def test_to_openai_renders_tool_calls_structured_content_and_safe_names() -> Non
 def test_the_fast_token_count_equals_the_rendered_one(
     role: str, content: str, name: str | None
 ) -> None:
-    from runtime import get_counter
+    from actormem.runtime import get_counter
 
     counter = get_counter()
     m = Message(role=role, content=content or "x", name=name)  # type: ignore[arg-type]

@@ -9,9 +9,15 @@ import anyio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from actors import ContextBudgetError, MemoryRuntime, Message, ToolCall, check_openai_messages
-from actors.conversation import group_units
-from runtime import get_counter
+from actormem.actors import (
+    ContextBudgetError,
+    MemoryRuntime,
+    Message,
+    ToolCall,
+    check_openai_messages,
+)
+from actormem.actors.conversation import group_units
+from actormem.runtime import get_counter
 
 WORDS = st.text(alphabet="abcdefgh ijklmnop", min_size=1, max_size=60)
 

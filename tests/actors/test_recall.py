@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from actors import AppConfig, MemoryRuntime, Message, ToolCall, check_openai_messages
-from actors.longterm import LongTermConfig
-from actors.retention import RetentionConfig
-from runtime import get_counter
+from actormem.actors import AppConfig, MemoryRuntime, Message, ToolCall, check_openai_messages
+from actormem.actors.longterm import LongTermConfig
+from actormem.actors.retention import RetentionConfig
+from actormem.runtime import get_counter
 
 pytestmark = pytest.mark.anyio
 

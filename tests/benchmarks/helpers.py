@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from benchmarks._common import Row
+from actormem.benchmarks._common import Row
 
 
 def check_rows(name: str, rows: Sequence[Row]) -> None:

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from benchmarks.__main__ import build_parser
+from actormem.benchmarks.__main__ import build_parser
 from tests.benchmarks.helpers import check_rows
 
 pytestmark = pytest.mark.anyio
@@ -27,7 +27,7 @@ TINY = {
 @pytest.mark.parametrize("name", sorted(TINY))
 async def test_benchmark_runs_at_tiny_size(name: str) -> None:
     args = build_parser().parse_args([name, *TINY[name]])
-    check_rows(name, await importlib.import_module(f"benchmarks.{name}").run(args))
+    check_rows(name, await importlib.import_module(f"actormem.benchmarks.{name}").run(args))
 
 
 async def test_load_with_max_inflight_reports_what_it_did_not_send() -> None:
@@ -36,7 +36,7 @@ async def test_load_with_max_inflight_reports_what_it_did_not_send() -> None:
     # is checked: a row for them, and nothing sent failed.
     argv = ["load", "--agents", "2", "--rate", "5000", "--duration", "0.5", "--quiet"]
     args = build_parser().parse_args([*argv, "--max-inflight", "1", "--mix", "1"])
-    rows = await importlib.import_module("benchmarks.load").run(args)
+    rows = await importlib.import_module("actormem.benchmarks.load").run(args)
     figures = {row.name: row.value for row in rows}
     assert figures["commands sent (in-process)"] >= 1
     assert figures["not sent: --max-inflight asks already waiting"] >= 0
@@ -61,7 +61,10 @@ async def test_load_with_max_inflight_reports_what_it_did_not_send() -> None:
 )
 def test_a_bad_option_is_one_line_and_exit_status_2(argv: list[str], message: str) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks", *argv], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "actormem.benchmarks", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 2
     assert proc.stdout == ""

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from actors import Message
-from actors.commands import Add, Get
-from actors.config import load_app_config
-from benchmarks.__main__ import build_parser
-from benchmarks._redis import client_runtime, workers
-from benchmarks.load import run
-from runtime.redis import connect
+from actormem.actors import Message
+from actormem.actors.commands import Add, Get
+from actormem.actors.config import load_app_config
+from actormem.benchmarks.__main__ import build_parser
+from actormem.benchmarks._redis import client_runtime, workers
+from actormem.benchmarks.load import run
+from actormem.runtime.redis import connect
 from tests.benchmarks.helpers import check_rows
 
 pytestmark = pytest.mark.anyio
@@ -61,7 +61,7 @@ async def test_load_on_a_running_deployment_touches_only_its_own_agents(
 
 def bench(*argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "benchmarks", "load", *argv, "--duration", "1", "--quiet"],
+        [sys.executable, "-m", "actormem.benchmarks", "load", *argv, "--duration", "1", "--quiet"],
         capture_output=True,
         text=True,
         timeout=120,

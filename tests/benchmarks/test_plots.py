@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks._common import BenchResult, Row, write_result
-from benchmarks._plots import distributed_plot, latency_plot, memory_plot, throughput_plot
+from actormem.benchmarks._common import BenchResult, Row, write_result
+from actormem.benchmarks._plots import distributed_plot, latency_plot, memory_plot, throughput_plot
 
 
 def _result(name: str, rows: list[Row]) -> BenchResult:

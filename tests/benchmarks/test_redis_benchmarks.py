@@ -7,7 +7,7 @@ import importlib
 
 import pytest
 
-from benchmarks.__main__ import build_parser
+from actormem.benchmarks.__main__ import build_parser
 from tests.benchmarks.helpers import check_rows
 
 pytestmark = pytest.mark.anyio
@@ -45,7 +45,7 @@ TINY = {
 @pytest.mark.parametrize("name", sorted(TINY))
 async def test_benchmark_runs_at_tiny_size(name: str) -> None:
     args = build_parser().parse_args([name, *TINY[name]])
-    rows = await importlib.import_module(f"benchmarks.{name}").run(args)
+    rows = await importlib.import_module(f"actormem.benchmarks.{name}").run(args)
     check_rows(name, rows)
     measured = [row for row in rows if row.unit in ("msg/s", "ask/s", "cmd/s", "ms", "us", "B")]
     assert measured, f"{name} reported no measured figure"

@@ -9,10 +9,10 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from actors.compression import CompressionOutcome, reload_ids
-from actors.compression.engine import render_problems
-from actors.messages import Message, ToolCall, count_tokens
-from runtime.tokens import get_counter
+from actormem.actors.compression import CompressionOutcome, reload_ids
+from actormem.actors.compression.engine import render_problems
+from actormem.actors.messages import Message, ToolCall, count_tokens
+from actormem.runtime.tokens import get_counter
 
 _call_ids = itertools.count(1)
 _INDEX = re.compile(r"^\[\w+\] ")

@@ -11,7 +11,7 @@ import msgspec
 import pytest
 from structlog.testing import capture_logs
 
-from actors.compression import (
+from actormem.actors.compression import (
     COMPRESSOR_KIND,
     CompressionConfig,
     CompressionOutcome,
@@ -20,9 +20,9 @@ from actors.compression import (
     compressor_address,
     compressor_factory,
 )
-from actors.errors import MemoryInputError
-from actors.messages import Message
-from runtime import Runtime
+from actormem.actors.errors import MemoryInputError
+from actormem.actors.messages import Message
+from actormem.runtime import Runtime
 from tests.compression._build import assert_valid, assistant, chatter, counted, system, user
 from tests.support.openai_server import OpenAIStub
 

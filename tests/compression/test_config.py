@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from actors.compression import CompressionConfig, LLMConfig
-from runtime.config import decode_config
-from runtime.errors import ConfigError
+from actormem.actors.compression import CompressionConfig, LLMConfig
+from actormem.runtime.config import decode_config
+from actormem.runtime.errors import ConfigError
 
 
 def test_defaults_are_autocontext_defaults() -> None:

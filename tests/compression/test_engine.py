@@ -10,17 +10,17 @@ import msgspec
 import pytest
 from structlog.testing import capture_logs
 
-from actors.compression import (
+from actormem.actors.compression import (
     CompressionConfig,
     OfflineSummarizer,
     RunUsage,
     compress,
     render_problems,
 )
-from actors.compression.strategies import STRATEGIES, Candidate, PassContext
-from actors.compression.summarizers import Purpose
-from actors.messages import Message
-from runtime.tokens import get_counter
+from actormem.actors.compression.strategies import STRATEGIES, Candidate, PassContext
+from actormem.actors.compression.summarizers import Purpose
+from actormem.actors.messages import Message
+from actormem.runtime.tokens import get_counter
 from tests.compression._build import (
     assert_valid,
     assistant,

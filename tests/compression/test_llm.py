@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from actors.compression import (
+from actormem.actors.compression import (
     CircuitBreaker,
     CompressionConfig,
     LLMConfig,
@@ -17,8 +17,8 @@ from actors.compression import (
     compress,
     make_summarizer,
 )
-from actors.messages import Message
-from runtime.tokens import get_counter
+from actormem.actors.messages import Message
+from actormem.runtime.tokens import get_counter
 from tests.compression._build import assert_valid, assistant, chatter, counted, system, user
 from tests.support.openai_server import OpenAIStub
 
@@ -235,7 +235,7 @@ def test_the_breaker_opens_after_failures_and_closes_after_a_good_trial(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     now = [1000.0]
-    monkeypatch.setattr("actors.compression.llm.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("actormem.actors.compression.llm.time.monotonic", lambda: now[0])
     breaker = CircuitBreaker(failures=2, reset_after=30)
     breaker.record_failure()
     assert not breaker.is_open

@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from actors.compression import CompressionConfig, OfflineSummarizer, compress
-from actors.messages import Message
-from runtime.tokens import get_counter
+from actormem.actors.compression import CompressionConfig, OfflineSummarizer, compress
+from actormem.actors.messages import Message
+from actormem.runtime.tokens import get_counter
 from tests.compression._build import (
     assert_valid,
     assistant,

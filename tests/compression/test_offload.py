@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from actors.compression import (
+from actormem.actors.compression import (
     CONTEXT_RELOAD_TOOL,
     ReloadArgumentsError,
     format_reloaded,
@@ -15,8 +15,8 @@ from actors.compression import (
     reload_ids,
     reload_tool_result,
 )
-from actors.compression.offload import preview, strip_hints
-from actors.errors import MemoryInputError
+from actormem.actors.compression.offload import preview, strip_hints
+from actormem.actors.errors import MemoryInputError
 from tests.compression._build import tool_unit, user
 
 

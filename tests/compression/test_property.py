@@ -9,9 +9,14 @@ import anyio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from actors.compression import CompressionConfig, CompressionOutcome, OfflineSummarizer, compress
-from actors.messages import Message, ToolCall, count_tokens
-from runtime.tokens import get_counter
+from actormem.actors.compression import (
+    CompressionConfig,
+    CompressionOutcome,
+    OfflineSummarizer,
+    compress,
+)
+from actormem.actors.messages import Message, ToolCall, count_tokens
+from actormem.runtime.tokens import get_counter
 from tests.compression._build import assert_valid, counted, reachable_text
 
 WORDS = (

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import actors.compression as compression
+import actormem.actors.compression as compression
 
 
 def test_all_names_are_importable_and_unique() -> None:

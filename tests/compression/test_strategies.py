@@ -7,21 +7,21 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from actors.compression import (
+from actormem.actors.compression import (
     CompressionConfig,
     CompressionOutcome,
     OfflineSummarizer,
     compress,
 )
-from actors.compression.strategies import (
+from actormem.actors.compression.strategies import (
     compress_current_round,
     compress_tool_runs,
     offload_large,
     offload_large_keep_recent,
     summarize_rounds,
 )
-from actors.messages import Message, ToolCall
-from runtime.tokens import get_counter
+from actormem.actors.messages import Message, ToolCall
+from actormem.runtime.tokens import get_counter
 from tests.compression._build import (
     assert_valid,
     assistant,

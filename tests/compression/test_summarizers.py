@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from actors.compression import OfflineSummarizer, RunUsage
-from actors.compression.summarizers import extract_facts
-from actors.messages import Message
-from runtime.tokens import get_counter
+from actormem.actors.compression import OfflineSummarizer, RunUsage
+from actormem.actors.compression.summarizers import extract_facts
+from actormem.actors.messages import Message
+from actormem.runtime.tokens import get_counter
 from tests.compression._build import assistant, chatter, tool_unit, user
 
 pytestmark = pytest.mark.anyio

@@ -31,8 +31,8 @@ from typing import Any
 import msgspec
 import redis.asyncio as aioredis
 
-from actors.messages import Message, decode_message
-from runtime.redis import Keys, shard_of
+from actormem.actors.messages import Message, decode_message
+from actormem.runtime.redis import Keys, shard_of
 
 __all__ = (
     "Applied",

@@ -14,13 +14,13 @@ from typing import Final
 
 import msgspec
 
-import actors.app  # noqa: F401 (registers the app's message types with the codec)
-from actors.commands import Add, AddResult, Context, Get, Search
-from actors.insights import Insight, InsightDelivery
-from actors.messages import Message, ToolCall, encode_message
-from actors.pool_commands import Share
-from runtime._envelope import Envelope, Reply
-from runtime.redis import default_codec
+import actormem.actors.app  # noqa: F401 (registers the app's message types with the codec)
+from actormem.actors.commands import Add, AddResult, Context, Get, Search
+from actormem.actors.insights import Insight, InsightDelivery
+from actormem.actors.messages import Message, ToolCall, encode_message
+from actormem.actors.pool_commands import Share
+from actormem.runtime._envelope import Envelope, Reply
+from actormem.runtime.redis import default_codec
 
 __all__ = ("deep", "huge_lengths", "mutants", "real_frames")
 

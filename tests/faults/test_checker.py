@@ -6,9 +6,9 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from actors import AppConfig, MemoryRuntime, Message
-from runtime import Transport
-from runtime.redis import RedisConfig
+from actormem.actors import AppConfig, MemoryRuntime, Message
+from actormem.runtime import Transport
+from actormem.runtime.redis import RedisConfig
 from tests.faults.checker import (
     Applied,
     History,

@@ -1,7 +1,7 @@
 """Malformed configs and command lines: one clear line on stderr each, exit status 2.
 
-Every case runs through ``runtime.cli.main`` in this process (fast), and a few
-also through ``python -m runtime.cli`` in subprocesses, as a user runs them
+Every case runs through ``actormem.runtime.cli.main`` in this process (fast), and a few
+also through ``python -m actormem.runtime.cli`` in subprocesses, as a user runs them
 (concurrently: each pays the interpreter's start-up of about a second).
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import structlog
 
-from runtime.cli import main
+from actormem.runtime.cli import main
 
 pytestmark = pytest.mark.faults
 
@@ -65,7 +65,7 @@ def run_all(argvs: Sequence[tuple[str, ...]], cwd: Path) -> list[subprocess.Comp
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "runtime.cli", *argv],
+            [sys.executable, "-m", "actormem.runtime.cli", *argv],
             cwd=cwd,
             env=env,
             stdout=subprocess.PIPE,

@@ -11,10 +11,10 @@ from __future__ import annotations
 import pytest
 import redis.asyncio as aioredis
 
-from actors import AppConfig, MemoryRuntime, Message
-from runtime import HandlerError
-from runtime.redis import Keys, RedisConfig, shard_of
-from runtime.transports.redis import RedisTransport
+from actormem.actors import AppConfig, MemoryRuntime, Message
+from actormem.runtime import HandlerError
+from actormem.runtime.redis import Keys, RedisConfig, shard_of
+from actormem.runtime.transports.redis import RedisTransport
 from tests.faults.checker import History, observe_memory
 from tests.faults.report import Recorder
 

@@ -16,13 +16,13 @@ import msgspec
 import pytest
 import redis.asyncio as aioredis
 
-from actors import AppConfig, MemoryRuntime, Message
-from actors.commands import Get
-from runtime import MessageTooLargeError
-from runtime._envelope import Envelope
-from runtime.errors import MessageDecodeError
-from runtime.redis import Keys, RedisConfig, _scripts, default_codec, shard_of
-from runtime.transports.redis import RedisTransport
+from actormem.actors import AppConfig, MemoryRuntime, Message
+from actormem.actors.commands import Get
+from actormem.runtime import MessageTooLargeError
+from actormem.runtime._envelope import Envelope
+from actormem.runtime.errors import MessageDecodeError
+from actormem.runtime.redis import Keys, RedisConfig, _scripts, default_codec, shard_of
+from actormem.runtime.transports.redis import RedisTransport
 from tests.faults.checker import History, observe_memory
 from tests.faults.frames import deep, mutants, real_frames
 from tests.redis.helpers import eventually

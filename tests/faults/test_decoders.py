@@ -1,8 +1,8 @@
 """Bad input against every decoder: only the documented errors, and bounded memory.
 
 The decoders: envelopes, replies and the reply address of a bad ask
-(``runtime.redis.codec``), stored messages (``actors.messages``) and config
-(``runtime.config.decode_config``). Their documented errors:
+(``actormem.runtime.redis.codec``), stored messages (``actormem.actors.messages``) and config
+(``actormem.runtime.config.decode_config``). Their documented errors:
 ``MessageDecodeError`` for frames, ``MemoryInputError`` for messages,
 ``ConfigError`` for config; ``reply_address`` never raises.
 
@@ -23,12 +23,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from actors.config import AppConfig
-from actors.errors import MemoryInputError
-from actors.messages import decode_message, decode_messages
-from runtime.config import decode_config
-from runtime.errors import ConfigError, MessageDecodeError
-from runtime.redis import default_codec
+from actormem.actors.config import AppConfig
+from actormem.actors.errors import MemoryInputError
+from actormem.actors.messages import decode_message, decode_messages
+from actormem.runtime.config import decode_config
+from actormem.runtime.errors import ConfigError, MessageDecodeError
+from actormem.runtime.redis import default_codec
 from tests.faults.frames import deep, huge_lengths, mutants, real_frames
 from tests.faults.report import full_size
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from actors import MemoryRuntime, check_openai_messages
+from actormem.actors import MemoryRuntime, check_openai_messages
 from tests.actors.test_recall import recall_block
 
 pytestmark = [pytest.mark.faults, pytest.mark.anyio]

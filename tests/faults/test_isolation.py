@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from actors import (
+from actormem.actors import (
     AppConfig,
     InsightSignatureError,
     MemoryInputError,
@@ -26,10 +26,10 @@ from actors import (
     PoolConfig,
     pool_commands,
 )
-from actors import commands as memory_commands
-from actors.commands import CompressionDone, MemoryExport, Vouch
-from actors.compression import CompressionOutcome
-from actors.pool_commands import (
+from actormem.actors import commands as memory_commands
+from actormem.actors.commands import CompressionDone, MemoryExport, Vouch
+from actormem.actors.compression import CompressionOutcome
+from actormem.actors.pool_commands import (
     DeliveryOutcome,
     GetPoolStats,
     QueryInsights,
@@ -38,7 +38,7 @@ from actors.pool_commands import (
     Subscribe,
     Unsubscribe,
 )
-from runtime import Transport
+from actormem.runtime import Transport
 from tests.faults.checker import History, observe_memory
 from tests.faults.report import Recorder
 

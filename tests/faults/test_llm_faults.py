@@ -16,8 +16,8 @@ import anyio
 import pytest
 from structlog.testing import capture_logs
 
-from actors import AppConfig, MemoryRuntime, Message, check_openai_messages
-from actors.compression import CompressionConfig, LLMConfig
+from actormem.actors import AppConfig, MemoryRuntime, Message, check_openai_messages
+from actormem.actors.compression import CompressionConfig, LLMConfig
 from tests.faults.checker import History, observe_memory
 from tests.faults.report import Recorder
 from tests.support.openai_server import OpenAIStub

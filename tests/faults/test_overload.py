@@ -45,11 +45,11 @@ import anyio
 import msgspec
 import pytest
 
-from runtime import Actor, ActorContext, Runtime, RuntimeConfig
-from runtime.errors import AskTimeoutError, MailboxFullError
-from runtime.redis import Keys, RedisConfig, register_message_types, shard_of
-from runtime.redis._client import connect
-from runtime.transports.redis import RedisTransport
+from actormem.runtime import Actor, ActorContext, Runtime, RuntimeConfig
+from actormem.runtime.errors import AskTimeoutError, MailboxFullError
+from actormem.runtime.redis import Keys, RedisConfig, register_message_types, shard_of
+from actormem.runtime.redis._client import connect
+from actormem.runtime.transports.redis import RedisTransport
 from tests.faults.checker import Applied, History
 from tests.faults.report import Recorder, full_size
 

@@ -22,8 +22,8 @@ import msgspec
 import pytest
 import redis.asyncio as aioredis
 
-from runtime import ActorStoppedError, HandlerError, Runtime, SupervisionConfig
-from runtime.redis import (
+from actormem.runtime import ActorStoppedError, HandlerError, Runtime, SupervisionConfig
+from actormem.runtime.redis import (
     EmbeddedRedis,
     Keys,
     RedisConfig,
@@ -32,7 +32,7 @@ from runtime.redis import (
     free_port,
     shard_of,
 )
-from runtime.worker import WorkerProcesses
+from actormem.runtime.worker import WorkerProcesses
 from tests.faults.checker import Applied, History, Verdict
 from tests.faults.report import Recorder, full_size
 from tests.redis.actors import Add, Boom, Flaky, GetState, Ledger

@@ -28,11 +28,11 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from actors import AppConfig
-from runtime import Runtime, RuntimeConfig
-from runtime.config import decode_config
-from runtime.errors import ConfigError, TransportError, TransportUnavailableError
-from runtime.redis import (
+from actormem.actors import AppConfig
+from actormem.runtime import Runtime, RuntimeConfig
+from actormem.runtime.config import decode_config
+from actormem.runtime.errors import ConfigError, TransportError, TransportUnavailableError
+from actormem.runtime.redis import (
     RedisConfig,
     check_server,
     connect,
@@ -40,8 +40,8 @@ from runtime.redis import (
     free_port,
     redis_errors,
 )
-from runtime.transports.redis import RedisTransport
-from runtime.worker import WorkerProcesses
+from actormem.runtime.transports.redis import RedisTransport
+from actormem.runtime.worker import WorkerProcesses
 from tests.faults.test_cli_input import assert_one_line, run_all, run_here
 from tests.redis.actors import Add, GetState, register
 from tests.redis_fixtures import short_config

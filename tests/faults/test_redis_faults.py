@@ -20,10 +20,10 @@ import redis.exceptions as rexc
 import structlog
 from redis.asyncio.client import Pipeline
 
-from actors import AppConfig, MemoryRuntime, Message
-from runtime import Runtime, RuntimeConfig, TransportError
-from runtime.redis import EmbeddedRedis, RedisConfig, _scripts, connect
-from runtime.transports.redis import RedisTransport
+from actormem.actors import AppConfig, MemoryRuntime, Message
+from actormem.runtime import Runtime, RuntimeConfig, TransportError
+from actormem.runtime.redis import EmbeddedRedis, RedisConfig, _scripts, connect
+from actormem.runtime.transports.redis import RedisTransport
 from tests.faults.checker import Applied, History, observe_memory
 from tests.faults.report import Recorder
 from tests.redis.actors import Add, GetState
@@ -304,7 +304,7 @@ async def test_a_redis_that_may_evict_keys_is_refused_at_start(tmp_path: Path) -
         (tmp_path / "w.toml").write_text(f'[redis]\nurl = "{server.url}"\n')
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         result = await anyio.run_process(
-            [sys.executable, "-m", "runtime.cli", "worker", "w.toml"],
+            [sys.executable, "-m", "actormem.runtime.cli", "worker", "w.toml"],
             cwd=tmp_path,
             env=env,
             check=False,

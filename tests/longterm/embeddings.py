@@ -7,7 +7,7 @@ embedding relevance (which sees synonyms) from BM25 (which does not).
 
 from __future__ import annotations
 
-from actors._bm25 import tokenize
+from actormem.actors._bm25 import tokenize
 
 CONCEPTS = [
     {"car", "automobile", "vehicle", "sedan"},

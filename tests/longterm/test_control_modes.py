@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from actors.conversation import check_openai_messages
-from actors.longterm import MEMORIES_TAG, ControlMode, LongTermConfig, LongTermMemory
-from actors.memory_tools import LongTermControl
-from actors.messages import Message, ToolCall
-from runtime.tokens import get_counter
+from actormem.actors.conversation import check_openai_messages
+from actormem.actors.longterm import MEMORIES_TAG, ControlMode, LongTermConfig, LongTermMemory
+from actormem.actors.memory_tools import LongTermControl
+from actormem.actors.messages import Message, ToolCall
+from actormem.runtime.tokens import get_counter
 
 TURN = [
     Message(role="user", content="Remember: the ferry to Osterholm leaves at seven."),

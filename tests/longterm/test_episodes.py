@@ -5,11 +5,11 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from actors.conversation import group_units
-from actors.episodes import CORE_TAG, EpisodeConfig, EpisodeState, EpisodicMemory
-from actors.errors import MemoryInputError
-from actors.messages import Message, ToolCall
-from runtime.tokens import get_counter
+from actormem.actors.conversation import group_units
+from actormem.actors.episodes import CORE_TAG, EpisodeConfig, EpisodeState, EpisodicMemory
+from actormem.actors.errors import MemoryInputError
+from actormem.actors.messages import Message, ToolCall
+from actormem.runtime.tokens import get_counter
 
 
 def user(text: str, importance: float | None = None, **meta: object) -> Message:

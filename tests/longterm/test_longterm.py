@@ -8,8 +8,8 @@ import msgspec
 import pytest
 import structlog
 
-from actors._embeddings import OpenAIEmbedder
-from actors.longterm import (
+from actormem.actors._embeddings import OpenAIEmbedder
+from actormem.actors.longterm import (
     MEMORIES_TAG,
     ControlMode,
     LongTermConfig,
@@ -17,10 +17,10 @@ from actors.longterm import (
     LongTermState,
     render_memories_block,
 )
-from actors.messages import Message
-from runtime.config import decode_config
-from runtime.errors import ConfigError
-from runtime.tokens import get_counter
+from actormem.actors.messages import Message
+from actormem.runtime.config import decode_config
+from actormem.runtime.errors import ConfigError
+from actormem.runtime.tokens import get_counter
 from tests.longterm.embeddings import embed
 from tests.support.openai_server import OpenAIStub
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from actors.conversation import check_openai_messages
-from actors.longterm import ControlMode, LongTermMemory
-from actors.memory_tools import (
+from actormem.actors.conversation import check_openai_messages
+from actormem.actors.longterm import ControlMode, LongTermMemory
+from actormem.actors.memory_tools import (
     MEMORY_TOOLS,
     RECORD_TOOL,
     RETRIEVE_TOOL,
@@ -21,7 +21,7 @@ from actors.memory_tools import (
     memory_tool_message,
     memory_tools,
 )
-from actors.messages import Message, ToolCall
+from actormem.actors.messages import Message, ToolCall
 
 JSON_TYPES = {"object", "array", "string", "number", "integer", "boolean", "null"}
 

@@ -11,20 +11,20 @@ import anyio
 import msgspec
 import pytest
 
-from actors.episodes import EpisodeState, EpisodicMemory
-from actors.insights import InboxState, InsightInbox, make_insight
-from actors.longterm import LongTermMemory, LongTermState
-from actors.messages import Message
-from actors.retention import (
+from actormem.actors.episodes import EpisodeState, EpisodicMemory
+from actormem.actors.insights import InboxState, InsightInbox, make_insight
+from actormem.actors.longterm import LongTermMemory, LongTermState
+from actormem.actors.messages import Message
+from actormem.actors.retention import (
     SCHEMA_VERSION,
     AgentRetention,
     RetentionConfig,
     SessionFileError,
     SessionStore,
 )
-from runtime import Actor, ActorContext, Runtime
-from runtime.config import decode_config
-from runtime.errors import ConfigError, HandlerError
+from actormem.runtime import Actor, ActorContext, Runtime
+from actormem.runtime.config import decode_config
+from actormem.runtime.errors import ConfigError, HandlerError
 
 
 class Remember(msgspec.Struct, frozen=True, tag=True):

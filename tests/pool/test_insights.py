@@ -8,7 +8,7 @@ import re
 import msgspec
 import pytest
 
-from actors.insights import (
+from actormem.actors.insights import (
     INSIGHTS_TAG,
     InboxState,
     Insight,
@@ -24,7 +24,7 @@ from actors.insights import (
     sanitize_insight_text,
     words,
 )
-from runtime.tokens import get_counter
+from actormem.runtime.tokens import get_counter
 
 KEY = "k" * 32
 

@@ -12,7 +12,7 @@ import msgspec
 import pytest
 import structlog
 
-from actors.insights import (
+from actormem.actors.insights import (
     Insight,
     InsightDelivery,
     InsightError,
@@ -20,8 +20,8 @@ from actors.insights import (
     InsightSignatureError,
     make_insight,
 )
-from actors.pool import PoolActor, PoolConfig
-from actors.pool_commands import (
+from actormem.actors.pool import PoolActor, PoolConfig
+from actormem.actors.pool_commands import (
     AgentCommand,
     GetPoolStats,
     PoolStats,
@@ -32,11 +32,11 @@ from actors.pool_commands import (
     Subscribe,
     Unsubscribe,
 )
-from actors.retention import SessionStore
-from runtime import Actor, ActorContext, Runtime, RuntimeConfig, SupervisionConfig
-from runtime.config import decode_config
-from runtime.errors import ConfigError
-from runtime.tokens import get_counter
+from actormem.actors.retention import SessionStore
+from actormem.runtime import Actor, ActorContext, Runtime, RuntimeConfig, SupervisionConfig
+from actormem.runtime.config import decode_config
+from actormem.runtime.errors import ConfigError
+from actormem.runtime.tokens import get_counter
 from tests.pool.test_insights import HOSTILE, assert_quoted_block
 
 KEY = "pool-test-key-0123456789abcdef"

@@ -8,13 +8,13 @@ import msgspec
 import pytest
 
 MODULES = [
-    "actors.insights",
-    "actors.pool",
-    "actors.pool_commands",
-    "actors.longterm",
-    "actors.memory_tools",
-    "actors.episodes",
-    "actors.retention",
+    "actormem.actors.insights",
+    "actormem.actors.pool",
+    "actormem.actors.pool_commands",
+    "actormem.actors.longterm",
+    "actormem.actors.memory_tools",
+    "actormem.actors.episodes",
+    "actormem.actors.retention",
 ]
 
 
@@ -28,8 +28,8 @@ def test_all_names_are_importable_and_sorted(name: str) -> None:
 
 
 def test_commands_are_frozen_tagged_and_name_a_decodable_reply_type() -> None:
-    from actors.insights import InsightDelivery
-    from actors.pool_commands import PoolCommand
+    from actormem.actors.insights import InsightDelivery
+    from actormem.actors.pool_commands import PoolCommand
 
     for command in [*PoolCommand.__args__, InsightDelivery]:  # type: ignore[attr-defined]
         msgspec.msgpack.Decoder(command.reply_type)  # a type a transport can decode

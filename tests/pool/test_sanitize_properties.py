@@ -8,8 +8,8 @@ import unicodedata
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors._blocks import quote
-from actors.insights import sanitize_insight_text
+from actormem.actors._blocks import quote
+from actormem.actors.insights import sanitize_insight_text
 
 #: Text that leans on the characters attackers use: format and control characters,
 #: bidi and tag characters, angle brackets, quotes and backslashes.

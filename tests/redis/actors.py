@@ -17,8 +17,8 @@ from typing import Any, ClassVar
 import anyio
 import msgspec
 
-from runtime import Actor, ActorContext, ActormemError, Runtime
-from runtime.redis import DurableChanges, register_error_types, register_message_types
+from actormem.runtime import Actor, ActorContext, ActormemError, Runtime
+from actormem.runtime.redis import DurableChanges, register_error_types, register_message_types
 
 
 class Add(msgspec.Struct, frozen=True, tag="ledger.Add"):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from runtime import Runtime, RuntimeConfig
-from runtime.redis import Keys, RedisConfig, connect, shard_of
-from runtime.transports.redis import RedisTransport
+from actormem.runtime import Runtime, RuntimeConfig
+from actormem.runtime.redis import Keys, RedisConfig, connect, shard_of
+from actormem.runtime.transports.redis import RedisTransport
 from tests.redis.actors import Add, GetState, register
 from tests.redis.helpers import eventually
 from tests.redis_fixtures import delete_prefix

@@ -7,15 +7,15 @@ from typing import Any, ClassVar
 import msgspec
 import pytest
 
-from runtime._envelope import Envelope, Reply
-from runtime.errors import (
+from actormem.runtime._envelope import Envelope, Reply
+from actormem.runtime.errors import (
     ActormemError,
     ActorStoppedError,
     HandlerError,
     MessageDecodeError,
     TransportError,
 )
-from runtime.redis import Codec
+from actormem.runtime.redis import Codec
 
 
 class Item(msgspec.Struct, frozen=True):

@@ -10,7 +10,7 @@ import anyio
 import pytest
 import redis.asyncio as aioredis
 
-from runtime.redis import Keys, RedisConfig, _scripts, connect, shard_of
+from actormem.runtime.redis import Keys, RedisConfig, _scripts, connect, shard_of
 from tests.redis.actors import Add, GetState
 from tests.redis.test_transport import worker
 

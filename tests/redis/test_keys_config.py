@@ -7,9 +7,9 @@ import zlib
 
 import pytest
 
-from runtime.config import decode_config
-from runtime.errors import ConfigError
-from runtime.redis import Keys, RedisConfig, shard_of
+from actormem.runtime.config import decode_config
+from actormem.runtime.errors import ConfigError
+from actormem.runtime.redis import Keys, RedisConfig, shard_of
 
 
 def _tag(key: str) -> str:

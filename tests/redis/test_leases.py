@@ -6,8 +6,8 @@ import msgspec
 import pytest
 import redis.asyncio as aioredis
 
-from runtime.redis import Keys, RedisConfig
-from runtime.redis._leases import LeaseManager
+from actormem.runtime.redis import Keys, RedisConfig
+from actormem.runtime.redis._leases import LeaseManager
 from tests.redis_fixtures import prefixed_client
 
 pytestmark = pytest.mark.anyio

@@ -8,7 +8,7 @@ import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import DataError
 
-from runtime.redis import RedisConfig, connect
+from actormem.runtime.redis import RedisConfig, connect
 
 COMMANDS: list[tuple[Any, ...]] = [
     ("XADD", "am:{s1}:stream", "*", b"e", b"\x00\xff\x80 binary"),

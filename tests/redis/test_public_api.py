@@ -6,12 +6,14 @@ import types
 
 import pytest
 
-import runtime.redis
-import runtime.transports.redis
-import runtime.worker
+import actormem.runtime.redis
+import actormem.runtime.transports.redis
+import actormem.runtime.worker
 
 
-@pytest.mark.parametrize("module", [runtime.redis, runtime.transports.redis, runtime.worker])
+@pytest.mark.parametrize(
+    "module", [actormem.runtime.redis, actormem.runtime.transports.redis, actormem.runtime.worker]
+)
 def test_all_names_what_is_importable(module: types.ModuleType) -> None:
     assert len(set(module.__all__)) == len(module.__all__)
     for name in module.__all__:
@@ -22,7 +24,7 @@ def test_all_names_what_is_importable(module: types.ModuleType) -> None:
 def test_the_package_exports_every_public_name_it_imports() -> None:
     public = {
         name
-        for name, value in vars(runtime.redis).items()
+        for name, value in vars(actormem.runtime.redis).items()
         if not name.startswith("_") and not isinstance(value, types.ModuleType)
     }
-    assert public - {"annotations"} == set(runtime.redis.__all__)
+    assert public - {"annotations"} == set(actormem.runtime.redis.__all__)

@@ -10,8 +10,8 @@ import pytest
 import redis.asyncio as aioredis
 import redis.exceptions as rexc
 
-from runtime.redis import Keys, RedisConfig
-from runtime.redis._client import eval_pipelined
+from actormem.runtime.redis import Keys, RedisConfig
+from actormem.runtime.redis._client import eval_pipelined
 from tests.redis_fixtures import prefixed_client
 
 pytestmark = pytest.mark.anyio

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from runtime.errors import TransportError, TransportUnavailableError
-from runtime.redis import (
+from actormem.runtime.errors import TransportError, TransportUnavailableError
+from actormem.runtime.redis import (
     EmbeddedRedis,
     RedisConfig,
     check_server,

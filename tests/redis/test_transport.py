@@ -11,7 +11,7 @@ import msgspec
 import pytest
 import redis.asyncio as aioredis
 
-from runtime import (
+from actormem.runtime import (
     AskTimeoutError,
     HandlerError,
     MessageTooLargeError,
@@ -19,9 +19,9 @@ from runtime import (
     RuntimeConfig,
     SupervisionConfig,
 )
-from runtime._envelope import Envelope
-from runtime.errors import MessageDecodeError, TransportUnavailableError
-from runtime.redis import (
+from actormem.runtime._envelope import Envelope
+from actormem.runtime.errors import MessageDecodeError, TransportUnavailableError
+from actormem.runtime.redis import (
     CONSUMER_GROUP,
     Codec,
     Keys,
@@ -30,7 +30,7 @@ from runtime.redis import (
     free_port,
     shard_of,
 )
-from runtime.transports.redis import RedisTransport
+from actormem.runtime.transports.redis import RedisTransport
 from tests.redis.actors import (
     Add,
     Boom,
@@ -568,7 +568,7 @@ async def test_large_batches_are_split_into_calls_of_bounded_size_in_order(
 ) -> None:
     # Redis holds a whole call in its query buffer: the outbox's XADDs and the group
     # commits are cut into calls of about _CALL_BYTES / _COMMIT_BYTES (tiny here).
-    from runtime.redis import _consumer, _outbox
+    from actormem.runtime.redis import _consumer, _outbox
 
     monkeypatch.setattr(_outbox, "_CALL_BYTES", 300)
     monkeypatch.setattr(_consumer, "_COMMIT_BYTES", 40)

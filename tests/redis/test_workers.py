@@ -13,9 +13,9 @@ import msgspec
 import pytest
 import redis.asyncio as aioredis
 
-from runtime import HandlerError, Runtime
-from runtime.errors import ConfigError, TransportUnavailableError
-from runtime.redis import (
+from actormem.runtime import HandlerError, Runtime
+from actormem.runtime.errors import ConfigError, TransportUnavailableError
+from actormem.runtime.redis import (
     CONSUMER_GROUP,
     Keys,
     RedisConfig,
@@ -24,8 +24,8 @@ from runtime.redis import (
     free_port,
     shard_of,
 )
-from runtime.transports.redis import RedisTransport
-from runtime.worker import WorkerProcesses, load_register
+from actormem.runtime.transports.redis import RedisTransport
+from actormem.runtime.worker import WorkerProcesses, load_register
 from tests.redis.actors import Add, Crash, GetState
 from tests.redis.helpers import client_runtime, eventually, owners, stored_tokens
 
@@ -176,7 +176,7 @@ def test_a_worker_command_with_an_unreachable_redis_prints_one_line() -> None:
         [
             sys.executable,
             "-m",
-            "runtime.worker",
+            "actormem.runtime.worker",
             "--register",
             REGISTER,
             "--redis-json",
@@ -199,12 +199,14 @@ async def test_workers_started_apart_agree_on_vouchers_with_no_shared_secret(
     # No pool key and no ACTORMEM_VOUCHER_KEY: over Redis the deployment's key
     # prefix keys the vouchers, so an agent's memory on one worker vouches for a
     # share that the pool on another worker accepts.
-    from actors import AppConfig, MemoryRuntime
-    from actors._vouch import VOUCHER_KEY_ENV
+    from actormem.actors import AppConfig, MemoryRuntime
+    from actormem.actors._vouch import VOUCHER_KEY_ENV
 
     config = msgspec.structs.replace(redis_config, shards=4)
     env = {VOUCHER_KEY_ENV: ""}
-    async with WorkerProcesses(2, config, "actors.app:worker_register", env=env) as workers:
+    async with WorkerProcesses(
+        2, config, "actormem.actors.app:worker_register", env=env
+    ) as workers:
         read_owners = owners(workers)
 
         async def shared() -> bool:
@@ -239,11 +241,11 @@ async def test_workers_started_apart_agree_on_vouchers_with_no_shared_secret(
 async def test_workers_started_from_code_run_the_app_config_built_in_code(
     redis_config: RedisConfig,
 ) -> None:
-    from actors import AppConfig, MemoryConfig, MemoryInputError, MemoryRuntime
-    from actors.app import worker_env
+    from actormem.actors import AppConfig, MemoryConfig, MemoryInputError, MemoryRuntime
+    from actormem.actors.app import worker_env
 
     app = AppConfig(redis=redis_config, memory=MemoryConfig(max_message_chars=50))
-    spec = "actors.app:worker_register"
+    spec = "actormem.actors.app:worker_register"
     async with WorkerProcesses(1, redis_config, spec, env=worker_env(app)):
         transport = RedisTransport(None, redis_config, worker=False)
         async with MemoryRuntime(app, transport=transport) as rt:
@@ -263,9 +265,9 @@ async def test_workers_started_from_code_run_the_app_config_built_in_code(
 async def test_a_bad_app_config_in_the_environment_stops_the_worker_with_the_reason(
     redis_config: RedisConfig, json: str, message: str
 ) -> None:
-    from actors.app import CONFIG_JSON_ENV
+    from actormem.actors.app import CONFIG_JSON_ENV
 
-    spec = "actors.app:worker_register"
+    spec = "actormem.actors.app:worker_register"
     with pytest.raises(TransportUnavailableError, match=message):
         async with WorkerProcesses(1, redis_config, spec, env={CONFIG_JSON_ENV: json}):
             pass

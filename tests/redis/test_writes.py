@@ -12,7 +12,7 @@ import pytest
 import redis.asyncio as aioredis
 import redis.exceptions as rexc
 
-from runtime.redis import RedisConfig, connect
+from actormem.runtime.redis import RedisConfig, connect
 
 pytestmark = pytest.mark.anyio
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import tiktoken
 
-from runtime import ConfigError, RuntimeConfig, TokenCounter, get_counter, load_toml
-from runtime.tokens import REPLY_PRIMING_TOKENS
+from actormem.runtime import ConfigError, RuntimeConfig, TokenCounter, get_counter, load_toml
+from actormem.runtime.tokens import REPLY_PRIMING_TOKENS
 
 
 @pytest.mark.parametrize(

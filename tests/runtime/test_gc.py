@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from runtime import ConfigError, Runtime, RuntimeConfig
-from runtime.config import decode_config
+from actormem.runtime import ConfigError, Runtime, RuntimeConfig
+from actormem.runtime.config import decode_config
 
 pytestmark = pytest.mark.anyio
 
@@ -75,8 +75,8 @@ async def test_gc_freeze_false_freezes_nothing() -> None:
 
 
 def test_messages_are_not_tracked_by_the_collector() -> None:
-    from actors import Message
-    from actors.messages import ToolCall
+    from actormem.actors import Message
+    from actormem.actors.messages import ToolCall
 
     call = ToolCall(id="c1", name="f", arguments="{}")
     message = Message(role="assistant", content=None, tool_calls=(call,), metadata={"a": [1]})

@@ -9,7 +9,7 @@ import anyio.lowlevel
 import pytest
 from structlog.testing import capture_logs
 
-from runtime import (
+from actormem.runtime import (
     Actor,
     ActorContext,
     ActorNotFoundError,

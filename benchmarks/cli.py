@@ -1,0 +1,35 @@
+"""The ``actormem bench`` command (an ``actormem.commands`` entry point)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+__all__ = ("add_commands",)
+
+
+def add_commands(subs: Any) -> None:
+    """Add ``bench NAME [options]``, which runs ``python -m actormem.benchmarks``."""
+    bench = subs.add_parser(
+        "bench",
+        help=(
+            "run a benchmark (throughput, latency, scale, context, compression, peers, "
+            "load, redis_throughput, redis_latency, distributed, redis_scale)"
+        ),
+        description=(
+            "Run a benchmark: python -m actormem.benchmarks NAME --help lists its options."
+        ),
+        add_help=False,
+    )
+    bench.add_argument("args", nargs=argparse.REMAINDER, help="NAME [options]")
+    bench.set_defaults(func=_bench)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    # Imported here: the benchmark modules are not needed for any other command.
+    from actormem.benchmarks.__main__ import main as bench_main
+
+    try:
+        return bench_main(args.args)
+    except SystemExit as exc:  # argparse of the benchmark runner: --help, bad options
+        return int(exc.code or 0)

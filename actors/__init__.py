@@ -1,7 +1,6 @@
 """actormem's domain actors: agent memory, the insight pool and the compressor."""
 
-from actormem.actors.app import MemoryRuntime, register_actors
-from actormem.actors.commands import AddResult, MemoryExport, MemoryStats, PruneResult
+from actormem.actors.app.wiring import MemoryRuntime, register_actors
 from actormem.actors.compression import (
     CONTEXT_RELOAD_TOOL,
     CompressionConfig,
@@ -14,21 +13,22 @@ from actormem.actors.compression import (
 )
 from actormem.actors.config import AppConfig, MemoryConfig, SimulationConfig, load_app_config
 from actormem.actors.conversation import check_openai_messages, group_units
-from actormem.actors.episodes import Episode, EpisodeConfig
 from actormem.actors.errors import ContextBudgetError, MemoryInputError
-from actormem.actors.handle import MemoryHandle, to_message
-from actormem.actors.insights import (
+from actormem.actors.memory.actor import AgentMemory
+from actormem.actors.memory.commands import AddResult, MemoryExport, MemoryStats, PruneResult
+from actormem.actors.memory.handle import MemoryHandle, to_message
+from actormem.actors.messages import Message, Role, ToolCall
+from actormem.actors.pool.actor import PoolActor, PoolConfig
+from actormem.actors.pool.commands import PoolStats, ShareResult
+from actormem.actors.pool.insights import (
     Insight,
     InsightError,
     InsightSignatureError,
     sanitize_insight_text,
 )
-from actormem.actors.longterm import ControlMode, LongTermConfig, Recalled
-from actormem.actors.memory import AgentMemory
-from actormem.actors.memory_tools import MEMORY_TOOLS, ToolArgumentsError
-from actormem.actors.messages import Message, Role, ToolCall
-from actormem.actors.pool import PoolActor, PoolConfig
-from actormem.actors.pool_commands import PoolStats, ShareResult
+from actormem.actors.recall.episodes import Episode, EpisodeConfig
+from actormem.actors.recall.longterm import ControlMode, LongTermConfig, Recalled
+from actormem.actors.recall.tools import MEMORY_TOOLS, ToolArgumentsError
 from actormem.actors.retention import RetentionConfig, SessionFileError
 
 __all__ = (

@@ -12,9 +12,9 @@ from typing import Final
 import msgspec
 
 from actormem.actors.compression.config import CompressionConfig
-from actormem.actors.episodes import EpisodeConfig
-from actormem.actors.longterm import LongTermConfig
-from actormem.actors.pool import PoolConfig
+from actormem.actors.pool.actor import PoolConfig
+from actormem.actors.recall.episodes import EpisodeConfig
+from actormem.actors.recall.longterm import LongTermConfig
 from actormem.actors.retention import RetentionConfig
 from actormem.runtime.config import LoggingConfig, RuntimeConfig, _Section, load_toml
 from actormem.runtime.redis import RedisConfig

@@ -5,13 +5,14 @@
     ActormemError (actormem.runtime.errors)
     ├── MemoryInputError              bad input to an agent memory (also a ValueError)
     │   ├── ContextBudgetError        a context cannot fit the budget at all
-    │   ├── InsightError              an unusable insight (actormem.actors.insights)
+    │   ├── InsightError              an unusable insight (actormem.actors.pool.insights)
     │   │   └── InsightSignatureError a missing or forged provenance HMAC
-    │   ├── ToolArgumentsError        bad memory-tool arguments (actormem.actors.memory_tools)
+    │   ├── ToolArgumentsError        bad memory-tool arguments (actormem.actors.recall.tools)
     │   └── ReloadArgumentsError      bad context_reload arguments (actormem.actors.compression)
     ├── SessionFileError              a corrupt or unwritable session file
     │                                 (actormem.actors.retention)
-    └── EmbeddingError                an embeddings endpoint failed (actormem.actors._embeddings)
+    └── EmbeddingError                an embeddings endpoint failed
+                                      (actormem.actors.recall.embeddings)
 """
 
 from __future__ import annotations

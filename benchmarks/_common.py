@@ -151,7 +151,7 @@ async def timed_adds(
     rt: Any, addresses: list[str], messages: list[Any], poll: float = 0.0005
 ) -> float:
     """Tell one ``add`` per message to ``addresses`` in turn; messages/s until all are handled."""
-    from actormem.actors.commands import Add
+    from actormem.actors.memory.commands import Add
 
     base = rt.processed
     started = time.perf_counter()

@@ -18,8 +18,8 @@ import anyio
 import msgspec
 
 from actormem.actors import AppConfig, Message
-from actormem.actors.app import MemoryRuntime, worker_env
-from actormem.actors.commands import Add
+from actormem.actors.app.wiring import MemoryRuntime, worker_env
+from actormem.actors.memory.commands import Add
 from actormem.benchmarks._common import bench_config
 from actormem.runtime import RuntimeConfig
 from actormem.runtime._envelope import Envelope
@@ -45,7 +45,7 @@ __all__ = (
 )
 
 #: What worker processes register: the app's actor kinds.
-REGISTER = "actormem.actors.app:worker_register"
+REGISTER = "actormem.actors.app.wiring:worker_register"
 #: Entries per XADD pipeline and per XREADGROUP in the raw baseline.
 RAW_BATCH = 1_000
 

@@ -9,8 +9,8 @@ import random
 import time
 
 from actormem.actors import CompressionConfig, Message, ToolCall, compress
+from actormem.actors.app.simulation import agent_names, plant_facts
 from actormem.actors.compression import OfflineSummarizer
-from actormem.actors.simulation import agent_names, plant_facts
 from actormem.benchmarks._common import Row, at_least, message_texts, percentile
 from actormem.runtime import get_counter
 

@@ -9,7 +9,7 @@ import time
 import tiktoken
 
 from actormem.actors import MemoryRuntime, Message
-from actormem.actors.commands import Add, Context
+from actormem.actors.memory.commands import Add, Context
 from actormem.actors.messages import count_tokens
 from actormem.benchmarks._common import (
     Row,

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from actormem.actors import Message
-from actormem.actors.commands import Add
+from actormem.actors.memory.commands import Add
 from actormem.benchmarks._common import BenchResult, Row, above, at_least, compared, message_texts
 from actormem.benchmarks._plots import distributed_plot
 from actormem.benchmarks._redis import (

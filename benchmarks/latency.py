@@ -24,7 +24,7 @@ from typing import NamedTuple
 import anyio
 
 from actormem.actors import MemoryRuntime, Message
-from actormem.actors.commands import Add, Context
+from actormem.actors.memory.commands import Add, Context
 from actormem.benchmarks._common import (
     BenchResult,
     Row,

@@ -32,8 +32,8 @@ from rich.live import Live
 from rich.table import Table
 
 from actormem.actors import AppConfig, MemoryRuntime, Message
-from actormem.actors.commands import Add, Context
 from actormem.actors.config import load_app_config
+from actormem.actors.memory.commands import Add, Context
 from actormem.benchmarks._common import (
     Row,
     above,

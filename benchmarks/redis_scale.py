@@ -34,7 +34,7 @@ from typing import Any, cast
 import anyio
 
 from actormem.actors import Message
-from actormem.actors.commands import Add, Context
+from actormem.actors.memory.commands import Add, Context
 from actormem.benchmarks._common import BenchResult, Row, at_least, percentile, rss_bytes
 from actormem.benchmarks._plots import memory_plot
 from actormem.benchmarks._redis import (

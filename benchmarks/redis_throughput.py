@@ -29,7 +29,7 @@ from pathlib import Path
 import anyio
 
 from actormem.actors import Message
-from actormem.actors.commands import Add
+from actormem.actors.memory.commands import Add
 from actormem.benchmarks._common import (
     BenchResult,
     Row,

@@ -21,7 +21,7 @@ import anyio
 import msgspec
 
 from actormem.actors import MemoryRuntime, Message
-from actormem.actors.commands import Add
+from actormem.actors.memory.commands import Add
 from actormem.benchmarks._common import (
     BenchResult,
     Row,

@@ -17,7 +17,7 @@ import anyio
 import tiktoken
 
 from actormem.actors import MemoryRuntime, Message
-from actormem.actors.commands import Add
+from actormem.actors.memory.commands import Add
 from actormem.benchmarks._common import (
     BenchResult,
     Row,

@@ -13,7 +13,7 @@ from actormem.actors import AppConfig, MemoryRuntime
 from actormem.runtime import InProcessTransport, Transport
 from actormem.runtime.logging import configure_logging
 
-pytest_plugins = ["tests.redis_fixtures", "tests.faults.report"]
+pytest_plugins = ["tests.support.redis", "tests.faults.report"]
 
 
 class _OnlyThePackage(importlib.abc.MetaPathFinder):
@@ -33,9 +33,14 @@ class _OnlyThePackage(importlib.abc.MetaPathFinder):
 
 sys.meta_path.insert(0, _OnlyThePackage())
 
-# Every level reaches the processors, so structlog.testing.capture_logs sees info
-# events too; pytest keeps the output and shows it only for failing tests.
-configure_logging("console", "debug")
+
+
+@pytest.fixture(autouse=True)
+def _every_level_is_logged() -> None:
+    """Every level reaches the processors, so structlog.testing.capture_logs sees info
+    events too (a CLI test may have configured less); pytest keeps the output and
+    shows it only for failing tests."""
+    configure_logging("console", "debug")
 
 
 @pytest.fixture

@@ -60,9 +60,9 @@ def test_openai_is_imported_only_when_an_api_is_used() -> None:
     import sys
 
     code = (
-        "import sys, actormem.actors.app, actormem.actors.cli, actormem.runtime.worker\n"
+        "import sys, actormem.actors.app.wiring, actormem.actors.app.cli, actormem.runtime.worker\n"
         "from actormem.actors.compression.llm import LLMSummarizer\n"
-        "from actormem.actors._embeddings import OpenAIEmbedder\n"
+        "from actormem.actors.recall.embeddings import OpenAIEmbedder\n"
         "print('openai' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

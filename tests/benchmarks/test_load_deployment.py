@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from actormem.actors import Message
-from actormem.actors.commands import Add, Get
 from actormem.actors.config import load_app_config
+from actormem.actors.memory.commands import Add, Get
 from actormem.benchmarks.__main__ import build_parser
 from actormem.benchmarks._redis import client_runtime, workers
 from actormem.benchmarks.load import run

@@ -14,11 +14,11 @@ from typing import Final
 
 import msgspec
 
-import actormem.actors.app  # noqa: F401 (registers the app's message types with the codec)
-from actormem.actors.commands import Add, AddResult, Context, Get, Search
-from actormem.actors.insights import Insight, InsightDelivery
+import actormem.actors.app.wiring  # noqa: F401 (registers the app's message types with the codec)
+from actormem.actors.memory.commands import Add, AddResult, Context, Get, Search
 from actormem.actors.messages import Message, ToolCall, encode_message
-from actormem.actors.pool_commands import Share
+from actormem.actors.pool.commands import Share
+from actormem.actors.pool.insights import Insight, InsightDelivery
 from actormem.runtime._envelope import Envelope, Reply
 from actormem.runtime.redis import default_codec
 

@@ -13,15 +13,14 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import pytest
 
-from tests.faults.checker import Verdict
+from tests.support import ROOT
+from tests.support.history import Verdict
 
 __all__ = ("FaultReport", "Recorder", "Row", "full_size")
 
-ROOT = Path(__file__).resolve().parents[2]
 REPORT = ROOT / "reports" / "faults.json"
 
 

@@ -9,7 +9,7 @@ import pytest
 from actormem.actors import AppConfig, MemoryRuntime, Message
 from actormem.runtime import Transport
 from actormem.runtime.redis import RedisConfig
-from tests.faults.checker import (
+from tests.support.history import (
     Applied,
     History,
     check,

@@ -17,10 +17,10 @@ import pytest
 import structlog
 
 from actormem.runtime.cli import main
+from tests.support import ROOT
 
 pytestmark = pytest.mark.faults
 
-ROOT = Path(__file__).resolve().parents[2]
 
 #: Config files by name, and their text.
 CONFIGS: dict[str, bytes] = {

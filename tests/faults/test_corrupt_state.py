@@ -15,8 +15,8 @@ from actormem.actors import AppConfig, MemoryRuntime, Message
 from actormem.runtime import HandlerError
 from actormem.runtime.redis import Keys, RedisConfig, shard_of
 from actormem.runtime.transports.redis import RedisTransport
-from tests.faults.checker import History, observe_memory
 from tests.faults.report import Recorder
+from tests.support.history import History, observe_memory
 
 pytestmark = [pytest.mark.faults, pytest.mark.anyio]
 

@@ -17,15 +17,15 @@ import pytest
 import redis.asyncio as aioredis
 
 from actormem.actors import AppConfig, MemoryRuntime, Message
-from actormem.actors.commands import Get
+from actormem.actors.memory.commands import Get
 from actormem.runtime import MessageTooLargeError
 from actormem.runtime._envelope import Envelope
 from actormem.runtime.errors import MessageDecodeError
 from actormem.runtime.redis import Keys, RedisConfig, _scripts, default_codec, shard_of
 from actormem.runtime.transports.redis import RedisTransport
-from tests.faults.checker import History, observe_memory
 from tests.faults.frames import deep, mutants, real_frames
-from tests.redis.helpers import eventually
+from tests.support.history import History, observe_memory
+from tests.support.streams import eventually
 
 pytestmark = [pytest.mark.faults, pytest.mark.anyio]
 

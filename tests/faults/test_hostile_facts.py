@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from actormem.actors import MemoryRuntime, check_openai_messages
-from tests.actors.test_recall import recall_block
+from tests.actors.recall.test_recall import recall_block
 
 pytestmark = [pytest.mark.faults, pytest.mark.anyio]
 

@@ -24,12 +24,12 @@ from actormem.actors import (
     MemoryRuntime,
     Message,
     PoolConfig,
-    pool_commands,
 )
-from actormem.actors import commands as memory_commands
-from actormem.actors.commands import CompressionDone, MemoryExport, Vouch
 from actormem.actors.compression import CompressionOutcome
-from actormem.actors.pool_commands import (
+from actormem.actors.memory import commands as memory_commands
+from actormem.actors.memory.commands import CompressionDone, MemoryExport, Vouch
+from actormem.actors.pool import commands as pool_commands
+from actormem.actors.pool.commands import (
     DeliveryOutcome,
     GetPoolStats,
     QueryInsights,
@@ -39,8 +39,8 @@ from actormem.actors.pool_commands import (
     Unsubscribe,
 )
 from actormem.runtime import Transport
-from tests.faults.checker import History, observe_memory
 from tests.faults.report import Recorder
+from tests.support.history import History, observe_memory
 
 pytestmark = [pytest.mark.faults, pytest.mark.anyio]
 

@@ -18,8 +18,8 @@ from structlog.testing import capture_logs
 
 from actormem.actors import AppConfig, MemoryRuntime, Message, check_openai_messages
 from actormem.actors.compression import CompressionConfig, LLMConfig
-from tests.faults.checker import History, observe_memory
 from tests.faults.report import Recorder
+from tests.support.history import History, observe_memory
 from tests.support.openai_server import OpenAIStub
 
 pytestmark = [pytest.mark.faults, pytest.mark.anyio]

@@ -50,8 +50,8 @@ from actormem.runtime.errors import AskTimeoutError, MailboxFullError
 from actormem.runtime.redis import Keys, RedisConfig, register_message_types, shard_of
 from actormem.runtime.redis._client import connect
 from actormem.runtime.transports.redis import RedisTransport
-from tests.faults.checker import Applied, History
 from tests.faults.report import Recorder, full_size
+from tests.support.history import Applied, History
 
 pytestmark = [pytest.mark.faults, pytest.mark.anyio]
 

@@ -33,15 +33,15 @@ from actormem.runtime.redis import (
     shard_of,
 )
 from actormem.runtime.worker import WorkerProcesses
-from tests.faults.checker import Applied, History, Verdict
 from tests.faults.report import Recorder, full_size
-from tests.redis.actors import Add, Boom, Flaky, GetState, Ledger
-from tests.redis.helpers import client_runtime, eventually, lease_holders, owners, stored_tokens
-from tests.redis.test_transport import worker
+from tests.runtime.redis.test_transport import worker
+from tests.support.actors import Add, Boom, Flaky, GetState, Ledger
+from tests.support.history import Applied, History, Verdict
+from tests.support.streams import client_runtime, eventually, lease_holders, owners, stored_tokens
 
 pytestmark = [pytest.mark.faults, pytest.mark.anyio]
 
-REGISTER = "tests.redis.actors:register"
+REGISTER = "tests.support.actors:register"
 
 
 def verdict_of(history: History, stored: dict[str, list[str]]) -> Verdict:

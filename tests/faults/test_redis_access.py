@@ -43,12 +43,12 @@ from actormem.runtime.redis import (
 from actormem.runtime.transports.redis import RedisTransport
 from actormem.runtime.worker import WorkerProcesses
 from tests.faults.test_cli_input import assert_one_line, run_all, run_here
-from tests.redis.actors import Add, GetState, register
-from tests.redis_fixtures import short_config
+from tests.support import ROOT
+from tests.support.actors import Add, GetState, register
+from tests.support.redis import short_config
 
 pytestmark = [pytest.mark.faults, pytest.mark.anyio]
 
-ROOT = Path(__file__).resolve().parents[2]
 
 #: The password of the servers' ``default`` user (the admin, for the tests only).
 ADMIN_PASSWORD = "admin-pw-for-tests"
@@ -343,7 +343,7 @@ async def test_client_certificates_work_in_worker_processes(mtls_port: int, pki:
         tls_key_file=str(pki / "client.key"),
     )
     async with (
-        WorkerProcesses(1, redis, "tests.redis.actors:register"),
+        WorkerProcesses(1, redis, "tests.support.actors:register"),
         runtime(redis, worker=False) as client,
     ):
         assert await client.ref("ledger/m").ask(Add("t1", 5)) == 5
@@ -371,7 +371,7 @@ async def test_a_worker_under_the_acl_user_runs_and_keeps_to_its_prefix(
     async with admin(acl_port) as root:
         await root.acl_log_reset()
         async with (
-            WorkerProcesses(1, redis, "tests.redis.actors:register") as workers,
+            WorkerProcesses(1, redis, "tests.support.actors:register") as workers,
             runtime(redis, worker=False) as client,
         ):
             for n, agent in enumerate(agents):

@@ -24,15 +24,14 @@ from actormem.actors import AppConfig, MemoryRuntime, Message
 from actormem.runtime import Runtime, RuntimeConfig, TransportError
 from actormem.runtime.redis import EmbeddedRedis, RedisConfig, _scripts, connect
 from actormem.runtime.transports.redis import RedisTransport
-from tests.faults.checker import Applied, History, observe_memory
 from tests.faults.report import Recorder
-from tests.redis.actors import Add, GetState
-from tests.redis.helpers import eventually
-from tests.redis.test_transport import worker as runtime
+from tests.runtime.redis.test_transport import worker as runtime
+from tests.support import ROOT
+from tests.support.actors import Add, GetState
+from tests.support.history import Applied, History, observe_memory
+from tests.support.streams import eventually
 
 pytestmark = [pytest.mark.faults, pytest.mark.anyio]
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 async def ledgers(rt: Runtime, agents: list[str]) -> dict[str, list[Applied]]:

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support import ROOT
+
 #: The repository's folders that the wheel maps under ``actormem``.
 MAPPED = {
     "runtime": "actormem.runtime",

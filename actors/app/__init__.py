@@ -1,0 +1,1 @@
+"""The application: wiring (MemoryRuntime), the command line, and the simulation."""

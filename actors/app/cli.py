@@ -1,0 +1,264 @@
+"""The ``actormem`` commands (the CLI frame is ``actormem.runtime.cli``)."""
+
+from __future__ import annotations
+
+import argparse
+import secrets
+import sys
+from collections.abc import Callable
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from actormem.actors.app.simulation import SimulationReport, report_dict, run_simulation
+from actormem.actors.app.wiring import CONFIG_ENV, MemoryRuntime
+from actormem.actors.config import AppConfig, load_app_config
+from actormem.actors.pool.vouch import VOUCHER_KEY_ENV
+from actormem.runtime.config import decode_config
+from actormem.runtime.errors import ConfigError
+from actormem.runtime.logging import configure_logging
+from actormem.runtime.redis import EmbeddedRedis
+from actormem.runtime.transports.redis import RedisTransport
+from actormem.runtime.worker import WorkerProcesses
+
+__all__ = ("add_commands",)
+
+
+def add_commands(subs: Any) -> None:
+    """Add the app's commands to the CLI's subparsers."""
+    sim = subs.add_parser(
+        "simulate",
+        help="run the offline multi-agent simulation and print its report",
+        description="Run N agents for T steps through their memory actors, offline.",
+    )
+    sim.add_argument("config", nargs="?", default=None, help="a TOML config (configs/town.toml)")
+    sim.add_argument("--agents", type=_positive, help="override simulation.agents")
+    sim.add_argument("--steps", type=_positive, help="override simulation.steps")
+    sim.add_argument("--seed", type=int, help="override simulation.seed")
+    sim.add_argument(
+        "--transport",
+        choices=("memory", "redis"),
+        help="override runtime.transport (redis: embedded unless [redis] url is set)",
+    )
+    sim.add_argument(
+        "--workers",
+        type=_positive,
+        help="run the agents in N worker processes against one Redis (implies redis)",
+    )
+    sim.add_argument("--json", metavar="PATH", help="also write the report as JSON to PATH")
+    sim.add_argument("--no-progress", action="store_true", help="no progress bar")
+    sim.set_defaults(func=_simulate)
+
+    worker = subs.add_parser(
+        "worker",
+        help="run a worker process that owns shards of the agents, until SIGTERM/SIGINT",
+        description="Serve agents from Redis streams; start several on one Redis to scale out.",
+    )
+    worker.add_argument("config", nargs="?", default=None, help="a TOML config with [redis] url")
+    worker.add_argument("--config", dest="config_opt", default=None, help=argparse.SUPPRESS)
+    worker.set_defaults(func=_worker)
+
+    cfg = subs.add_parser(
+        "config",
+        help="check a config file and print it with every default filled in",
+    )
+    cfg.add_argument("config", nargs="?", default=None, help="a TOML config")
+    cfg.set_defaults(func=_show_config)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {value}")
+    return value
+
+
+def _load(args: argparse.Namespace) -> AppConfig:
+    config = load_app_config(args.config)
+    overrides: dict[str, dict[str, Any]] = {}
+    for key in ("agents", "steps", "seed"):
+        value = getattr(args, key, None)
+        if value is not None:
+            overrides.setdefault("simulation", {})[key] = value
+    transport = getattr(args, "transport", None)
+    if getattr(args, "workers", None):
+        if transport == "memory":
+            raise ConfigError("--workers needs the redis transport, not --transport memory")
+        transport = "redis"
+    if transport:
+        overrides.setdefault("runtime", {})["transport"] = transport
+    if overrides:
+        data = msgspec.to_builtins(config)
+        for section, values in overrides.items():
+            data[section].update(values)
+        config = decode_config(data, AppConfig, source="command line")
+    configure_logging(
+        args.log_format or config.logging.format, args.log_level or config.logging.level
+    )
+    return config
+
+
+def _worker(args: argparse.Namespace) -> int:
+    args.config = args.config_opt or args.config
+    config = _load(args)
+    if not config.redis.url:
+        raise ConfigError(
+            f"{args.config or 'the default config'}: a worker needs [redis] url "
+            "(the Redis its agents live in)"
+        )
+    from actormem.actors.app.wiring import register_actors
+    from actormem.runtime.worker import run_worker
+
+    anyio.run(
+        lambda: run_worker(
+            config.redis, lambda rt: register_actors(rt, config), runtime=config.runtime
+        )
+    )
+    return 0
+
+
+def _show_config(args: argparse.Namespace) -> int:
+    config = _load(args)
+    sys.stdout.write(msgspec.json.format(msgspec.json.encode(config)).decode() + "\n")
+    return 0
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    config = _load(args)
+    err = Console(stderr=True)
+    show = not args.no_progress and err.is_terminal
+    progress = Progress(
+        TextColumn("[bold]simulating"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("steps"),
+        TimeElapsedColumn(),
+        console=err,
+        disable=not show,
+    )
+    with progress:
+        task = progress.add_task("steps", total=config.simulation.steps)
+
+        def step(n: int) -> None:
+            progress.update(task, completed=n)
+
+        config_path = str(Path(args.config).resolve()) if args.config else None
+        report = anyio.run(lambda: _run(config, config_path, args.workers or 0, step))
+    _print_report(report)
+    if args.json:
+        path = Path(args.json)
+        try:
+            path.write_text(msgspec.json.format(msgspec.json.encode(report_dict(report))).decode())
+        except OSError as exc:
+            raise ConfigError(f"cannot write the report to {path}: {exc.strerror}") from exc
+        print(f"report written to {path}")
+    return 0
+
+
+async def _run(
+    config: AppConfig, path: str | None, workers: int, step: Callable[[int], None]
+) -> SimulationReport:
+    """Run in this process, or drive ``workers`` worker processes over one Redis.
+
+    ``path`` (absolute) is the config file the workers load too.
+    """
+    if not workers:
+        return await run_simulation(config, on_step=step)
+    async with AsyncExitStack() as stack:
+        redis = config.redis
+        if not redis.url:
+            server = await stack.enter_async_context(EmbeddedRedis())
+            redis = msgspec.structs.replace(redis, url=server.url)
+        env = {CONFIG_ENV: path} if path else {}
+        # The workers vouch for and check agents' pool commands with one key.
+        env[VOUCHER_KEY_ENV] = secrets.token_hex(32)
+        await stack.enter_async_context(
+            WorkerProcesses(
+                workers,
+                redis,
+                "actormem.actors.app.wiring:worker_register",
+                runtime=config.runtime,
+                env=env,
+            )
+        )
+        config = msgspec.structs.replace(config, redis=redis)
+        transport = RedisTransport(redis.url, redis, worker=False)
+        async with MemoryRuntime(config, transport=transport) as rt:
+            return await run_simulation(config, on_step=step, runtime=rt)
+    raise AssertionError("unreachable")
+
+
+def _print_report(report: SimulationReport) -> None:
+    out = Console()
+    table = Table(title="actormem simulation", show_header=False, title_justify="left")
+    table.add_column("what", style="bold")
+    table.add_column("value", justify="right")
+    rows = [
+        ("agents x steps", f"{report.agents} x {report.steps} (seed {report.seed})"),
+        ("transport", report.transport),
+        ("messages processed", f"{report.messages_processed:,}"),
+        ("commands", f"{report.commands:,}"),
+        ("elapsed", f"{report.elapsed_s:.2f} s"),
+        ("messages/s", f"{report.messages_per_s:,.0f}"),
+        ("tokens stored (history)", f"{report.tokens_stored:,}"),
+        (
+            "tokens in final contexts",
+            f"{report.tokens_in_final_contexts:,} (budget {report.context_budget:,}/agent)",
+        ),
+        ("planted facts", f"{report.facts_planted}"),
+        ("  found by search", _share(report.facts_found_by_search, report.facts_planted)),
+        ("  found in final context", _share(report.facts_found_in_context, report.facts_planted)),
+        (
+            "  found by reload (offloaded)",
+            _share(report.facts_found_by_reload, report.facts_planted),
+        ),
+        ("  found either way", _share(report.facts_found, report.facts_planted)),
+        ("compressions / tokens saved", f"{report.compressions:,} / {report.tokens_saved:,}"),
+        (
+            "peak working view (any agent)",
+            f"{report.peak_working_tokens:,} tokens, {report.peak_working_messages} messages "
+            f"(budget {report.compression_budget_tokens:,} tokens; "
+            f"compresses past {report.compression_budget_messages} messages)",
+        ),
+        ("agents ever over their token budget", f"{report.agents_over_budget}"),
+        (
+            "insights shared / deduplicated",
+            f"{report.insights_shared} / {report.insights_deduplicated}",
+        ),
+        ("insights delivered", f"{report.insights_delivered:,}"),
+        (
+            "facts known per agent",
+            f"{report.facts_known_before_sharing:.0%} before sharing, "
+            f"{report.facts_known_after_sharing:.0%} after",
+        ),
+        ("actor failures / restarts", f"{report.runtime.failures} / {report.runtime.restarts}"),
+    ]
+    for what, value in rows:
+        table.add_row(what, value)
+    out.print(table)
+    worst = sorted(report.per_agent, key=lambda a: (a.found, a.agent))[:5]
+    agents = Table(title="agents knowing the fewest of their facts", title_justify="left")
+    for col in ("agent", "messages", "history tokens", "context tokens", "facts found"):
+        agents.add_column(col, justify="right" if col != "agent" else "left")
+    for a in worst:
+        agents.add_row(
+            a.agent,
+            f"{a.messages:,}",
+            f"{a.history_tokens:,}",
+            f"{a.context_tokens:,}",
+            f"{a.found}/{a.facts}",
+        )
+    out.print(agents)
+
+
+def _share(part: int, whole: int) -> str:
+    return f"{part} ({100 * part / whole:.0f}%)" if whole else "0"

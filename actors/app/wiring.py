@@ -1,0 +1,156 @@
+"""Wiring: a runtime with the domain actors registered, and typed handles on them."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import msgspec
+
+from actormem.actors.compression import (
+    COMPRESSOR_KIND,
+    CompressionOutcome,
+    CompressRequest,
+    ReloadArgumentsError,
+    compressor_factory,
+)
+from actormem.actors.config import AppConfig, load_app_config
+from actormem.actors.errors import ContextBudgetError, MemoryInputError
+from actormem.actors.memory import commands
+from actormem.actors.memory.actor import memory_factory
+from actormem.actors.memory.handle import MemoryHandle
+from actormem.actors.pool import commands as pool_commands
+from actormem.actors.pool.actor import PoolActor
+from actormem.actors.pool.insights import InsightDelivery, InsightError, InsightSignatureError
+from actormem.actors.recall.tools import ToolArgumentsError
+from actormem.actors.retention import SessionFileError
+from actormem.runtime import ConfigError, Runtime, Transport
+from actormem.runtime.config import decode_config
+from actormem.runtime.redis import register_error_types, register_message_types
+from actormem.runtime.transports.redis import RedisTransport
+
+__all__ = (
+    "CONFIG_ENV",
+    "CONFIG_JSON_ENV",
+    "MemoryRuntime",
+    "register_actors",
+    "worker_config",
+    "worker_env",
+    "worker_register",
+)
+
+#: The environment variable through which worker processes find the app's config file.
+CONFIG_ENV = "ACTORMEM_CONFIG"
+#: The environment variable carrying a whole app config as JSON (see :func:`worker_env`).
+CONFIG_JSON_ENV = "ACTORMEM_CONFIG_JSON"
+
+
+def _tagged(module: Any) -> list[type[msgspec.Struct]]:
+    return [
+        value
+        for value in vars(module).values()
+        if isinstance(value, type)
+        and issubclass(value, msgspec.Struct)
+        and value.__struct_config__.tag is not None
+        and value.__module__ == module.__name__
+    ]
+
+
+# Everything that crosses a Redis stream: the commands (tagged Structs) and the
+# errors a remote asker should get back as themselves.
+register_message_types(
+    *_tagged(commands),
+    *_tagged(pool_commands),
+    InsightDelivery,
+    CompressRequest,
+    CompressionOutcome,
+)
+register_error_types(
+    MemoryInputError,
+    ContextBudgetError,
+    InsightError,
+    InsightSignatureError,
+    ToolArgumentsError,
+    ReloadArgumentsError,
+    SessionFileError,
+)
+
+
+def register_actors(runtime: Runtime, config: AppConfig) -> None:
+    """Register every domain actor kind on ``runtime`` (workers call this too)."""
+    # Over Redis, every process of the deployment vouches with one key by default.
+    transport = runtime.transport
+    deployment = transport.keys.prefix if isinstance(transport, RedisTransport) else ""
+    runtime.register("memory", memory_factory(config, deployment))
+    runtime.register(COMPRESSOR_KIND, compressor_factory(config.compression))
+    store = config.retention.store() if config.retention.policy == "persistent" else None
+    runtime.register("pool", PoolActor.factory(config.pool, store, deployment))
+
+
+def worker_env(config: AppConfig) -> dict[str, str]:
+    """The environment that gives worker processes ``config``: pass it as
+    ``WorkerProcesses(..., env=worker_env(config))`` with
+    ``actormem.actors.app.wiring:worker_register`` so that workers started from code
+    run the config built in code (its compression,
+    budgets, pool...), not the defaults."""
+    return {CONFIG_JSON_ENV: msgspec.json.encode(config).decode()}
+
+
+def worker_config() -> AppConfig:
+    """The app config of a worker process: the JSON in ``ACTORMEM_CONFIG_JSON`` (see
+    :func:`worker_env`), else the file named by ``ACTORMEM_CONFIG``, else the defaults.
+
+    Raises:
+        ConfigError: the JSON or the file is not a valid app config (named).
+    """
+    text = os.environ.get(CONFIG_JSON_ENV)
+    if text:
+        try:
+            data = msgspec.json.decode(text)
+        except msgspec.DecodeError as exc:
+            raise ConfigError(f"{CONFIG_JSON_ENV}: not valid JSON: {exc}") from exc
+        if not isinstance(data, dict):
+            raise ConfigError(f"{CONFIG_JSON_ENV}: expected a JSON object (an app config)")
+        return decode_config(data, AppConfig, source=CONFIG_JSON_ENV)
+    return load_app_config(os.environ.get(CONFIG_ENV) or None)
+
+
+def worker_register(runtime: Runtime) -> None:
+    """``actormem.actors.app.wiring:worker_register``: what a worker process registers, with the app
+    config of :func:`worker_config`."""
+    register_actors(runtime, worker_config())
+
+
+def transport_for(config: AppConfig, *, worker: bool = True) -> Transport | None:
+    """The transport the config asks for (None: the in-process default)."""
+    if config.runtime.transport == "redis":
+        return RedisTransport(config.redis.url, config.redis, worker=worker)
+    return None
+
+
+class MemoryRuntime(Runtime):
+    """A :class:`runtime.Runtime` with the agent memory actors registered.
+
+    Args:
+        config: the whole app config (defaults if omitted).
+        transport: how envelopes travel; by default the config's
+            ``runtime.transport`` (in-process, or Redis streams with this process
+            as a worker; an embedded Redis when ``[redis] url`` is unset).
+
+    Example::
+
+        async with MemoryRuntime() as rt:
+            alice = rt.memory("alice")
+            await alice.add({"role": "user", "content": "hi"})
+    """
+
+    def __init__(self, config: AppConfig | None = None, *, transport: Transport | None = None):
+        self.app_config = config or AppConfig()
+        super().__init__(
+            self.app_config.runtime, transport=transport or transport_for(self.app_config)
+        )
+        register_actors(self, self.app_config)
+
+    def memory(self, agent: str, *, timeout: float | None = None) -> MemoryHandle:
+        """Return the handle on ``agent``'s memory (its actor starts on first use)."""
+        return MemoryHandle(self, agent, timeout)

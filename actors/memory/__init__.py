@@ -1,0 +1,1 @@
+"""The agent memory actor: its commands, its state and the typed handle callers use."""

@@ -1,0 +1,355 @@
+"""The typed commands an agent memory actor serves, and their replies.
+
+Commands are frozen, tagged msgspec Structs: the tag lets one decoder read any of
+them off a Redis stream, and ``reply_type`` tells a remote asker how to decode
+the reply. New fields go last with defaults; a field's type never changes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+import msgspec
+
+from actormem.actors.compression.protocol import CompressionOutcome
+from actormem.actors.messages import Message, Role, ToolCall
+from actormem.actors.pool.commands import AgentCommand
+from actormem.actors.pool.insights import Insight
+from actormem.actors.recall.episodes import Episode
+from actormem.actors.recall.longterm import Recalled
+
+__all__ = (
+    "EXPORT_VERSION",
+    "Add",
+    "AddResult",
+    "AnswerToolCall",
+    "Clear",
+    "CompressionDone",
+    "Context",
+    "Delete",
+    "EndRun",
+    "Export",
+    "Get",
+    "HeldInsights",
+    "Load",
+    "MemoryCommand",
+    "MemoryExport",
+    "MemoryStats",
+    "MemoryTools",
+    "Prune",
+    "PruneResult",
+    "RecallEpisode",
+    "Record",
+    "Reload",
+    "Retrieve",
+    "Search",
+    "StartEpisode",
+    "Stats",
+    "SummarizeEpisodes",
+    "Vouch",
+)
+
+#: The version of the export format written by ``Export`` and read by ``Load``.
+EXPORT_VERSION = 1
+
+Scope = Literal["working", "history", "offloaded"]
+
+
+class _Command(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    reply_type: ClassVar[Any] = Any
+
+
+class AddResult(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``Add`` stored: the ids and token counts of the messages, in order.
+
+    Attributes:
+        ids: the stored messages' ids.
+        tokens: each message's token count.
+        size: messages in the working view afterwards.
+        working_tokens: tokens of the whole working view afterwards.
+    """
+
+    ids: list[str]
+    tokens: list[int]
+    size: int
+    working_tokens: int
+
+
+class Add(_Command, frozen=True):
+    """Append messages to the working view and to the original history."""
+
+    reply_type = AddResult
+    messages: list[Message]
+
+
+class Get(_Command, frozen=True):
+    """Messages matching every given filter, oldest first.
+
+    Attributes:
+        recent_n: only the last ``n`` of the matches.
+        roles / names: the message's role / name is one of these.
+        metadata: every key equals the given value.
+        since / until: ``since <= timestamp < until``.
+        important: only messages tagged ``important`` or with importance at or
+            above the memory's ``important_threshold``.
+        scope: ``working`` (the view the agent sees), ``history`` (everything
+            ever added, untouched by prune and compression) or ``offloaded`` (the
+            originals compression stored away, reachable by reload).
+    """
+
+    reply_type = list[Message]
+    recent_n: int | None = None
+    roles: list[Role] | None = None
+    names: list[str] | None = None
+    metadata: dict[str, Any] | None = None
+    since: float | None = None
+    until: float | None = None
+    important: bool = False
+    scope: Scope = "working"
+
+
+class Search(_Command, frozen=True):
+    """Text search: case-insensitive ``substring`` (oldest first) or BM25 ``ranked``."""
+
+    reply_type = list[Message]
+    query: str
+    mode: Literal["substring", "ranked"] = "substring"
+    k: int | None = None
+    roles: list[Role] | None = None
+    scope: Scope = "working"
+
+
+class Delete(_Command, frozen=True):
+    """Delete messages from the working view by id and/or index (all or none)."""
+
+    reply_type = int
+    ids: list[str] = []
+    indices: list[int] = []
+
+
+class Clear(_Command, frozen=True):
+    """Empty the working view; with ``history`` also wipe the original history."""
+
+    reply_type = int
+    history: bool = False
+
+
+class MemoryStats(msgspec.Struct, frozen=True, kw_only=True):
+    """Sizes of one agent's memory.
+
+    Attributes:
+        size: messages in the working view.
+        history_size: messages in the original history.
+        working_tokens: tokens of the working view (what a full context costs,
+            before the reply priming).
+        history_tokens: tokens of everything ever added.
+        offloaded: offloaded blocks that can be reloaded.
+    """
+
+    size: int
+    history_size: int
+    working_tokens: int
+    history_tokens: int
+    offloaded: int
+    insights_held: int = 0
+    longterm_entries: int = 0
+    episodes: int = 0
+    core_messages: int = 0
+    compressions: int = 0
+    tokens_saved: int = 0
+    compressing: bool = False
+    peak_working_tokens: int = 0
+    peak_size: int = 0
+
+
+class Stats(_Command, frozen=True):
+    """Sizes and token totals of the memory."""
+
+    reply_type = MemoryStats
+
+
+class MemoryExport(msgspec.Struct, frozen=True, kw_only=True):
+    """A memory's content, as written by ``export`` and read by ``load``."""
+
+    version: int = EXPORT_VERSION
+    agent: str = ""
+    working: list[Message] = []
+    history: list[Message] = []
+    offloaded: dict[str, list[Message]] = {}
+    exported_at: float = 0.0
+
+
+class Export(_Command, frozen=True):
+    """Return the memory's content (working view, history, offloaded blocks)."""
+
+    reply_type = MemoryExport
+    include_history: bool = True
+
+
+class Load(_Command, frozen=True):
+    """Load exported content: replace the working view (``overwrite``) or merge into it.
+
+    Merging appends the messages whose ids the working view does not hold yet.
+    The original history only ever grows: loaded messages it lacks are appended.
+    """
+
+    reply_type = int
+    data: MemoryExport
+    overwrite: bool = False
+
+
+class PruneResult(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``Prune`` removed from the working view."""
+
+    removed: int
+    working_tokens: int
+
+
+class Prune(_Command, frozen=True):
+    """Drop the oldest messages until the working view fits ``max_tokens``.
+
+    Tool calls and their results go together; with ``preserve_system`` the leading
+    system messages always stay.
+    """
+
+    reply_type = PruneResult
+    max_tokens: int
+    preserve_system: bool = True
+
+
+class Context(_Command, frozen=True):
+    """The working view as an OpenAI message list within ``max_tokens`` (reply included).
+
+    After the leading system messages comes one system message with the recall
+    blocks (core memory, received insights, recalled long-term memories) ranked
+    for ``query`` (the newest user message by default), as quoted data.
+    """
+
+    reply_type = list[dict[str, Any]]
+    max_tokens: int | None = None
+    query: str | None = None
+
+
+class Reload(_Command, frozen=True):
+    """The original messages behind an offload id."""
+
+    reply_type = list[Message]
+    offload_id: str
+
+
+class Record(_Command, frozen=True):
+    """Record messages in long-term memory; the reply is how many memories that made."""
+
+    reply_type = int
+    messages: list[Message]
+
+
+class Retrieve(_Command, frozen=True):
+    """Long-term memories for ``query``, best first (recency, importance, relevance)."""
+
+    reply_type = list[Recalled]
+    query: str
+    k: int | None = None
+
+
+class MemoryTools(_Command, frozen=True):
+    """The OpenAI tool schemas this agent's long-term memory offers (by control mode)."""
+
+    reply_type = list[dict[str, Any]]
+
+
+class AnswerToolCall(_Command, frozen=True):
+    """Run a ``record_to_memory`` / ``retrieve_from_memory`` call; None for other tools."""
+
+    reply_type = Message | None
+    call: ToolCall
+
+
+class StartEpisode(_Command, frozen=True):
+    """Close the current episode (returned, if it held anything) and open a new one."""
+
+    reply_type = Episode | None
+    metadata: dict[str, Any] = {}
+
+
+class RecallEpisode(_Command, frozen=True):
+    """The past episodes most relevant to ``query``, best first."""
+
+    reply_type = list[Episode]
+    query: str
+    k: int = 1
+
+
+class SummarizeEpisodes(_Command, frozen=True):
+    """A short summary of every closed episode."""
+
+    reply_type = list[str]
+
+
+class HeldInsights(_Command, frozen=True):
+    """The insights this agent received, most relevant to ``query`` first."""
+
+    reply_type = list[Insight]
+    query: str | None = None
+    k: int = 10
+
+
+class CompressionDone(_Command, frozen=True):
+    """The compressor's answer, told back to the memory actor (internal).
+
+    ``outcome`` is None when the compression failed; ``error`` then says why.
+    ``token`` is the secret of the request in flight: a CompressionDone that does
+    not carry it (one nobody asked for) changes nothing.
+    """
+
+    reply_type = None
+    version: int
+    outcome: CompressionOutcome | None = None
+    error: str | None = None
+    token: str = ""
+
+
+class Vouch(_Command, frozen=True):
+    """Return ``command`` acting for this agent, vouched for, to send to the pool.
+
+    The memory actor sets the command's agent (``source`` of a share or fact,
+    ``agent`` of a subscription) to its own agent, whatever it was, and adds its
+    voucher: the pool takes commands that act for an agent only so (see
+    :mod:`actormem.actors.pool.vouch`). The handle's ``share``, ``register_fact``,
+    ``subscribe`` and ``unsubscribe`` do this for you.
+    """
+
+    reply_type = AgentCommand
+    command: AgentCommand
+
+
+class EndRun(_Command, frozen=True):
+    """A run ended: apply the retention policy (clear single_run, save persistent)."""
+
+    reply_type = None
+
+
+MemoryCommand = (
+    Add
+    | Get
+    | Search
+    | Delete
+    | Clear
+    | Stats
+    | Export
+    | Load
+    | Prune
+    | Context
+    | Reload
+    | Record
+    | Retrieve
+    | MemoryTools
+    | AnswerToolCall
+    | StartEpisode
+    | RecallEpisode
+    | SummarizeEpisodes
+    | HeldInsights
+    | EndRun
+    | CompressionDone
+    | Vouch
+)

@@ -1,0 +1,449 @@
+"""The typed handle on one agent's memory: async methods that send commands.
+
+``rt.memory("alice")`` returns one. Methods accept :class:`Message` values or
+OpenAI-style dicts, check what they can before sending, and raise
+:class:`MemoryInputError` naming what was wrong; the actor checks the rest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from actormem.actors.errors import MemoryInputError
+from actormem.actors.memory.commands import (
+    Add,
+    AddResult,
+    AnswerToolCall,
+    Clear,
+    Context,
+    Delete,
+    EndRun,
+    Export,
+    Get,
+    HeldInsights,
+    Load,
+    MemoryExport,
+    MemoryStats,
+    MemoryTools,
+    Prune,
+    PruneResult,
+    RecallEpisode,
+    Record,
+    Reload,
+    Retrieve,
+    Search,
+    StartEpisode,
+    Stats,
+    SummarizeEpisodes,
+    Vouch,
+)
+from actormem.actors.messages import ROLES, Message, Role, ToolCall
+from actormem.actors.pool.commands import (
+    AgentCommand,
+    QueryInsights,
+    RegisterFact,
+    Share,
+    ShareResult,
+    Subscribe,
+    SubscriptionState,
+    Unsubscribe,
+)
+from actormem.actors.pool.insights import Insight
+from actormem.actors.recall.episodes import Episode
+from actormem.actors.recall.longterm import Recalled
+from actormem.runtime import Runtime
+
+__all__ = ("MemoryHandle", "read_export", "to_message", "write_export")
+
+_export_decoder = msgspec.json.Decoder(MemoryExport)
+_json_encoder = msgspec.json.Encoder()
+
+
+def to_message(item: Message | Mapping[str, Any]) -> Message:
+    """Return ``item`` as a :class:`Message`.
+
+    Accepts a Message, or a dict with Message fields; OpenAI-style ``tool_calls``
+    (``{"id", "type": "function", "function": {"name", "arguments"}}``) are
+    understood too.
+
+    Raises:
+        MemoryInputError: the dict is not a valid message (the field is named).
+    """
+    if isinstance(item, Message):
+        return item
+    if not isinstance(item, Mapping):
+        raise MemoryInputError(f"a message is a Message or a dict, not {type(item).__name__}")
+    data = dict(item)
+    calls = data.get("tool_calls")
+    if calls:
+        data["tool_calls"] = [_tool_call(c) for c in calls]
+    try:
+        return msgspec.convert(data, Message)
+    except msgspec.ValidationError as exc:
+        raise MemoryInputError(f"invalid message: {exc}") from exc
+
+
+def _tool_call(call: Any) -> Any:
+    if isinstance(call, ToolCall):
+        return {"id": call.id, "name": call.name, "arguments": call.arguments}
+    if isinstance(call, Mapping) and "function" in call:
+        fn = call["function"]
+        if not isinstance(fn, Mapping):
+            raise MemoryInputError("a tool call's 'function' must be an object")
+        return {
+            "id": call.get("id"),
+            "name": fn.get("name"),
+            "arguments": fn.get("arguments", "{}"),
+        }
+    return call
+
+
+_SCOPES = ("working", "history", "offloaded")
+_MODES = ("substring", "ranked")
+
+
+def _choice(value: str, allowed: Sequence[str], what: str) -> str:
+    # Checked here, so every transport gives the same error (over Redis a bad
+    # value would otherwise fail decoding on the worker instead).
+    if value not in allowed:
+        raise MemoryInputError(
+            f"{what} must be one of {', '.join(map(repr, allowed))}, got {value!r}"
+        )
+    return value
+
+
+def _roles(roles: Sequence[Role] | None) -> list[Role] | None:
+    if roles is None:
+        return None
+    for role in roles:
+        _choice(role, sorted(ROLES), "a role")
+    return list(roles)
+
+
+def write_export(data: MemoryExport, path: str | Path) -> None:
+    """Write an export as JSON, atomically (a temp file renamed over the target)."""
+    target = Path(path)
+    tmp = target.with_name(f".{target.name}.tmp")
+    try:
+        tmp.write_bytes(_json_encoder.encode(data))
+        tmp.replace(target)
+    except OSError as exc:
+        raise MemoryInputError(f"cannot write export to {target}: {exc.strerror}") from exc
+
+
+def read_export(path: str | Path) -> MemoryExport:
+    """Read an export written by :func:`write_export`.
+
+    Raises:
+        MemoryInputError: the file is missing, unreadable or not a valid export.
+    """
+    source = Path(path)
+    try:
+        raw = source.read_bytes()
+    except OSError as exc:
+        raise MemoryInputError(f"cannot read export {source}: {exc.strerror}") from exc
+    try:
+        return _export_decoder.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise MemoryInputError(f"{source} is not a valid memory export: {exc}") from exc
+
+
+class MemoryHandle:
+    """One agent's memory, as seen from orchestration code.
+
+    Args:
+        runtime: the runtime hosting (or reaching) the memory actors.
+        agent: the agent's name.
+        timeout: seconds each call waits for the actor (the runtime's default).
+    """
+
+    __slots__ = ("address", "agent", "pool", "runtime", "timeout")
+
+    def __init__(self, runtime: Runtime, agent: str, timeout: float | None = None) -> None:
+        if not isinstance(agent, str) or not agent.strip():
+            raise MemoryInputError("an agent name is a non-empty string")
+        if len(agent) > 256 or any(ord(c) < 32 for c in agent):
+            raise MemoryInputError(
+                f"invalid agent name {agent[:40]!r}: at most 256 printable characters"
+            )
+        self.runtime = runtime
+        self.agent = agent
+        self.address = f"memory/{agent}"
+        self.timeout = timeout
+        #: The insight pool this agent shares with.
+        self.pool = "pool/main"
+
+    def __repr__(self) -> str:
+        return f"MemoryHandle({self.agent!r})"
+
+    async def _ask(self, command: Any) -> Any:
+        return await self.runtime.ask(self.address, command, self.timeout)
+
+    async def add(
+        self, messages: Message | Mapping[str, Any] | Iterable[Message | Mapping[str, Any]]
+    ) -> AddResult:
+        """Add one message or many (Message values or dicts) to the memory.
+
+        Raises:
+            MemoryInputError: a message is invalid or its id is already stored;
+                nothing is added then.
+        """
+        if isinstance(messages, Message | Mapping):
+            batch = [to_message(messages)]
+        else:
+            batch = [to_message(m) for m in messages]
+        return await self._ask(Add(messages=batch))  # type: ignore[no-any-return]
+
+    async def get(
+        self,
+        *,
+        recent_n: int | None = None,
+        roles: Sequence[Role] | None = None,
+        names: Sequence[str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        important: bool = False,
+        scope: str = "working",
+    ) -> list[Message]:
+        """Messages matching every given filter, oldest first (see :class:`Get`)."""
+        return await self._ask(  # type: ignore[no-any-return]
+            Get(
+                recent_n=recent_n,
+                roles=_roles(roles),
+                names=list(names) if names is not None else None,
+                metadata=dict(metadata) if metadata is not None else None,
+                since=since,
+                until=until,
+                important=important,
+                scope=_choice(scope, _SCOPES, "scope"),  # type: ignore[arg-type]
+            )
+        )
+
+    async def recent(self, n: int) -> list[Message]:
+        """The last ``n`` messages of the working view."""
+        return await self.get(recent_n=n)
+
+    async def by_role(self, role: Role) -> list[Message]:
+        """The working view's messages with this role."""
+        return await self.get(roles=[role])
+
+    async def important(self) -> list[Message]:
+        """Messages tagged ``important`` or at/above the importance threshold."""
+        return await self.get(important=True)
+
+    async def search(
+        self,
+        query: str,
+        *,
+        mode: str = "substring",
+        k: int | None = None,
+        roles: Sequence[Role] | None = None,
+        scope: str = "working",
+    ) -> list[Message]:
+        """Find messages by text: ``substring`` (case-insensitive) or BM25 ``ranked``."""
+        return await self._ask(  # type: ignore[no-any-return]
+            Search(
+                query=query,
+                mode=_choice(mode, _MODES, "search mode"),  # type: ignore[arg-type]
+                k=k,
+                roles=_roles(roles),
+                scope=_choice(scope, _SCOPES, "scope"),  # type: ignore[arg-type]
+            )
+        )
+
+    async def delete(self, *targets: str | int) -> int:
+        """Delete working-view messages by id (str) or index (int); all or none.
+
+        Raises:
+            MemoryInputError: an id is unknown or an index out of range.
+        """
+        ids = [t for t in targets if isinstance(t, str)]
+        indices = [t for t in targets if isinstance(t, int) and not isinstance(t, bool)]
+        if len(ids) + len(indices) != len(targets):
+            raise MemoryInputError("delete takes message ids (str) or indices (int)")
+        return await self._ask(Delete(ids=ids, indices=indices))  # type: ignore[no-any-return]
+
+    async def clear(self, *, history: bool = False) -> int:
+        """Empty the working view (and, with ``history=True``, the original history)."""
+        return await self._ask(Clear(history=history))  # type: ignore[no-any-return]
+
+    async def size(self) -> int:
+        """Messages in the working view."""
+        return (await self.stats()).size
+
+    async def stats(self) -> MemoryStats:
+        """Sizes and token totals."""
+        return await self._ask(Stats())  # type: ignore[no-any-return]
+
+    async def export(
+        self, path: str | Path | None = None, *, include_history: bool = True
+    ) -> MemoryExport:
+        """Return the memory's content, and write it as JSON to ``path`` if given."""
+        data: MemoryExport = await self._ask(Export(include_history=include_history))
+        if path is not None:
+            write_export(data, path)
+        return data
+
+    async def load(
+        self,
+        source: MemoryExport | str | Path | Iterable[Message | Mapping[str, Any]],
+        *,
+        overwrite: bool = False,
+    ) -> int:
+        """Load an export (object or JSON file) or a list of messages.
+
+        Args:
+            overwrite: replace the working view instead of merging into it.
+
+        Returns:
+            How many messages entered the working view.
+
+        Raises:
+            MemoryInputError: the source is invalid; nothing changes then.
+        """
+        if isinstance(source, MemoryExport):
+            data = source
+        elif isinstance(source, str | Path):
+            data = read_export(source)
+        else:
+            data = MemoryExport(agent=self.agent, working=[to_message(m) for m in source])
+        return await self._ask(Load(data=data, overwrite=overwrite))  # type: ignore[no-any-return]
+
+    async def prune(self, max_tokens: int, *, preserve_system: bool = True) -> PruneResult:
+        """Drop the oldest messages until the working view fits ``max_tokens``."""
+        return await self._ask(  # type: ignore[no-any-return]
+            Prune(max_tokens=max_tokens, preserve_system=preserve_system)
+        )
+
+    async def context(
+        self, max_tokens: int | None = None, *, query: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The working view as an OpenAI message list within ``max_tokens``.
+
+        After the system prompt comes one system message holding, as quoted data,
+        core memory, the received insights and (static control) the long-term
+        memories most relevant to ``query`` (the newest user message by default).
+
+        Raises:
+            ContextBudgetError: the system messages alone exceed the budget.
+        """
+        return await self._ask(  # type: ignore[no-any-return]
+            Context(max_tokens=max_tokens, query=query)
+        )
+
+    # -- the insight pool ------------------------------------------------------------
+
+    async def _act(self, command: AgentCommand) -> Any:
+        """Have this agent's memory vouch for ``command``, then send it to the pool.
+
+        The pool takes a command that acts for an agent only from that agent's
+        memory actor (see :mod:`actormem.actors.pool.vouch`), so nobody can share as, or
+        subscribe, another agent.
+        """
+        vouched = await self._ask(Vouch(command=command))
+        return await self.runtime.ask(self.pool, vouched, self.timeout)
+
+    async def share(
+        self,
+        insight: str,
+        topic: str = "general",
+        importance: float = 0.5,
+        *,
+        source_message_ids: Sequence[str] = (),
+    ) -> ShareResult:
+        """Share what this agent learned; the pool sends it to the topic's subscribers.
+
+        The pool records this agent as the source (vouched for by its memory
+        actor), drops exact and near duplicates and keeps per-topic limits.
+        """
+        return await self._act(  # type: ignore[no-any-return]
+            Share(
+                text=insight,
+                source=self.agent,
+                topic=topic,
+                importance=importance,
+                source_message_ids=tuple(source_message_ids),
+            )
+        )
+
+    async def register_fact(self, fact: str, importance: float = 1.0) -> ShareResult:
+        """Register a fact every agent the pool knows receives (MARSYS's coordinated facts)."""
+        return await self._act(  # type: ignore[no-any-return]
+            RegisterFact(text=fact, source=self.agent, importance=importance)
+        )
+
+    async def subscribe(self, *topics: str) -> SubscriptionState:
+        """Receive the pool's insights on these topics (``*``, the default, is every topic)."""
+        return await self._act(  # type: ignore[no-any-return]
+            Subscribe(agent=self.agent, topics=topics or ("*",))
+        )
+
+    async def unsubscribe(self, *topics: str) -> SubscriptionState:
+        """Stop receiving these topics (``*``, the default, is all of them)."""
+        return await self._act(  # type: ignore[no-any-return]
+            Unsubscribe(agent=self.agent, topics=topics or ("*",))
+        )
+
+    async def insights(self, topic: str = "*", k: int = 5) -> list[Insight]:
+        """The pool's most important insights on ``topic`` (every topic by default)."""
+        found = await self.runtime.ask(self.pool, QueryInsights(topic=topic, k=k), self.timeout)
+        return list(found)
+
+    async def held_insights(self, query: str | None = None, k: int = 10) -> list[Insight]:
+        """The insights this agent received, most relevant to ``query`` first."""
+        return await self._ask(HeldInsights(query=query, k=k))  # type: ignore[no-any-return]
+
+    # -- long-term memory ------------------------------------------------------------
+
+    async def record(
+        self, messages: Message | Mapping[str, Any] | Iterable[Message | Mapping[str, Any]]
+    ) -> int:
+        """Record messages in long-term memory; returns how many new memories that made."""
+        if isinstance(messages, Message | Mapping):
+            batch = [to_message(messages)]
+        else:
+            batch = [to_message(m) for m in messages]
+        return await self._ask(Record(messages=batch))  # type: ignore[no-any-return]
+
+    async def retrieve(self, query: str, k: int | None = None) -> list[Recalled]:
+        """Long-term memories for ``query``, ranked by recency, importance and relevance."""
+        return await self._ask(Retrieve(query=query, k=k))  # type: ignore[no-any-return]
+
+    async def memory_tools(self) -> list[dict[str, Any]]:
+        """OpenAI tool schemas (``record_to_memory``, ``retrieve_from_memory``) to offer
+        the model in agent_control and both modes; none in static_control."""
+        return await self._ask(MemoryTools())  # type: ignore[no-any-return]
+
+    async def answer_tool_call(self, call: ToolCall | Mapping[str, Any]) -> Message | None:
+        """Run a memory tool call the model made; return its ``tool`` message (None if
+        the call is not a memory tool). Add the result with :meth:`add` as usual."""
+        if not isinstance(call, ToolCall):
+            call = msgspec.convert(_tool_call(call), ToolCall)
+        return await self._ask(AnswerToolCall(call=call))  # type: ignore[no-any-return]
+
+    # -- episodes and retention --------------------------------------------------------
+
+    async def start_episode(self, **metadata: Any) -> Episode | None:
+        """Close the current episode (returned if it held anything) and open a new one."""
+        return await self._ask(StartEpisode(metadata=metadata))  # type: ignore[no-any-return]
+
+    async def recall_episode(self, query: str, k: int = 1) -> list[Episode]:
+        """Past episodes most relevant to ``query``, best first."""
+        return await self._ask(RecallEpisode(query=query, k=k))  # type: ignore[no-any-return]
+
+    async def summarize_episodes(self) -> list[str]:
+        """A short summary of each closed episode."""
+        return await self._ask(SummarizeEpisodes())  # type: ignore[no-any-return]
+
+    async def end_run(self) -> None:
+        """A run ended: ``single_run`` memories are cleared, ``persistent`` ones saved."""
+        await self._ask(EndRun())
+
+    async def reload(self, offload_id: str) -> list[Message]:
+        """The original messages behind an offload id (see the compressor)."""
+        return await self._ask(Reload(offload_id=offload_id))  # type: ignore[no-any-return]

@@ -1,0 +1,216 @@
+"""The insight pool's commands and replies (see :mod:`actormem.actors.pool.actor` for what they do).
+
+Every command is a frozen, tagged msgspec Struct whose ``reply_type`` names the
+type of its reply, so a transport can encode the command and decode the answer.
+Wire compatibility: new fields go last, with defaults; a field's type never changes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Final, Literal
+
+import msgspec
+
+from actormem.actors.pool.insights import Insight
+from actormem.runtime.ids import new_id
+
+__all__ = (
+    "DEFAULT_QUERY_K",
+    "WILDCARD",
+    "AgentCommand",
+    "DeliveryOutcome",
+    "GetPoolStats",
+    "PoolCommand",
+    "PoolStats",
+    "QueryInsights",
+    "RegisterFact",
+    "Share",
+    "ShareResult",
+    "Subscribe",
+    "SubscriptionState",
+    "Unsubscribe",
+)
+
+#: In Subscribe / Unsubscribe / QueryInsights: every topic.
+WILDCARD: Final = "*"
+DEFAULT_QUERY_K: Final = 5
+
+
+class ShareResult(msgspec.Struct, frozen=True, kw_only=True):
+    """The pool's answer to :class:`Share`.
+
+    Attributes:
+        status: ``new``, ``duplicate`` (same words) or ``near_duplicate``.
+        insight: the stored insight, or the one this share duplicates.
+        similarity: 1.0 for new and exact duplicates, the Jaccard similarity otherwise.
+        recipients: agents the new insight is being delivered to (0 for duplicates).
+    """
+
+    status: Literal["new", "duplicate", "near_duplicate"]
+    insight: Insight
+    similarity: float = 1.0
+    recipients: int = 0
+
+
+class SubscriptionState(msgspec.Struct, frozen=True, kw_only=True):
+    """An agent's subscriptions after a change.
+
+    Attributes:
+        agent: the agent.
+        all_topics: subscribed with ``*``.
+        topics: topics subscribed by name.
+        excluded: topics unsubscribed by name while subscribed to ``*``.
+    """
+
+    agent: str
+    all_topics: bool
+    topics: tuple[str, ...]
+    excluded: tuple[str, ...]
+
+
+class PoolStats(msgspec.Struct, frozen=True, kw_only=True):
+    """The pool's counters.
+
+    Attributes:
+        shared: shares stored as new insights.
+        deduplicated: shares dropped as exact or near duplicates.
+        near_duplicates: of those, the near (not exact) ones.
+        delivered: deliveries that reached a memory actor's mailbox.
+        failed_deliveries: deliveries that could not be made (logged each).
+        rejected: shares refused as invalid, and commands refused for want of
+            a valid voucher.
+        evicted: insights dropped by per-topic limits.
+        insights: insights held now.
+        topics: topics held now.
+        agents: agents the pool knows (ever subscribed).
+    """
+
+    shared: int
+    deduplicated: int
+    near_duplicates: int
+    delivered: int
+    failed_deliveries: int
+    rejected: int
+    evicted: int
+    insights: int
+    topics: int
+    agents: int
+
+
+class Share(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Share an insight on a topic; replies :class:`ShareResult`.
+
+    Args:
+        text: the insight (sanitized and cut to ``max_insight_chars``).
+        source: the sharing agent.
+        topic: the topic (case-insensitive; not ``*``).
+        importance: 0..1.
+        source_message_ids: ids of the messages it came from.
+        id: the command's id; a redelivered command returns its first result.
+        voucher: set by ``memory/<source>`` (:class:`~actormem.actors.memory.commands.Vouch`);
+            the pool refuses the command without a valid one.
+    """
+
+    reply_type: ClassVar[type[Any]] = ShareResult
+
+    text: str
+    source: str
+    topic: str = "general"
+    importance: float = 0.5
+    source_message_ids: tuple[str, ...] = ()
+    id: str = msgspec.field(default_factory=new_id)
+    voucher: str | None = None
+
+
+class RegisterFact(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Register a fact that every known agent receives (the facts topic).
+
+    Replies :class:`ShareResult`. Vouched for like :class:`Share`.
+    """
+
+    reply_type: ClassVar[type[Any]] = ShareResult
+
+    text: str
+    source: str
+    importance: float = 1.0
+    source_message_ids: tuple[str, ...] = ()
+    id: str = msgspec.field(default_factory=new_id)
+    voucher: str | None = None
+
+
+class Subscribe(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Subscribe ``agent`` to topics (``*``, the default, means all).
+
+    Replies :class:`SubscriptionState`.
+
+    An empty ``topics`` only makes the agent known (it then gets facts).
+    ``backfill`` > 0 also delivers up to that many of the best insights already
+    held on the new topics. Vouched for by ``memory/<agent>`` like :class:`Share`.
+    """
+
+    reply_type: ClassVar[type[Any]] = SubscriptionState
+
+    agent: str
+    topics: tuple[str, ...] = (WILDCARD,)
+    backfill: int = 0
+    voucher: str | None = None
+
+
+class Unsubscribe(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Unsubscribe ``agent`` from topics; ``*`` (the default) drops every subscription.
+
+    Unsubscribing a named topic while subscribed to ``*`` excludes that topic.
+    Replies :class:`SubscriptionState`. Vouched for like :class:`Subscribe`.
+    """
+
+    reply_type: ClassVar[type[Any]] = SubscriptionState
+
+    agent: str
+    topics: tuple[str, ...] = (WILDCARD,)
+    voucher: str | None = None
+
+
+class QueryInsights(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Return up to ``k`` insights of ``topic`` (``*`` = all topics), best first.
+
+    With ``query``, ranked by BM25 relevance to it, then importance; without, by
+    importance, then newest. Replies ``tuple[Insight, ...]``.
+    """
+
+    # A generic alias, not a class: msgspec decoders take either.
+    reply_type: ClassVar[Any] = tuple[Insight, ...]
+
+    topic: str = WILDCARD
+    k: int = DEFAULT_QUERY_K
+    query: str | None = None
+
+
+class GetPoolStats(msgspec.Struct, frozen=True, tag=True):
+    """Return the pool's counters as :class:`PoolStats`."""
+
+    reply_type: ClassVar[type[Any]] = PoolStats
+
+
+class DeliveryOutcome(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Internal: a background drain of an agent's deferred deliveries ended.
+
+    The pool tells itself this. ``delivered`` reached the mailbox; ``error``
+    says why the drain stopped early, if it did. The pool vouches for it and
+    refuses one it did not make.
+    """
+
+    reply_type: ClassVar[type[Any]] = type(None)
+
+    agent: str
+    delivered: int
+    error: str | None = None
+    voucher: str | None = None
+
+
+#: The commands that act for an agent: the pool takes them only vouched for by
+#: that agent's memory actor (see :mod:`actormem.actors.pool.vouch`).
+AgentCommand = Share | RegisterFact | Subscribe | Unsubscribe
+
+PoolCommand = (
+    Share | RegisterFact | Subscribe | Unsubscribe | QueryInsights | GetPoolStats | DeliveryOutcome
+)

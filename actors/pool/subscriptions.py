@@ -1,0 +1,122 @@
+"""Who receives which topic: the insight pool's subscription table.
+
+Kept apart from the pool actor because it is plain bookkeeping with its own
+rules: an agent subscribes to named topics and/or to every topic (``*``);
+unsubscribing a named topic while subscribed to ``*`` excludes it; ``*`` in an
+unsubscribe drops everything. Lookups by topic go through an index, so finding
+a topic's recipients costs the number of wildcard and topic subscribers, not
+the number of agents.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from actormem.actors.pool.commands import WILDCARD, SubscriptionState
+
+__all__ = ("Subscriptions",)
+
+
+class _Subscriber:
+    __slots__ = ("all_topics", "excluded", "topics")
+
+    def __init__(self) -> None:
+        self.all_topics = False
+        self.topics: dict[str, None] = {}
+        self.excluded: dict[str, None] = {}
+
+
+class Subscriptions:
+    """Agents' topic subscriptions. Topics given here are already cleaned."""
+
+    def __init__(self) -> None:
+        self._agents: dict[str, _Subscriber] = {}
+        self._by_topic: dict[str, dict[str, None]] = {}
+        self._wildcard: dict[str, None] = {}
+
+    def __len__(self) -> int:
+        """Agents known (ever subscribed, even to nothing)."""
+        return len(self._agents)
+
+    def agents(self) -> list[str]:
+        """Every known agent, in the order they first subscribed."""
+        return list(self._agents)
+
+    def subscribe(self, agent: str, topics: Iterable[str]) -> SubscriptionState:
+        """Add ``topics`` (``*`` = all) to ``agent``'s; with none, the agent only becomes known."""
+        sub = self._agents.get(agent)
+        if sub is None:
+            sub = self._agents[agent] = _Subscriber()
+        for t in topics:
+            if t == WILDCARD:
+                sub.all_topics = True
+                sub.excluded.clear()
+                self._wildcard[agent] = None
+            else:
+                sub.topics[t] = None
+                sub.excluded.pop(t, None)
+                self._by_topic.setdefault(t, {})[agent] = None
+        return self._state(agent, sub)
+
+    def unsubscribe(self, agent: str, topics: Iterable[str]) -> SubscriptionState:
+        """Remove ``topics`` from ``agent``'s subscriptions (``*`` = all of them)."""
+        sub = self._agents.get(agent)
+        if sub is None:
+            return SubscriptionState(agent=agent, all_topics=False, topics=(), excluded=())
+        for t in topics:
+            if t == WILDCARD:
+                for name in sub.topics:
+                    self._drop(name, agent)
+                sub.topics.clear()
+                sub.excluded.clear()
+                sub.all_topics = False
+                self._wildcard.pop(agent, None)
+            else:
+                if t in sub.topics:
+                    del sub.topics[t]
+                    self._drop(t, agent)
+                if sub.all_topics:
+                    sub.excluded[t] = None
+        return self._state(agent, sub)
+
+    def recipients(self, topic: str, exclude: str | None = None) -> list[str]:
+        """Return the agents subscribed to ``topic`` (wildcard ones first), but ``exclude``."""
+        agents = [a for a in self._wildcard if topic not in self._agents[a].excluded]
+        seen = set(agents)
+        agents.extend(a for a in self._by_topic.get(topic, ()) if a not in seen)
+        return [a for a in agents if a != exclude]
+
+    def export(self) -> list[SubscriptionState]:
+        """Return every agent's subscriptions."""
+        return [self._state(a, s) for a, s in self._agents.items()]
+
+    def load(self, states: Iterable[SubscriptionState]) -> None:
+        """Replace the table with ``states``."""
+        self._agents.clear()
+        self._by_topic.clear()
+        self._wildcard.clear()
+        for state in states:
+            sub = self._agents[state.agent] = _Subscriber()
+            sub.all_topics = state.all_topics
+            sub.topics = dict.fromkeys(state.topics)
+            sub.excluded = dict.fromkeys(state.excluded)
+            if state.all_topics:
+                self._wildcard[state.agent] = None
+            for t in state.topics:
+                self._by_topic.setdefault(t, {})[state.agent] = None
+
+    def _drop(self, topic: str, agent: str) -> None:
+        members = self._by_topic.get(topic)
+        if members is not None:
+            members.pop(agent, None)
+            if not members:
+                del self._by_topic[topic]
+
+    @staticmethod
+    def _state(agent: str, sub: _Subscriber) -> SubscriptionState:
+        return SubscriptionState(
+            agent=agent,
+            all_topics=sub.all_topics,
+            topics=tuple(sub.topics),
+            excluded=tuple(sub.excluded),
+        )

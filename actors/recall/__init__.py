@@ -1,0 +1,1 @@
+"""What an agent recalls beyond its conversation: long-term memory, episodes, memory tools."""

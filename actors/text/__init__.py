@@ -1,0 +1,1 @@
+"""Text utilities of the domain: BM25 ranking and quoted-data context blocks."""

@@ -1,0 +1,69 @@
+"""The offline extractive summarizer keeps names, numbers, dates and decisions, within budget."""
+
+from __future__ import annotations
+
+import pytest
+
+from actormem.actors.compression import OfflineSummarizer, RunUsage
+from actormem.actors.compression.summarizers import extract_facts
+from actormem.actors.messages import Message
+from actormem.runtime.tokens import get_counter
+from tests.actors.compression._build import assistant, chatter, tool_unit, user
+
+pytestmark = pytest.mark.anyio
+
+
+def span() -> list[Message]:
+    return [
+        user("Hi there. " + chatter(6) + " Mara Lindqvist was born on 1987-03-14."),
+        assistant("Thanks for telling me. " + chatter(6)),
+        user(chatter(4) + " The vault code is 4821. " + chatter(4)),
+        assistant(chatter(5) + " We decided to move the launch to March 3, 2027."),
+        *tool_unit("weather", {"city": "Bergen"}, "Rain, 11 degrees. " + chatter(5)),
+        user(chatter(8)),
+    ]
+
+
+async def summarize(messages: list[Message], max_tokens: int) -> str:
+    summarizer = OfflineSummarizer(get_counter())
+    usage = RunUsage()
+    text = await summarizer.summarize(messages, max_tokens=max_tokens, purpose="round", usage=usage)
+    assert usage.summaries == 1 and not usage.fell_back
+    return text
+
+
+async def test_keeps_names_numbers_dates_and_decisions() -> None:
+    text = await summarize(span(), 100)
+    for fact in ("Mara Lindqvist", "1987-03-14", "4821", "decided", "March 3, 2027", "Bergen"):
+        assert fact in text, (fact, text)
+    assert "we talked a little more" not in text  # chatter is what goes
+
+
+async def test_fits_the_budget_exactly() -> None:
+    counter = get_counter()
+    for budget in (5, 20, 60, 200):
+        text = await summarize(span(), budget)
+        assert 0 < counter.count_text(text) <= budget
+
+
+async def test_keeps_sentences_in_their_original_order_with_speakers() -> None:
+    text = await summarize(span(), 200)
+    assert text.index("1987-03-14") < text.index("4821") < text.index("2027")
+    assert text.splitlines()[0] == "From user, assistant; tools: weather."
+
+
+async def test_is_deterministic() -> None:
+    assert await summarize(span(), 80) == await summarize(span(), 80)
+
+
+async def test_summarizing_a_summary_keeps_the_original_speakers() -> None:
+    first = await summarize(span(), 120)
+    again = Message(role="assistant", content=first, metadata={"compressed": "round_summary"})
+    text = await summarize([again], 80)
+    assert "4821" in text and "user: " in text
+
+
+def test_extract_facts_finds_names_numbers_and_dates() -> None:
+    facts = extract_facts("The vault code is 4821. Mara met Olav Berg on 2024-05-01, a Friday.")
+    assert {"4821", "mara", "olav berg", "2024-05-01", "friday"} <= facts
+    assert "the" not in facts

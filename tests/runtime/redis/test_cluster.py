@@ -1,0 +1,48 @@
+"""The Redis transport on a Redis Cluster: every multi-key step stays in one slot."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from actormem.runtime import Runtime, RuntimeConfig
+from actormem.runtime.redis import Keys, RedisConfig, connect, shard_of
+from actormem.runtime.transports.redis import RedisTransport
+from tests.support.actors import Add, GetState, register
+from tests.support.redis import delete_prefix
+from tests.support.streams import eventually
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_asks_durable_state_and_dead_letters_work_on_a_cluster(
+    redis_cluster_url: str, redis_config: RedisConfig
+) -> None:
+    config = msgspec.structs.replace(redis_config, url=redis_cluster_url, cluster=True)
+    keys = Keys(config.prefix)
+    client = connect(config)
+    try:
+        async with Runtime(
+            RuntimeConfig(ask_timeout=20), transport=RedisTransport(None, config)
+        ) as rt:
+            register(rt)
+            for i in range(12):
+                await rt.ref(f"ledger/c{i}").tell(Add(f"t{i}"))
+            states = [await rt.ref(f"ledger/c{i}").ask(GetState()) for i in range(12)]
+            assert [s.tokens for s in states] == [[f"t{i}"] for i in range(12)]
+            await client.xadd(keys.stream(0), {b"e": b"not msgpack"})
+
+            async def dead() -> bool:
+                return int(await client.xlen(keys.dead_letters())) == 1
+
+            await eventually(dead, "the bad entry is dead-lettered")
+        # The state is stored under each shard's hash tag, on whichever node owns it.
+        for i in range(12):
+            address = f"ledger/c{i}"
+            log = await client.lrange(
+                keys.agent_log(shard_of(address, config.shards), address), 0, -1
+            )
+            assert log == [f"t{i}".encode()]
+    finally:
+        await delete_prefix(client, config.prefix)
+        await client.aclose()

@@ -1,0 +1,199 @@
+"""Group commits: a durable actor's changes are stored a batch per call, and the
+reply to a command is sent only once its changes are stored."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import anyio
+import pytest
+import redis.asyncio as aioredis
+
+from actormem.runtime.redis import Keys, RedisConfig, _scripts, connect, shard_of
+from tests.runtime.redis.test_transport import worker
+from tests.support.actors import Add, GetState
+
+pytestmark = pytest.mark.anyio
+
+COMMIT_SHA = hashlib.sha1(_scripts.COMMIT.encode()).hexdigest()
+
+
+class GatedRedis(aioredis.Redis):
+    """A client whose commit calls wait for ``gate`` and are counted."""
+
+    gate: anyio.Event
+    commits = 0
+
+    async def execute_command(self, *args: Any, **options: Any) -> Any:
+        if args[0] == "EVALSHA" and args[1] == COMMIT_SHA:
+            type(self).commits += 1
+            await self.gate.wait()
+        return await super().execute_command(*args, **options)
+
+
+def gated(config: RedisConfig) -> GatedRedis:
+    client = GatedRedis.from_pool(connect(config).connection_pool)
+    client.gate = anyio.Event()
+    GatedRedis.commits = 0
+    return client
+
+
+async def test_an_ask_is_answered_only_once_its_changes_are_stored(
+    redis_config: RedisConfig, redis_client: aioredis.Redis
+) -> None:
+    client = gated(redis_config)
+    address = "ledger/gated"
+    log_key = Keys(redis_config.prefix).agent_log(shard_of(address, redis_config.shards), address)
+    try:
+        async with worker(client, redis_config) as rt:
+            answered: list[int] = []
+
+            async def ask() -> None:
+                answered.append(await rt.ref(address).ask(Add("t1", 5)))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(ask)
+                with anyio.fail_after(10):
+                    while not GatedRedis.commits:  # noqa: ASYNC110 (test poll)
+                        await anyio.sleep(0.01)
+                await anyio.sleep(0.2)
+                # Handled, but not stored: no answer yet, nothing in Redis.
+                assert answered == []
+                assert await redis_client.llen(log_key) == 0
+                client.gate.set()
+            assert answered == [5]
+            assert await redis_client.lrange(log_key, 0, -1) == [b"t1"]
+    finally:
+        await client.aclose()
+
+
+async def test_a_read_that_changed_nothing_is_answered_without_waiting_for_a_commit(
+    redis_config: RedisConfig, redis_client: aioredis.Redis
+) -> None:
+    client = gated(redis_config)
+    client.gate.set()
+    address = "ledger/reader"
+    try:
+        async with worker(client, redis_config) as rt:
+            await rt.ref(address).ask(Add("t1", 5))
+            stored = GatedRedis.commits
+            client.gate = anyio.Event()  # any commit from now on would hang
+            with anyio.fail_after(10):
+                for _ in range(20):
+                    state = await rt.ref(address).ask(GetState())
+            assert state.tokens == ["t1"]
+            assert GatedRedis.commits == stored  # no commit call for the reads
+            client.gate.set()
+        stream = Keys(redis_config.prefix).stream(shard_of(address, redis_config.shards))
+        assert (await redis_client.xpending(stream, "workers"))["pending"] == 0
+    finally:
+        await client.aclose()
+
+
+async def test_commands_handled_while_a_commit_is_in_flight_share_the_next_one(
+    redis_config: RedisConfig, redis_client: aioredis.Redis
+) -> None:
+    client = gated(redis_config)
+    agents = [f"ledger/g{i}" for i in range(5)]
+    try:
+        async with worker(client, redis_config) as rt:
+            await rt.ref(agents[0]).tell(Add("first"))
+            with anyio.fail_after(10):
+                while not GatedRedis.commits:  # noqa: ASYNC110 (test poll)
+                    await anyio.sleep(0.01)
+            # The first commit is stuck: everything handled meanwhile queues up.
+            for n in range(100):
+                await rt.ref(agents[n % 5]).tell(Add(f"t{n}"))
+            with anyio.fail_after(10):
+                while rt.stats().processed < 101:  # noqa: ASYNC110 (test poll)
+                    await anyio.sleep(0.01)
+            client.gate.set()
+            with anyio.fail_after(10):
+                while not rt.transport.settled():  # type: ignore[attr-defined]  # noqa: ASYNC110
+                    await anyio.sleep(0.01)
+            commits = GatedRedis.commits
+            states = [await rt.ref(a).ask(GetState()) for a in agents]
+        # Each shard's first call carried what was there when it started, and one
+        # more call the rest: 101 commands, two calls per shard at most.
+        shards = {shard_of(a, redis_config.shards) for a in agents}
+        assert commits <= 2 * len(shards), commits
+        assert states[0].tokens == ["first", *(f"t{n}" for n in range(0, 100, 5))]
+        for i, state in enumerate(states[1:], 1):
+            assert state.tokens == [f"t{n}" for n in range(i, 100, 5)]
+    finally:
+        await client.aclose()
+
+
+def _group(commands: list[tuple[str, str, bytes | None, bool, list[bytes]]]) -> list[Any]:
+    """One agent's part of the commit script's ARGV: (entry, id, snapshot, replace, items)."""
+    args: list[Any] = [len(commands)]
+    for entry, command, snapshot, replace, items in commands:
+        has = "0" if snapshot is None else "1"
+        args += [entry, command, has, snapshot or b"", "1" if replace else "0", len(items), *items]
+    return args
+
+
+async def test_the_commit_script_stores_each_agent_s_commands_once_and_in_order(
+    redis_client: aioredis.Redis, redis_config: RedisConfig
+) -> None:
+    keys = Keys(redis_config.prefix)
+    stream, lease = keys.stream(0), keys.lease(0)
+    await redis_client.set(lease, "1:w")
+    await redis_client.xgroup_create(stream, "g", id="0", mkstream=True)
+    entries = [(await redis_client.xadd(stream, {b"e": b"x"})).decode() for _ in range(7)]
+    await redis_client.xreadgroup("g", "c", {stream: ">"})
+    commit = redis_client.register_script(_scripts.COMMIT)
+
+    def agent_keys(address: str) -> list[str]:
+        return [
+            keys.agent_log(0, address),
+            keys.agent_snapshot(0, address),
+            keys.agent_applied(0, address),
+        ]
+
+    head = ["1:w", "g", "1000.5", 100]
+    first = await commit(
+        keys=[lease, stream, *agent_keys("a")],
+        args=[*head, *_group([(entries[0], "a1", None, False, [b"x1"])])],
+    )
+    assert first == [1]
+    # The same command again (a commit whose reply was lost), with new ones of the
+    # same agent behind it; another agent replaces its log mid-batch.
+    second = await commit(
+        keys=[lease, stream, *agent_keys("a"), *agent_keys("c")],
+        args=[
+            *head,
+            *_group(
+                [
+                    (entries[0], "a1", None, False, [b"x1"]),
+                    (entries[1], "a2", None, False, [b"x2", b"x3"]),
+                    (entries[2], "", None, False, [b"x4"]),
+                ]
+            ),
+            *_group(
+                [
+                    (entries[3], "c1", None, False, [b"p1"]),
+                    (entries[4], "c2", b"S1", True, [b"q1"]),
+                    (entries[5], "c3", b"S2", False, [b"q2"]),
+                    (entries[6], "c3", None, False, [b"dup"]),
+                ]
+            ),
+        ],
+    )
+    assert second == [2, 1, 1, 1, 1, 1, 2]
+    assert await redis_client.lrange(keys.agent_log(0, "a"), 0, -1) == [b"x1", b"x2", b"x3", b"x4"]
+    assert await redis_client.lrange(keys.agent_log(0, "c"), 0, -1) == [b"q1", b"q2"]
+    assert await redis_client.get(keys.agent_snapshot(0, "c")) == b"S2"
+    assert await redis_client.exists(keys.agent_snapshot(0, "a")) == 0
+    assert await redis_client.zrange(keys.agent_applied(0, "a"), 0, -1) == [b"a1", b"a2"]
+    assert await redis_client.zrange(keys.agent_applied(0, "c"), 0, -1) == [b"c1", b"c2", b"c3"]
+    assert (await redis_client.xpending(stream, "g"))["pending"] == 0
+    # Fenced off: another owner's lease changes nothing.
+    await redis_client.set(lease, "2:other")
+    fenced = await commit(
+        keys=[lease, stream, *agent_keys("a")],
+        args=[*head, *_group([("", "a9", None, False, [b"late"])])],
+    )
+    assert fenced == -1
+    assert await redis_client.llen(keys.agent_log(0, "a")) == 4

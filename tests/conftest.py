@@ -34,7 +34,6 @@ class _OnlyThePackage(importlib.abc.MetaPathFinder):
 sys.meta_path.insert(0, _OnlyThePackage())
 
 
-
 @pytest.fixture(autouse=True)
 def _every_level_is_logged() -> None:
     """Every level reaches the processors, so structlog.testing.capture_logs sees info

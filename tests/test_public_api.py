@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import ast
 import importlib
-import pathlib
 
 import pytest
 
@@ -23,34 +21,6 @@ def test_all_names_are_importable_and_complete(name: str) -> None:
         if not attr.startswith("_") and getattr(value, "__module__", "").startswith(name)
     }
     assert public <= declared, f"{name} exports undeclared names: {public - declared}"
-
-
-def _imports(package: str) -> dict[str, set[str]]:
-    """Each module file of ``package`` with the modules it imports (absolute names)."""
-    root = pathlib.Path(importlib.import_module(package).__file__ or "").parent
-    found: dict[str, set[str]] = {}
-    for path in root.rglob("*.py"):
-        names: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                names.update(alias.name for alias in node.names)
-            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                names.add(node.module)
-        found[str(path)] = names
-    return found
-
-
-@pytest.mark.parametrize(
-    ("package", "never"),
-    [
-        ("actormem.runtime", ("actormem.actors", "actormem.benchmarks")),
-        ("actormem.actors", ("actormem.benchmarks",)),
-    ],
-)
-def test_the_arrows_point_one_way(package: str, never: tuple[str, ...]) -> None:
-    for path, names in _imports(package).items():
-        wrong = {n for n in names if n.startswith(never)}
-        assert not wrong, f"{path} imports {wrong}"
 
 
 def test_openai_is_imported_only_when_an_api_is_used() -> None:

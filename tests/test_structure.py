@@ -1,0 +1,130 @@
+"""The layout's rules, checked from the code's own imports: no two files import each
+other (except for type hints), and the arrows between the rooms point one way."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+
+PACKAGES = ("actormem", "actormem.runtime", "actormem.actors", "actormem.benchmarks")
+
+
+def _modules() -> dict[str, Path]:
+    """Every module of the installed package, by dotted name."""
+    found: dict[str, Path] = {}
+    for package in PACKAGES:
+        root = Path(importlib.import_module(package).__file__ or "").parent
+        files = root.glob("*.py") if package == "actormem" else root.rglob("*.py")
+        for path in files:
+            parts = path.relative_to(root).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            found[".".join((package, *parts))] = path
+    return found
+
+
+def _imported_at_run_time(tree: ast.Module) -> set[str]:
+    """What a module imports when it is imported: not under ``if TYPE_CHECKING:``, and
+    not inside functions (those imports are deferred to the call)."""
+    names: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            return
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return names
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        imported = _imported_at_run_time(ast.parse(path.read_text()))
+        # A module's own packages are imported first by Python itself: no arrow.
+        graph[name] = {
+            other
+            for other in imported
+            if other in modules and other != name and not name.startswith(other + ".")
+        }
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
+
+    def connect(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for other in sorted(graph[node]):
+            if other not in index:
+                connect(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                circles.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            connect(node)
+    return circles
+
+
+def test_no_two_files_import_each_other() -> None:
+    assert _circles(_graph()) == []
+
+
+def test_the_circle_finder_finds_a_circle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _circles(graph) == [["a", "b", "c"]]
+
+
+@pytest.mark.parametrize(
+    ("room", "never"),
+    [
+        ("actormem.runtime", ("actormem.actors", "actormem.benchmarks")),
+        ("actormem.actors", ("actormem.benchmarks",)),
+    ],
+)
+def test_the_arrows_between_rooms_point_one_way(room: str, never: tuple[str, ...]) -> None:
+    # Deferred imports count here too: a function may not reach into a later room.
+    for name, path in _modules().items():
+        if not name.startswith(room + ".") and name != room:
+            continue
+        every: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                every.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                every.add(node.module)
+        wrong = {n for n in every if n.startswith(never)}
+        assert not wrong, f"{path} imports {wrong}"

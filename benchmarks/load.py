@@ -93,7 +93,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--quiet", action="store_true", help="no live display")
     parser.add_argument(
-        "--transport", choices=("memory", "redis"), default="memory", help="where the agents run"
+        "--transport",
+        choices=("local", "redis", "memory"),
+        metavar="{local,redis}",
+        default="local",
+        help="where the agents run (memory: an older name of local)",
     )
     parser.add_argument(
         "--workers",
@@ -292,7 +296,7 @@ async def _target(
         async with _deployment(args, addresses) as target:
             yield target
         return
-    if args.transport == "memory":
+    if args.transport in ("local", "memory"):
         config = bench_config(mailbox_size=args.mailbox, shed=not args.no_shed)
         async with MemoryRuntime(config) as rt:
 
@@ -403,7 +407,7 @@ async def run(args: argparse.Namespace) -> list[Row]:
         done = sum(s.done for s in seconds)
     if args.config:
         where = f"the deployment of {args.config}"
-    elif args.transport == "memory":
+    elif args.transport in ("local", "memory"):
         where = "in-process"
     else:
         where = f"Redis, {1 if args.workers is None else args.workers} worker(s)"
@@ -415,7 +419,7 @@ async def run(args: argparse.Namespace) -> list[Row]:
         ("errors", sum(errors.values())),
         ("not sent: --max-inflight asks already waiting", skipped),
     ]
-    if args.transport == "memory" and not args.config:
+    if args.transport in ("local", "memory") and not args.config:
         counts.append(("redeliveries (in-process: none by design)", 0))
     elif "redelivered" in final:
         counts.append(("redeliveries (the worker's RedisTransport.stats())", final["redelivered"]))

@@ -23,7 +23,7 @@ from actormem.runtime.errors import (
 )
 from actormem.runtime.ids import new_id
 from actormem.runtime.tokens import TokenCounter, get_counter
-from actormem.runtime.transports import InProcessTransport, Transport, TransportHost
+from actormem.runtime.transports import LocalTransport, Transport, TransportHost
 
 __all__ = (
     "Actor",
@@ -38,7 +38,7 @@ __all__ = (
     "ConfigError",
     "Envelope",
     "HandlerError",
-    "InProcessTransport",
+    "LocalTransport",
     "LoggingConfig",
     "MailboxFullError",
     "MessageTooLargeError",

@@ -40,7 +40,7 @@ from actormem.runtime.errors import (
     TooManyAsksError,
 )
 from actormem.runtime.transports.base import Transport
-from actormem.runtime.transports.memory import InProcessTransport
+from actormem.runtime.transports.local import LocalTransport
 
 __all__ = ("ActorFactory", "Runtime", "RuntimeStats")
 
@@ -196,7 +196,7 @@ class Runtime(AsyncClosing):
         self, config: RuntimeConfig | None = None, *, transport: Transport | None = None
     ) -> None:
         self.config = config or RuntimeConfig()
-        self.transport: Transport = transport or InProcessTransport()
+        self.transport: Transport = transport or LocalTransport()
         # Only transports that store effects (Redis) take the per-message hooks.
         self._hooked = type(self.transport).handled is not Transport.handled
         self._kinds: dict[str, _Kind] = {}
@@ -206,7 +206,7 @@ class Runtime(AsyncClosing):
         self._correlation = itertools.count(1)
         self._state: Literal["new", "open", "closing", "closed"] = "new"
         # Inline asks need the actor to live here, which only the in-process transport promises.
-        self._inline_ok = type(self.transport) is InProcessTransport
+        self._inline_ok = type(self.transport) is LocalTransport
         self._tg: Any = None
         # Dispatchers waiting for a cell with mail; a new ready cell wakes one.
         self._idle: deque[asyncio.Future[None]] = deque()

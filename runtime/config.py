@@ -26,6 +26,7 @@ __all__ = (
     "LoggingConfig",
     "RuntimeConfig",
     "SupervisionConfig",
+    "TransportName",
     "decode_config",
     "load_toml",
 )
@@ -42,6 +43,10 @@ DEFAULT_RESTART_PERIOD: Final = 5.0
 T = TypeVar("T")
 
 RestartStrategy = Literal["resume", "reset", "stop"]
+
+#: The transports a config may name. ``memory`` is an older name of ``local``,
+#: accepted when decoding and turned into ``local``.
+TransportName = Literal["local", "redis", "memory"]
 
 
 class _Section(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -97,7 +102,8 @@ class RuntimeConfig(_Section, frozen=True):
     """The actor machinery.
 
     Attributes:
-        transport: ``memory`` (in process) or ``redis``.
+        transport: ``local`` (in process) or ``redis``; ``memory``, an older name of
+            ``local``, is read as ``local``.
         mailbox_size: messages a mailbox holds before senders wait (``tell``) or
             get ``MailboxFullError`` (``tell_nowait``).
         dispatchers: tasks that run actors with mail; an idle actor holds no task.
@@ -126,7 +132,7 @@ class RuntimeConfig(_Section, frozen=True):
             turn this off.
     """
 
-    transport: Literal["memory", "redis"] = "memory"
+    transport: TransportName = "local"
     mailbox_size: int = DEFAULT_MAILBOX_SIZE
     dispatchers: int = DEFAULT_DISPATCHERS
     throughput: int = DEFAULT_THROUGHPUT
@@ -139,6 +145,10 @@ class RuntimeConfig(_Section, frozen=True):
     shed_expired_asks: bool = True
 
     def __post_init__(self) -> None:
+        if self.transport == "memory":
+            # Configs written before the rename keep working, and everything past
+            # decoding sees one name.
+            msgspec.structs.force_setattr(self, "transport", "local")
         self._at_least(1, "mailbox_size", "dispatchers", "throughput")
         self._at_least(0, "gc_threshold", "max_pending_asks")
         self._above(0, "ask_timeout", "drain_timeout")

@@ -10,7 +10,7 @@ from types import ModuleType
 import pytest
 
 from actormem.actors import AppConfig, MemoryRuntime
-from actormem.runtime import InProcessTransport, Transport
+from actormem.runtime import LocalTransport, Transport
 from actormem.runtime.logging import configure_logging
 
 pytest_plugins = ["tests.support.redis", "tests.faults.report"]
@@ -48,15 +48,15 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["local", "redis"])
 def make_transport(request: pytest.FixtureRequest) -> Callable[[], Transport]:
     """A factory for the transport under test: every actor test runs on both.
 
     Redis is a private server the session starts (or ``REDIS_URL``), each test
     under its own key prefix.
     """
-    if request.param == "memory":
-        return InProcessTransport
+    if request.param == "local":
+        return LocalTransport
     factory: Callable[[], Transport] = request.getfixturevalue("make_redis_transport")
     return factory
 

@@ -43,8 +43,10 @@ def add_commands(subs: Any) -> None:
     sim.add_argument("--seed", type=int, help="override simulation.seed")
     sim.add_argument(
         "--transport",
-        choices=("memory", "redis"),
-        help="override runtime.transport (redis: embedded unless [redis] url is set)",
+        choices=("local", "redis", "memory"),
+        metavar="{local,redis}",
+        help="override runtime.transport (redis: embedded unless [redis] url is set; "
+        "memory: an older name of local)",
     )
     sim.add_argument(
         "--workers",
@@ -91,8 +93,8 @@ def _load(args: argparse.Namespace) -> AppConfig:
             overrides.setdefault("simulation", {})[key] = value
     transport = getattr(args, "transport", None)
     if getattr(args, "workers", None):
-        if transport == "memory":
-            raise ConfigError("--workers needs the redis transport, not --transport memory")
+        if transport in ("local", "memory"):
+            raise ConfigError(f"--workers needs the redis transport, not --transport {transport}")
         transport = "redis"
     if transport:
         overrides.setdefault("runtime", {})["transport"] = transport

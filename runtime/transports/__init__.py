@@ -1,6 +1,6 @@
 """Transports: how envelopes reach a mailbox. One module per backend, one interface."""
 
 from actormem.runtime.transports.base import Transport, TransportHost
-from actormem.runtime.transports.memory import InProcessTransport
+from actormem.runtime.transports.local import LocalTransport
 
-__all__ = ("InProcessTransport", "Transport", "TransportHost")
+__all__ = ("LocalTransport", "Transport", "TransportHost")

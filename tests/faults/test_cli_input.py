@@ -46,6 +46,7 @@ CASES: dict[tuple[str, ...], str] = {
     ("simulate", "--agents", "zero"): "argument --agents: expected a whole number, got 'zero'",
     ("simulate", "--steps", "0"): "argument --steps: expected a number >= 1, got 0",
     ("simulate", "--bogus"): "unrecognized arguments: --bogus",
+    ("simulate", "--workers", "2", "--transport", "local"): "--workers needs the redis transport",
     ("simulate", "--workers", "2", "--transport", "memory"): "--workers needs the redis transport",
     ("frobnicate",): "invalid choice: 'frobnicate'",
     ("--log-level", "loud", "config"): "argument --log-level: invalid choice: 'loud'",

@@ -348,10 +348,10 @@ def unretrieved_timeouts() -> Iterator[list[dict[str, Any]]]:
         loop.set_exception_handler(previous)
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["local", "redis"])
 def overload_runtime(request: pytest.FixtureRequest) -> tuple[Runtime, RedisConfig | None]:
     runtime_config = RuntimeConfig(mailbox_size=MAILBOX, ask_timeout=30)
-    if request.param == "memory":
+    if request.param == "local":
         return Runtime(runtime_config), None
     base: RedisConfig = request.getfixturevalue("redis_config")
     request.getfixturevalue("redis_client")  # deletes the test's keys afterwards

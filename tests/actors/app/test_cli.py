@@ -62,7 +62,7 @@ def test_same_seed_same_story(tmp_path: Path) -> None:
             "--json",
             str(out),
             "--transport",
-            "memory",
+            "local",
         )
         assert proc.returncode == 0, proc.stderr
         reports.append(json.loads(out.read_text()))
@@ -109,6 +109,14 @@ def test_config_command_prints_the_full_config(capsys: pytest.CaptureFixture[str
     assert data["memory"]["max_tokens"] == 131072
 
 
+@pytest.mark.parametrize("name", ["local", "memory"])
+def test_transport_local_and_its_older_name_run_in_process(tmp_path: Path, name: str) -> None:
+    out = tmp_path / "report.json"
+    args = ["simulate", "--agents", "1", "--steps", "1", "--no-progress", "--json", str(out)]
+    assert main([*args, "--transport", name]) == 0
+    assert json.loads(out.read_text())["transport"] == "local"
+
+
 def test_default_toml_documents_the_real_defaults() -> None:
     from actormem.actors import AppConfig, load_app_config
 
@@ -137,7 +145,7 @@ def test_small_budget_town_stays_under_budget_and_keeps_facts(tmp_path: Path) ->
 
 def test_three_workers_give_the_in_process_planted_fact_results(tmp_path: Path) -> None:
     reports = {}
-    for mode, extra in (("memory", ["--transport", "memory"]), ("workers", ["--workers", "3"])):
+    for mode, extra in (("local", ["--transport", "local"]), ("workers", ["--workers", "3"])):
         out = tmp_path / f"{mode}.json"
         proc = run_cli(
             "simulate",
@@ -154,9 +162,9 @@ def test_three_workers_give_the_in_process_planted_fact_results(tmp_path: Path) 
         reports[mode] = json.loads(out.read_text())
     assert reports["workers"]["transport"] == "redis"
     for key in ("facts_planted", "facts_found", "facts_found_in_context"):
-        assert reports["workers"][key] == reports["memory"][key], key
+        assert reports["workers"][key] == reports["local"][key], key
     known = [a["known_after_sharing"] for a in reports["workers"]["per_agent"]]
-    assert known == [a["known_after_sharing"] for a in reports["memory"]["per_agent"]]
+    assert known == [a["known_after_sharing"] for a in reports["local"]["per_agent"]]
 
 
 def test_a_worker_without_a_redis_url_is_one_line() -> None:

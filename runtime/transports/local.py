@@ -1,4 +1,4 @@
-"""The in-process transport: envelopes go straight into the local runtime's mailboxes.
+"""The local transport: envelopes go straight into the local runtime's mailboxes.
 
 No encoding and no copying: the fastest path, and the test double for the others
 (the same actor tests run over it and over Redis).
@@ -10,13 +10,16 @@ from actormem.runtime._envelope import Envelope, Reply
 from actormem.runtime.errors import RuntimeClosedError
 from actormem.runtime.transports.base import Transport, TransportHost
 
-__all__ = ("InProcessTransport",)
+__all__ = ("LocalTransport",)
 
 
-class InProcessTransport(Transport):
-    """Delivers every envelope to the runtime that opened it."""
+class LocalTransport(Transport):
+    """Delivers every envelope to the runtime that opened it, in this process.
 
-    name = "memory"
+    Configs name it ``local`` (``memory`` is accepted as an older spelling).
+    """
+
+    name = "local"
 
     def __init__(self) -> None:
         self._host: TransportHost | None = None
@@ -24,7 +27,7 @@ class InProcessTransport(Transport):
 
     async def open(self, host: TransportHost) -> None:
         if self._opened:
-            raise RuntimeError("InProcessTransport is already open (it cannot be reopened)")
+            raise RuntimeError("LocalTransport is already open (it cannot be reopened)")
         self._opened = True
         self._host = host
 
@@ -34,7 +37,7 @@ class InProcessTransport(Transport):
     def _require_host(self) -> TransportHost:
         host = self._host
         if host is None:
-            raise RuntimeClosedError("the in-process transport is closed")
+            raise RuntimeClosedError("the local transport is closed")
         return host
 
     async def send(self, envelope: Envelope) -> None:

@@ -4,7 +4,7 @@
 """
 
 from actormem.runtime._actor import Actor, ActorContext, ActorRef, split_address
-from actormem.runtime._envelope import Envelope, Reply
+from actormem.runtime._envelope import Command, Envelope, Reply
 from actormem.runtime._runtime import ActorFactory, Runtime, RuntimeStats
 from actormem.runtime.config import LoggingConfig, RuntimeConfig, SupervisionConfig, load_toml
 from actormem.runtime.errors import (
@@ -35,6 +35,7 @@ __all__ = (
     "ActorStoppedError",
     "ActormemError",
     "AskTimeoutError",
+    "Command",
     "ConfigError",
     "Envelope",
     "HandlerError",

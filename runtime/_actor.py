@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, overload
 
+from actormem.runtime._envelope import Command
 from actormem.runtime.errors import ActormemError
 
 if TYPE_CHECKING:
@@ -13,6 +14,7 @@ if TYPE_CHECKING:
 __all__ = ("Actor", "ActorContext", "ActorRef", "split_address")
 
 R = TypeVar("R")
+T = TypeVar("T")
 
 
 def split_address(address: str) -> tuple[str, str]:
@@ -130,8 +132,12 @@ class ActorRef(Generic[R]):
         """
         self.runtime.tell_nowait(self.address, message)
 
-    async def ask(self, message: Any, timeout: float | None = None) -> Any:
-        """Send ``message`` and return the actor's reply.
+    @overload
+    async def ask(self, message: Command[T], timeout: float | None = None) -> T: ...
+    @overload
+    async def ask(self, message: object, timeout: float | None = None) -> Any: ...
+    async def ask(self, message: object, timeout: float | None = None) -> Any:
+        """Send ``message`` and return the actor's reply (typed by a :class:`Command`).
 
         Args:
             timeout: seconds to wait (the runtime's ``ask_timeout`` by default).

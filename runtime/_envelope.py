@@ -1,17 +1,50 @@
-"""The envelope every message travels in (internal), and the reply to an ask.
+"""Commands, the envelope every message travels in (internal), and the reply to an ask.
 
 An envelope carries a typed message (a ``msgspec.Struct``) to an address. It is a
 msgspec Struct itself, so the Redis transport encodes it as msgpack, while the
-in-process transport hands the same object over without encoding.
+local transport hands the same object over without encoding.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar, get_args, get_origin
 
 import msgspec
 
-__all__ = ("Envelope", "Reply")
+__all__ = ("Command", "Envelope", "Reply")
+
+R = TypeVar("R")
+
+
+class Command(msgspec.Struct, Generic[R], frozen=True, tag=True):
+    """Base of a message that is asked, typed by its reply.
+
+    A command declares the type of its reply as its type argument, and ``ask``
+    returns that type::
+
+        class Context(Command[list[Message]], frozen=True):
+            max_tokens: int | None = None
+
+        messages = await runtime.ask("memory/alice", Context())  # list[Message]
+
+    Commands are frozen and tagged with their class name (one decoder reads any
+    command of a union off a stream); the type argument changes nothing on the wire.
+
+    Class attributes:
+        reply_type: the type argument, read when the class is made, so a transport
+            that carries replies across processes knows what to decode them into.
+    """
+
+    reply_type: ClassVar[Any] = Any
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for base in cls.__dict__.get("__orig_bases__", ()):
+            origin = get_origin(base)
+            if isinstance(origin, type) and issubclass(origin, Command):
+                (reply,) = get_args(base)
+                if not isinstance(reply, TypeVar):
+                    cls.reply_type = reply
 
 
 class Envelope(msgspec.Struct, kw_only=True):

@@ -17,7 +17,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from typing import Any, Final, Literal, Self
+from typing import Any, Final, Literal, Self, TypeVar, overload
 
 import anyio
 import anyio.lowlevel
@@ -27,7 +27,7 @@ import structlog
 from actormem.runtime import _gc
 from actormem.runtime._actor import Actor, ActorContext, ActorRef, split_address
 from actormem.runtime._closing import AsyncClosing
-from actormem.runtime._envelope import Envelope, Reply
+from actormem.runtime._envelope import Command, Envelope, Reply
 from actormem.runtime.config import RuntimeConfig, SupervisionConfig
 from actormem.runtime.errors import (
     ActorError,
@@ -45,6 +45,8 @@ from actormem.runtime.transports.local import LocalTransport
 __all__ = ("ActorFactory", "Runtime", "RuntimeStats")
 
 log = structlog.get_logger("actormem.runtime")
+
+R = TypeVar("R")
 
 ActorFactory = Callable[[ActorContext], Actor]
 
@@ -400,8 +402,15 @@ class Runtime(AsyncClosing):
         self._check_open()
         self.transport.send_nowait(Envelope(recipient=address, body=message, id=_derived_id()))
 
-    async def ask(self, address: str, message: Any, timeout: float | None = None) -> Any:
-        """Send ``message`` to ``address`` and return the reply (see :meth:`ActorRef.ask`)."""
+    @overload
+    async def ask(self, address: str, message: Command[R], timeout: float | None = None) -> R: ...
+    @overload
+    async def ask(self, address: str, message: object, timeout: float | None = None) -> Any: ...
+    async def ask(self, address: str, message: object, timeout: float | None = None) -> Any:
+        """Send ``message`` to ``address`` and return the reply (see :meth:`ActorRef.ask`).
+
+        The reply is typed by the command's type argument for a :class:`Command`.
+        """
         self._check_open()
         cell = self._cells.get(address)
         if (

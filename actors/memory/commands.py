@@ -1,13 +1,14 @@
 """The typed commands an agent memory actor serves, and their replies.
 
-Commands are frozen, tagged msgspec Structs: the tag lets one decoder read any of
-them off a Redis stream, and ``reply_type`` tells a remote asker how to decode
-the reply. New fields go last with defaults; a field's type never changes.
+Commands are :class:`~actormem.runtime.Command` types (frozen, tagged msgspec
+Structs): the tag lets one decoder read any of them off a Redis stream, and the
+type argument, the reply's type, types ``ask`` and tells a remote asker how to
+decode the reply. New fields go last with defaults; a field's type never changes.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -17,6 +18,7 @@ from actormem.actors.pool.commands import AgentCommand
 from actormem.actors.pool.insights import Insight
 from actormem.actors.recall.episodes import Episode
 from actormem.actors.recall.longterm import Recalled
+from actormem.runtime import Command
 
 __all__ = (
     "EXPORT_VERSION",
@@ -53,10 +55,7 @@ __all__ = (
 EXPORT_VERSION = 1
 
 Scope = Literal["working", "history", "offloaded"]
-
-
-class _Command(msgspec.Struct, frozen=True, kw_only=True, tag=True):
-    reply_type: ClassVar[Any] = Any
+SearchMode = Literal["substring", "ranked"]
 
 
 class AddResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -75,14 +74,13 @@ class AddResult(msgspec.Struct, frozen=True, kw_only=True):
     working_tokens: int
 
 
-class Add(_Command, frozen=True):
+class Add(Command[AddResult], frozen=True):
     """Append messages to the working view and to the original history."""
 
-    reply_type = AddResult
     messages: list[Message]
 
 
-class Get(_Command, frozen=True):
+class Get(Command[list[Message]], frozen=True):
     """Messages matching every given filter, oldest first.
 
     Attributes:
@@ -97,7 +95,6 @@ class Get(_Command, frozen=True):
             originals compression stored away, reachable by reload).
     """
 
-    reply_type = list[Message]
     recent_n: int | None = None
     roles: list[Role] | None = None
     names: list[str] | None = None
@@ -108,29 +105,26 @@ class Get(_Command, frozen=True):
     scope: Scope = "working"
 
 
-class Search(_Command, frozen=True):
+class Search(Command[list[Message]], frozen=True):
     """Text search: case-insensitive ``substring`` (oldest first) or BM25 ``ranked``."""
 
-    reply_type = list[Message]
     query: str
-    mode: Literal["substring", "ranked"] = "substring"
+    mode: SearchMode = "substring"
     k: int | None = None
     roles: list[Role] | None = None
     scope: Scope = "working"
 
 
-class Delete(_Command, frozen=True):
+class Delete(Command[int], frozen=True):
     """Delete messages from the working view by id and/or index (all or none)."""
 
-    reply_type = int
     ids: list[str] = []
     indices: list[int] = []
 
 
-class Clear(_Command, frozen=True):
+class Clear(Command[int], frozen=True):
     """Empty the working view; with ``history`` also wipe the original history."""
 
-    reply_type = int
     history: bool = False
 
 
@@ -162,10 +156,8 @@ class MemoryStats(msgspec.Struct, frozen=True, kw_only=True):
     peak_size: int = 0
 
 
-class Stats(_Command, frozen=True):
+class Stats(Command[MemoryStats], frozen=True):
     """Sizes and token totals of the memory."""
-
-    reply_type = MemoryStats
 
 
 class MemoryExport(msgspec.Struct, frozen=True, kw_only=True):
@@ -179,21 +171,19 @@ class MemoryExport(msgspec.Struct, frozen=True, kw_only=True):
     exported_at: float = 0.0
 
 
-class Export(_Command, frozen=True):
+class Export(Command[MemoryExport], frozen=True):
     """Return the memory's content (working view, history, offloaded blocks)."""
 
-    reply_type = MemoryExport
     include_history: bool = True
 
 
-class Load(_Command, frozen=True):
+class Load(Command[int], frozen=True):
     """Load exported content: replace the working view (``overwrite``) or merge into it.
 
     Merging appends the messages whose ids the working view does not hold yet.
     The original history only ever grows: loaded messages it lacks are appended.
     """
 
-    reply_type = int
     data: MemoryExport
     overwrite: bool = False
 
@@ -205,19 +195,18 @@ class PruneResult(msgspec.Struct, frozen=True, kw_only=True):
     working_tokens: int
 
 
-class Prune(_Command, frozen=True):
+class Prune(Command[PruneResult], frozen=True):
     """Drop the oldest messages until the working view fits ``max_tokens``.
 
     Tool calls and their results go together; with ``preserve_system`` the leading
     system messages always stay.
     """
 
-    reply_type = PruneResult
     max_tokens: int
     preserve_system: bool = True
 
 
-class Context(_Command, frozen=True):
+class Context(Command[list[dict[str, Any]]], frozen=True):
     """The working view as an OpenAI message list within ``max_tokens`` (reply included).
 
     After the leading system messages comes one system message with the recall
@@ -225,76 +214,64 @@ class Context(_Command, frozen=True):
     for ``query`` (the newest user message by default), as quoted data.
     """
 
-    reply_type = list[dict[str, Any]]
     max_tokens: int | None = None
     query: str | None = None
 
 
-class Reload(_Command, frozen=True):
+class Reload(Command[list[Message]], frozen=True):
     """The original messages behind an offload id."""
 
-    reply_type = list[Message]
     offload_id: str
 
 
-class Record(_Command, frozen=True):
+class Record(Command[int], frozen=True):
     """Record messages in long-term memory; the reply is how many memories that made."""
 
-    reply_type = int
     messages: list[Message]
 
 
-class Retrieve(_Command, frozen=True):
+class Retrieve(Command[list[Recalled]], frozen=True):
     """Long-term memories for ``query``, best first (recency, importance, relevance)."""
 
-    reply_type = list[Recalled]
     query: str
     k: int | None = None
 
 
-class MemoryTools(_Command, frozen=True):
+class MemoryTools(Command[list[dict[str, Any]]], frozen=True):
     """The OpenAI tool schemas this agent's long-term memory offers (by control mode)."""
 
-    reply_type = list[dict[str, Any]]
 
-
-class AnswerToolCall(_Command, frozen=True):
+class AnswerToolCall(Command[Message | None], frozen=True):
     """Run a ``record_to_memory`` / ``retrieve_from_memory`` call; None for other tools."""
 
-    reply_type = Message | None
     call: ToolCall
 
 
-class StartEpisode(_Command, frozen=True):
+class StartEpisode(Command[Episode | None], frozen=True):
     """Close the current episode (returned, if it held anything) and open a new one."""
 
-    reply_type = Episode | None
     metadata: dict[str, Any] = {}
 
 
-class RecallEpisode(_Command, frozen=True):
+class RecallEpisode(Command[list[Episode]], frozen=True):
     """The past episodes most relevant to ``query``, best first."""
 
-    reply_type = list[Episode]
     query: str
     k: int = 1
 
 
-class SummarizeEpisodes(_Command, frozen=True):
+class SummarizeEpisodes(Command[list[str]], frozen=True):
     """A short summary of every closed episode."""
 
-    reply_type = list[str]
 
-
-class HeldInsights(_Command, frozen=True):
+class HeldInsights(Command[list[Insight]], frozen=True):
     """The insights this agent received, most relevant to ``query`` first."""
 
-    reply_type = list[Insight]
     query: str | None = None
     k: int = 10
 
 
-class CompressionDone(_Command, frozen=True):
+class CompressionDone(Command[None], frozen=True):
     """The compressor's answer, told back to the memory actor (internal).
 
     ``outcome`` is None when the compression failed; ``error`` then says why.
@@ -302,14 +279,13 @@ class CompressionDone(_Command, frozen=True):
     not carry it (one nobody asked for) changes nothing.
     """
 
-    reply_type = None
     version: int
     outcome: CompressionOutcome | None = None
     error: str | None = None
     token: str = ""
 
 
-class Vouch(_Command, frozen=True):
+class Vouch(Command[AgentCommand], frozen=True):
     """Return ``command`` acting for this agent, vouched for, to send to the pool.
 
     The memory actor sets the command's agent (``source`` of a share or fact,
@@ -319,14 +295,11 @@ class Vouch(_Command, frozen=True):
     ``subscribe`` and ``unsubscribe`` do this for you.
     """
 
-    reply_type = AgentCommand
     command: AgentCommand
 
 
-class EndRun(_Command, frozen=True):
+class EndRun(Command[None], frozen=True):
     """A run ended: apply the retention policy (clear single_run, save persistent)."""
-
-    reply_type = None
 
 
 MemoryCommand = (

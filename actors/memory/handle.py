@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final, TypeVar
 
 import msgspec
 
@@ -35,7 +35,9 @@ from actormem.actors.memory.commands import (
     Record,
     Reload,
     Retrieve,
+    Scope,
     Search,
+    SearchMode,
     StartEpisode,
     Stats,
     SummarizeEpisodes,
@@ -55,9 +57,13 @@ from actormem.actors.pool.commands import (
 from actormem.actors.pool.insights import Insight
 from actormem.actors.recall.episodes import Episode
 from actormem.actors.recall.longterm import Recalled
-from actormem.runtime import Runtime
+from actormem.runtime import Command, Runtime
 
 __all__ = ("MemoryHandle", "read_export", "to_message", "write_export")
+
+R = TypeVar("R")
+S = TypeVar("S", bound=str)
+A = TypeVar("A", bound=AgentCommand)
 
 _export_decoder = msgspec.json.Decoder(MemoryExport)
 _json_encoder = msgspec.json.Encoder()
@@ -102,18 +108,17 @@ def _tool_call(call: Any) -> Any:
     return call
 
 
-_SCOPES = ("working", "history", "offloaded")
-_MODES = ("substring", "ranked")
+_SCOPES: Final[tuple[Scope, ...]] = ("working", "history", "offloaded")
+_MODES: Final[tuple[SearchMode, ...]] = ("substring", "ranked")
 
 
-def _choice(value: str, allowed: Sequence[str], what: str) -> str:
+def _choice(value: str, allowed: Sequence[S], what: str) -> S:
     # Checked here, so every transport gives the same error (over Redis a bad
     # value would otherwise fail decoding on the worker instead).
-    if value not in allowed:
-        raise MemoryInputError(
-            f"{what} must be one of {', '.join(map(repr, allowed))}, got {value!r}"
-        )
-    return value
+    for choice in allowed:
+        if value == choice:
+            return choice
+    raise MemoryInputError(f"{what} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
 
 
 def _roles(roles: Sequence[Role] | None) -> list[Role] | None:
@@ -180,8 +185,11 @@ class MemoryHandle:
     def __repr__(self) -> str:
         return f"MemoryHandle({self.agent!r})"
 
-    async def _ask(self, command: Any) -> Any:
+    async def _ask(self, command: Command[R]) -> R:
         return await self.runtime.ask(self.address, command, self.timeout)
+
+    async def _ask_pool(self, command: Command[R]) -> R:
+        return await self.runtime.ask(self.pool, command, self.timeout)
 
     async def add(
         self, messages: Message | Mapping[str, Any] | Iterable[Message | Mapping[str, Any]]
@@ -196,7 +204,7 @@ class MemoryHandle:
             batch = [to_message(messages)]
         else:
             batch = [to_message(m) for m in messages]
-        return await self._ask(Add(messages=batch))  # type: ignore[no-any-return]
+        return await self._ask(Add(messages=batch))
 
     async def get(
         self,
@@ -211,7 +219,7 @@ class MemoryHandle:
         scope: str = "working",
     ) -> list[Message]:
         """Messages matching every given filter, oldest first (see :class:`Get`)."""
-        return await self._ask(  # type: ignore[no-any-return]
+        return await self._ask(
             Get(
                 recent_n=recent_n,
                 roles=_roles(roles),
@@ -220,7 +228,7 @@ class MemoryHandle:
                 since=since,
                 until=until,
                 important=important,
-                scope=_choice(scope, _SCOPES, "scope"),  # type: ignore[arg-type]
+                scope=_choice(scope, _SCOPES, "scope"),
             )
         )
 
@@ -246,13 +254,13 @@ class MemoryHandle:
         scope: str = "working",
     ) -> list[Message]:
         """Find messages by text: ``substring`` (case-insensitive) or BM25 ``ranked``."""
-        return await self._ask(  # type: ignore[no-any-return]
+        return await self._ask(
             Search(
                 query=query,
-                mode=_choice(mode, _MODES, "search mode"),  # type: ignore[arg-type]
+                mode=_choice(mode, _MODES, "search mode"),
                 k=k,
                 roles=_roles(roles),
-                scope=_choice(scope, _SCOPES, "scope"),  # type: ignore[arg-type]
+                scope=_choice(scope, _SCOPES, "scope"),
             )
         )
 
@@ -266,11 +274,11 @@ class MemoryHandle:
         indices = [t for t in targets if isinstance(t, int) and not isinstance(t, bool)]
         if len(ids) + len(indices) != len(targets):
             raise MemoryInputError("delete takes message ids (str) or indices (int)")
-        return await self._ask(Delete(ids=ids, indices=indices))  # type: ignore[no-any-return]
+        return await self._ask(Delete(ids=ids, indices=indices))
 
     async def clear(self, *, history: bool = False) -> int:
         """Empty the working view (and, with ``history=True``, the original history)."""
-        return await self._ask(Clear(history=history))  # type: ignore[no-any-return]
+        return await self._ask(Clear(history=history))
 
     async def size(self) -> int:
         """Messages in the working view."""
@@ -278,7 +286,7 @@ class MemoryHandle:
 
     async def stats(self) -> MemoryStats:
         """Sizes and token totals."""
-        return await self._ask(Stats())  # type: ignore[no-any-return]
+        return await self._ask(Stats())
 
     async def export(
         self, path: str | Path | None = None, *, include_history: bool = True
@@ -312,13 +320,11 @@ class MemoryHandle:
             data = read_export(source)
         else:
             data = MemoryExport(agent=self.agent, working=[to_message(m) for m in source])
-        return await self._ask(Load(data=data, overwrite=overwrite))  # type: ignore[no-any-return]
+        return await self._ask(Load(data=data, overwrite=overwrite))
 
     async def prune(self, max_tokens: int, *, preserve_system: bool = True) -> PruneResult:
         """Drop the oldest messages until the working view fits ``max_tokens``."""
-        return await self._ask(  # type: ignore[no-any-return]
-            Prune(max_tokens=max_tokens, preserve_system=preserve_system)
-        )
+        return await self._ask(Prune(max_tokens=max_tokens, preserve_system=preserve_system))
 
     async def context(
         self, max_tokens: int | None = None, *, query: str | None = None
@@ -332,21 +338,24 @@ class MemoryHandle:
         Raises:
             ContextBudgetError: the system messages alone exceed the budget.
         """
-        return await self._ask(  # type: ignore[no-any-return]
-            Context(max_tokens=max_tokens, query=query)
-        )
+        return await self._ask(Context(max_tokens=max_tokens, query=query))
 
     # -- the insight pool ------------------------------------------------------------
 
-    async def _act(self, command: AgentCommand) -> Any:
-        """Have this agent's memory vouch for ``command``, then send it to the pool.
+    async def _vouched(self, command: A) -> A:
+        """``command`` as this agent's memory vouched for it, to send to the pool.
 
         The pool takes a command that acts for an agent only from that agent's
         memory actor (see :mod:`actormem.actors.pool.vouch`), so nobody can share as, or
         subscribe, another agent.
         """
         vouched = await self._ask(Vouch(command=command))
-        return await self.runtime.ask(self.pool, vouched, self.timeout)
+        if not isinstance(vouched, type(command)):
+            raise TypeError(
+                f"memory/{self.agent} vouched a {type(vouched).__name__} "
+                f"for a {type(command).__name__}"
+            )
+        return vouched
 
     async def share(
         self,
@@ -361,7 +370,7 @@ class MemoryHandle:
         The pool records this agent as the source (vouched for by its memory
         actor), drops exact and near duplicates and keeps per-topic limits.
         """
-        return await self._act(  # type: ignore[no-any-return]
+        vouched = await self._vouched(
             Share(
                 text=insight,
                 source=self.agent,
@@ -370,33 +379,33 @@ class MemoryHandle:
                 source_message_ids=tuple(source_message_ids),
             )
         )
+        return await self._ask_pool(vouched)
 
     async def register_fact(self, fact: str, importance: float = 1.0) -> ShareResult:
         """Register a fact every agent the pool knows receives (MARSYS's coordinated facts)."""
-        return await self._act(  # type: ignore[no-any-return]
+        vouched = await self._vouched(
             RegisterFact(text=fact, source=self.agent, importance=importance)
         )
+        return await self._ask_pool(vouched)
 
     async def subscribe(self, *topics: str) -> SubscriptionState:
         """Receive the pool's insights on these topics (``*``, the default, is every topic)."""
-        return await self._act(  # type: ignore[no-any-return]
-            Subscribe(agent=self.agent, topics=topics or ("*",))
-        )
+        vouched = await self._vouched(Subscribe(agent=self.agent, topics=topics or ("*",)))
+        return await self._ask_pool(vouched)
 
     async def unsubscribe(self, *topics: str) -> SubscriptionState:
         """Stop receiving these topics (``*``, the default, is all of them)."""
-        return await self._act(  # type: ignore[no-any-return]
-            Unsubscribe(agent=self.agent, topics=topics or ("*",))
-        )
+        vouched = await self._vouched(Unsubscribe(agent=self.agent, topics=topics or ("*",)))
+        return await self._ask_pool(vouched)
 
     async def insights(self, topic: str = "*", k: int = 5) -> list[Insight]:
         """The pool's most important insights on ``topic`` (every topic by default)."""
-        found = await self.runtime.ask(self.pool, QueryInsights(topic=topic, k=k), self.timeout)
+        found = await self._ask_pool(QueryInsights(topic=topic, k=k))
         return list(found)
 
     async def held_insights(self, query: str | None = None, k: int = 10) -> list[Insight]:
         """The insights this agent received, most relevant to ``query`` first."""
-        return await self._ask(HeldInsights(query=query, k=k))  # type: ignore[no-any-return]
+        return await self._ask(HeldInsights(query=query, k=k))
 
     # -- long-term memory ------------------------------------------------------------
 
@@ -408,37 +417,37 @@ class MemoryHandle:
             batch = [to_message(messages)]
         else:
             batch = [to_message(m) for m in messages]
-        return await self._ask(Record(messages=batch))  # type: ignore[no-any-return]
+        return await self._ask(Record(messages=batch))
 
     async def retrieve(self, query: str, k: int | None = None) -> list[Recalled]:
         """Long-term memories for ``query``, ranked by recency, importance and relevance."""
-        return await self._ask(Retrieve(query=query, k=k))  # type: ignore[no-any-return]
+        return await self._ask(Retrieve(query=query, k=k))
 
     async def memory_tools(self) -> list[dict[str, Any]]:
         """OpenAI tool schemas (``record_to_memory``, ``retrieve_from_memory``) to offer
         the model in agent_control and both modes; none in static_control."""
-        return await self._ask(MemoryTools())  # type: ignore[no-any-return]
+        return await self._ask(MemoryTools())
 
     async def answer_tool_call(self, call: ToolCall | Mapping[str, Any]) -> Message | None:
         """Run a memory tool call the model made; return its ``tool`` message (None if
         the call is not a memory tool). Add the result with :meth:`add` as usual."""
         if not isinstance(call, ToolCall):
             call = msgspec.convert(_tool_call(call), ToolCall)
-        return await self._ask(AnswerToolCall(call=call))  # type: ignore[no-any-return]
+        return await self._ask(AnswerToolCall(call=call))
 
     # -- episodes and retention --------------------------------------------------------
 
     async def start_episode(self, **metadata: Any) -> Episode | None:
         """Close the current episode (returned if it held anything) and open a new one."""
-        return await self._ask(StartEpisode(metadata=metadata))  # type: ignore[no-any-return]
+        return await self._ask(StartEpisode(metadata=metadata))
 
     async def recall_episode(self, query: str, k: int = 1) -> list[Episode]:
         """Past episodes most relevant to ``query``, best first."""
-        return await self._ask(RecallEpisode(query=query, k=k))  # type: ignore[no-any-return]
+        return await self._ask(RecallEpisode(query=query, k=k))
 
     async def summarize_episodes(self) -> list[str]:
         """A short summary of each closed episode."""
-        return await self._ask(SummarizeEpisodes())  # type: ignore[no-any-return]
+        return await self._ask(SummarizeEpisodes())
 
     async def end_run(self) -> None:
         """A run ended: ``single_run`` memories are cleared, ``persistent`` ones saved."""
@@ -446,4 +455,4 @@ class MemoryHandle:
 
     async def reload(self, offload_id: str) -> list[Message]:
         """The original messages behind an offload id (see the compressor)."""
-        return await self._ask(Reload(offload_id=offload_id))  # type: ignore[no-any-return]
+        return await self._ask(Reload(offload_id=offload_id))

@@ -1,17 +1,19 @@
 """The insight pool's commands and replies (see :mod:`actormem.actors.pool.actor` for what they do).
 
-Every command is a frozen, tagged msgspec Struct whose ``reply_type`` names the
-type of its reply, so a transport can encode the command and decode the answer.
+Every command is a :class:`~actormem.runtime.Command` (a frozen, tagged msgspec
+Struct) whose type argument is the type of its reply, so ``ask`` returns that type
+and a transport can encode the command and decode the answer.
 Wire compatibility: new fields go last, with defaults; a field's type never changes.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Final, Literal
+from typing import Final, Literal
 
 import msgspec
 
 from actormem.actors.pool.insights import Insight
+from actormem.runtime import Command
 from actormem.runtime.ids import new_id
 
 __all__ = (
@@ -97,7 +99,7 @@ class PoolStats(msgspec.Struct, frozen=True, kw_only=True):
     agents: int
 
 
-class Share(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+class Share(Command[ShareResult], frozen=True, kw_only=True):
     """Share an insight on a topic; replies :class:`ShareResult`.
 
     Args:
@@ -111,8 +113,6 @@ class Share(msgspec.Struct, frozen=True, kw_only=True, tag=True):
             the pool refuses the command without a valid one.
     """
 
-    reply_type: ClassVar[type[Any]] = ShareResult
-
     text: str
     source: str
     topic: str = "general"
@@ -122,13 +122,11 @@ class Share(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     voucher: str | None = None
 
 
-class RegisterFact(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+class RegisterFact(Command[ShareResult], frozen=True, kw_only=True):
     """Register a fact that every known agent receives (the facts topic).
 
     Replies :class:`ShareResult`. Vouched for like :class:`Share`.
     """
-
-    reply_type: ClassVar[type[Any]] = ShareResult
 
     text: str
     source: str
@@ -138,7 +136,7 @@ class RegisterFact(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     voucher: str | None = None
 
 
-class Subscribe(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+class Subscribe(Command[SubscriptionState], frozen=True, kw_only=True):
     """Subscribe ``agent`` to topics (``*``, the default, means all).
 
     Replies :class:`SubscriptionState`.
@@ -148,58 +146,47 @@ class Subscribe(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     held on the new topics. Vouched for by ``memory/<agent>`` like :class:`Share`.
     """
 
-    reply_type: ClassVar[type[Any]] = SubscriptionState
-
     agent: str
     topics: tuple[str, ...] = (WILDCARD,)
     backfill: int = 0
     voucher: str | None = None
 
 
-class Unsubscribe(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+class Unsubscribe(Command[SubscriptionState], frozen=True, kw_only=True):
     """Unsubscribe ``agent`` from topics; ``*`` (the default) drops every subscription.
 
     Unsubscribing a named topic while subscribed to ``*`` excludes that topic.
     Replies :class:`SubscriptionState`. Vouched for like :class:`Subscribe`.
     """
 
-    reply_type: ClassVar[type[Any]] = SubscriptionState
-
     agent: str
     topics: tuple[str, ...] = (WILDCARD,)
     voucher: str | None = None
 
 
-class QueryInsights(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+class QueryInsights(Command[tuple[Insight, ...]], frozen=True, kw_only=True):
     """Return up to ``k`` insights of ``topic`` (``*`` = all topics), best first.
 
     With ``query``, ranked by BM25 relevance to it, then importance; without, by
     importance, then newest. Replies ``tuple[Insight, ...]``.
     """
 
-    # A generic alias, not a class: msgspec decoders take either.
-    reply_type: ClassVar[Any] = tuple[Insight, ...]
-
     topic: str = WILDCARD
     k: int = DEFAULT_QUERY_K
     query: str | None = None
 
 
-class GetPoolStats(msgspec.Struct, frozen=True, tag=True):
+class GetPoolStats(Command[PoolStats], frozen=True):
     """Return the pool's counters as :class:`PoolStats`."""
 
-    reply_type: ClassVar[type[Any]] = PoolStats
 
-
-class DeliveryOutcome(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+class DeliveryOutcome(Command[None], frozen=True, kw_only=True):
     """Internal: a background drain of an agent's deferred deliveries ended.
 
     The pool tells itself this. ``delivered`` reached the mailbox; ``error``
     says why the drain stopped early, if it did. The pool vouches for it and
     refuses one it did not make.
     """
-
-    reply_type: ClassVar[type[Any]] = type(None)
 
     agent: str
     delivered: int

@@ -58,7 +58,7 @@ class Transport(ABC):
     opened twice.
     """
 
-    #: The name configs use for this transport (``memory``, ``redis``).
+    #: The name configs use for this transport (``local``, ``redis``).
     name: str = "abstract"
 
     @abstractmethod

@@ -1,0 +1,169 @@
+"""Asks: the replies this runtime waits for, and the way a reply goes back to its asker.
+
+An ask sends an envelope with a correlation number and waits on a slot; the reply
+fills the slot, wherever it came from: this runtime's dispatchers (a local actor)
+or a transport (an actor in another process). Every ask ends: with the reply, the
+error the handler raised, :class:`AskTimeoutError`, or :class:`RuntimeClosedError`
+at shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from typing import Any
+
+import anyio
+import anyio.abc
+import structlog
+
+from actormem.runtime._envelope import Envelope, Reply
+from actormem.runtime.config import RuntimeConfig
+from actormem.runtime.errors import (
+    AskTimeoutError,
+    MailboxFullError,
+    RuntimeClosedError,
+    TooManyAsksError,
+)
+from actormem.runtime.transports.base import Transport
+
+__all__ = ("Asks",)
+
+log = structlog.get_logger("actormem.runtime")
+
+
+class _Slot:
+    """Where an ask's reply lands: an asyncio future (cheaper than an anyio Event
+    and a cancel scope per ask; redis-py ties the runtime to asyncio anyway)."""
+
+    __slots__ = ("future", "reply")
+
+    def __init__(self, future: asyncio.Future[None]) -> None:
+        self.future = future
+        self.reply: Reply | None = None
+
+    def fill(self, reply: Reply) -> None:
+        self.reply = reply
+        if not self.future.done():
+            self.future.set_result(None)
+
+
+def _expire(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_exception(TimeoutError())
+
+
+class Asks:
+    """The asks waiting for replies in one runtime.
+
+    Args:
+        config: the runtime's config (``ask_timeout``, ``max_pending_asks``).
+        transport: carries the asks out and remote replies back.
+        hooked: the transport takes the per-message hooks (``dropped``).
+
+    Attributes:
+        pending: the slots of the asks waiting, by correlation number.
+        tg: the runtime's task group while it is open (replies sent in the background).
+    """
+
+    __slots__ = ("_config", "_correlation", "_hooked", "_transport", "pending", "tg")
+
+    def __init__(self, config: RuntimeConfig, transport: Transport, hooked: bool) -> None:
+        self._config = config
+        self._transport = transport
+        self._hooked = hooked
+        self._correlation = itertools.count(1)
+        self.pending: dict[int, _Slot] = {}
+        self.tg: anyio.abc.TaskGroup | None = None
+
+    async def ask(self, address: str, message: object, timeout: float | None) -> Any:
+        """Send ``message`` to ``address`` through the transport and wait for the reply.
+
+        Raises:
+            TooManyAsksError: ``max_pending_asks`` asks already wait; nothing was sent.
+            AskTimeoutError: no reply within ``timeout`` (the config's by default).
+            The error of the reply, if it carries one.
+        """
+        config = self._config
+        limit = config.ask_timeout if timeout is None else timeout
+        bound = config.max_pending_asks
+        pending = self.pending
+        if bound and len(pending) >= bound:
+            raise TooManyAsksError(
+                address,
+                f"{type(message).__name__} not sent: {len(pending)} asks already "
+                f"wait for replies (runtime.max_pending_asks={bound})",
+            )
+        correlation = next(self._correlation)
+        loop = asyncio.get_running_loop()
+        slot = _Slot(loop.create_future())
+        pending[correlation] = slot
+        env = Envelope(
+            recipient=address,
+            body=message,
+            correlation=correlation,
+            deadline=time.time() + limit,
+        )
+        timer = loop.call_later(limit, _expire, slot.future)
+        try:
+            sent = False
+            try:  # enqueue now (mailbox or outbox) unless it is full
+                self._transport.send_nowait(env)
+                sent = True
+            except MailboxFullError:
+                pass
+            if not sent:
+                with anyio.fail_after(limit):
+                    await self._transport.send(env)
+            await slot.future
+        except TimeoutError:
+            raise AskTimeoutError(
+                address, f"no reply to {type(message).__name__} within {limit:g}s"
+            ) from None
+        finally:
+            timer.cancel()
+            pending.pop(correlation, None)
+            future = slot.future
+            if future.done() and not future.cancelled():
+                # The timer may have failed it while the send still waited: mark
+                # the error seen (else asyncio reports it as never retrieved).
+                future.exception()
+        reply = slot.reply
+        assert reply is not None
+        if reply.error is not None:
+            raise reply.error
+        return reply.value
+
+    def resolve(self, reply: Reply) -> None:
+        """Hand ``reply`` to the ask waiting for it; a late reply is dropped."""
+        slot = self.pending.pop(reply.correlation, None)
+        if slot is None:
+            log.debug("reply_dropped", correlation=reply.correlation)
+            return
+        slot.fill(reply)
+
+    async def send_reply(self, env: Envelope, reply: Reply) -> None:
+        """Answer the ask ``env``: here if it was asked here, else through the transport."""
+        if env.reply_to is None:
+            self.resolve(reply)
+        else:
+            await self._transport.reply(env, reply)
+
+    def fail_envelope(self, env: Envelope, error: BaseException) -> None:
+        """Give ``env`` up unhandled: tell the transport, and fail its ask with ``error``."""
+        if self._hooked:
+            self._transport.dropped(env)
+        if env.correlation is None:
+            return
+        reply = Reply(env.correlation, error=error)
+        if env.reply_to is None:
+            self.resolve(reply)
+        elif self.tg is not None:
+            self.tg.start_soon(self._transport.reply, env, reply)
+
+    def close(self) -> None:
+        """Fail every ask still waiting with :class:`RuntimeClosedError` (shutdown)."""
+        for correlation, slot in list(self.pending.items()):
+            slot.fill(Reply(correlation, error=RuntimeClosedError("runtime shut down")))
+        self.pending.clear()

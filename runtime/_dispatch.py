@@ -1,0 +1,387 @@
+"""Dispatching: mailboxes, the ready queue, and the tasks that run actors' handlers.
+
+How it runs (DESIGN.md, "Cheap actors"): every address that has received a
+message has a *cell* (the actor object, a mailbox created only while it holds
+mail, a ``scheduled`` flag). A cell with mail sits once in the ready queue; a
+few dispatcher tasks take cells from it and run up to ``throughput`` messages of
+each, one at a time. So an idle actor is a small object, not a parked task, and
+one actor never runs two messages at once.
+
+The tells a handler sends while it handles a command with an id get ids derived
+from it (``<id>.<n>``), so a command delivered again sends the same ids again and
+their recipients skip what they already applied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections import deque
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any, Final
+
+import anyio
+import anyio.abc
+import anyio.lowlevel
+import structlog
+
+from actormem.runtime._actor import Actor, ActorContext, split_address
+from actormem.runtime._asks import Asks
+from actormem.runtime._cell import Cell, Kind
+from actormem.runtime._envelope import Envelope, Reply
+from actormem.runtime._supervision import Supervisor, call_stop_hook, handler_error
+from actormem.runtime.errors import (
+    ActorNotFoundError,
+    ActorStoppedError,
+    MailboxFullError,
+    RuntimeClosedError,
+)
+
+if TYPE_CHECKING:
+    from actormem.runtime._runtime import Runtime
+
+__all__ = ("Dispatcher", "derived_id")
+
+log = structlog.get_logger("actormem.runtime")
+
+#: Longest id a derived one may have before it is hashed.
+_MAX_DERIVED_ID: Final = 48
+
+
+class _Origin:
+    """The command a dispatcher is handling, and how many tells its handler sent."""
+
+    __slots__ = ("id", "sent")
+
+    def __init__(self, command: str) -> None:
+        self.id = command
+        self.sent = 0
+
+
+#: Set while a handler runs a command that has an id (over Redis, every one).
+_handling: ContextVar[_Origin | None] = ContextVar("actormem_handling", default=None)
+
+
+async def _receive_as_command(actor: Actor, env: Envelope) -> Any:
+    """``actor.receive(env.body)``, with the tells it sends numbered after ``env.id``."""
+    token = _handling.set(_Origin(env.id))
+    try:
+        return await actor.receive(env.body)
+    finally:
+        _handling.reset(token)
+
+
+def derived_id() -> str:
+    """The id for a tell: ``<command id>.<n>`` for the n-th tell of a handler running
+    a command with an id, so a redelivered command sends the same ids again and the
+    recipients skip what they already applied; otherwise empty (the transport
+    makes one)."""
+    origin = _handling.get()
+    if origin is None:
+        return ""
+    origin.sent += 1
+    derived = f"{origin.id}.{origin.sent}"
+    if len(derived) > _MAX_DERIVED_ID:  # a chain of relays: keep ids short
+        derived = hashlib.blake2b(derived.encode(), digest_size=16).hexdigest()
+    return derived
+
+
+class Dispatcher:
+    """The cells of one runtime and the dispatcher tasks that run them.
+
+    Args:
+        runtime: the runtime the actors live in (their context's).
+        kinds: the runtime's registered kinds, by name.
+        asks: where replies go.
+        supervisor: what happens when a handler crashes.
+        hooked: the transport takes the per-message hooks (``handled``, ``retry``...).
+
+    Attributes:
+        cells: every address that has received a message, activated or stopped.
+        ready: cells with mail, waiting for a dispatcher.
+        busy: dispatchers running a cell now.
+        processed: messages taken from mailboxes (handled or shed).
+        rejected: messages answered with an expected error.
+        expired: asks dropped unhandled because their deadline had passed.
+    """
+
+    __slots__ = (
+        "_asks",
+        "_hooked",
+        "_idle",
+        "_kinds",
+        "_runtime",
+        "_supervisor",
+        "busy",
+        "cells",
+        "expired",
+        "processed",
+        "ready",
+        "rejected",
+    )
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        kinds: dict[str, Kind],
+        asks: Asks,
+        supervisor: Supervisor,
+        *,
+        hooked: bool,
+    ) -> None:
+        self._runtime = runtime
+        self._kinds = kinds
+        self._asks = asks
+        self._supervisor = supervisor
+        self._hooked = hooked
+        self.cells: dict[str, Cell] = {}
+        self.ready: deque[Cell] = deque()
+        # Dispatchers waiting for a cell with mail; a new ready cell wakes one.
+        self._idle: deque[asyncio.Future[None]] = deque()
+        self.busy = 0
+        self.processed = 0
+        self.rejected = 0
+        self.expired = 0
+
+    # -- mailboxes -------------------------------------------------------------------
+
+    def cell(self, address: str) -> Cell:
+        """The cell of ``address``, made on its first message.
+
+        Raises:
+            ActorNotFoundError: no kind of that name is registered.
+            ValueError: the address is not ``kind/key``.
+        """
+        cell = self.cells.get(address)
+        if cell is None:
+            kind_name = address.partition("/")[0]
+            kind = self._kinds.get(kind_name)
+            if kind is None:
+                raise ActorNotFoundError(address, f"no actor kind {kind_name!r} is registered")
+            split_address(address)
+            cell = self.cells[address] = Cell(address, kind)
+        return cell
+
+    def deliver_nowait(self, envelope: Envelope) -> None:
+        """Put ``envelope`` into its mailbox, or raise :class:`MailboxFullError`."""
+        cell = self.cells.get(envelope.recipient) or self.cell(envelope.recipient)
+        if cell.stopped is not None:
+            raise ActorStoppedError(cell.address, cell.stopped)
+        mailbox = cell.mailbox
+        if mailbox is None:
+            mailbox = cell.mailbox = deque()
+        elif len(mailbox) >= cell.kind.mailbox_size:
+            raise MailboxFullError(
+                cell.address, f"mailbox full ({cell.kind.mailbox_size} messages waiting)"
+            )
+        mailbox.append(envelope)
+        if not cell.scheduled:
+            cell.scheduled = True
+            self.ready.append(cell)
+            self._wake()
+
+    async def deliver(self, envelope: Envelope) -> None:
+        """Put ``envelope`` into its mailbox, waiting while the mailbox is full."""
+        while True:
+            cell = self.cells.get(envelope.recipient) or self.cell(envelope.recipient)
+            mailbox = cell.mailbox
+            if mailbox is None or len(mailbox) < cell.kind.mailbox_size or cell.stopped:
+                self.deliver_nowait(envelope)
+                return
+            if cell.space is None:
+                cell.space = anyio.Event()
+            await cell.space.wait()
+
+    def _wake(self) -> None:
+        idle = self._idle
+        while idle:
+            waiter = idle.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    async def passivate(self, address: str) -> bool:
+        """Drop the idle actor at ``address`` (see :meth:`Runtime.passivate`)."""
+        cell = self.cells.get(address)
+        if cell is None:
+            return True
+        if cell.scheduled or cell.mailbox or cell.stopped is not None:
+            return False
+        del self.cells[address]
+        actor, cell.actor = cell.actor, None
+        if actor is not None:
+            await call_stop_hook(address, actor)
+        return True
+
+    async def stop_actors(self) -> None:
+        """Run every live actor's ``on_stop`` (shutdown, after the dispatchers ended)."""
+        for cell in self.cells.values():
+            if cell.actor is not None:
+                await call_stop_hook(cell.address, cell.actor)
+
+    def close(self) -> None:
+        """Fail the mail nobody will handle now (shutdown) and wake waiting senders."""
+        for cell in self.cells.values():
+            if cell.mailbox:
+                for env in cell.mailbox:
+                    self._asks.fail_envelope(
+                        env,
+                        RuntimeClosedError(
+                            f"runtime shut down before {cell.address} handled "
+                            f"{type(env.body).__name__}"
+                        ),
+                    )
+                cell.mailbox = None
+            if cell.space is not None:
+                cell.space.set()
+        self.ready.clear()
+
+    # -- running handlers ------------------------------------------------------------
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """One dispatcher task: run cells from the ready queue until cancelled."""
+        task_status.started()
+        loop = asyncio.get_running_loop()
+        ready = self.ready
+        throughput = self._runtime.config.throughput
+        since_yield = 0
+        while True:
+            if not ready:
+                since_yield = 0
+                waiter = loop.create_future()
+                self._idle.append(waiter)
+                await waiter
+                continue
+            cell = ready.popleft()
+            self.busy += 1
+            try:
+                since_yield += await self._run_cell(cell)
+            finally:
+                self.busy -= 1
+            if since_yield >= throughput:
+                # Handlers that never suspend would otherwise starve every other task.
+                since_yield = 0
+                await anyio.lowlevel.checkpoint()
+
+    async def _run_cell(self, cell: Cell) -> int:
+        """Run up to ``throughput`` messages of one actor; return how many ran."""
+        handled = 0
+        actor = cell.actor
+        mailbox = cell.mailbox
+        config = self._runtime.config
+        transport = self._runtime.transport
+        hooked = self._hooked
+        limit = config.throughput
+        shed = config.shed_expired_asks
+        while mailbox and handled < limit and cell.stopped is None:
+            if actor is None:
+                actor = await self._activate(cell, mailbox[0])
+                if actor is None:
+                    break
+            env = mailbox.popleft()
+            space = cell.space
+            if space is not None:
+                cell.space = None
+                space.set()
+            handled += 1
+            if env.deadline is not None and shed and env.deadline < time.time():
+                # Nobody waits for this reply any more: skip the work, but let the
+                # transport settle the command as done (over Redis: acked).
+                self.expired += 1
+                if hooked and not await transport.handled(env, actor, True):
+                    actor = cell.actor = None
+                continue
+            try:
+                if env.track_start:
+                    await transport.starting(env)
+                if env.id:
+                    value = await _receive_as_command(actor, env)
+                else:
+                    value = await actor.receive(env.body)
+            except actor.expected_errors as exc:
+                self.rejected += 1
+                if hooked and not await transport.handled(env, actor, True):
+                    actor = cell.actor = None
+                    continue
+                if env.correlation is not None:
+                    await self._asks.send_reply(env, Reply(env.correlation, error=exc))
+                else:
+                    log.warning(
+                        "actor_rejected_message",
+                        actor=cell.address,
+                        message=type(env.body).__name__,
+                        reason=str(exc),
+                    )
+                continue
+            except Exception as exc:
+                keep = not hooked or await transport.handled(env, actor, False)
+                again = hooked and await transport.retry(
+                    env, self._supervisor.restarts_left(cell) >= 2
+                )
+                await self._supervisor.on_failure(cell, env, exc, answer=not again)
+                if not keep:
+                    cell.actor = None
+                actor = cell.actor
+                if again:
+                    # Before the actor's other mail. The failure could not stop the
+                    # actor: a retry is asked for only while the restart budget lasts.
+                    mailbox.appendleft(env)
+                continue
+            if hooked and not await transport.handled(env, actor, True):
+                actor = cell.actor = None
+                continue
+            if env.correlation is not None:
+                await self._asks.send_reply(env, Reply(env.correlation, value))
+        self.processed += handled
+        if cell.stopped is None and cell.mailbox:
+            self.ready.append(cell)
+        else:
+            cell.scheduled = False
+            if not cell.mailbox:
+                cell.mailbox = None
+        return handled
+
+    async def _activate(self, cell: Cell, first: Envelope) -> Actor | None:
+        """Make the actor from its kind and start it; a failure counts as a crash."""
+        transport = self._runtime.transport
+        try:
+            actor = cell.kind.factory(ActorContext(self._runtime, cell.address))
+            if self._hooked:
+                await transport.activated(cell.address, actor)
+            await actor.on_start()
+        except Exception as exc:
+            assert cell.mailbox is not None
+            cell.mailbox.popleft()
+            if self._hooked:
+                transport.dropped(first)
+            await self._supervisor.on_failure(cell, first, exc)
+            return None
+        cell.actor = actor
+        return actor
+
+    async def run_inline(self, cell: Cell, actor: Actor, message: object) -> Any:
+        """Handle an ask to an idle local actor in the asker's task (see
+        ``Actor.inline_asks``); mail that arrives meanwhile queues behind it."""
+        cell.scheduled = True
+        try:
+            return await actor.receive(message)
+        except actor.expected_errors:
+            self.rejected += 1
+            raise
+        except Exception as exc:
+            await self._supervisor.on_failure(
+                cell, Envelope(recipient=cell.address, body=message), exc
+            )
+            raise handler_error(cell.address, message, exc) from exc
+        finally:
+            self.processed += 1
+            if cell.stopped is None and cell.mailbox:
+                self.ready.append(cell)
+                self._wake()
+            else:
+                cell.scheduled = False
+                if not cell.mailbox:
+                    cell.mailbox = None

@@ -35,7 +35,7 @@ class ActorContext:
     Attributes:
         address: ``"kind/key"``.
         kind: the registered kind (``memory``, ``pool``, ...).
-        key: the actor's key within its kind (an agent's name, say).
+        key: the actor's key within its kind (``alice`` in ``memory/alice``).
         runtime: the runtime hosting the actor.
     """
 

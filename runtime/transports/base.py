@@ -136,7 +136,7 @@ class Transport(ABC):
 
         Returns:
             True to have the runtime deliver ``envelope`` again at once, before the
-            actor's other mail (so one agent's commands keep their order), without
+            actor's other mail (so one actor's commands keep their order), without
             answering its asker yet; False to fail it now (the asker gets the error).
         """
         return False

@@ -3,8 +3,8 @@
 A :class:`Runtime` opens and closes everything (one task group owns the
 dispatchers and the transport's loops), registers actor kinds, is where tells and
 asks enter, and counts. Its parts live beside it: the cells and the dispatcher
-tasks (``_dispatch``), the asks waiting for replies (``_asks``), and what happens
-when a handler crashes (``_supervision``).
+tasks (``_dispatch``), the asks waiting for replies (``_asks``), what happens
+when a handler crashes (``_supervision``) and piped background work (``_pipes``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import anyio
 import anyio.abc
 import anyio.lowlevel
 import msgspec
-import structlog
 
 from actormem.runtime import _gc
 from actormem.runtime._actor import ActorRef, split_address
@@ -33,8 +32,6 @@ from actormem.runtime.transports.base import Transport
 from actormem.runtime.transports.local import LocalTransport
 
 __all__ = ("ActorFactory", "Runtime", "RuntimeStats")
-
-log = structlog.get_logger("actormem.runtime")
 
 R = TypeVar("R")
 

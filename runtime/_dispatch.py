@@ -1,6 +1,6 @@
 """Dispatching: mailboxes, the ready queue, and the tasks that run actors' handlers.
 
-How it runs (DESIGN.md, "Cheap actors"): every address that has received a
+How it runs (docs/architecture.md, "Cheap actors"): every address that has received a
 message has a *cell* (the actor object, a mailbox created only while it holds
 mail, a ``scheduled`` flag). A cell with mail sits once in the ready queue; a
 few dispatcher tasks take cells from it and run up to ``throughput`` messages of
@@ -19,7 +19,7 @@ import hashlib
 import time
 from collections import deque
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import anyio
 import anyio.abc
@@ -41,7 +41,7 @@ from actormem.runtime.errors import (
 if TYPE_CHECKING:
     from actormem.runtime._runtime import Runtime
 
-__all__ = ("Dispatcher", "derived_id")
+__all__ = ("Census", "Dispatcher", "derived_id")
 
 log = structlog.get_logger("actormem.runtime")
 
@@ -85,6 +85,15 @@ def derived_id() -> str:
     if len(derived) > _MAX_DERIVED_ID:  # a chain of relays: keep ids short
         derived = hashlib.blake2b(derived.encode(), digest_size=16).hexdigest()
     return derived
+
+
+class Census(NamedTuple):
+    """What one walk over the cells counts (for :meth:`Runtime.stats`)."""
+
+    active: int
+    stopped: int
+    mailbox_depth: int
+    max_mailbox_depth: int
 
 
 class Dispatcher:
@@ -213,6 +222,20 @@ class Dispatcher:
         if actor is not None:
             await call_stop_hook(address, actor)
         return True
+
+    def census(self) -> Census:
+        """Count live and stopped actors and the mail waiting, in one walk."""
+        depth = deepest = active = stopped = 0
+        for cell in self.cells.values():
+            if cell.mailbox:
+                n = len(cell.mailbox)
+                depth += n
+                deepest = max(deepest, n)
+            if cell.actor is not None:
+                active += 1
+            if cell.stopped is not None:
+                stopped += 1
+        return Census(active, stopped, depth, deepest)
 
     async def stop_actors(self) -> None:
         """Run every live actor's ``on_stop`` (shutdown, after the dispatchers ended)."""

@@ -359,30 +359,18 @@ class Runtime(AsyncClosing):
         """Return a snapshot of the counters: it walks every actor once (at 100,000
         actors a few ms), so poll it for a progress display, not in a tight loop; to
         wait for work to finish, poll :attr:`processed`."""
-        depth = 0
-        deepest = 0
-        active = 0
-        stopped = 0
-        for cell in self._cells.values():
-            if cell.mailbox:
-                n = len(cell.mailbox)
-                depth += n
-                deepest = max(deepest, n)
-            if cell.actor is not None:
-                active += 1
-            if cell.stopped is not None:
-                stopped += 1
         dispatch = self._dispatch
+        census = dispatch.census()
         return RuntimeStats(
             actors=len(self._cells),
-            active=active,
-            stopped=stopped,
+            active=census.active,
+            stopped=census.stopped,
             processed=dispatch.processed,
             failures=self._supervisor.failures,
             rejected=dispatch.rejected,
             restarts=self._supervisor.restarts,
-            mailbox_depth=depth,
-            max_mailbox_depth=deepest,
+            mailbox_depth=census.mailbox_depth,
+            max_mailbox_depth=census.max_mailbox_depth,
             pending_asks=len(self._asks.pending),
             expired=dispatch.expired,
         )

@@ -41,14 +41,21 @@ BENCHMARKS = (
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="python -m actormem.benchmarks", description=__doc__)
+#: How the runner is called when run as a module.
+PROG = "python -m actormem.benchmarks"
+
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    """The runner's parser; ``prog`` is how the user called it (for usage lines)."""
+    parser = OneLineParser(prog=prog, description=__doc__)
     subs = parser.add_subparsers(
         dest="name", metavar="NAME", required=True, parser_class=OneLineParser
     )
     for name in BENCHMARKS:
         module = importlib.import_module(f"actormem.benchmarks.{name}")
-        sub = subs.add_parser(name, help=(module.__doc__ or "").splitlines()[0])
+        summary = (module.__doc__ or "").splitlines()[0]
+        # argparse formats help with %: a literal one ("p99 at 50% load") is doubled.
+        sub = subs.add_parser(name, help=summary.replace("%", "%%"))
         sub.add_argument("--out", default="reports/bench", help="where the JSON goes")
         sub.add_argument("--plot", action="store_true", help="also write PNG plots")
         module.add_arguments(sub)
@@ -82,18 +89,16 @@ def print_result(result: BenchResult, console: Console) -> None:
     console.print(table)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
+    args = build_parser(prog).parse_args(argv)
     configure_logging("console", "warning")
     module = importlib.import_module(f"actormem.benchmarks.{args.name}")
-    command = "python -m actormem.benchmarks " + shlex.join(
-        list(argv if argv is not None else sys.argv[1:])
-    )
+    command = f"{prog} " + shlex.join(list(argv if argv is not None else sys.argv[1:]))
     started = time.time()
     try:
         rows = anyio.run(module.run, args)
     except ActormemError as exc:  # a bad config, a deployment without workers...
-        print(f"python -m actormem.benchmarks {args.name}: error: {exc}", file=sys.stderr)
+        print(f"{prog} {args.name}: error: {exc}", file=sys.stderr)
         return 2
     result = BenchResult(
         name=args.name,

@@ -21,6 +21,8 @@ def add_commands(subs: Any) -> None:
         ),
         add_help=False,
     )
+    # The runner parses NAME and its options; only a bare --help is taken here.
+    bench.add_argument("-h", "--help", action="store_true", help="list the benchmarks")
     bench.add_argument("args", nargs=argparse.REMAINDER, help="NAME [options]")
     bench.set_defaults(func=_bench)
 
@@ -30,6 +32,6 @@ def _bench(args: argparse.Namespace) -> int:
     from actormem.benchmarks.__main__ import main as bench_main
 
     try:
-        return bench_main(args.args)
+        return bench_main(["--help", *args.args] if args.help else args.args, "actormem bench")
     except SystemExit as exc:  # argparse of the benchmark runner: --help, bad options
         return int(exc.code or 0)

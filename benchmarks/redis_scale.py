@@ -44,7 +44,7 @@ from actormem.benchmarks._redis import (
     server,
     worker_runtime,
 )
-from actormem.runtime.transports.redis import RedisTransport
+from actormem.runtime.redis.transport import RedisTransport
 
 NAME = "redis_scale"
 

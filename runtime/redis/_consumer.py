@@ -1,6 +1,6 @@
 """The owner's side of a shard: read, deduplicate, deliver, load, store and ack.
 
-Functions here work on a :class:`~actormem.runtime.transports.redis.RedisTransport`'s
+Functions here work on a :class:`~actormem.runtime.redis.transport.RedisTransport`'s
 state; they live apart so the transport module stays one idea (sending and
 lifetimes) and this one another (consuming a shard).
 """
@@ -32,7 +32,7 @@ from actormem.runtime.redis.keys import CONSUMER_GROUP, shard_of
 
 if TYPE_CHECKING:
     from actormem.runtime._actor import Actor
-    from actormem.runtime.transports.redis import RedisTransport
+    from actormem.runtime.redis.transport import RedisTransport
 
 __all__ = (
     "Agent",

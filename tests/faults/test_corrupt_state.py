@@ -14,7 +14,7 @@ import redis.asyncio as aioredis
 from actormem.actors import AppConfig, MemoryRuntime, Message
 from actormem.runtime import HandlerError
 from actormem.runtime.redis import Keys, RedisConfig, shard_of
-from actormem.runtime.transports.redis import RedisTransport
+from actormem.runtime.redis.transport import RedisTransport
 from tests.faults.report import Recorder
 from tests.support.history import History, observe_memory
 

@@ -22,7 +22,7 @@ from actormem.runtime import MessageTooLargeError
 from actormem.runtime._envelope import Envelope
 from actormem.runtime.errors import MessageDecodeError
 from actormem.runtime.redis import Keys, RedisConfig, _scripts, default_codec, shard_of
-from actormem.runtime.transports.redis import RedisTransport
+from actormem.runtime.redis.transport import RedisTransport
 from tests.faults.frames import deep, mutants, real_frames
 from tests.support.history import History, observe_memory
 from tests.support.streams import eventually

@@ -32,7 +32,7 @@ from actormem.runtime.redis import (
     free_port,
     shard_of,
 )
-from actormem.runtime.worker import WorkerProcesses
+from actormem.runtime.redis.worker import WorkerProcesses
 from tests.faults.report import Recorder, full_size
 from tests.runtime.redis.test_transport import worker
 from tests.support.actors import Add, Boom, Flaky, GetState, Ledger

@@ -10,8 +10,8 @@ import redis.asyncio as aioredis
 
 from actormem.runtime import Runtime, RuntimeConfig
 from actormem.runtime.redis import Keys, RedisConfig, connect, shard_of
-from actormem.runtime.transports.redis import RedisTransport
-from actormem.runtime.worker import WorkerProcesses
+from actormem.runtime.redis.transport import RedisTransport
+from actormem.runtime.redis.worker import WorkerProcesses
 
 
 async def eventually(check: Callable[[], Awaitable[bool]], what: str, limit: float = 40.0) -> None:

@@ -7,7 +7,7 @@ import pytest
 
 from actormem.runtime import Runtime, RuntimeConfig
 from actormem.runtime.redis import Keys, RedisConfig, connect, shard_of
-from actormem.runtime.transports.redis import RedisTransport
+from actormem.runtime.redis.transport import RedisTransport
 from tests.support.actors import Add, GetState, register
 from tests.support.redis import delete_prefix
 from tests.support.streams import eventually

@@ -7,12 +7,21 @@ import types
 import pytest
 
 import actormem.runtime.redis
+import actormem.runtime.redis.transport
+import actormem.runtime.redis.worker
 import actormem.runtime.transports.redis
 import actormem.runtime.worker
 
 
 @pytest.mark.parametrize(
-    "module", [actormem.runtime.redis, actormem.runtime.transports.redis, actormem.runtime.worker]
+    "module",
+    [
+        actormem.runtime.redis,
+        actormem.runtime.redis.transport,
+        actormem.runtime.redis.worker,
+        actormem.runtime.transports.redis,
+        actormem.runtime.worker,
+    ],
 )
 def test_all_names_what_is_importable(module: types.ModuleType) -> None:
     assert len(set(module.__all__)) == len(module.__all__)

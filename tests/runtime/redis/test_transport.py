@@ -30,7 +30,7 @@ from actormem.runtime.redis import (
     free_port,
     shard_of,
 )
-from actormem.runtime.transports.redis import RedisTransport
+from actormem.runtime.redis.transport import RedisTransport
 from tests.support.actors import (
     Add,
     Boom,

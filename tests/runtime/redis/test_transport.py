@@ -155,7 +155,7 @@ async def test_a_second_xadd_of_the_same_command_changes_nothing(
         assert isinstance(transport, RedisTransport)
 
         async def skipped() -> bool:
-            return transport.duplicates == 1
+            return transport.stats().duplicates == 1
 
         await eventually(skipped, "the duplicate is skipped")
         state = await rt.ref("ledger/dup").ask(GetState())
@@ -568,10 +568,10 @@ async def test_large_batches_are_split_into_calls_of_bounded_size_in_order(
 ) -> None:
     # Redis holds a whole call in its query buffer: the outbox's XADDs and the group
     # commits are cut into calls of about _CALL_BYTES / _COMMIT_BYTES (tiny here).
-    from actormem.runtime.redis import _consumer, _outbox
+    from actormem.runtime.redis import _commits, _outbox
 
     monkeypatch.setattr(_outbox, "_CALL_BYTES", 300)
-    monkeypatch.setattr(_consumer, "_COMMIT_BYTES", 40)
+    monkeypatch.setattr(_commits, "_COMMIT_BYTES", 40)
     agents = ["ledger/big0", "ledger/big1"]
     async with worker_and_client(redis_client, redis_config) as (_rt, asker):
         for n in range(120):

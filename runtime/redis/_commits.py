@@ -30,8 +30,6 @@ if TYPE_CHECKING:
     from actormem.runtime._actor import Actor
     from actormem.runtime.redis._replies import Replies
     from actormem.runtime.redis._shards import ActorRecord, Holdings, Link, Shard
-    from actormem.runtime.redis.config import RedisConfig
-    from actormem.runtime.redis.keys import Keys
 
 __all__ = ("GroupCommit",)
 
@@ -50,19 +48,15 @@ class GroupCommit:
     """Stores and acks what the actors of the owned shards handled.
 
     Args:
-        link: the transport (its clients).
-        config: the ``[redis]`` section.
-        keys: the key names.
+        link: the transport.
         held: the shards and actors this worker holds.
         replies: where the replies that waited for a commit go.
     """
 
-    def __init__(
-        self, link: Link, config: RedisConfig, keys: Keys, held: Holdings, replies: Replies
-    ) -> None:
+    def __init__(self, link: Link, *, held: Holdings, replies: Replies) -> None:
         self._link = link
-        self._config = config
-        self._keys = keys
+        self._config = link.config
+        self._keys = link.keys
         self._held = held
         self._replies = replies
 

@@ -32,9 +32,6 @@ if TYPE_CHECKING:
     from actormem.runtime.redis._commits import GroupCommit
     from actormem.runtime.redis._replies import Replies
     from actormem.runtime.redis._shards import Link, Shard
-    from actormem.runtime.redis.codec import Codec
-    from actormem.runtime.redis.config import RedisConfig
-    from actormem.runtime.redis.keys import Keys
 
 __all__ = ("DeadLetters", "given_up")
 
@@ -54,30 +51,16 @@ class DeadLetters:
     attempts at handling redelivered ones.
 
     Args:
-        link: the transport (its clients and runtime).
-        config: the ``[redis]`` section.
-        keys: the key names.
-        codec: how envelopes are encoded.
-        transport_id: the transport's id, recorded with each dead letter.
+        link: the transport, whose id is recorded with each dead letter.
         commits: acks what was dead-lettered.
         replies: answers the asks that will never be handled.
     """
 
-    def __init__(
-        self,
-        link: Link,
-        config: RedisConfig,
-        keys: Keys,
-        codec: Codec,
-        transport_id: str,
-        commits: GroupCommit,
-        replies: Replies,
-    ) -> None:
+    def __init__(self, link: Link, *, commits: GroupCommit, replies: Replies) -> None:
         self._link = link
-        self._config = config
-        self._keys = keys
-        self._codec = codec
-        self._id = transport_id
+        self._config = link.config
+        self._keys = link.keys
+        self._codec = link.codec
         self._commits = commits
         self._replies = replies
         #: Entries moved to the dead-letter stream.
@@ -97,7 +80,7 @@ class DeadLetters:
             b"entry",
             entry,
             b"worker",
-            self._id,
+            self._link.id,
         ]
         if data is not None:
             fields += [b"e", data]

@@ -32,9 +32,6 @@ if TYPE_CHECKING:
     from actormem.runtime.redis._dead_letters import DeadLetters
     from actormem.runtime.redis._replies import Replies
     from actormem.runtime.redis._shards import Holdings, Link, Shard
-    from actormem.runtime.redis.codec import Codec
-    from actormem.runtime.redis.config import RedisConfig
-    from actormem.runtime.redis.keys import Keys
 
 __all__ = ("Intake",)
 
@@ -48,11 +45,7 @@ class Intake:
     """Reads the owned shards and delivers their entries, each command once.
 
     Args:
-        link: the transport (its clients and runtime).
-        config: the ``[redis]`` section.
-        keys: the key names.
-        codec: how envelopes are decoded.
-        transport_id: the consumer's name in the group.
+        link: the transport, whose id is its consumer's name in the group.
         held: the shards and actors this worker holds.
         commits: stores and acks what was handled.
         dead_letters: takes the entries given up on.
@@ -63,10 +56,6 @@ class Intake:
     def __init__(
         self,
         link: Link,
-        config: RedisConfig,
-        keys: Keys,
-        codec: Codec,
-        transport_id: str,
         *,
         held: Holdings,
         commits: GroupCommit,
@@ -75,10 +64,10 @@ class Intake:
         lease_fresh: Callable[[int], bool],
     ) -> None:
         self._link = link
-        self._config = config
-        self._keys = keys
-        self._codec = codec
-        self._id = transport_id
+        self._config = link.config
+        self._keys = link.keys
+        self._codec = link.codec
+        self._id = link.id
         self._held = held
         self._commits = commits
         self._dead_letters = dead_letters

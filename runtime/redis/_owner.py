@@ -24,8 +24,6 @@ if TYPE_CHECKING:
     from actormem.runtime.redis._commits import GroupCommit
     from actormem.runtime.redis._intake import Intake
     from actormem.runtime.redis._shards import Holdings, Link
-    from actormem.runtime.redis.config import RedisConfig
-    from actormem.runtime.redis.keys import Keys
     from actormem.runtime.transports.base import TransportHost
 
 __all__ = ("Owner",)
@@ -40,10 +38,7 @@ class Owner:
     """Takes, serves and lets go of a worker's shards.
 
     Args:
-        link: the transport (its clients and runtime).
-        config: the ``[redis]`` section.
-        keys: the key names.
-        worker_id: this worker's name in leases.
+        link: the transport, whose id is this worker's name in leases.
         held: the shards and actors this worker holds.
         intake: reads a shard it gains, and fans the broadcasts out.
         commits: stores what was handled on a shard it gives back.
@@ -52,18 +47,14 @@ class Owner:
     def __init__(
         self,
         link: Link,
-        config: RedisConfig,
-        keys: Keys,
-        worker_id: str,
         *,
         held: Holdings,
         intake: Intake,
         commits: GroupCommit,
     ) -> None:
         self._link = link
-        self._config = config
-        self._keys = keys
-        self._id = worker_id
+        self._config = link.config
+        self._keys = link.keys
         self._held = held
         self._intake = intake
         self._commits = commits
@@ -80,7 +71,7 @@ class Owner:
         self._leases = LeaseManager(
             self._link.client,
             self._keys,
-            self._id,
+            self._link.id,
             config.shards,
             config.lease_ms,
             self._gained,

@@ -31,9 +31,6 @@ from actormem.runtime.redis._shards import StreamEnvelope
 
 if TYPE_CHECKING:
     from actormem.runtime.redis._shards import Link
-    from actormem.runtime.redis.codec import Codec
-    from actormem.runtime.redis.config import RedisConfig
-    from actormem.runtime.redis.keys import Keys
 
 __all__ = ("Replies",)
 
@@ -53,21 +50,15 @@ class Replies:
     """The asks made through one transport and the replies it reads and writes.
 
     Args:
-        link: the transport (its clients and runtime).
-        config: the ``[redis]`` section.
-        keys: the key names.
-        codec: how replies and errors are encoded.
-        transport_id: the transport's id, which names its reply stream.
+        link: the transport, whose id names its reply stream.
     """
 
-    def __init__(
-        self, link: Link, config: RedisConfig, keys: Keys, codec: Codec, transport_id: str
-    ) -> None:
+    def __init__(self, link: Link) -> None:
         self._link = link
-        self._config = config
-        self._codec = codec
+        self._config = config = link.config
+        self._codec = link.codec
         #: This transport's reply stream.
-        self.stream = keys.replies(transport_id)
+        self.stream = link.keys.replies(link.id)
         self._reply_stream = re.compile(
             re.escape(config.prefix) + r":\{r:[A-Za-z0-9._-]{1,200}\}:replies"
         )

@@ -17,6 +17,9 @@ from actormem.runtime.redis.durable import DurableChanges
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
+    from actormem.runtime.redis.codec import Codec
+    from actormem.runtime.redis.config import RedisConfig
+    from actormem.runtime.redis.keys import Keys
     from actormem.runtime.transports.base import TransportHost
 
 __all__ = (
@@ -31,8 +34,18 @@ __all__ = (
 
 
 class Link(Protocol):
-    """How a part of the transport reaches Redis and the runtime (the transport:
-    its clients and its runtime exist only while it is open)."""
+    """What the transport's parts share: the transport's id, config, key names and
+    codec, and how they reach Redis and the runtime (the transport's clients and
+    runtime exist only while it is open)."""
+
+    #: The transport's id: its consumer name, its reply stream's, its leases'.
+    id: str
+    #: The ``[redis]`` section.
+    config: RedisConfig
+    #: The key names.
+    keys: Keys
+    #: How envelopes, replies and errors are encoded.
+    codec: Codec
 
     @property
     def client(self) -> aioredis.Redis:

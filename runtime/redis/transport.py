@@ -157,32 +157,18 @@ class RedisTransport(Transport):
         # reach the streams in the order they were sent.
         self._outbox = Outbox(lambda: self.client, config.outbox_size, config.stream_limit)
         self._held = Holdings()
-        self._replies = Replies(self, config, keys, codec, self.id)
-        self._commits = GroupCommit(self, config, keys, self._held, self._replies)
-        self._dead_letters = DeadLetters(
-            self, config, keys, codec, self.id, self._commits, self._replies
-        )
+        self._replies = Replies(self)
+        self._commits = GroupCommit(self, held=self._held, replies=self._replies)
+        self._dead_letters = DeadLetters(self, commits=self._commits, replies=self._replies)
         self._intake = Intake(
             self,
-            config,
-            keys,
-            codec,
-            self.id,
             held=self._held,
             commits=self._commits,
             dead_letters=self._dead_letters,
             replies=self._replies,
             lease_fresh=self.lease_fresh,
         )
-        self._owner = Owner(
-            self,
-            config,
-            keys,
-            self.id,
-            held=self._held,
-            intake=self._intake,
-            commits=self._commits,
-        )
+        self._owner = Owner(self, held=self._held, intake=self._intake, commits=self._commits)
 
     def __repr__(self) -> str:
         return f"RedisTransport(id={self.id!r}, worker={self.worker}, state={self._state!r})"

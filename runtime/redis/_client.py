@@ -5,7 +5,7 @@ connection instead of opening without limit); socket timeouts are the config's
 ``socket_timeout`` *plus* ``block_ms``, so a blocking ``XREADGROUP`` that waits
 its full ``block_ms`` never trips a spurious timeout; idle connections are
 health-checked before reuse. A server that may evict keys is refused: evicting a
-stream or an agent's history would lose data silently.
+stream or an actor's log would lose data silently.
 
 Access: the config's ACL ``username`` and the password from its ``password_env``
 variable are sent on every new connection; with ``tls`` (or a ``rediss://`` url)
@@ -267,7 +267,7 @@ async def check_server(client: aioredis.Redis, config: RedisConfig | None = None
         if policy != "noeviction":
             raise TransportError(
                 f"Redis maxmemory-policy is {policy!r} on {node}: actormem needs "
-                "'noeviction' (an evicted stream or agent history would be lost "
+                "'noeviction' (an evicted stream or actor log would be lost "
                 "silently); run CONFIG SET maxmemory-policy noeviction"
             )
 

@@ -85,8 +85,8 @@ class GroupCommit:
         async def load() -> tuple[bytes | None, list[bytes]]:
             with redis_errors(f"loading the state of {address}"):
                 async with self._link.client.pipeline(transaction=False) as pipe:
-                    pipe.get(self._keys.agent_snapshot(shard, address))
-                    pipe.lrange(self._keys.agent_log(shard, address), 0, -1)
+                    pipe.get(self._keys.actor_snapshot(shard, address))
+                    pipe.lrange(self._keys.actor_log(shard, address), 0, -1)
                     snapshot, entries = await pipe.execute()
             return snapshot, entries
 
@@ -260,9 +260,9 @@ class GroupCommit:
         order: list[int] = []
         for address, indices in by_actor.items():
             names += (
-                keys.agent_log(number, address),
-                keys.agent_snapshot(number, address),
-                keys.agent_applied(number, address),
+                keys.actor_log(number, address),
+                keys.actor_snapshot(number, address),
+                keys.actor_applied(number, address),
             )
             args.append(len(indices))
             order += indices

@@ -276,7 +276,7 @@ class Intake:
         actors = self._held.actors
         record = actors.get(address)
         if record is None:
-            key = self._keys.agent_applied(shard, address)
+            key = self._keys.actor_applied(shard, address)
             with redis_errors(f"loading the applied ids of {address}"):
                 ids: list[bytes] = await self._link.client.zrange(key, 0, -1)  # type: ignore[assignment]
             record = actors.get(address)  # another task may have loaded it meanwhile

@@ -44,7 +44,7 @@ async def stored_tokens(
     agents = list(agents)
     async with client.pipeline(transaction=False) as pipe:
         for address in agents:
-            pipe.lrange(keys.agent_log(shard_of(address, config.shards), address), 0, -1)
+            pipe.lrange(keys.actor_log(shard_of(address, config.shards), address), 0, -1)
         logs = await pipe.execute()
     return {a: [t.decode() for t in log] for a, log in zip(agents, logs, strict=True)}
 

@@ -20,8 +20,8 @@ import structlog
 from actormem.runtime._envelope import Envelope, Reply
 from actormem.runtime.errors import HandlerError, TransportError
 from actormem.runtime.redis import _scripts
-from actormem.runtime.redis._client import redis_errors, retrying, run_script
-from actormem.runtime.redis._loops import forever
+from actormem.runtime.redis._client import redis_errors, run_script
+from actormem.runtime.redis._retry import forever, retrying
 from actormem.runtime.redis._shards import PendingCommit, StreamEnvelope
 from actormem.runtime.redis.durable import Durable, DurableChanges, is_durable
 from actormem.runtime.redis.keys import CONSUMER_GROUP, shard_of

@@ -23,7 +23,8 @@ from actormem.runtime._envelope import Envelope, Reply
 from actormem.runtime.errors import ActorError, MessageDecodeError, TransportError
 from actormem.runtime.redis._client import redis_errors
 from actormem.runtime.redis._dead_letters import given_up
-from actormem.runtime.redis._loops import forever, wait_open
+from actormem.runtime.redis._loops import wait_open
+from actormem.runtime.redis._retry import forever
 from actormem.runtime.redis._shards import ActorRecord, RedeliveredEnvelope, StreamEnvelope
 from actormem.runtime.redis.keys import CONSUMER_GROUP, shard_of
 

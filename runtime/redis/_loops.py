@@ -1,62 +1,30 @@
-"""What the transport's background loops share: retrying for ever while Redis is
-away, waiting for the runtime to open, and reading a stream without a consumer group.
-"""
+"""What the transport's background loops share: waiting for the runtime to open,
+and reading a stream without a consumer group, for ever."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 import structlog
 
-from actormem.runtime.errors import TransportError, TransportUnavailableError
 from actormem.runtime.redis._client import redis_errors
+from actormem.runtime.redis._retry import forever
 
 if TYPE_CHECKING:
     from actormem.runtime.redis._shards import Link
 
-__all__ = ("forever", "stream_end", "tail", "wait_open")
+__all__ = ("OPEN_POLL", "stream_end", "tail", "wait_open")
 
 log = structlog.get_logger("actormem.redis")
-
-T = TypeVar("T")
 
 #: Entries read per XREAD of a reply or broadcast stream.
 _BATCH: Final = 1_000
 #: How often a waiting loop looks whether the runtime opened (s).
 OPEN_POLL: Final = 0.01
-#: Longest pause of a background loop while Redis is away (s).
-_MAX_LOOP_BACKOFF: Final = 2.0
-
-
-async def forever(what: str, call: Callable[[], Awaitable[T]]) -> T:
-    """Await ``call()`` until it succeeds, backing off while Redis is away.
-
-    For the background loops, which must outlive a Redis restart: an
-    unavailable server is waited for, and any other transport error is logged
-    and tried again (a loop that died would silently stop a shard).
-    """
-    delay = 0.05
-    failed = False
-    while True:
-        try:
-            result = await call()
-        except TransportUnavailableError as exc:
-            if not failed:
-                log.warning("redis_unavailable", loop=what, reason=str(exc))
-                failed = True
-        except TransportError as exc:
-            log.error("redis_loop_error", loop=what, reason=str(exc))
-            failed = True
-        else:
-            if failed:
-                log.info("redis_reconnected", loop=what)
-            return result
-        await anyio.sleep(delay)
-        delay = min(delay * 2, _MAX_LOOP_BACKOFF)
 
 
 async def wait_open(link: Link) -> None:

@@ -25,8 +25,9 @@ from actormem.runtime.errors import (
     TransportError,
 )
 from actormem.runtime.redis._client import redis_errors
-from actormem.runtime.redis._loops import forever, tail
+from actormem.runtime.redis._loops import tail
 from actormem.runtime.redis._outbox import NO_DEADLINE, Outbox
+from actormem.runtime.redis._retry import forever
 from actormem.runtime.redis._shards import StreamEnvelope
 
 if TYPE_CHECKING:

@@ -52,20 +52,14 @@ from actormem.runtime._actor import Actor
 from actormem.runtime._envelope import Envelope, Reply
 from actormem.runtime.errors import MailboxFullError, MessageTooLargeError, RuntimeClosedError
 from actormem.runtime.ids import new_id
-from actormem.runtime.redis._client import (
-    blocking_twin,
-    check_server,
-    connect,
-    redis_errors,
-    retrying,
-)
+from actormem.runtime.redis._client import blocking_twin, check_server, connect, redis_errors
 from actormem.runtime.redis._commits import GroupCommit
 from actormem.runtime.redis._dead_letters import DeadLetters
 from actormem.runtime.redis._intake import Intake
-from actormem.runtime.redis._loops import forever
 from actormem.runtime.redis._outbox import Outbox
 from actormem.runtime.redis._owner import Owner
 from actormem.runtime.redis._replies import Replies
+from actormem.runtime.redis._retry import forever, retrying
 from actormem.runtime.redis._server import EmbeddedRedis
 from actormem.runtime.redis._shards import Holdings, RedeliveredEnvelope
 from actormem.runtime.redis.codec import Codec, default_codec

@@ -9,7 +9,6 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio
-import structlog
 
 from actormem.runtime.redis._client import redis_errors
 from actormem.runtime.redis._retry import forever
@@ -18,8 +17,6 @@ if TYPE_CHECKING:
     from actormem.runtime.redis._shards import Link
 
 __all__ = ("OPEN_POLL", "stream_end", "tail", "wait_open")
-
-log = structlog.get_logger("actormem.redis")
 
 #: Entries read per XREAD of a reply or broadcast stream.
 _BATCH: Final = 1_000

@@ -37,3 +37,8 @@ def test_the_package_exports_every_public_name_it_imports() -> None:
         if not name.startswith("_") and not isinstance(value, types.ModuleType)
     }
     assert public - {"annotations"} == set(actormem.runtime.redis.__all__)
+
+
+def test_the_short_paths_name_the_same_transport_and_workers() -> None:
+    assert actormem.runtime.transports.redis.RedisTransport is actormem.runtime.redis.RedisTransport
+    assert actormem.runtime.worker.WorkerProcesses is actormem.runtime.redis.worker.WorkerProcesses

@@ -24,8 +24,8 @@ from actormem.benchmarks._common import bench_config
 from actormem.runtime import RuntimeConfig
 from actormem.runtime._envelope import Envelope
 from actormem.runtime.redis import EmbeddedRedis, RedisConfig, connect, default_codec
-from actormem.runtime.transports.redis import RedisTransport
-from actormem.runtime.worker import WorkerProcesses
+from actormem.runtime.redis.transport import RedisTransport
+from actormem.runtime.redis.worker import WorkerProcesses
 
 __all__ = (
     "REGISTER",

@@ -242,9 +242,9 @@ async def _delete_agents(client: Any, config: AppConfig, addresses: list[str]) -
         for address in addresses[start : start + 1_000]:
             shard = shard_of(address, config.redis.shards)
             names += (
-                keys.agent_log(shard, address),
-                keys.agent_snapshot(shard, address),
-                keys.agent_applied(shard, address),
+                keys.actor_log(shard, address),
+                keys.actor_snapshot(shard, address),
+                keys.actor_applied(shard, address),
             )
         async with client.pipeline(transaction=False) as pipe:
             for name in names:  # one key per call: on a cluster they live in many slots

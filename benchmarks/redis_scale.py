@@ -44,7 +44,7 @@ from actormem.benchmarks._redis import (
     server,
     worker_runtime,
 )
-from actormem.runtime.transports.redis import RedisTransport
+from actormem.runtime.redis.transport import RedisTransport
 
 NAME = "redis_scale"
 
@@ -116,7 +116,7 @@ async def _child(n: int, activations: int, rounds: int) -> dict[str, float]:
                 "keys_per_agent": keys_bytes / (n + 1),  # and the warm-up agent
                 "agent_keys": keys / (n + 1),
                 "rss_per_agent": (rss1 - rss0) / n,
-                "tracked_agents": float(transport.stats().agents),
+                "tracked_agents": float(transport.stats().actors),
                 "objects_per_agent": (objects1 - objects0) / n,
                 "activation_p50": percentile(cold, 50),
                 "activation_p99": percentile(cold, 99),

@@ -30,7 +30,8 @@ def test_openai_is_imported_only_when_an_api_is_used() -> None:
     import sys
 
     code = (
-        "import sys, actormem.actors.app.wiring, actormem.actors.app.cli, actormem.runtime.worker\n"
+        "import sys, actormem.actors.app.wiring, actormem.actors.app.cli\n"
+        "import actormem.runtime.redis.worker\n"
         "from actormem.actors.compression.llm import LLMSummarizer\n"
         "from actormem.actors.recall.embeddings import OpenAIEmbedder\n"
         "print('openai' in sys.modules)"

@@ -24,8 +24,8 @@ from actormem.runtime.config import decode_config
 from actormem.runtime.errors import ConfigError
 from actormem.runtime.logging import configure_logging
 from actormem.runtime.redis import EmbeddedRedis
-from actormem.runtime.transports.redis import RedisTransport
-from actormem.runtime.worker import WorkerProcesses
+from actormem.runtime.redis.transport import RedisTransport
+from actormem.runtime.redis.worker import WorkerProcesses
 
 __all__ = ("add_commands",)
 
@@ -118,7 +118,7 @@ def _worker(args: argparse.Namespace) -> int:
             "(the Redis its agents live in)"
         )
     from actormem.actors.app.wiring import register_actors
-    from actormem.runtime.worker import run_worker
+    from actormem.runtime.redis.worker import run_worker
 
     anyio.run(
         lambda: run_worker(

@@ -27,7 +27,7 @@ from actormem.actors.retention import SessionFileError
 from actormem.runtime import ConfigError, Runtime, Transport
 from actormem.runtime.config import decode_config
 from actormem.runtime.redis import register_error_types, register_message_types
-from actormem.runtime.transports.redis import RedisTransport
+from actormem.runtime.redis.transport import RedisTransport
 
 __all__ = (
     "CONFIG_ENV",

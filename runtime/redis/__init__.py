@@ -1,7 +1,9 @@
-"""Redis for actormem: an embedded server, clients, key names, codec, durable state.
+"""The Redis streams transport and what it is built from: an embedded server,
+clients, key names, codec, durable state.
 
-The transport itself is :class:`actormem.runtime.transports.redis.RedisTransport`; this
-package holds what it is built from and what tests and tools need directly.
+:class:`RedisTransport` carries envelopes between processes and hosts; worker
+processes are in :mod:`actormem.runtime.redis.worker` (``python -m
+actormem.runtime.redis.worker`` runs one).
 """
 
 from actormem.runtime.redis._client import check_server, connect, open_client, redis_errors
@@ -15,6 +17,7 @@ from actormem.runtime.redis.codec import (
 from actormem.runtime.redis.config import RedisConfig
 from actormem.runtime.redis.durable import Durable, DurableChanges, is_durable
 from actormem.runtime.redis.keys import CONSUMER_GROUP, DEFAULT_PREFIX, Keys, shard_of
+from actormem.runtime.redis.transport import RedisTransport, RedisTransportStats
 
 __all__ = (
     "CONSUMER_GROUP",
@@ -25,6 +28,8 @@ __all__ = (
     "EmbeddedRedis",
     "Keys",
     "RedisConfig",
+    "RedisTransport",
+    "RedisTransportStats",
     "check_server",
     "connect",
     "default_codec",

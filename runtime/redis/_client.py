@@ -5,7 +5,7 @@ connection instead of opening without limit); socket timeouts are the config's
 ``socket_timeout`` *plus* ``block_ms``, so a blocking ``XREADGROUP`` that waits
 its full ``block_ms`` never trips a spurious timeout; idle connections are
 health-checked before reuse. A server that may evict keys is refused: evicting a
-stream or an agent's history would lose data silently.
+stream or an actor's log would lose data silently.
 
 Access: the config's ACL ``username`` and the password from its ``password_env``
 variable are sent on every new connection; with ``tls`` (or a ``rediss://`` url)
@@ -19,13 +19,11 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import ssl
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from functools import cache
-from typing import Any, Final, TypeVar, cast
+from typing import Any, Final, cast
 
-import anyio
 import hiredis
 import redis.asyncio as aioredis
 import redis.exceptions as rexc
@@ -47,13 +45,10 @@ __all__ = (
     "is_cluster",
     "open_client",
     "redis_errors",
-    "retrying",
     "run_script",
 )
 
 log = structlog.get_logger("actormem.redis")
-
-T = TypeVar("T")
 
 #: Seconds between PINGs on a connection taken from the pool after idling.
 _HEALTH_CHECK_INTERVAL: Final = 15
@@ -267,7 +262,7 @@ async def check_server(client: aioredis.Redis, config: RedisConfig | None = None
         if policy != "noeviction":
             raise TransportError(
                 f"Redis maxmemory-policy is {policy!r} on {node}: actormem needs "
-                "'noeviction' (an evicted stream or agent history would be lost "
+                "'noeviction' (an evicted stream or actor log would be lost "
                 "silently); run CONFIG SET maxmemory-policy noeviction"
             )
 
@@ -379,45 +374,6 @@ async def open_client(config: RedisConfig) -> AsyncIterator[aioredis.Redis]:
             await client.aclose()
 
 
-#: First and longest pause between retries while Redis is unavailable.
-_FIRST_BACKOFF: Final = 0.05
-_MAX_BACKOFF: Final = 2.0
-
-
-async def retrying(call: Callable[[], Awaitable[T]], *, what: str, retry_for: float) -> T:
-    """Await ``call()`` again, with exponential backoff, while Redis is unavailable.
-
-    ``call`` must translate redis errors itself (see :func:`redis_errors`).
-
-    Args:
-        call: makes the attempt.
-        what: what is attempted, for the logs.
-        retry_for: seconds to keep trying.
-
-    Raises:
-        TransportUnavailableError: still unavailable after ``retry_for`` seconds.
-        TransportError: any other failure (not retried).
-    """
-    deadline = time.monotonic() + retry_for
-    delay = _FIRST_BACKOFF
-    failed = False
-    while True:
-        try:
-            result = await call()
-        except TransportUnavailableError as exc:
-            if time.monotonic() + delay > deadline:
-                raise
-            if not failed:
-                log.warning("redis_unavailable_retrying", what=what, reason=str(exc))
-                failed = True
-            await anyio.sleep(delay)
-            delay = min(delay * 2, _MAX_BACKOFF)
-            continue
-        if failed:
-            log.info("redis_available_again", what=what)
-        return result
-
-
 def blocking_twin(client: aioredis.Redis, connections: int) -> aioredis.Redis:
     """A client to the same server with its own pool, for blocking reads.
 
@@ -437,7 +393,7 @@ def blocking_twin(client: aioredis.Redis, connections: int) -> aioredis.Redis:
     )
     blocking = aioredis.Redis.from_pool(twin)
     # Its XREADGROUP replies stay as the server sent them: redis-py would turn every
-    # entry's fields into a dict, a cost paid per command read (see _consumer).
+    # entry's fields into a dict, a cost paid per command read (see _intake).
     blocking.set_response_callback("XREADGROUP", _unparsed)
     return blocking
 

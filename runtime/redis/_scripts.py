@@ -42,12 +42,12 @@ if #ARGV < 3 then return 0 end
 return redis.call('XACK', KEYS[2], ARGV[2], unpack(ARGV, 3))
 """
 
-#: Stores the changes of a batch of handled commands, of any agents of one shard,
+#: Stores the changes of a batch of handled commands, of any actors of one shard,
 #: and XACKs their entries: one call per batch (group commit). The commands come
-#: grouped by agent, so that each agent's history grows by one RPUSH and its applied
+#: grouped by actor, so that each actor's log grows by one RPUSH and its applied
 #: ids by one ZADD, whatever the number of its commands in the batch.
-#: KEYS: lease, stream, then per agent: log, snapshot, applied.
-#: ARGV: lease value, group, score, applied ids to keep, then per agent: its number
+#: KEYS: lease, stream, then per actor: log, snapshot, applied.
+#: ARGV: lease value, group, score, applied ids to keep, then per actor: its number
 #: of commands, then per command: entry id ('' = none), command id ('' = none), has
 #: snapshot ('0'/'1'), snapshot, replace the log ('0'/'1'), number of log items,
 #: log items...

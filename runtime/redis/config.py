@@ -69,7 +69,7 @@ class RedisConfig(_Section, frozen=True):
             not (encrypted but unauthenticated: for tests, never for production).
         tls_check_hostname: the server's certificate must name the url's host.
         prefix: the first part of every key.
-        shards: command streams; agents map to them by a stable hash. Every
+        shards: command streams; actors map to them by a stable hash. Every
             worker and client of one deployment must use the same number.
         max_message_bytes: the largest encoded envelope sent or decoded.
         block_ms: how long one blocking read waits for new entries.
@@ -87,7 +87,7 @@ class RedisConfig(_Section, frozen=True):
         socket_timeout: seconds a command may take (blocking reads get
             ``block_ms`` on top, so they never time out spuriously).
         passivate_after: seconds an idle virtual actor stays in memory.
-        applied_keep: command ids remembered per agent for exactly-once effects.
+        applied_keep: command ids remembered per actor for exactly-once effects.
         retry_for: seconds a commit, a reply, a publish or a state load keeps
             retrying while Redis is unavailable before it fails (the outbox and
             the background loops retry for ever).

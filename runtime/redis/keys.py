@@ -1,7 +1,7 @@
 """Every Redis key actormem uses, in one place, under one prefix.
 
 Per-shard keys carry the shard's Redis Cluster hash tag (``am:{s17}:...``), so a
-shard's stream, its lease and the state of every agent on it hash to one slot:
+shard's stream, its lease and the state of every actor on it hash to one slot:
 a state write and the XACK of the command that caused it can be one Lua call, in
 Cluster too. Keys that belong to no shard (reply streams, the broadcast stream,
 the worker registry) have tags of their own.
@@ -11,13 +11,16 @@ Layout (prefix ``am``)::
     am:{s17}:stream              the shard's command stream (consumer group "workers")
     am:{s17}:lease               "<token>:<worker>" of the shard's owner, with a TTL
     am:{s17}:fence               the shard's fencing counter (INCR per lease taken)
-    am:{s17}:agent:<addr>:log    an agent's append-only history (a list)
-    am:{s17}:agent:<addr>:snap   the rest of an agent's state (a string)
-    am:{s17}:agent:<addr>:done   command ids the agent applied (zset by time)
+    am:{s17}:agent:<addr>:log    an actor's append-only log (a list)
+    am:{s17}:agent:<addr>:snap   the rest of an actor's state (a string)
+    am:{s17}:agent:<addr>:done   command ids the actor applied (zset by time)
     am:{bcast}:stream            the broadcast stream every worker reads
     am:{dlq}:stream              dead letters, with the reason
     am:{workers}                 live workers (zset: worker id -> expiry ms)
     am:{r:<client>}:replies      one client's reply stream
+
+The ``agent`` segment names the state of any actor: it is part of the stored
+layout, which a new name would leave unreadable.
 """
 
 from __future__ import annotations
@@ -82,16 +85,16 @@ class Keys:
         """The shard's fencing counter."""
         return f"{self.tag(shard)}:fence"
 
-    def agent_log(self, shard: int, address: str) -> str:
-        """An agent's append-only history."""
+    def actor_log(self, shard: int, address: str) -> str:
+        """An actor's append-only log."""
         return f"{self.tag(shard)}:agent:{address}:log"
 
-    def agent_snapshot(self, shard: int, address: str) -> str:
-        """An agent's snapshot (everything but the append-only history)."""
+    def actor_snapshot(self, shard: int, address: str) -> str:
+        """An actor's snapshot (everything but the append-only log)."""
         return f"{self.tag(shard)}:agent:{address}:snap"
 
-    def agent_applied(self, shard: int, address: str) -> str:
-        """Command ids an agent has applied (zset scored by the id's time)."""
+    def actor_applied(self, shard: int, address: str) -> str:
+        """Command ids an actor has applied (zset scored by the id's time)."""
         return f"{self.tag(shard)}:agent:{address}:done"
 
     def attempts(self, shard: int, entry: str) -> str:

@@ -14,7 +14,7 @@ import redis.asyncio as aioredis
 from actormem.actors import AppConfig, MemoryRuntime, Message
 from actormem.runtime import HandlerError
 from actormem.runtime.redis import Keys, RedisConfig, shard_of
-from actormem.runtime.transports.redis import RedisTransport
+from actormem.runtime.redis.transport import RedisTransport
 from tests.faults.report import Recorder
 from tests.support.history import History, observe_memory
 
@@ -46,9 +46,9 @@ async def test_an_agent_whose_stored_state_is_corrupt_fails_alone_and_clearly(
     keys = Keys(redis_config.prefix)
     shard = shard_of("memory/broken", redis_config.shards)
     if part == "snapshot":
-        await redis_client.set(keys.agent_snapshot(shard, "memory/broken"), b"\xc1not msgpack")
+        await redis_client.set(keys.actor_snapshot(shard, "memory/broken"), b"\xc1not msgpack")
     else:
-        await redis_client.rpush(keys.agent_log(shard, "memory/broken"), b"\xc1not msgpack")
+        await redis_client.rpush(keys.actor_log(shard, "memory/broken"), b"\xc1not msgpack")
 
     async with MemoryRuntime(
         AppConfig(), transport=RedisTransport(redis_config.url, redis_config)

@@ -22,7 +22,7 @@ from actormem.runtime import MessageTooLargeError
 from actormem.runtime._envelope import Envelope
 from actormem.runtime.errors import MessageDecodeError
 from actormem.runtime.redis import Keys, RedisConfig, _scripts, default_codec, shard_of
-from actormem.runtime.transports.redis import RedisTransport
+from actormem.runtime.redis.transport import RedisTransport
 from tests.faults.frames import deep, mutants, real_frames
 from tests.support.history import History, observe_memory
 from tests.support.streams import eventually
@@ -189,7 +189,7 @@ async def test_an_ask_cannot_make_the_worker_touch_keys_outside_the_reply_stream
     victim = "memory/victim"
     shard = shard_of(victim, config.shards)
     await rt.memory("victim").add({"role": "user", "content": "my only copy"})
-    log = keys.agent_log(shard, victim)
+    log = keys.actor_log(shard, victim)
     assert await redis_client.pttl(log) == -1  # stored for good
     # An ask whose reply_to names the victim's history instead of a reply stream.
     envelope: Any = Envelope(

@@ -49,7 +49,7 @@ from actormem.runtime import Actor, ActorContext, Runtime, RuntimeConfig
 from actormem.runtime.errors import AskTimeoutError, MailboxFullError
 from actormem.runtime.redis import Keys, RedisConfig, register_message_types, shard_of
 from actormem.runtime.redis._client import connect
-from actormem.runtime.transports.redis import RedisTransport
+from actormem.runtime.redis.transport import RedisTransport
 from tests.faults.report import Recorder, full_size
 from tests.support.history import Applied, History
 

@@ -32,7 +32,7 @@ from actormem.runtime.redis import (
     free_port,
     shard_of,
 )
-from actormem.runtime.worker import WorkerProcesses
+from actormem.runtime.redis.worker import WorkerProcesses
 from tests.faults.report import Recorder, full_size
 from tests.runtime.redis.test_transport import worker
 from tests.support.actors import Add, Boom, Flaky, GetState, Ledger
@@ -53,7 +53,7 @@ async def applied_count(client: aioredis.Redis, config: RedisConfig, agents: lis
     keys = Keys(config.prefix)
     async with client.pipeline(transaction=False) as pipe:
         for a in agents:
-            pipe.llen(keys.agent_log(shard_of(a, config.shards), a))
+            pipe.llen(keys.actor_log(shard_of(a, config.shards), a))
         return sum(await pipe.execute())
 
 
@@ -88,7 +88,7 @@ class ShardProgress:
         async with client.pipeline(transaction=False) as pipe:
             for shard, agents in self.by_shard.items():
                 for a in agents:
-                    pipe.llen(keys.agent_log(shard, a))
+                    pipe.llen(keys.actor_log(shard, a))
             lengths = iter(await pipe.execute())
         by_shard = self.by_shard.items()
         return {shard: sum(next(lengths) for _ in agents) for shard, agents in by_shard}

@@ -40,8 +40,8 @@ from actormem.runtime.redis import (
     free_port,
     redis_errors,
 )
-from actormem.runtime.transports.redis import RedisTransport
-from actormem.runtime.worker import WorkerProcesses
+from actormem.runtime.redis.transport import RedisTransport
+from actormem.runtime.redis.worker import WorkerProcesses
 from tests.faults.test_cli_input import assert_one_line, run_all, run_here
 from tests.support import ROOT
 from tests.support.actors import Add, GetState, register

@@ -23,7 +23,7 @@ from redis.asyncio.client import Pipeline
 from actormem.actors import AppConfig, MemoryRuntime, Message
 from actormem.runtime import Runtime, RuntimeConfig, TransportError
 from actormem.runtime.redis import EmbeddedRedis, RedisConfig, _scripts, connect
-from actormem.runtime.transports.redis import RedisTransport
+from actormem.runtime.redis.transport import RedisTransport
 from tests.faults.report import Recorder
 from tests.runtime.redis.test_transport import worker as runtime
 from tests.support import ROOT

@@ -276,6 +276,6 @@ async def observe_stored_memory(
     final = {}
     for agent in agents:
         address = f"memory/{agent}"
-        entries = await client.lrange(keys.agent_log(shard_of(address, shards), address), 0, -1)
+        entries = await client.lrange(keys.actor_log(shard_of(address, shards), address), 0, -1)
         final[agent] = _applied(decode_message(entry) for entry in entries)
     return final

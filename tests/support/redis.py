@@ -20,7 +20,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from actormem.runtime.redis import EmbeddedRedis, RedisConfig, connect
-from actormem.runtime.transports.redis import RedisTransport
+from actormem.runtime.redis.transport import RedisTransport
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

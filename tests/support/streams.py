@@ -10,8 +10,8 @@ import redis.asyncio as aioredis
 
 from actormem.runtime import Runtime, RuntimeConfig
 from actormem.runtime.redis import Keys, RedisConfig, connect, shard_of
-from actormem.runtime.transports.redis import RedisTransport
-from actormem.runtime.worker import WorkerProcesses
+from actormem.runtime.redis.transport import RedisTransport
+from actormem.runtime.redis.worker import WorkerProcesses
 
 
 async def eventually(check: Callable[[], Awaitable[bool]], what: str, limit: float = 40.0) -> None:
@@ -44,7 +44,7 @@ async def stored_tokens(
     agents = list(agents)
     async with client.pipeline(transaction=False) as pipe:
         for address in agents:
-            pipe.lrange(keys.agent_log(shard_of(address, config.shards), address), 0, -1)
+            pipe.lrange(keys.actor_log(shard_of(address, config.shards), address), 0, -1)
         logs = await pipe.execute()
     return {a: [t.decode() for t in log] for a, log in zip(agents, logs, strict=True)}
 

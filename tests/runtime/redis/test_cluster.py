@@ -7,7 +7,7 @@ import pytest
 
 from actormem.runtime import Runtime, RuntimeConfig
 from actormem.runtime.redis import Keys, RedisConfig, connect, shard_of
-from actormem.runtime.transports.redis import RedisTransport
+from actormem.runtime.redis.transport import RedisTransport
 from tests.support.actors import Add, GetState, register
 from tests.support.redis import delete_prefix
 from tests.support.streams import eventually
@@ -40,7 +40,7 @@ async def test_asks_durable_state_and_dead_letters_work_on_a_cluster(
         for i in range(12):
             address = f"ledger/c{i}"
             log = await client.lrange(
-                keys.agent_log(shard_of(address, config.shards), address), 0, -1
+                keys.actor_log(shard_of(address, config.shards), address), 0, -1
             )
             assert log == [f"t{i}".encode()]
     finally:

@@ -44,7 +44,7 @@ async def test_an_ask_is_answered_only_once_its_changes_are_stored(
 ) -> None:
     client = gated(redis_config)
     address = "ledger/gated"
-    log_key = Keys(redis_config.prefix).agent_log(shard_of(address, redis_config.shards), address)
+    log_key = Keys(redis_config.prefix).actor_log(shard_of(address, redis_config.shards), address)
     try:
         async with worker(client, redis_config) as rt:
             answered: list[int] = []
@@ -147,9 +147,9 @@ async def test_the_commit_script_stores_each_agent_s_commands_once_and_in_order(
 
     def agent_keys(address: str) -> list[str]:
         return [
-            keys.agent_log(0, address),
-            keys.agent_snapshot(0, address),
-            keys.agent_applied(0, address),
+            keys.actor_log(0, address),
+            keys.actor_snapshot(0, address),
+            keys.actor_applied(0, address),
         ]
 
     head = ["1:w", "g", "1000.5", 100]
@@ -182,12 +182,12 @@ async def test_the_commit_script_stores_each_agent_s_commands_once_and_in_order(
         ],
     )
     assert second == [2, 1, 1, 1, 1, 1, 2]
-    assert await redis_client.lrange(keys.agent_log(0, "a"), 0, -1) == [b"x1", b"x2", b"x3", b"x4"]
-    assert await redis_client.lrange(keys.agent_log(0, "c"), 0, -1) == [b"q1", b"q2"]
-    assert await redis_client.get(keys.agent_snapshot(0, "c")) == b"S2"
-    assert await redis_client.exists(keys.agent_snapshot(0, "a")) == 0
-    assert await redis_client.zrange(keys.agent_applied(0, "a"), 0, -1) == [b"a1", b"a2"]
-    assert await redis_client.zrange(keys.agent_applied(0, "c"), 0, -1) == [b"c1", b"c2", b"c3"]
+    assert await redis_client.lrange(keys.actor_log(0, "a"), 0, -1) == [b"x1", b"x2", b"x3", b"x4"]
+    assert await redis_client.lrange(keys.actor_log(0, "c"), 0, -1) == [b"q1", b"q2"]
+    assert await redis_client.get(keys.actor_snapshot(0, "c")) == b"S2"
+    assert await redis_client.exists(keys.actor_snapshot(0, "a")) == 0
+    assert await redis_client.zrange(keys.actor_applied(0, "a"), 0, -1) == [b"a1", b"a2"]
+    assert await redis_client.zrange(keys.actor_applied(0, "c"), 0, -1) == [b"c1", b"c2", b"c3"]
     assert (await redis_client.xpending(stream, "g"))["pending"] == 0
     # Fenced off: another owner's lease changes nothing.
     await redis_client.set(lease, "2:other")
@@ -196,4 +196,4 @@ async def test_the_commit_script_stores_each_agent_s_commands_once_and_in_order(
         args=[*head, *_group([("", "a9", None, False, [b"late"])])],
     )
     assert fenced == -1
-    assert await redis_client.llen(keys.agent_log(0, "a")) == 4
+    assert await redis_client.llen(keys.actor_log(0, "a")) == 4

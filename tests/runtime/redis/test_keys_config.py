@@ -26,9 +26,9 @@ def test_a_shards_stream_lease_and_agent_state_share_one_hash_tag() -> None:
             keys.stream(17),
             keys.lease(17),
             keys.fence(17),
-            keys.agent_log(17, "memory/alice"),
-            keys.agent_snapshot(17, "memory/alice"),
-            keys.agent_applied(17, "memory/alice"),
+            keys.actor_log(17, "memory/alice"),
+            keys.actor_snapshot(17, "memory/alice"),
+            keys.actor_applied(17, "memory/alice"),
         )
     }
     assert tags == {"s17"}

@@ -7,12 +7,21 @@ import types
 import pytest
 
 import actormem.runtime.redis
+import actormem.runtime.redis.transport
+import actormem.runtime.redis.worker
 import actormem.runtime.transports.redis
 import actormem.runtime.worker
 
 
 @pytest.mark.parametrize(
-    "module", [actormem.runtime.redis, actormem.runtime.transports.redis, actormem.runtime.worker]
+    "module",
+    [
+        actormem.runtime.redis,
+        actormem.runtime.redis.transport,
+        actormem.runtime.redis.worker,
+        actormem.runtime.transports.redis,
+        actormem.runtime.worker,
+    ],
 )
 def test_all_names_what_is_importable(module: types.ModuleType) -> None:
     assert len(set(module.__all__)) == len(module.__all__)
@@ -28,3 +37,8 @@ def test_the_package_exports_every_public_name_it_imports() -> None:
         if not name.startswith("_") and not isinstance(value, types.ModuleType)
     }
     assert public - {"annotations"} == set(actormem.runtime.redis.__all__)
+
+
+def test_the_short_paths_name_the_same_transport_and_workers() -> None:
+    assert actormem.runtime.transports.redis.RedisTransport is actormem.runtime.redis.RedisTransport
+    assert actormem.runtime.worker.WorkerProcesses is actormem.runtime.redis.worker.WorkerProcesses

@@ -37,7 +37,7 @@ async def test_a_script_the_server_has_not_seen_is_loaded_and_every_call_runs_on
     # A script text no server has cached: every first call gets NOSCRIPT.
     script = f"-- {secrets.token_hex(8)}\nreturn redis.call('RPUSH', KEYS[1], ARGV[1])"
     keys = Keys(redis_config.prefix)
-    lists = [keys.agent_log(shard, "memory/a") for shard in range(6)]
+    lists = [keys.actor_log(shard, "memory/a") for shard in range(6)]
     calls = [([key], [f"item{i}"]) for i, key in enumerate(lists)]
     assert await eval_pipelined(client, script, calls) == [1] * 6
     assert await eval_pipelined(client, script, calls) == [2] * 6
@@ -48,7 +48,7 @@ async def test_a_script_the_server_has_not_seen_is_loaded_and_every_call_runs_on
 async def test_a_failing_call_raises_its_error(
     client: aioredis.Redis, redis_config: RedisConfig
 ) -> None:
-    key = Keys(redis_config.prefix).agent_log(0, "memory/a")
+    key = Keys(redis_config.prefix).actor_log(0, "memory/a")
     with pytest.raises(rexc.ResponseError, match="boom"):
         await eval_pipelined(client, "return redis.error_reply('boom')", [([key], [])])
 
@@ -57,7 +57,7 @@ async def test_a_single_call_goes_without_a_pipeline_and_runs_once(
     client: aioredis.Redis, redis_config: RedisConfig
 ) -> None:
     script = f"-- {secrets.token_hex(8)}\nreturn redis.call('RPUSH', KEYS[1], ARGV[1])"
-    key = Keys(redis_config.prefix).agent_log(3, "memory/a")
+    key = Keys(redis_config.prefix).actor_log(3, "memory/a")
     assert await eval_pipelined(client, script, [([key], ["x"])]) == [1]  # after NOSCRIPT
     assert await eval_pipelined(client, script, [([key], ["y"])]) == [2]
     assert await client.lrange(key, 0, -1) == [b"x", b"y"]

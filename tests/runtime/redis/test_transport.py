@@ -30,7 +30,7 @@ from actormem.runtime.redis import (
     free_port,
     shard_of,
 )
-from actormem.runtime.transports.redis import RedisTransport
+from actormem.runtime.redis.transport import RedisTransport
 from tests.support.actors import (
     Add,
     Boom,
@@ -126,7 +126,7 @@ async def test_state_is_durable_and_the_log_grows_by_appends(
         assert (await rt.ref("ledger/d").ask(GetState())).total == 5
     keys = Keys(redis_config.prefix)
     shard = shard_of("ledger/d", redis_config.shards)
-    assert await redis_client.lrange(keys.agent_log(shard, "ledger/d"), 0, -1) == [
+    assert await redis_client.lrange(keys.actor_log(shard, "ledger/d"), 0, -1) == [
         f"t{i}".encode() for i in range(5)
     ]
     async with worker(redis_client, redis_config) as rt:
@@ -136,7 +136,7 @@ async def test_state_is_durable_and_the_log_grows_by_appends(
         await rt.ref("ledger/d").tell(Reset())
         await rt.ref("ledger/d").tell(Add("fresh"))
         assert (await rt.ref("ledger/d").ask(GetState())).tokens == ["fresh"]
-    assert await redis_client.lrange(keys.agent_log(shard, "ledger/d"), 0, -1) == [b"fresh"]
+    assert await redis_client.lrange(keys.actor_log(shard, "ledger/d"), 0, -1) == [b"fresh"]
 
 
 async def test_a_second_xadd_of_the_same_command_changes_nothing(
@@ -155,7 +155,7 @@ async def test_a_second_xadd_of_the_same_command_changes_nothing(
         assert isinstance(transport, RedisTransport)
 
         async def skipped() -> bool:
-            return transport.duplicates == 1
+            return transport.stats().duplicates == 1
 
         await eventually(skipped, "the duplicate is skipped")
         state = await rt.ref("ledger/dup").ask(GetState())
@@ -252,7 +252,7 @@ async def test_a_worker_that_lost_its_lease_cannot_store_state(
 
         await eventually(pending, "the stale worker's command stays pending")
         await anyio.sleep(0.3)  # give a wrongful write every chance to land
-    assert await redis_client.lrange(keys.agent_log(shard, address), 0, -1) == [b"before"]
+    assert await redis_client.lrange(keys.actor_log(shard, address), 0, -1) == [b"before"]
 
 
 async def test_broadcast_reaches_every_active_actor_of_a_kind(
@@ -392,7 +392,7 @@ async def test_shards_move_between_workers_that_join_and_leave_without_loss(
             a: [
                 t.decode()
                 for t in await redis_client.lrange(
-                    keys.agent_log(shard_of(a, redis_config.shards), a), 0, -1
+                    keys.actor_log(shard_of(a, redis_config.shards), a), 0, -1
                 )
             ]
             for a in addresses
@@ -497,7 +497,7 @@ async def test_an_actor_whose_changes_cannot_be_taken_fails_the_ask_at_once(
     # Nothing was stored, and the command stays pending for another try.
     keys = Keys(redis_config.prefix)
     shard = shard_of("brittle/b", redis_config.shards)
-    assert await redis_client.llen(keys.agent_log(shard, "brittle/b")) == 0
+    assert await redis_client.llen(keys.actor_log(shard, "brittle/b")) == 0
     assert (await redis_client.xpending(keys.stream(shard), "workers"))["pending"] == 1
 
 
@@ -568,10 +568,10 @@ async def test_large_batches_are_split_into_calls_of_bounded_size_in_order(
 ) -> None:
     # Redis holds a whole call in its query buffer: the outbox's XADDs and the group
     # commits are cut into calls of about _CALL_BYTES / _COMMIT_BYTES (tiny here).
-    from actormem.runtime.redis import _consumer, _outbox
+    from actormem.runtime.redis import _commits, _outbox
 
     monkeypatch.setattr(_outbox, "_CALL_BYTES", 300)
-    monkeypatch.setattr(_consumer, "_COMMIT_BYTES", 40)
+    monkeypatch.setattr(_commits, "_COMMIT_BYTES", 40)
     agents = ["ledger/big0", "ledger/big1"]
     async with worker_and_client(redis_client, redis_config) as (_rt, asker):
         for n in range(120):
@@ -581,5 +581,5 @@ async def test_large_batches_are_split_into_calls_of_bounded_size_in_order(
     for i, (address, state) in enumerate(zip(agents, states, strict=True)):
         expected = [f"token-{n:03}-" + "x" * 20 for n in range(i, 120, 2)]
         assert state.tokens == expected
-        log_key = keys.agent_log(shard_of(address, redis_config.shards), address)
+        log_key = keys.actor_log(shard_of(address, redis_config.shards), address)
         assert [t.decode() for t in await redis_client.lrange(log_key, 0, -1)] == expected

@@ -24,8 +24,8 @@ from actormem.runtime.redis import (
     free_port,
     shard_of,
 )
-from actormem.runtime.transports.redis import RedisTransport
-from actormem.runtime.worker import WorkerProcesses, load_register
+from actormem.runtime.redis.transport import RedisTransport
+from actormem.runtime.redis.worker import WorkerProcesses, load_register
 from tests.support.actors import Add, Crash, GetState
 from tests.support.streams import client_runtime, eventually, owners, stored_tokens
 
@@ -176,7 +176,7 @@ def test_a_worker_command_with_an_unreachable_redis_prints_one_line() -> None:
         [
             sys.executable,
             "-m",
-            "actormem.runtime.worker",
+            "actormem.runtime.redis.worker",
             "--register",
             REGISTER,
             "--redis-json",

@@ -1,0 +1,340 @@
+"""Group commit: how a worker stores the effects of the commands it handled.
+
+A durable actor's changes join its shard's next *group commit*: one fenced Lua
+call stores every command handled while the previous call was in flight (its
+changes, its id among the applied ones, its XACK), and the replies to those
+commands are sent only once their changes are stored. A command that stores
+nothing (a read, or one to an actor that is not durable) is acked in the next
+batch of acks, one fenced call too. A durable actor's state is loaded from
+Redis when it is activated.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, Final, cast
+
+import anyio
+import structlog
+
+from actormem.runtime._envelope import Envelope, Reply
+from actormem.runtime.errors import HandlerError, TransportError
+from actormem.runtime.redis import _scripts
+from actormem.runtime.redis._client import redis_errors, run_script
+from actormem.runtime.redis._retry import forever, retrying
+from actormem.runtime.redis._shards import PendingCommit, StreamEnvelope
+from actormem.runtime.redis.durable import Durable, DurableChanges, is_durable
+from actormem.runtime.redis.keys import CONSUMER_GROUP, shard_of
+
+if TYPE_CHECKING:
+    from actormem.runtime._actor import Actor
+    from actormem.runtime.redis._replies import Replies
+    from actormem.runtime.redis._shards import ActorRecord, Holdings, Link, Shard
+
+__all__ = ("GroupCommit",)
+
+log = structlog.get_logger("actormem.redis")
+
+#: Commands stored per commit call, at most.
+_COMMIT_BATCH: Final = 256
+#: Bytes of changes stored per commit call, at most (one command may exceed it
+#: alone): Redis holds a whole call in its query buffer before running it.
+_COMMIT_BYTES: Final = 64 << 20
+#: Handled commands waiting for their commit, per shard, before handlers wait.
+_COMMIT_QUEUE: Final = 1024
+
+
+class GroupCommit:
+    """Stores and acks what the actors of the owned shards handled.
+
+    Args:
+        link: the transport.
+        held: the shards and actors this worker holds.
+        replies: where the replies that waited for a commit go.
+    """
+
+    def __init__(self, link: Link, *, held: Holdings, replies: Replies) -> None:
+        self._link = link
+        self._config = link.config
+        self._keys = link.keys
+        self._held = held
+        self._replies = replies
+
+    async def activated(self, address: str, actor: Actor) -> None:
+        """Load a durable actor's state from Redis before its ``on_start``.
+
+        The activation is tied to the shard's current lease: if the lease is
+        lost and taken again, this activation's effects are refused (it may have
+        missed another owner's changes) and the actor is loaded afresh.
+        """
+        held = self._held
+        shard = shard_of(address, self._config.shards)
+        owned = held.shards.get(shard)
+        record = held.actors.get(address)
+        if record is not None and owned is not None:
+            record.lease = owned.lease
+        if not is_durable(actor):
+            return
+        if record is not None:
+            record.durable = True
+            # A fresh activation (after a failure) must see what its predecessor
+            # handled: wait until those changes are stored.
+            while record.uncommitted and owned is not None and held.shards.get(shard) is owned:
+                await owned.committed.wait()
+
+        async def load() -> tuple[bytes | None, list[bytes]]:
+            with redis_errors(f"loading the state of {address}"):
+                async with self._link.client.pipeline(transaction=False) as pipe:
+                    pipe.get(self._keys.actor_snapshot(shard, address))
+                    pipe.lrange(self._keys.actor_log(shard, address), 0, -1)
+                    snapshot, entries = await pipe.execute()
+            return snapshot, entries
+
+        snapshot, entries = await retrying(load, what="load", retry_for=self._config.retry_for)
+        actor.durable_restore(snapshot, entries)
+        log.debug("actor_state_loaded", actor=address, log_entries=len(entries))
+
+    async def handled(self, env: Envelope, actor: Actor | None, ok: bool) -> bool:
+        """Store the effect of ``env`` and ack it (see ``Transport.handled``).
+
+        A durable actor's changes join the shard's next group commit; the replies to
+        the command wait for it (see :meth:`Replies.reply`), and so does a fresh
+        activation of the actor.
+        """
+        held = self._held
+        durable = actor is not None and is_durable(actor)
+        record = held.actors.get(env.recipient)
+        if not isinstance(env, StreamEnvelope):
+            # A broadcast copy: nothing to ack, but a durable actor's changes are stored.
+            if not (ok and durable):
+                return ok or not durable
+            shard = held.shards.get(shard_of(env.recipient, self._config.shards))
+            if shard is None or record is None or record.lease != shard.lease:
+                return False
+            changes = await self._changes(env, cast(Durable, actor))
+            if changes is None:
+                return False
+            if _stores_something(changes):
+                await self._queue(shard, record, env, changes)
+            return True
+        queued = False
+        try:
+            shard = held.shards.get(env.shard)
+            current = shard is not None and shard.lease == env.lease
+            if shard is None or not current or record is None or record.lease != shard.lease:
+                # The shard was lost (and maybe taken again) since this actor was
+                # activated or this entry read: its state may be stale.
+                log.warning("effect_not_stored", actor=env.recipient, reason="shard lost meanwhile")
+                return False
+            if durable:
+                record.durable = True
+            if not ok:
+                return not durable  # not acked: delivered again after claim_idle_ms
+            if durable:
+                changes = await self._changes(env, cast(Durable, actor))
+                if changes is None:
+                    return False
+                if _stores_something(changes):
+                    # Stored (and acked, and its id remembered) by the group commit.
+                    await self._queue(shard, record, env, changes)
+                    queued = True
+                    return True
+            # Nothing to store (a read, or a non-durable actor, whose effect lives in
+            # memory only): its ack can wait for the next batch.
+            shard.acks.append(env.entry)
+            if env.id:
+                record.remember(env.id, self._config.applied_keep)
+            return True
+        finally:
+            if not queued:
+                held.dropped(env)
+            if record is not None:
+                record.last_used = time.monotonic()
+
+    async def _changes(self, env: Envelope, actor: Durable) -> DurableChanges | None:
+        """What ``env`` changed in ``actor`` (empty: nothing to store); None if the actor
+        cannot say (it is then dropped, and the command delivered again to a fresh
+        activation loaded from what is stored)."""
+        try:
+            changes = DurableChanges(*actor.durable_changes())
+        except Exception as exc:
+            log.exception("durable_changes_failed", actor=env.recipient, msg_id=env.id)
+            if env.correlation is not None:
+                error = HandlerError(
+                    env.recipient, f"durable_changes failed: {type(exc).__name__}: {exc}"
+                )
+                await self._replies.reply(env, Reply(env.correlation, error=error))
+            return None
+        return changes
+
+    async def _queue(
+        self, shard: Shard, record: ActorRecord, env: Envelope, changes: DurableChanges
+    ) -> None:
+        """Queue ``changes`` for the shard's next group commit, waiting while it is full."""
+        while len(shard.commits) >= _COMMIT_QUEUE:
+            if shard.commit_space is None:
+                shard.commit_space = anyio.Event()
+            await shard.commit_space.wait()
+        pending = PendingCommit(env, changes)
+        if isinstance(env, StreamEnvelope):
+            env.commit = pending
+        shard.commits.append(pending)
+        record.uncommitted += 1
+        shard.commit_ready.set()
+
+    async def run(self, shard: Shard) -> None:
+        """Store the shard's queued changes, a batch per call, for as long as it is owned.
+
+        While one call is in flight the handlers go on and the next batch gathers:
+        the cost of a commit is shared by every command it carries.
+        """
+        while True:
+            await shard.commit_ready.wait()
+            shard.commit_ready = anyio.Event()
+            await forever("commit", lambda: self.flush(shard))
+
+    async def flush(self, shard: Shard) -> None:
+        """Store every queued commit of ``shard`` (fenced, one call per batch), then send
+        the replies that waited for them.
+
+        A call whose reply was lost is simply made again: commands already applied
+        (by id) are only acked. When the shard's lease is no longer ours the queued
+        changes are dropped: their entries stay pending for the new owner.
+
+        Raises:
+            TransportError: Redis is away or failed (the batch stays queued).
+        """
+        async with shard.commit_lock:
+            while shard.commits:
+                batch = _next_batch(shard.commits)
+                statuses = await self._store(shard, batch)
+                del shard.commits[: len(batch)]
+                answered: list[tuple[Envelope, Reply]] = []
+                found: list[int | None] = list(statuses) if statuses is not None else []
+                found += [None] * (len(batch) - len(found))
+                for status, pending in zip(found, batch, strict=True):
+                    self._committed(status, pending, statuses is not None, answered)
+                space, shard.commit_space = shard.commit_space, None
+                if space is not None:
+                    space.set()
+                done, shard.committed = shard.committed, anyio.Event()
+                done.set()
+                if answered:
+                    await self._replies.send(answered)
+
+    def _committed(
+        self,
+        status: int | None,
+        pending: PendingCommit,
+        stored: bool,
+        answered: list[tuple[Envelope, Reply]],
+    ) -> None:
+        env = pending.envelope
+        record = self._held.actors.get(env.recipient)
+        if record is not None:
+            record.uncommitted = max(record.uncommitted - 1, 0)
+            if stored and env.id:
+                record.remember(env.id, self._config.applied_keep)
+        if status == 2:
+            log.info("commit_already_stored", actor=env.recipient, msg_id=env.id)
+        if stored:
+            answered.extend((env, reply) for reply in pending.replies)
+        if isinstance(env, StreamEnvelope):
+            env.commit = None
+            self._held.dropped(env)
+
+    async def _store(self, shard: Shard, batch: list[PendingCommit]) -> list[int] | None:
+        """One fenced call storing ``batch``; its statuses in ``batch`` order, or None
+        when fenced off. The commands go grouped by actor (each actor's own in order)."""
+        keys, number = self._keys, shard.number
+        by_actor: dict[str, list[int]] = {}
+        for i, pending in enumerate(batch):
+            by_actor.setdefault(pending.envelope.recipient, []).append(i)
+        names = [keys.lease(number), keys.stream(number)]
+        args: list[Any] = [
+            shard.lease,
+            CONSUMER_GROUP,
+            f"{time.time():.6f}",
+            self._config.applied_keep,
+        ]
+        order: list[int] = []
+        for address, indices in by_actor.items():
+            names += (
+                keys.actor_log(number, address),
+                keys.actor_snapshot(number, address),
+                keys.actor_applied(number, address),
+            )
+            args.append(len(indices))
+            order += indices
+            for i in indices:
+                env, changes = batch[i].envelope, batch[i].changes
+                args += (
+                    env.entry if isinstance(env, StreamEnvelope) else "",
+                    env.id,
+                    "0" if changes.snapshot is None else "1",
+                    changes.snapshot or b"",
+                    "1" if changes.replace_log else "0",
+                    len(changes.log_appends),
+                    *changes.log_appends,
+                )
+        with redis_errors(f"storing the state of {len(batch)} commands of shard {number}"):
+            result = await run_script(self._link.client, _scripts.COMMIT, names, args)
+        if result == -1:
+            log.warning("write_fenced_off", shard=number, commands=len(batch))
+            return None
+        statuses = [0] * len(batch)
+        for i, status in zip(order, result, strict=True):
+            statuses[i] = int(status)
+        return statuses
+
+    async def flush_acks(self, shard: Shard) -> None:
+        """XACK the handled entries of non-durable actors in one fenced call.
+
+        Raises:
+            TransportUnavailableError: Redis is away (the entries stay queued).
+        """
+        if not shard.acks:
+            return
+        entries = list(shard.acks)
+        await self.ack(shard, entries)
+        del shard.acks[: len(entries)]
+
+    async def ack(self, shard: Shard, entries: list[str]) -> None:
+        """XACK ``entries`` of ``shard`` now, if its lease is still ours."""
+        with redis_errors("XACK"):
+            result = await run_script(
+                self._link.client,
+                _scripts.ACK,
+                [self._keys.lease(shard.number), self._keys.stream(shard.number)],
+                [shard.lease, CONSUMER_GROUP, *entries],
+            )
+        if result == -1:
+            log.warning("ack_fenced_off", shard=shard.number, entries=len(entries))
+
+    async def settle(self, shard: Shard, within: float) -> None:
+        """Store ``shard``'s queued commits and flush its acks, for at most ``within`` s
+        (what is not stored stays pending, for the next owner)."""
+        with anyio.move_on_after(within, shield=True):
+            try:
+                await self.flush(shard)
+                await self.flush_acks(shard)
+            except TransportError as exc:
+                log.warning("commit_or_ack_failed", shard=shard.number, reason=str(exc))
+
+
+def _stores_something(changes: DurableChanges) -> bool:
+    """False for a command that changed nothing (a read): it needs no commit, and its
+    reply need not wait for one (a NamedTuple is truthy even when empty)."""
+    return bool(changes.log_appends) or changes.snapshot is not None or changes.replace_log
+
+
+def _next_batch(commits: list[PendingCommit]) -> list[PendingCommit]:
+    """The queued commits the next call stores: the oldest, up to ``_COMMIT_BATCH``
+    commands and about ``_COMMIT_BYTES`` of changes (at least one command)."""
+    size = 0
+    for n, pending in enumerate(commits[:_COMMIT_BATCH]):
+        changes = pending.changes
+        size += len(changes.snapshot or b"") + sum(map(len, changes.log_appends))
+        if size > _COMMIT_BYTES and n > 0:
+            return commits[:n]
+    return commits[:_COMMIT_BATCH]

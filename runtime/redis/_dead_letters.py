@@ -1,0 +1,196 @@
+"""Dead letters: the entries a worker gives up on, and how it decides to.
+
+An entry goes to the dead-letter stream, with the reason, when it cannot be
+decoded, is too large, belongs to another shard, or its handling failed or never
+finished ``max_deliveries`` times; then it is acked, and an ask among those is
+answered with the error at once instead of timing out. Writing one is
+idempotent (an index of what was written), so a worker that dies before the ack
+does not write it twice.
+
+Handling that never finished is counted per entry: the runtime reports when it
+starts handling a redelivered entry, and the count is forgotten once handling
+returns, whatever its outcome.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final
+
+import anyio
+import anyio.lowlevel
+import structlog
+
+from actormem.runtime._envelope import Envelope, Reply
+from actormem.runtime.errors import HandlerError, RuntimeClosedError, TransportError
+from actormem.runtime.redis import _scripts
+from actormem.runtime.redis._client import redis_errors, run_script
+from actormem.runtime.redis._shards import StreamEnvelope
+
+if TYPE_CHECKING:
+    from actormem.runtime.redis._commits import GroupCommit
+    from actormem.runtime.redis._replies import Replies
+    from actormem.runtime.redis._shards import Link, Shard
+
+__all__ = ("DeadLetters", "given_up")
+
+log = structlog.get_logger("actormem.redis")
+
+#: Entries kept in the dead-letter stream, approximately.
+_DLQ_MAXLEN: Final = 100_000
+#: How long a redelivered entry's attempt counter lives (ms).
+_ATTEMPTS_TTL_MS: Final = 24 * 3600 * 1000
+#: Deliveries (started or not) after which an entry is dead-lettered anyway: one
+#: that kills its worker before handling starts (while its actor loads, say).
+_DELIVERY_CAP_FACTOR: Final = 10
+
+
+class DeadLetters:
+    """Writes the entries given up on to the dead-letter stream and counts the
+    attempts at handling redelivered ones.
+
+    Args:
+        link: the transport, whose id is recorded with each dead letter.
+        commits: acks what was dead-lettered.
+        replies: answers the asks that will never be handled.
+    """
+
+    def __init__(self, link: Link, *, commits: GroupCommit, replies: Replies) -> None:
+        self._link = link
+        self._config = link.config
+        self._keys = link.keys
+        self._codec = link.codec
+        self._commits = commits
+        self._replies = replies
+        #: Entries moved to the dead-letter stream.
+        self.written = 0
+        # Attempt counters of redelivered entries whose handling returned, to delete.
+        self._finished: list[str] = []
+
+    async def write(self, shard: Shard, entry: str, data: bytes | None, reason: str) -> None:
+        """Write ``entry`` to the dead-letter stream (once: a second write, after a worker
+        died before the ack, adds nothing), then ack it."""
+        stream = self._keys.stream(shard.number)
+        fields: list[Any] = [
+            b"reason",
+            reason,
+            b"stream",
+            stream,
+            b"entry",
+            entry,
+            b"worker",
+            self._link.id,
+        ]
+        if data is not None:
+            fields += [b"e", data]
+        with redis_errors("XADD to the dead letters"):
+            written = await run_script(
+                self._link.client,
+                _scripts.DEAD_LETTER,
+                [self._keys.dead_letters(), self._keys.dead_letter_index()],
+                [f"{stream} {entry}", _DLQ_MAXLEN, f"{time.time():.6f}", *fields],
+            )
+        await self._commits.ack(shard, [entry])
+        if written:
+            self.written += 1
+            log.warning("dead_lettered", stream=stream, entry=entry, reason=reason)
+        else:
+            log.info("dead_letter_already_written", stream=stream, entry=entry)
+
+    async def write_handled(self, shard: Shard, env: StreamEnvelope, reason: str) -> None:
+        """Dead-letter a command whose handling failed (a failure to write leaves it
+        pending: delivered again after ``claim_idle_ms``, and dead-lettered then)."""
+        fields = {name: getattr(env, name) for name in Envelope.__struct_fields__}
+        data = self._codec.encode_envelope(Envelope(**fields))
+        try:
+            await self.write(shard, env.entry, data, reason)
+        except TransportError as exc:
+            log.warning("dead_letter_failed", entry=env.entry, reason=str(exc))
+
+    async def answer_asker(self, data: bytes, error_for: Callable[[str], BaseException]) -> None:
+        """If ``data`` is an ask that will never be handled, fail it now, not at its timeout.
+
+        Args:
+            error_for: makes the error from the address that was asked.
+        """
+        asker = self._codec.reply_address(data)
+        if asker is not None:
+            reply_to, correlation, recipient = asker
+            bounce = Envelope(recipient=recipient, body=None, reply_to=reply_to)
+            await self._replies.reply(bounce, Reply(correlation, error=error_for(recipient)))
+
+    async def poisoned(self, shard: Shard, entry: str, delivered: int) -> str | None:
+        """Why a pending entry goes to the dead letters instead of being claimed, if it does.
+
+        A worker reads entries in batches, so one that dies leaves many pending that
+        it never started; counting those deliveries would dead-letter innocent commands
+        after a few unrelated crashes. What counts is how often handling started and
+        never returned: the first delivery (always, as nothing records it), and every
+        redelivered attempt that did not finish (:meth:`starting` counts them,
+        :meth:`finished` forgets them once one returns). A hard cap on deliveries
+        catches an entry that kills its worker before handling starts.
+        """
+        limit = self._config.max_deliveries
+        if delivered >= limit * _DELIVERY_CAP_FACTOR:
+            return f"delivered {delivered} times without being handled (max_deliveries={limit})"
+        started = 1
+        if delivered >= 2 and limit >= 2:
+            key = self._keys.attempts(shard.number, entry)
+            with redis_errors("GET attempts"):
+                started += int(await self._link.client.get(key) or 0)
+        if started < limit:
+            return None
+        return (
+            f"handling it started {started} times and never finished "
+            f"(delivered {delivered} times; max_deliveries={limit})"
+        )
+
+    async def starting(self, env: Envelope) -> None:
+        """Handling a redelivered entry starts: count the attempt."""
+        if not isinstance(env, StreamEnvelope):
+            return
+        key = self._keys.attempts(env.shard, env.entry)
+        try:
+            with redis_errors("INCR attempts"):
+                async with self._link.client.pipeline(transaction=True) as pipe:
+                    pipe.incr(key)
+                    pipe.pexpire(key, _ATTEMPTS_TTL_MS)
+                    await pipe.execute()
+        except TransportError as exc:
+            # Uncounted, the attempt only delays poison detection (the delivery cap holds).
+            log.warning("attempt_not_counted", entry=env.entry, reason=str(exc))
+
+    def finished(self, env: StreamEnvelope) -> None:
+        """Handling a redelivered entry returned (whatever its outcome): it did not kill
+        its worker, so the attempts :meth:`starting` counted are forgotten. What is left
+        counted is only handling that never returned: a crash that hit while the entry's
+        commit was still queued does not make it a poison pill.
+
+        The counters are deleted in the background, a burst in one pipeline: a worker
+        taking over a dead one's backlog must not wait a round trip per entry.
+        """
+        self._finished.append(self._keys.attempts(env.shard, env.entry))
+        if len(self._finished) == 1:
+            try:
+                self._link.host.spawn(self._forget_attempts)
+            except RuntimeClosedError:  # closing: left counted, only dead-lettered sooner
+                self._finished.clear()
+
+    async def _forget_attempts(self) -> None:
+        await anyio.lowlevel.checkpoint()  # let the rest of a burst gather
+        keys, self._finished = self._finished, []
+        try:
+            with redis_errors("DEL attempts"):
+                async with self._link.client.pipeline(transaction=False) as pipe:
+                    for key in keys:
+                        pipe.delete(key)
+                    await pipe.execute()
+        except TransportError as exc:
+            # Left counted, those entries are only dead-lettered sooner if crashes recur.
+            log.warning("attempts_not_cleared", entries=len(keys), reason=str(exc))
+
+
+def given_up(address: str, *, reason: str) -> BaseException:
+    """The error an asker gets for an ask that will never be handled."""
+    return HandlerError(address, reason)

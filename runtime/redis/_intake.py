@@ -1,0 +1,364 @@
+"""Intake: the owner's side of a shard stream, from Redis to the actors' mailboxes.
+
+A worker reads each shard it owns through the consumer group ``workers``, first
+claiming what earlier owners left pending (XPENDING, XCLAIM), then new entries
+(XREADGROUP). Each entry is checked (size, codec, shard), deduplicated by command
+id against what its actor applied or has in flight, and delivered; what cannot be
+goes to the dead letters. The stream is trimmed, never past a pending entry.
+Broadcasts are fanned out to the local actors of their kind.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING, Any, Final, cast
+
+import anyio
+import redis.exceptions as rexc
+import structlog
+
+from actormem.runtime._envelope import Envelope, Reply
+from actormem.runtime.errors import ActorError, MessageDecodeError, TransportError
+from actormem.runtime.redis._client import redis_errors
+from actormem.runtime.redis._dead_letters import given_up
+from actormem.runtime.redis._loops import wait_open
+from actormem.runtime.redis._retry import forever
+from actormem.runtime.redis._shards import ActorRecord, RedeliveredEnvelope, StreamEnvelope
+from actormem.runtime.redis.keys import CONSUMER_GROUP, shard_of
+
+if TYPE_CHECKING:
+    from actormem.runtime.redis._commits import GroupCommit
+    from actormem.runtime.redis._dead_letters import DeadLetters
+    from actormem.runtime.redis._replies import Replies
+    from actormem.runtime.redis._shards import Holdings, Link, Shard
+
+__all__ = ("Intake",)
+
+log = structlog.get_logger("actormem.redis")
+
+#: Entries read per XREADGROUP / XPENDING page.
+BATCH: Final = 256
+
+
+class Intake:
+    """Reads the owned shards and delivers their entries, each command once.
+
+    Args:
+        link: the transport, whose id is its consumer's name in the group.
+        held: the shards and actors this worker holds.
+        commits: stores and acks what was handled.
+        dead_letters: takes the entries given up on.
+        replies: answers the asks that fail here.
+        lease_fresh: whether this worker's lease on a shard was recently renewed.
+    """
+
+    def __init__(
+        self,
+        link: Link,
+        *,
+        held: Holdings,
+        commits: GroupCommit,
+        dead_letters: DeadLetters,
+        replies: Replies,
+        lease_fresh: Callable[[int], bool],
+    ) -> None:
+        self._link = link
+        self._config = link.config
+        self._keys = link.keys
+        self._codec = link.codec
+        self._id = link.id
+        self._held = held
+        self._commits = commits
+        self._dead_letters = dead_letters
+        self._replies = replies
+        self._lease_fresh = lease_fresh
+        #: Entries delivered again (after a failure or a worker's death).
+        self.redelivered = 0
+        #: Commands skipped because their id was already applied.
+        self.duplicates = 0
+
+    async def consume(self, shard: Shard) -> None:
+        """Serve ``shard`` until cancelled: claim what earlier owners left, then read."""
+        stream = self._keys.stream(shard.number)
+        client: Any = self._link.client
+        await forever("create_group", lambda: _ensure_group(client, stream))
+        await wait_open(self._link)
+        await forever("recover", lambda: self._recover(shard, 0))
+        claim_every = self._config.claim_idle_ms / 2000
+        next_claim = time.monotonic() + claim_every
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._commits.run, shard)
+            await self._read_loop(shard, stream, claim_every, next_claim)
+
+    async def _read_loop(
+        self, shard: Shard, stream: str, claim_every: float, next_claim: float
+    ) -> None:
+        config = self._config
+        client: Any = self._link.client
+        blocking: Any = self._link.blocking_client
+        host = self._link.host
+
+        async def read() -> Any:
+            try:
+                with redis_errors(f"XREADGROUP {stream}"):
+                    return await blocking.xreadgroup(
+                        CONSUMER_GROUP, self._id, {stream: ">"}, count=BATCH, block=config.block_ms
+                    )
+            except TransportError as exc:
+                cause = exc.__cause__
+                if isinstance(cause, rexc.ResponseError) and "NOGROUP" in str(cause):
+                    # The stream was lost (a restart without AOF): start it again.
+                    await _ensure_group(client, stream)
+                    return None
+                raise
+
+        while True:
+            if not host.is_open:
+                await anyio.sleep_forever()  # shutting down: read nothing new
+            if not self._lease_fresh(shard.number):
+                # Not renewed for most of a lease: another worker may own the shard
+                # by now, so read nothing until the heartbeat settles it.
+                await anyio.sleep(config.block_ms / 1000)
+                continue
+            response = await forever("read", read)
+            for entries in _streams_read(response):
+                for entry_id, fields in entries:
+                    await self._accept(shard, entry_id.decode(), fields)
+            await forever("ack", lambda: self._commits.flush_acks(shard))
+            if time.monotonic() >= next_claim:
+                next_claim = time.monotonic() + claim_every
+                await forever("recover", lambda: self._recover(shard, config.claim_idle_ms))
+                await forever("trim", lambda: self._trim(shard))
+
+    async def _recover(self, shard: Shard, min_idle: int) -> None:
+        """Claim entries pending for ``min_idle`` ms (any consumer), or dead-letter them."""
+        stream = self._keys.stream(shard.number)
+        client: Any = self._link.client
+        dead_letters = self._dead_letters
+        start = "-"
+        while True:
+            with redis_errors(f"XPENDING {stream}"):
+                page = await client.xpending_range(
+                    stream, CONSUMER_GROUP, min=start, max="+", count=BATCH, idle=min_idle or None
+                )
+            for item in page:
+                entry = item["message_id"].decode()
+                if entry in shard.inflight or entry in shard.acks:
+                    continue
+                reason = await dead_letters.poisoned(shard, entry, item["times_delivered"])
+                if reason is not None:
+                    with redis_errors(f"XRANGE {stream}"):
+                        found = await client.xrange(stream, entry, entry)
+                    data = found[0][1].get(b"e") if found and found[0][1] else None
+                    await dead_letters.write(shard, entry, data, reason)
+                    if data is not None:
+                        # An ask whose every delivery died with its worker got no answer.
+                        await dead_letters.answer_asker(data, partial(given_up, reason=reason))
+                    continue
+                with redis_errors(f"XCLAIM {stream}"):
+                    claimed = await client.xclaim(
+                        stream,
+                        CONSUMER_GROUP,
+                        self._id,
+                        min_idle_time=min_idle,
+                        message_ids=[entry],
+                    )
+                self.redelivered += len(claimed)
+                if claimed and item["consumer"].decode() != self._id:
+                    log.info(
+                        "entry_taken_over",
+                        shard=shard.number,
+                        entry=entry,
+                        previous=item["consumer"].decode(),
+                        deliveries=item["times_delivered"] + 1,
+                    )
+                for entry_id, fields in claimed:
+                    if fields is None:  # trimmed meanwhile: nothing left to do
+                        await self._commits.ack(shard, [entry])
+                    else:
+                        await self._accept(shard, entry_id.decode(), fields, redelivered=True)
+            if len(page) < BATCH:
+                return
+            start = "(" + page[-1]["message_id"].decode()
+
+    async def _trim(self, shard: Shard) -> None:
+        """Trim the stream past ``stream_maxlen``, but never at or above a pending entry."""
+        stream = self._keys.stream(shard.number)
+        client: Any = self._link.client
+        with redis_errors(f"trimming {stream}"):
+            if await client.xlen(stream) <= self._config.stream_maxlen:
+                return
+            summary = await client.xpending(stream, CONSUMER_GROUP)
+            if summary["pending"]:
+                minid = summary["min"].decode()
+            else:
+                groups = await client.xinfo_groups(stream)
+                last = next(
+                    (
+                        g["last-delivered-id"]
+                        for g in groups
+                        if g["name"] == CONSUMER_GROUP.encode()
+                    ),
+                    None,
+                )
+                if last is None:
+                    return
+                ms, _, seq = last.decode().partition("-")
+                minid = f"{ms}-{int(seq) + 1}"
+            # Exact: approximate trimming only drops whole radix-tree nodes (~100 entries).
+            removed = await client.xtrim(stream, minid=minid, approximate=False)
+        if removed:
+            log.debug("stream_trimmed", stream=stream, removed=removed, below=minid)
+
+    async def _accept(
+        self,
+        shard: Shard,
+        entry: str,
+        fields: dict[bytes, bytes] | list[bytes],
+        redelivered: bool = False,
+    ) -> None:
+        """Check, deduplicate and deliver one stream entry (``redelivered``: claimed
+        from the pending list, not read new)."""
+        config, dead_letters = self._config, self._dead_letters
+        data = _field_e(fields)
+        if data is None:
+            await dead_letters.write(shard, entry, None, "the entry has no 'e' field")
+            return
+        if len(data) > config.max_message_bytes:
+            reason = (
+                f"the entry is {len(data)} bytes, over max_message_bytes={config.max_message_bytes}"
+            )
+            await dead_letters.write(shard, entry, data, reason)
+            return
+        kind = RedeliveredEnvelope if redelivered else StreamEnvelope
+        try:
+            env = self._codec.decode_envelope(
+                data, kind, shard=shard.number, entry=entry, lease=shard.lease
+            )
+        except MessageDecodeError as exc:
+            await dead_letters.write(shard, entry, data, str(exc))
+            error = exc
+            await dead_letters.answer_asker(data, lambda _: error)
+            return
+        expected = shard_of(env.recipient, config.shards)
+        if expected != shard.number:
+            reason = (
+                f"{env.recipient} belongs to shard {expected}, not {shard.number} "
+                "(do all workers and clients use the same 'shards'?)"
+            )
+            await dead_letters.write(shard, entry, data, reason)
+            return
+        record = self._held.actors.get(env.recipient) or await self._record(
+            env.recipient, shard.number
+        )
+        if env.id and (env.id in record.applied or env.id in record.inflight):
+            self.duplicates += 1
+            log.info("duplicate_skipped", actor=env.recipient, msg_id=env.id, entry=entry)
+            await self._commits.ack(shard, [entry])
+            return
+        delivery = cast(StreamEnvelope, env)
+        shard.inflight.add(entry)
+        if env.id:
+            record.inflight.add(env.id)
+        record.busy += 1
+        record.last_used = time.monotonic()
+        try:
+            await self._link.host.deliver(delivery)
+        except ActorError as exc:
+            self._held.dropped(delivery)
+            await dead_letters.write(shard, entry, data, str(exc))
+            if delivery.correlation is not None:
+                await self._replies.reply(delivery, Reply(delivery.correlation, error=exc))
+
+    async def _record(self, address: str, shard: int) -> ActorRecord:
+        """The record of the actor at ``address``, its applied ids loaded from Redis."""
+        actors = self._held.actors
+        record = actors.get(address)
+        if record is None:
+            key = self._keys.actor_applied(shard, address)
+            with redis_errors(f"loading the applied ids of {address}"):
+                ids: list[bytes] = await self._link.client.zrange(key, 0, -1)  # type: ignore[assignment]
+            record = actors.get(address)  # another task may have loaded it meanwhile
+            if record is None:
+                record = actors[address] = ActorRecord(shard, [i.decode() for i in ids])
+        return record
+
+    async def retry(self, env: Envelope, allowed: bool) -> bool:
+        """After a handler failed: deliver ``env`` again at once (so its actor's later
+        commands wait), or, after ``max_deliveries`` failures or when the actor's
+        restart budget is spent, dead-letter it (so they do not wait for ever)."""
+        if not isinstance(env, StreamEnvelope):
+            return False
+        shard = self._held.shards.get(env.shard)
+        if shard is None or shard.lease != env.lease:
+            return False  # no longer ours: it stays pending for the shard's new owner
+        env.failures += 1
+        limit = self._config.max_deliveries
+        if allowed and env.failures < limit:
+            # In flight again (handled() let go of it): not claimed, not duplicated.
+            shard.inflight.add(env.entry)
+            record = self._held.actors.get(env.recipient)
+            if record is not None:
+                if env.id:
+                    record.inflight.add(env.id)
+                record.busy += 1
+            self.redelivered += 1
+            return True
+        reason = (
+            f"the handler failed {env.failures} times in a row"
+            + ("" if allowed else " (the actor's restart budget is spent)")
+            + f" (max_deliveries={limit})"
+        )
+        await self._dead_letters.write_handled(shard, env, reason)
+        return False
+
+    async def fan_out(self, data: bytes | None) -> None:
+        """Deliver a broadcast to every active local actor of its kind."""
+        host = self._link.host
+        if data is None or len(data) > self._config.max_message_bytes:
+            log.warning("broadcast_dropped", reason="missing or too large")
+            return
+        try:
+            envelope = self._codec.decode_envelope(data)
+        except MessageDecodeError as exc:
+            log.warning("broadcast_undecodable", reason=str(exc))
+            return
+        kind = envelope.recipient.partition("/")[0]
+        for address in host.local_addresses(kind):
+            copy = Envelope(recipient=address, body=envelope.body, id=envelope.id)
+            try:
+                await host.deliver(copy)
+            except ActorError as exc:
+                log.warning("broadcast_undelivered", to=address, reason=str(exc))
+
+
+def _streams_read(response: Any) -> Any:
+    """The entry lists of an XREADGROUP reply: parsed by redis-py, or as the server
+    sent it (the blocking twin skips redis-py's parsing, see ``blocking_twin``)."""
+    if not response:
+        return ()
+    if isinstance(response, dict):  # RESP3: {stream: entries}
+        return response.values()
+    return (entries for _stream, entries in response)
+
+
+async def _ensure_group(client: Any, stream: str) -> None:
+    try:
+        with redis_errors(f"XGROUP CREATE {stream}"):
+            await client.xgroup_create(stream, CONSUMER_GROUP, id="0", mkstream=True)
+    except TransportError as exc:
+        if not str(exc.__cause__).startswith("BUSYGROUP"):
+            raise
+
+
+def _field_e(fields: Any) -> bytes | None:
+    """The ``e`` field of an entry: from redis-py's dict, or the server's flat
+    ``[name, value, ...]`` list."""
+    if type(fields) is list:
+        if len(fields) == 2 and fields[0] == b"e":  # what every sender writes
+            return cast(bytes, fields[1])
+        pairs = dict(zip(fields[::2], fields[1::2], strict=False))
+        return pairs.get(b"e")
+    return cast(dict[bytes, bytes], fields).get(b"e")

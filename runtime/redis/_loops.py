@@ -1,0 +1,87 @@
+"""What the transport's background loops share: waiting for the runtime to open,
+and reading a stream without a consumer group, for ever."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import TYPE_CHECKING, Any, Final
+
+import anyio
+
+from actormem.runtime.redis._client import redis_errors
+from actormem.runtime.redis._retry import forever
+
+if TYPE_CHECKING:
+    from actormem.runtime.redis._shards import Link
+
+__all__ = ("OPEN_POLL", "stream_end", "tail", "wait_open")
+
+#: Entries read per XREAD of a reply or broadcast stream.
+_BATCH: Final = 1_000
+#: How often a waiting loop looks whether the runtime opened (s).
+OPEN_POLL: Final = 0.01
+
+
+async def wait_open(link: Link) -> None:
+    """Return once the runtime is open: entries must not be delivered before the
+    user has registered the actor kinds."""
+    while not link.host.is_open:  # noqa: ASYNC110 (startup only, no event)
+        await anyio.sleep(OPEN_POLL)
+
+
+async def tail(
+    link: Link,
+    stream: str,
+    last: str,
+    field: bytes,
+    handle: Callable[[bytes | None], Awaitable[None]],
+    *,
+    block_ms: int,
+    own: bool = False,
+    every_second: Callable[[], None] | None = None,
+) -> None:
+    """Read ``stream`` (no consumer group) after entry ``last`` for ever, handing
+    each entry's ``field`` to ``handle``: a client's replies, the broadcasts.
+
+    Args:
+        own: the stream is this transport's alone (its replies), so what was read
+            is trimmed off at once and the stream stays as short as the backlog.
+        every_second: called about once a second, between reads.
+    """
+    blocking: Any = link.blocking_client
+    next_tick = time.monotonic() + 1.0
+    while True:
+
+        async def read(after: str = last) -> Any:
+            with redis_errors(f"XREAD {stream}"):
+                return await blocking.xread({stream: after}, count=_BATCH, block=block_ms)
+
+        response = await forever(stream, read)
+        for _stream, entries in response or ():
+            for entry_id, fields in entries:
+                last = entry_id.decode()
+                await handle(fields.get(field))
+        if own and response:
+            await forever(stream, partial(_trim_read, link, stream, last))
+        if time.monotonic() >= next_tick:
+            # Once a second, not per read: with many asks pending, a scan per
+            # read batch slowed the reader until replies were trimmed unread.
+            next_tick = time.monotonic() + 1.0
+            if every_second is not None:
+                every_second()
+
+
+async def _trim_read(link: Link, stream: str, last: str) -> None:
+    """Drop the entries of ``stream`` up to ``last`` (read and handled)."""
+    ms, _, seq = last.partition("-")
+    with redis_errors(f"XTRIM {stream}"):
+        await link.client.xtrim(stream, minid=f"{ms}-{int(seq) + 1}", approximate=False)
+
+
+async def stream_end(link: Link, stream: str) -> str:
+    """The id of the newest entry of ``stream`` (``0-0`` if empty): read after it."""
+    with redis_errors(f"reading {stream}"):
+        newest: Any = await link.client.xrevrange(stream, count=1)
+    return newest[0][0].decode() if newest else "0-0"

@@ -1,0 +1,176 @@
+"""The worker side of the transport: shards taken through leases, served, and let go.
+
+A worker registers, then takes its share of the shards (see ``_leases``); for each
+shard it gains it starts the shard's intake, and for each it loses it stops
+reading, stores what was handled (when it gives the shard back) and passivates
+the shard's actors. It also reads the broadcasts, and passivates durable actors
+that stayed idle for ``passivate_after``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Final
+
+import anyio
+import structlog
+
+from actormem.runtime.errors import RuntimeClosedError, TransportError, TransportUnavailableError
+from actormem.runtime.redis._leases import LeaseManager
+from actormem.runtime.redis._loops import OPEN_POLL, stream_end, tail, wait_open
+from actormem.runtime.redis._shards import Shard
+
+if TYPE_CHECKING:
+    from actormem.runtime.redis._commits import GroupCommit
+    from actormem.runtime.redis._intake import Intake
+    from actormem.runtime.redis._shards import Holdings, Link
+    from actormem.runtime.transports.base import TransportHost
+
+__all__ = ("Owner",)
+
+log = structlog.get_logger("actormem.redis")
+
+#: Pause between a worker's registration and its first shard acquisition (s).
+_FIRST_ROUND_PAUSE: Final = 0.5
+
+
+class Owner:
+    """Takes, serves and lets go of a worker's shards.
+
+    Args:
+        link: the transport, whose id is this worker's name in leases.
+        held: the shards and actors this worker holds.
+        intake: reads a shard it gains, and fans the broadcasts out.
+        commits: stores what was handled on a shard it gives back.
+    """
+
+    def __init__(
+        self,
+        link: Link,
+        *,
+        held: Holdings,
+        intake: Intake,
+        commits: GroupCommit,
+    ) -> None:
+        self._link = link
+        self._config = link.config
+        self._keys = link.keys
+        self._held = held
+        self._intake = intake
+        self._commits = commits
+        self._leases: LeaseManager | None = None
+
+    def fresh(self, shard: int) -> bool:
+        """True while this worker's lease on ``shard`` was recently renewed."""
+        return self._leases is not None and self._leases.fresh(shard)
+
+    async def start(self, host: TransportHost) -> None:
+        """Start the lease heartbeat, the broadcast reader and the passivation, in
+        the runtime's task group."""
+        config = self._config
+        self._leases = LeaseManager(
+            self._link.client,
+            self._keys,
+            self._link.id,
+            config.shards,
+            config.lease_ms,
+            self._gained,
+            self._lost,
+        )
+        # Broadcasts count from now: those sent before this worker started are old.
+        stream = self._keys.broadcast()
+        start = await stream_end(self._link, stream)
+        host.spawn(self._read_broadcasts, stream, start)
+        host.spawn(self._lease_loop, self._leases)
+        host.spawn(self._passivate_loop)
+
+    async def settle_all(self) -> None:
+        """The runtime has stopped: stop reading, store what was handled (and answer
+        it); what is still in flight stays pending, for the next owner, and giving
+        the leases back need not wait for it."""
+        for shard in self._held.shards.values():
+            shard.scope.cancel()
+            await self._commits.settle(shard, self._config.retry_for)
+            shard.inflight.clear()
+
+    async def release(self) -> None:
+        """Give the leases back at once: other workers take the shards over without
+        waiting for them to expire."""
+        leases = self._leases
+        if leases is None:
+            return
+        with anyio.move_on_after(self._config.socket_timeout, shield=True):
+            try:
+                await leases.release_all()
+            except TransportError as exc:
+                log.warning("shard_release_failed", reason=str(exc))
+
+    def _host(self) -> TransportHost | None:
+        try:
+            return self._link.host
+        except RuntimeClosedError:
+            return None
+
+    async def _read_broadcasts(self, stream: str, start: str) -> None:
+        fan_out = self._intake.fan_out
+        await tail(self._link, stream, start, b"e", fan_out, block_ms=self._config.block_ms)
+
+    async def _lease_loop(self, leases: LeaseManager) -> None:
+        await wait_open(self._link)
+        # The first round only registers, then a short pause: enough for workers
+        # started together to see each other, too short to delay a lone one.
+        acquire = False
+        pause = min(leases.interval, _FIRST_ROUND_PAUSE)
+        while True:
+            try:
+                await leases.heartbeat(acquire=acquire)
+            except TransportUnavailableError as exc:
+                log.warning("lease_heartbeat_failed", reason=str(exc))
+            else:
+                acquire = True
+            await anyio.sleep(pause if not acquire else leases.interval)
+
+    async def _gained(self, number: int, lease: str) -> None:
+        shard = self._held.shards[number] = Shard(number, lease)
+        self._link.host.spawn(self._consume, shard)
+
+    async def _consume(self, shard: Shard) -> None:
+        with shard.scope:
+            await self._intake.consume(shard)
+
+    async def _lost(self, numbers: list[int], released: bool) -> None:
+        held = self._held
+        shards = [held.shards[n] for n in numbers if n in held.shards]
+        for shard in shards:
+            shard.scope.cancel()  # read nothing more from it
+        if released:
+            # Let what was delivered finish and be acked before the leases go;
+            # a third of a lease at most, so the other leases are renewed in time.
+            with anyio.move_on_after(self._config.lease_ms / 3000):
+                while any(shard.inflight for shard in shards):  # noqa: ASYNC110 (bounded)
+                    await anyio.sleep(OPEN_POLL)
+            for shard in shards:
+                await self._commits.settle(shard, self._config.socket_timeout)
+        for shard in shards:
+            held.shards.pop(shard.number, None)
+        host = self._host()
+        for address, record in list(held.actors.items()):
+            if record.shard in numbers:
+                del held.actors[address]
+                if host is not None:
+                    await host.passivate(address)
+
+    async def _passivate_loop(self) -> None:
+        after = self._config.passivate_after
+        held = self._held
+        while True:
+            await anyio.sleep(min(after / 2, 5.0))
+            host = self._host()
+            if host is None:
+                return
+            cutoff = time.monotonic() - after
+            for address, record in list(held.actors.items()):
+                idle = record.durable and not record.busy and record.last_used < cutoff
+                if idle and await host.passivate(address):
+                    held.actors.pop(address, None)
+                    log.debug("actor_passivated", actor=address)

@@ -1,0 +1,182 @@
+"""Replies: the asks a transport waits on, its own reply stream, and the replies it
+sends to the asks it handled.
+
+Every transport reads its own reply stream (named after its id) from the start,
+trimming what it has read; the asks it made are matched to their replies by
+correlation id and forgotten once their deadline passed. The replies to asks
+handled here go through an outbox of their own, in pipelined batches; a reply
+to an ask made through this same transport is handed over in memory.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import TYPE_CHECKING, Any, Final
+
+import anyio
+import structlog
+
+from actormem.runtime._envelope import Envelope, Reply
+from actormem.runtime.errors import (
+    MessageDecodeError,
+    MessageTooLargeError,
+    RuntimeClosedError,
+    TransportError,
+)
+from actormem.runtime.redis._client import redis_errors
+from actormem.runtime.redis._loops import tail
+from actormem.runtime.redis._outbox import NO_DEADLINE, Outbox
+from actormem.runtime.redis._retry import forever
+from actormem.runtime.redis._shards import StreamEnvelope
+
+if TYPE_CHECKING:
+    from actormem.runtime.redis._shards import Link
+
+__all__ = ("Replies",)
+
+log = structlog.get_logger("actormem.redis")
+
+#: Reply streams outlive a silent client by this long (ms).
+_REPLY_TTL_MS: Final = 3_600_000
+#: Entries kept in a reply stream, approximately, by its writers. The client trims
+#: what it has read, so only a client this far behind loses replies (its asks then
+#: time out): a bound for a client that stopped reading, not a working size.
+_REPLY_MAXLEN: Final = 100_000
+#: How long an ask without a deadline waits for its reply before it is forgotten (s).
+_UNBOUNDED_ASK: Final = 3600
+
+
+class Replies:
+    """The asks made through one transport and the replies it reads and writes.
+
+    Args:
+        link: the transport, whose id names its reply stream.
+    """
+
+    def __init__(self, link: Link) -> None:
+        self._link = link
+        self._config = config = link.config
+        self._codec = link.codec
+        #: This transport's reply stream.
+        self.stream = link.keys.replies(link.id)
+        self._reply_stream = re.compile(
+            re.escape(config.prefix) + r":\{r:[A-Za-z0-9._-]{1,200}\}:replies"
+        )
+        #: runtime.shed_expired_asks of the runtime that opened the transport.
+        self.shed = True
+        # correlation -> (reply type, deadline, address asked)
+        self._asks: dict[int, tuple[Any, float, str]] = {}
+        #: Replies to the asks handled here, written in pipelined batches.
+        self.outbox = Outbox(
+            lambda: link.client,
+            config.outbox_size,
+            _REPLY_MAXLEN * 10,
+            field=b"r",
+            maxlen=_REPLY_MAXLEN,
+            expire_ms=_REPLY_TTL_MS,
+        )
+
+    @property
+    def pending(self) -> int:
+        """Asks waiting for their reply."""
+        return len(self._asks)
+
+    def expires(self, envelope: Envelope) -> float:
+        """When ``envelope`` (an ask, or the reply to one) may be dropped unsent."""
+        deadline = envelope.deadline
+        return deadline if deadline is not None and self.shed else NO_DEADLINE
+
+    def expect(self, envelope: Envelope) -> None:
+        """Wait for the reply to ``envelope`` if it is an ask made here: its reply
+        comes to this transport's stream."""
+        if envelope.correlation is not None and envelope.reply_to is None:
+            envelope.reply_to = self.stream
+            reply_type = getattr(type(envelope.body), "reply_type", Any)
+            deadline = envelope.deadline or time.time() + _UNBOUNDED_ASK
+            self._asks[envelope.correlation] = (reply_type, deadline, envelope.recipient)
+
+    async def reply(self, envelope: Envelope, reply: Reply) -> None:
+        """Send ``reply`` to whoever asked ``envelope``, or, when the command's changes
+        wait for their group commit, once they are stored."""
+        if isinstance(envelope, StreamEnvelope) and envelope.commit is not None:
+            envelope.commit.replies.append(reply)
+            return
+        await self.send([(envelope, reply)])
+
+    async def send(self, replies: list[tuple[Envelope, Reply]]) -> None:
+        """Queue ``replies`` (each to whoever asked its envelope) for the reply writer,
+        which sends what gathered in one pipeline (waits only while it is full)."""
+        for envelope, reply in replies:
+            if envelope.reply_to is None or envelope.reply_to == self.stream:
+                self._asks.pop(reply.correlation, None)
+                self._link.host.resolve(reply)
+                continue
+            stream = envelope.reply_to
+            if not self._reply_stream.fullmatch(stream):
+                # A frame could name any key here (an actor's history, say): only
+                # reply streams under our prefix may be written to.
+                log.warning("reply_to_refused", reply_to=stream[:200], recipient=envelope.recipient)
+                continue
+            data = self._codec.encode_reply(reply)
+            if len(data) > self._config.max_message_bytes:
+                error = MessageTooLargeError(
+                    f"the reply to {type(envelope.body).__name__} is {len(data)} bytes, "
+                    f"over max_message_bytes={self._config.max_message_bytes}"
+                )
+                data = self._codec.encode_reply(Reply(reply.correlation, error=error))
+            await self.outbox.put((stream, data, self.expires(envelope)))
+
+    async def read(self) -> None:
+        """Read this transport's reply stream for ever (it is new: all of it)."""
+        await tail(
+            self._link,
+            self.stream,
+            "0-0",
+            b"r",
+            self._accept,
+            block_ms=self._config.block_ms,
+            own=True,
+            every_second=self._expire_asks,
+        )
+
+    async def _accept(self, data: bytes | None) -> None:
+        try:
+            host = self._link.host
+        except RuntimeClosedError:
+            return
+        if data is None:
+            return
+        if len(data) > self._config.max_message_bytes:
+            log.warning("reply_too_large", size=len(data))
+            return
+        try:
+            correlation = self._codec.decode_reply(data).correlation
+        except MessageDecodeError as exc:
+            log.warning("reply_undecodable", reason=str(exc))
+            return
+        reply_type, _, address = self._asks.pop(correlation, (Any, 0.0, "?"))
+        host.resolve(self._codec.decode_reply(data, reply_type, address))
+
+    def _expire_asks(self) -> None:
+        now = time.time()
+        for correlation, (_, deadline, _) in list(self._asks.items()):
+            if deadline < now:
+                del self._asks[correlation]
+
+    async def drain(self) -> None:
+        """Send what is queued, for at most ``retry_for``."""
+        if self.outbox:
+            with anyio.move_on_after(self._config.retry_for, shield=True):
+                await forever("replies", self.outbox.write_all)
+            if self.outbox:
+                log.error("replies_not_sent", replies=len(self.outbox))
+
+    async def delete_stream(self) -> None:
+        """Delete this transport's reply stream (a failure leaves it to expire)."""
+        with anyio.move_on_after(self._config.socket_timeout, shield=True):
+            try:
+                with redis_errors("deleting the reply stream"):
+                    await self._link.client.delete(self.stream)
+            except TransportError:
+                pass

@@ -1,0 +1,195 @@
+"""What a worker holds: the shards it owns, the actors it serves on them, the
+entries it has in flight; and the link through which the transport's parts reach
+Redis and the runtime.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import TYPE_CHECKING, ClassVar, Protocol
+
+import anyio
+
+from actormem.runtime._envelope import Envelope, Reply
+from actormem.runtime.redis.durable import DurableChanges
+
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+
+    from actormem.runtime.redis.codec import Codec
+    from actormem.runtime.redis.config import RedisConfig
+    from actormem.runtime.redis.keys import Keys
+    from actormem.runtime.transports.base import TransportHost
+
+__all__ = (
+    "ActorRecord",
+    "Holdings",
+    "Link",
+    "PendingCommit",
+    "RedeliveredEnvelope",
+    "Shard",
+    "StreamEnvelope",
+)
+
+
+class Link(Protocol):
+    """What the transport's parts share: the transport's id, config, key names and
+    codec, and how they reach Redis and the runtime (the transport's clients and
+    runtime exist only while it is open)."""
+
+    #: The transport's id: its consumer name, its reply stream's, its leases'.
+    id: str
+    #: The ``[redis]`` section.
+    config: RedisConfig
+    #: The key names.
+    keys: Keys
+    #: How envelopes, replies and errors are encoded.
+    codec: Codec
+
+    @property
+    def client(self) -> aioredis.Redis:
+        """The client for commands."""
+        ...
+
+    @property
+    def blocking_client(self) -> aioredis.Redis:
+        """The client for blocking reads."""
+        ...
+
+    @property
+    def host(self) -> TransportHost:
+        """The runtime envelopes are delivered to."""
+        ...
+
+
+class StreamEnvelope(Envelope, kw_only=True):
+    """An envelope read from a shard stream: where to XACK it, under which lease,
+    and (once handled) the commit its replies wait for."""
+
+    shard: int = -1
+    entry: str = ""
+    lease: str = ""
+    commit: PendingCommit | None = None
+    # Handler failures so far on this delivery (each retried at once, in order).
+    failures: int = 0
+
+
+class RedeliveredEnvelope(StreamEnvelope, kw_only=True):
+    """An entry claimed after its worker died or left it: the runtime reports when
+    handling it starts (the transport's ``starting`` hook), so that only attempts
+    count towards ``max_deliveries``, not the deliveries of entries a dead worker had
+    merely read."""
+
+    track_start: ClassVar[bool] = True
+
+
+class PendingCommit:
+    """A handled command's changes, waiting for the shard's next group commit; the
+    replies to it are sent only once it is stored."""
+
+    __slots__ = ("changes", "envelope", "replies")
+
+    def __init__(self, envelope: Envelope, changes: DurableChanges) -> None:
+        self.envelope = envelope
+        self.changes = changes
+        self.replies: list[Reply] = []
+
+
+class Shard:
+    """A shard this worker owns: its lease value and the entries it has in flight."""
+
+    __slots__ = (
+        "acks",
+        "commit_lock",
+        "commit_ready",
+        "commit_space",
+        "commits",
+        "committed",
+        "inflight",
+        "lease",
+        "number",
+        "scope",
+    )
+
+    def __init__(self, number: int, lease: str) -> None:
+        self.number = number
+        self.lease = lease
+        self.scope = anyio.CancelScope()
+        self.inflight: set[str] = set()
+        # Handled entries of non-durable actors, acked in one call per batch.
+        self.acks: list[str] = []
+        # Durable actors' handled commands, stored in one call per batch, in order.
+        self.commits: list[PendingCommit] = []
+        self.commit_ready = anyio.Event()
+        self.commit_space: anyio.Event | None = None
+        # Set (and replaced) after every commit call.
+        self.committed = anyio.Event()
+        self.commit_lock = anyio.Lock(fast_acquire=True)
+
+
+class ActorRecord:
+    """What this worker remembers of one actor it serves: applied command ids."""
+
+    __slots__ = (
+        "applied",
+        "busy",
+        "durable",
+        "inflight",
+        "last_used",
+        "lease",
+        "order",
+        "shard",
+        "uncommitted",
+    )
+
+    def __init__(self, shard: int, applied: list[str]) -> None:
+        self.shard = shard
+        # The shard lease the actor was activated under ('' = not activated).
+        self.lease = ""
+        self.applied = set(applied)
+        self.order: deque[str] = deque(applied)
+        self.inflight: set[str] = set()
+        self.busy = 0
+        self.durable = False
+        self.last_used = time.monotonic()
+        # Handled commands whose changes are queued for a commit.
+        self.uncommitted = 0
+
+    def remember(self, command: str, keep: int) -> None:
+        """Record ``command`` as applied, forgetting the oldest beyond ``keep``."""
+        self.applied.add(command)
+        self.order.append(command)
+        while len(self.order) > keep:
+            self.applied.discard(self.order.popleft())
+
+
+class Holdings:
+    """The shards this worker owns and the actors it serves on them, by number and
+    by address."""
+
+    __slots__ = ("actors", "shards")
+
+    def __init__(self) -> None:
+        self.shards: dict[int, Shard] = {}
+        self.actors: dict[str, ActorRecord] = {}
+
+    def dropped(self, envelope: Envelope) -> None:
+        """Let go of ``envelope``: its entry and command are no longer in flight."""
+        if isinstance(envelope, StreamEnvelope):
+            shard = self.shards.get(envelope.shard)
+            if shard is not None:
+                shard.inflight.discard(envelope.entry)
+            record = self.actors.get(envelope.recipient)
+            if record is not None:
+                record.inflight.discard(envelope.id)
+                record.busy = max(record.busy - 1, 0)
+
+    def settled(self) -> bool:
+        """True when no entry read is in flight and no commit is queued."""
+        return not any(shard.inflight or shard.commits for shard in self.shards.values())
+
+    def clear(self) -> None:
+        """Forget every shard and actor."""
+        self.shards.clear()
+        self.actors.clear()

@@ -1,0 +1,405 @@
+"""The Redis streams transport: actors across processes and hosts, durably.
+
+Every envelope is msgpack on the stream of its recipient's shard (a stable hash
+of the address). A *worker* transport owns shards through leases (``_owner``,
+``_leases``) and reads each owned shard through the consumer group ``workers``
+(``_intake``); it delivers entries to its runtime's local cells and XACKs an
+entry only once the handler's effect is stored (the runtime's ``handled`` hook,
+``_commits``): for a :class:`~actormem.runtime.redis.durable.Durable` actor the
+state changes, the command's id and the XACK are one fenced Lua call. A *client*
+transport (``worker=False``) only sends, and reads the replies to its asks from
+its own reply stream (``_replies``).
+
+Delivery is at least once; effects are exactly once: every envelope has a
+command id set once by its producer, and a command whose id the actor already
+applied (a redelivery, or a second XADD after a lost reply) is acked and skipped.
+Entries that cannot be decoded, are too large, or fail ``max_deliveries`` times
+go to the dead-letter stream with the reason (``_dead_letters``), and the
+consumer carries on.
+
+Sending is asynchronous: ``tell`` returns once the envelope is queued in the
+outbox (bounded; a full outbox, or a shard stream over ``stream_limit``, makes
+senders wait), and a background task XADDs the queue in order, in pipelined
+batches, retrying while Redis is away; :meth:`RedisTransport.flush` waits until
+everything queued is in Redis, and closing flushes too. Tells a handler sends
+go out when it runs, not when its commit lands, so a redelivered command sends
+them again, but with the same ids (``<command id>.<n>``): their recipients skip
+what they already applied. Asks it makes, and effects outside the runtime (an
+LLM call, a file), happen again.
+
+A durable actor's changes are stored by *group commits*: one fenced call per
+shard stores every command handled while the previous call was in flight, and
+the replies to those commands are sent only once their changes are stored. A
+handler failure is retried at once, before the actor's later commands, up to
+``max_deliveries`` times (or while the actor's restart budget lasts), then the
+command is dead-lettered.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+from contextlib import AsyncExitStack
+from typing import Any, Final
+
+import anyio
+import msgspec
+import redis.asyncio as aioredis
+import structlog
+
+from actormem.runtime._actor import Actor
+from actormem.runtime._envelope import Envelope, Reply
+from actormem.runtime.errors import MailboxFullError, MessageTooLargeError, RuntimeClosedError
+from actormem.runtime.ids import new_id
+from actormem.runtime.redis._client import blocking_twin, check_server, connect, redis_errors
+from actormem.runtime.redis._commits import GroupCommit
+from actormem.runtime.redis._dead_letters import DeadLetters
+from actormem.runtime.redis._intake import Intake
+from actormem.runtime.redis._outbox import Outbox
+from actormem.runtime.redis._owner import Owner
+from actormem.runtime.redis._replies import Replies
+from actormem.runtime.redis._retry import forever, retrying
+from actormem.runtime.redis._server import EmbeddedRedis
+from actormem.runtime.redis._shards import Holdings, RedeliveredEnvelope
+from actormem.runtime.redis.codec import Codec, default_codec
+from actormem.runtime.redis.config import RedisConfig
+from actormem.runtime.redis.keys import Keys, shard_of
+from actormem.runtime.transports.base import Transport, TransportHost
+
+__all__ = ("RedisTransport", "RedisTransportStats")
+
+log = structlog.get_logger("actormem.redis")
+
+#: Entries kept in the broadcast stream, approximately.
+_BROADCAST_MAXLEN: Final = 100_000
+
+
+class RedisTransportStats(msgspec.Struct, frozen=True, kw_only=True):
+    """A snapshot of one Redis transport's counters.
+
+    Attributes:
+        worker: the transport's id (in leases and consumer groups).
+        owned_shards: the shards it owns now.
+        actors: actors it serves on those shards.
+        outbox: envelopes queued for XADD.
+        expired_unsent: asks, and replies to asks, dropped from the outboxes
+            because their deadline passed while they were queued.
+        pending_asks: asks waiting for their reply.
+        redelivered: entries delivered again (after a failure or a worker's death).
+        duplicates: commands skipped because their id was already applied.
+        dead_lettered: entries moved to the dead-letter stream.
+    """
+
+    worker: str
+    owned_shards: list[int]
+    actors: int
+    outbox: int
+    expired_unsent: int
+    pending_asks: int
+    redelivered: int
+    duplicates: int
+    dead_lettered: int
+
+
+class RedisTransport(Transport):
+    """Carries envelopes over Redis streams (see the module docstring).
+
+    Args:
+        redis: a client (kept open: the caller owns it), a URL (a client is made
+            and closed here), or None for ``config.url``, else an embedded server
+            started on open and stopped on close.
+        config: the ``[redis]`` section.
+        worker: own shards and host actors (True), or only send and ask (False).
+        codec: how bodies, replies and errors are encoded (the default codec,
+            where :func:`~actormem.runtime.redis.codec.register_message_types` registers).
+        worker_id: this process's name in leases and consumer groups.
+
+    Example::
+
+        transport = RedisTransport("redis://127.0.0.1:6380", RedisConfig(shards=8))
+        async with Runtime(transport=transport) as rt:
+            rt.register("echo", Echo)
+            assert await rt.ref("echo/a").ask("hi") == "hi"
+    """
+
+    name = "redis"
+
+    def __init__(
+        self,
+        redis: aioredis.Redis | str | None = None,
+        config: RedisConfig | None = None,
+        *,
+        worker: bool = True,
+        codec: Codec | None = None,
+        worker_id: str | None = None,
+    ) -> None:
+        self.config = config = config or RedisConfig()
+        self.keys = keys = Keys(config.prefix)
+        # Every shard's stream name, made once (one per command sent otherwise).
+        self._streams = [keys.stream(n) for n in range(config.shards)]
+        self.codec = codec = codec or default_codec
+        self.worker = worker
+        self.id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
+        self._given = redis
+        self._client: aioredis.Redis | None = None
+        self._blocking: aioredis.Redis | None = None
+        self._stack = AsyncExitStack()
+        self._host: TransportHost | None = None
+        self._state = "new"
+        # (stream, data) waiting for XADD: one queue, so a sender's messages
+        # reach the streams in the order they were sent.
+        self._outbox = Outbox(lambda: self.client, config.outbox_size, config.stream_limit)
+        self._held = Holdings()
+        self._replies = Replies(self)
+        self._commits = GroupCommit(self, held=self._held, replies=self._replies)
+        self._dead_letters = DeadLetters(self, commits=self._commits, replies=self._replies)
+        self._intake = Intake(
+            self,
+            held=self._held,
+            commits=self._commits,
+            dead_letters=self._dead_letters,
+            replies=self._replies,
+            lease_fresh=self.lease_fresh,
+        )
+        self._owner = Owner(self, held=self._held, intake=self._intake, commits=self._commits)
+
+    def __repr__(self) -> str:
+        return f"RedisTransport(id={self.id!r}, worker={self.worker}, state={self._state!r})"
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def open(self, host: TransportHost) -> None:
+        if self._state != "new":
+            raise RuntimeError("a RedisTransport can be opened only once")
+        self._state = "open"
+        self._host = host
+        self._replies.shed = host.shed_expired_asks
+        try:
+            await self._connect()
+            # The loops run in the runtime's task group: they end when it closes,
+            # after the mailboxes drained and before this transport's aclose.
+            host.spawn(self._replies.read)
+            host.spawn(self._outbox_loop, self._outbox)
+            host.spawn(self._outbox_loop, self._replies.outbox)
+            if self.worker:
+                await self._owner.start(host)
+        except BaseException:
+            await self.aclose()
+            raise
+        log.info("redis_transport_opened", id=self.id, worker=self.worker)
+
+    async def _connect(self) -> None:
+        given = self._given
+        if isinstance(given, aioredis.Redis):
+            client = given
+        else:
+            url = given or self.config.url
+            if not url:
+                server = EmbeddedRedis(aof=self.config.aof)
+                await self._stack.enter_async_context(server)
+                url = server.url
+            client = connect(self.config, url)
+            self._stack.push_async_callback(client.aclose)
+        self._client = client
+        await check_server(client, self.config)
+        # Blocking reads (one per owned shard) get a pool of their own.
+        blocking = blocking_twin(client, self.config.shards + 4)
+        if blocking is not client:
+            self._stack.push_async_callback(blocking.aclose)
+        self._blocking = blocking
+        # Runs first on close (callbacks unwind last in, first out), while the
+        # clients are still open: give the leases back, delete the reply stream.
+        self._stack.push_async_callback(self._leave)
+
+    async def aclose(self) -> None:
+        if self._state in ("closing", "closed"):
+            return
+        self._state = "closing"
+        with anyio.CancelScope(shield=True):
+            await self._stack.aclose()
+        self._state = "closed"
+        self._host = None
+        self._held.clear()
+        log.debug("redis_transport_closed", id=self.id)
+
+    async def _leave(self) -> None:
+        """Give the leases back at once (other workers take the shards over without
+        waiting for them to expire) and delete this client's reply stream."""
+        if self._outbox and self._client is not None:
+            with anyio.move_on_after(self.config.retry_for, shield=True):
+                await forever("outbox", self._outbox.write_all)
+            if self._outbox:
+                log.error("outbox_not_flushed", envelopes=len(self._outbox))
+        await self._owner.settle_all()
+        if self._client is not None:
+            await self._replies.drain()
+        await self._owner.release()
+        if self._client is not None:
+            await self._replies.delete_stream()
+
+    @property
+    def client(self) -> aioredis.Redis:
+        """The client for commands (raises :class:`RuntimeClosedError` when closed)."""
+        client = self._client
+        if client is None or self._state == "closed":
+            raise RuntimeClosedError("the Redis transport is not open")
+        return client
+
+    @property
+    def blocking_client(self) -> aioredis.Redis:
+        """The client for blocking reads (its own pool)."""
+        client = self._blocking
+        if client is None or self._state == "closed":
+            raise RuntimeClosedError("the Redis transport is not open")
+        return client
+
+    @property
+    def host(self) -> TransportHost:
+        """The runtime this transport delivers to."""
+        return self._require_host()
+
+    def lease_fresh(self, shard: int) -> bool:
+        """True while this worker's lease on ``shard`` was recently renewed."""
+        return self._owner.fresh(shard)
+
+    def _require_host(self) -> TransportHost:
+        host = self._host
+        if host is None:
+            raise RuntimeClosedError("the Redis transport is closed")
+        return host
+
+    # -- sending ---------------------------------------------------------------------------
+
+    def _prepare(self, envelope: Envelope) -> tuple[str, bytes, float]:
+        if not envelope.id:
+            envelope.id = new_id()
+        self._replies.expect(envelope)
+        data = self.codec.encode_envelope(envelope)
+        if len(data) > self.config.max_message_bytes:
+            raise MessageTooLargeError(
+                f"{type(envelope.body).__name__} for {envelope.recipient} encodes to "
+                f"{len(data)} bytes, over max_message_bytes={self.config.max_message_bytes}"
+            )
+        stream = self._streams[shard_of(envelope.recipient, self.config.shards)]
+        return stream, data, self._replies.expires(envelope)
+
+    async def send(self, envelope: Envelope) -> None:
+        """Queue ``envelope`` for its shard's stream; wait only while the outbox is full.
+
+        A background task XADDs what is queued in pipelined batches, in order,
+        retrying with backoff while Redis is away; a retry sends the same bytes
+        (the same command id), so an XADD that succeeded but whose reply was lost
+        causes no second effect. :meth:`flush` waits until all is written.
+
+        Raises:
+            MessageTooLargeError: the encoded envelope is over ``max_message_bytes``.
+            TransportError: the body's type is not registered (nothing is queued).
+        """
+        item = self._prepare(envelope)
+        self._require_host()
+        await self._outbox.put(item)
+
+    def send_nowait(self, envelope: Envelope) -> None:
+        """Queue ``envelope`` now, or raise; never waits (see :meth:`send`).
+
+        Raises:
+            MailboxFullError: ``outbox_size`` envelopes are already queued.
+            MessageTooLargeError, TransportError: as :meth:`send`.
+        """
+        if self._outbox.full():
+            raise MailboxFullError(
+                envelope.recipient,
+                f"the Redis outbox is full ({self.config.outbox_size} envelopes queued)",
+            )
+        item = self._prepare(envelope)
+        self._require_host()
+        self._outbox.put_nowait(item)
+
+    async def flush(self) -> None:
+        """Wait until every envelope queued so far is in Redis."""
+        await self._outbox.flush()
+
+    async def _outbox_loop(self, outbox: Outbox) -> None:
+        while True:
+            await outbox.wait_ready()
+            await forever("outbox", outbox.write_all)
+
+    async def publish(self, kind: str, message: Any) -> None:
+        """Tell ``message`` to every active actor of ``kind`` on every worker.
+
+        Each worker fans the broadcast out to the actors of that kind it has in
+        memory; an actor not active anywhere does not get it.
+
+        Raises:
+            MessageTooLargeError, TransportError: as :meth:`send`.
+        """
+        envelope = Envelope(recipient=f"{kind}/*", body=message, id=new_id())
+        data = self.codec.encode_envelope(envelope)
+        if len(data) > self.config.max_message_bytes:
+            raise MessageTooLargeError(
+                f"broadcast {type(message).__name__} encodes to {len(data)} bytes, "
+                f"over max_message_bytes={self.config.max_message_bytes}"
+            )
+
+        async def add() -> None:
+            with redis_errors("XADD to the broadcast stream"):
+                await self.client.xadd(
+                    self.keys.broadcast(), {b"e": data}, maxlen=_BROADCAST_MAXLEN, approximate=True
+                )
+
+        await retrying(add, what="publish", retry_for=self.config.retry_for)
+
+    async def reply(self, envelope: Envelope, reply: Reply) -> None:
+        """XADD ``reply`` to the asker's reply stream (a lost reply times the ask out).
+
+        A reply to an ask made through this same transport is handed over in
+        memory: it would only travel to Redis and back into this process. A reply
+        to a command whose changes wait for their group commit is sent after it.
+        """
+        await self._replies.reply(envelope, reply)
+
+    # -- the runtime's hooks ---------------------------------------------------------------
+
+    async def activated(self, address: str, actor: Actor) -> None:
+        """Load a durable actor's state from Redis before its ``on_start``."""
+        await self._commits.activated(address, actor)
+
+    async def handled(self, envelope: Envelope, actor: Actor | None, ok: bool) -> bool:
+        if isinstance(envelope, RedeliveredEnvelope):
+            self._dead_letters.finished(envelope)
+        return await self._commits.handled(envelope, actor, ok)
+
+    async def starting(self, envelope: Envelope) -> None:
+        await self._dead_letters.starting(envelope)
+
+    async def retry(self, envelope: Envelope, allowed: bool) -> bool:
+        return await self._intake.retry(envelope, allowed)
+
+    def dropped(self, envelope: Envelope) -> None:
+        self._held.dropped(envelope)
+
+    # -- inspection -------------------------------------------------------------------------
+
+    def settled(self) -> bool:
+        """True when every command read here was handled and its changes stored
+        (entries of effect-free commands may still wait for their batched XACK)."""
+        return self._held.settled()
+
+    def owned_shards(self) -> list[int]:
+        """The shards this worker owns now."""
+        return sorted(self._held.shards)
+
+    def stats(self) -> RedisTransportStats:
+        """Return a snapshot of the counters (cheap enough to poll)."""
+        return RedisTransportStats(
+            worker=self.id,
+            owned_shards=self.owned_shards(),
+            actors=len(self._held.actors),
+            outbox=len(self._outbox),
+            expired_unsent=self._outbox.expired + self._replies.outbox.expired,
+            pending_asks=self._replies.pending,
+            redelivered=self._intake.redelivered,
+            duplicates=self._intake.duplicates,
+            dead_lettered=self._dead_letters.written,
+        )

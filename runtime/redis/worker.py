@@ -1,0 +1,302 @@
+"""Worker processes: each owns shards of the Redis transport and hosts their actors.
+
+:func:`run_worker` is a worker's whole life (the CLI's ``actormem worker`` calls
+it); :class:`WorkerProcesses` launches N of them as subprocesses for a
+simulation or a test, and stops or kills them. A subprocess runs
+``python -m actormem.runtime.redis.worker``, which takes the ``[redis]`` section as
+JSON and the actor kinds as ``module:function`` (a function that registers them on a
+runtime), so ``runtime`` never imports ``actors``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Final, Self
+
+import anyio
+import msgspec
+import structlog
+
+from actormem.runtime._closing import AsyncClosing
+from actormem.runtime._runtime import Runtime
+from actormem.runtime.config import RuntimeConfig
+from actormem.runtime.errors import ConfigError, TransportUnavailableError
+from actormem.runtime.redis._client import connect, redis_errors
+from actormem.runtime.redis.config import RedisConfig
+from actormem.runtime.redis.keys import Keys
+from actormem.runtime.redis.transport import RedisTransport
+
+__all__ = ("WorkerProcesses", "load_register", "run_worker")
+
+log = structlog.get_logger("actormem.worker")
+
+#: How long a launched worker may take to register itself as live.
+_READY_TIMEOUT: Final = 30.0
+#: How long a worker may take to stop after SIGTERM before it is killed.
+_STOP_TIMEOUT: Final = 15.0
+
+
+async def run_worker(
+    redis: RedisConfig,
+    register: Callable[[Runtime], None],
+    *,
+    runtime: RuntimeConfig | None = None,
+    worker_id: str | None = None,
+    stop: anyio.Event | None = None,
+) -> None:
+    """Run a worker until SIGTERM or SIGINT (or ``stop`` is set), then leave cleanly.
+
+    The worker takes its fair share of the shards, serves their actors, and on
+    the way out drains its mailboxes and gives its leases back, so other
+    workers take the shards over at once.
+
+    Args:
+        redis: where Redis is (None ``url`` = an embedded server, for one process).
+        register: registers the actor kinds on the runtime.
+        runtime: the runtime section.
+        worker_id: this worker's name in leases (unique per process by default).
+        stop: set it to stop the worker (instead of a signal).
+
+    Raises:
+        TransportUnavailableError: Redis cannot be reached at start.
+        TransportError: Redis is not suitable (it may evict keys).
+    """
+    transport = RedisTransport(None, redis, worker=True, worker_id=worker_id)
+    async with Runtime(runtime, transport=transport) as rt:
+        register(rt)
+        log.info("worker_started", worker=transport.id, shards=redis.shards)
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async with anyio.create_task_group() as tg:
+
+                async def on_signal() -> None:
+                    async for signum in signals:
+                        log.info("worker_stopping", worker=transport.id, signal=signum)
+                        tg.cancel_scope.cancel()
+
+                async def on_stop() -> None:
+                    if stop is not None:
+                        await stop.wait()
+                        tg.cancel_scope.cancel()
+
+                tg.start_soon(on_signal)
+                tg.start_soon(on_stop)
+        log.info("worker_stopped", worker=transport.id, processed=rt.stats().processed)
+
+
+def load_register(spec: str) -> Callable[[Runtime], None]:
+    """Import ``module:function``, the function that registers a worker's actor kinds.
+
+    Raises:
+        ConfigError: the module or the function cannot be found.
+    """
+    module_name, _, name = spec.partition(":")
+    if not module_name or not name:
+        raise ConfigError(f"register must be 'module:function', got {spec!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"cannot import {module_name!r} (from register={spec!r}): {exc}") from exc
+    func = getattr(module, name, None)
+    if not callable(func):
+        raise ConfigError(f"{module_name!r} has no function {name!r} (from register={spec!r})")
+    return func  # type: ignore[no-any-return]
+
+
+class WorkerProcesses(AsyncClosing):
+    """Launches ``count`` worker subprocesses against one Redis; stops them on exit.
+
+    Args:
+        count: how many workers.
+        redis: the ``[redis]`` section; ``url`` must be set (workers share it).
+        register: ``module:function`` registering the actor kinds in each worker.
+        runtime: the runtime section for the workers.
+        log_level: the workers' log level (their logs go to files, see ``log_path``).
+        env: extra environment variables for the workers (the path of the app's
+            config for its register function to read, say).
+
+    Raises:
+        ValueError: ``count`` < 1 or no Redis URL.
+
+    Example::
+
+        async with WorkerProcesses(3, config, "myapp.kinds:register") as workers:
+            ...  # talk to the actors through a RedisTransport(worker=False)
+    """
+
+    def __init__(
+        self,
+        count: int,
+        redis: RedisConfig,
+        register: str,
+        *,
+        runtime: RuntimeConfig | None = None,
+        log_level: str = "info",
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        if count < 1:
+            raise ValueError(f"count must be >= 1, got {count}")
+        if not redis.url:
+            raise ValueError("worker processes need a shared Redis: set the config's url")
+        self.count = count
+        self.redis = redis
+        self.register = register
+        self.runtime = runtime or RuntimeConfig()
+        self.log_level = log_level
+        self.env = {**os.environ, **(env or {})}
+        self.ids = [f"w{i}-{secrets.token_hex(4)}" for i in range(count)]
+        self._procs: list[subprocess.Popen[bytes] | None] = [None] * count
+        self._dir = Path(tempfile.mkdtemp(prefix="actormem-workers-"))
+
+    async def __aenter__(self) -> Self:
+        try:
+            for i in range(self.count):
+                self.start(i)
+            await self.wait_ready()
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self.aclose()
+            raise
+        return self
+
+    def log_path(self, index: int) -> Path:
+        """Where worker ``index`` writes its log."""
+        return self._dir / f"{self.ids[index]}.log"
+
+    def pid(self, index: int) -> int | None:
+        """The process id of worker ``index`` (None if not running)."""
+        proc = self._procs[index]
+        return proc.pid if proc is not None and proc.poll() is None else None
+
+    def start(self, index: int) -> None:
+        """Start worker ``index`` (again, after it was killed)."""
+        args = [
+            sys.executable,
+            "-m",
+            "actormem.runtime.redis.worker",
+            "--register",
+            self.register,
+            "--worker-id",
+            self.ids[index],
+            "--redis-json",
+            msgspec.json.encode(self.redis).decode(),
+            "--runtime-json",
+            msgspec.json.encode(self.runtime).decode(),
+            "--log-level",
+            self.log_level,
+        ]
+        with self.log_path(index).open("ab") as logfile:
+            self._procs[index] = subprocess.Popen(
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=logfile,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+            )
+
+    async def wait_ready(self, indexes: Sequence[int] | None = None) -> None:
+        """Wait until the workers have registered as live in Redis.
+
+        Raises:
+            TransportUnavailableError: a worker exited, or did not register in time
+                (the message holds the end of its log).
+        """
+        wanted = list(range(self.count)) if indexes is None else list(indexes)
+        client = connect(self.redis)
+        key = Keys(self.redis.prefix).workers()
+        deadline = time.monotonic() + _READY_TIMEOUT
+        try:
+            while wanted:
+                for i in list(wanted):
+                    proc = self._procs[i]
+                    if proc is None or proc.poll() is not None:
+                        raise TransportUnavailableError(
+                            f"worker {self.ids[i]} exited at start: {self._log_tail(i)}"
+                        )
+                    with redis_errors("waiting for the workers"):
+                        if await client.zscore(key, self.ids[i]) is not None:
+                            wanted.remove(i)
+                if time.monotonic() > deadline:
+                    raise TransportUnavailableError(
+                        f"worker {self.ids[wanted[0]]} did not start within "
+                        f"{_READY_TIMEOUT:g}s: {self._log_tail(wanted[0])}"
+                    )
+                await anyio.sleep(0.05)
+        finally:
+            await client.aclose()
+
+    def _log_tail(self, index: int) -> str:
+        path = self.log_path(index)
+        lines = path.read_text(errors="replace").strip().splitlines() if path.exists() else []
+        return lines[-1] if lines else "no output"
+
+    def kill(self, index: int) -> None:
+        """SIGKILL worker ``index`` (a crash: no cleanup, its leases just expire)."""
+        proc = self._procs[index]
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+    def signal(self, index: int, signum: int) -> None:
+        """Send ``signum`` to worker ``index`` (SIGSTOP/SIGCONT to pause it, say)."""
+        proc = self._procs[index]
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signum)
+
+    async def stop(self, index: int) -> int | None:
+        """SIGTERM worker ``index`` and wait (SIGKILL after a while); its exit code."""
+        proc = self._procs[index]
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGCONT)  # a paused worker cannot handle SIGTERM
+            proc.terminate()
+            try:
+                await anyio.to_thread.run_sync(proc.wait, _STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                await anyio.to_thread.run_sync(proc.wait)
+        return proc.returncode
+
+    async def aclose(self) -> None:
+        """Stop every worker; idempotent."""
+        with anyio.CancelScope(shield=True):
+            for i in range(self.count):
+                await self.stop(i)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m actormem.runtime.redis.worker``: one worker process (see
+    :class:`WorkerProcesses`)."""
+    from actormem.runtime.logging import configure_logging
+
+    parser = argparse.ArgumentParser(prog="python -m actormem.runtime.redis.worker")
+    parser.add_argument("--register", required=True, help="module:function")
+    parser.add_argument("--redis-json", required=True)
+    parser.add_argument("--runtime-json", default="{}")
+    parser.add_argument("--worker-id", default=None)
+    parser.add_argument("--log-level", default="info")
+    args = parser.parse_args(argv)
+    configure_logging("json", args.log_level)
+    try:
+        redis = msgspec.json.decode(args.redis_json, type=RedisConfig)
+        runtime = msgspec.json.decode(args.runtime_json, type=RuntimeConfig)
+        register = load_register(args.register)
+        anyio.run(lambda: run_worker(redis, register, runtime=runtime, worker_id=args.worker_id))
+    except (ConfigError, TransportUnavailableError, msgspec.ValidationError) as exc:
+        print(f"actormem worker: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -9,8 +9,6 @@ import pytest
 import actormem.runtime.redis
 import actormem.runtime.redis.transport
 import actormem.runtime.redis.worker
-import actormem.runtime.transports.redis
-import actormem.runtime.worker
 
 
 @pytest.mark.parametrize(
@@ -19,8 +17,6 @@ import actormem.runtime.worker
         actormem.runtime.redis,
         actormem.runtime.redis.transport,
         actormem.runtime.redis.worker,
-        actormem.runtime.transports.redis,
-        actormem.runtime.worker,
     ],
 )
 def test_all_names_what_is_importable(module: types.ModuleType) -> None:
@@ -37,8 +33,3 @@ def test_the_package_exports_every_public_name_it_imports() -> None:
         if not name.startswith("_") and not isinstance(value, types.ModuleType)
     }
     assert public - {"annotations"} == set(actormem.runtime.redis.__all__)
-
-
-def test_the_short_paths_name_the_same_transport_and_workers() -> None:
-    assert actormem.runtime.transports.redis.RedisTransport is actormem.runtime.redis.RedisTransport
-    assert actormem.runtime.worker.WorkerProcesses is actormem.runtime.redis.worker.WorkerProcesses

@@ -101,10 +101,10 @@ def _state(memory: AgentMemory) -> dict[str, Any]:
     recall = memory.recall  # made here on both sides: restored unobserved adds count
     longterm = recall.longterm.export_state()
     return {
-        "working": [m.id for m in memory._working],
-        "history": [m.id for m in memory._history],
+        "working": [m.id for m in memory._store.working],
+        "history": [m.id for m in memory._store.history],
         "stats": msgspec.structs.asdict(memory._stats()),
-        "offloaded": sorted(memory._offloaded),
+        "offloaded": sorted(memory._store.offloaded),
         "insights": [i.id for i in recall.inbox.export_state().insights],
         "longterm": sorted(e.text for e in longterm.entries),
         "episodes": _episodes(recall.episodes.export_state()),
@@ -182,5 +182,5 @@ async def test_plain_adds_store_no_snapshot_and_reload_by_replay() -> None:
             log += appends
         again = factory(ActorContext(rt, "memory/a"))
         again.durable_restore(None, log)
-        assert [m.id for m in again._working] == [m.id for m in memory._working]
+        assert [m.id for m in again._store.working] == [m.id for m in memory._store.working]
         assert again._stats() == memory._stats()

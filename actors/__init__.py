@@ -20,12 +20,8 @@ from actormem.actors.memory.handle import MemoryHandle, to_message
 from actormem.actors.messages import Message, Role, ToolCall
 from actormem.actors.pool.actor import PoolActor, PoolConfig
 from actormem.actors.pool.commands import PoolStats, ShareResult
-from actormem.actors.pool.insights import (
-    Insight,
-    InsightError,
-    InsightSignatureError,
-    sanitize_insight_text,
-)
+from actormem.actors.pool.insights import Insight, InsightError, InsightSignatureError
+from actormem.actors.pool.sanitize import sanitize_insight_text
 from actormem.actors.recall.episodes import Episode, EpisodeConfig
 from actormem.actors.recall.longterm import ControlMode, LongTermConfig, Recalled
 from actormem.actors.recall.tools import MEMORY_TOOLS, ToolArgumentsError

@@ -52,22 +52,23 @@ from actormem.actors.pool.commands import (
 )
 from actormem.actors.pool.insights import (
     DEFAULT_MAX_INSIGHT_CHARS,
-    DEFAULT_NEAR_DUPLICATE_THRESHOLD,
-    DEFAULT_SHINGLE_SIZE,
     Insight,
     InsightDelivery,
     InsightError,
     InsightSignatureError,
     InsightSigner,
-    NearDuplicateIndex,
-    clean_label,
-    sanitize_insight_text,
-    words,
 )
+from actormem.actors.pool.sanitize import clean_label, sanitize_insight_text
 from actormem.actors.pool.subscriptions import Subscriptions
 from actormem.actors.pool.vouch import AgentVoucher
 from actormem.actors.retention import SessionFileError, SessionStore
 from actormem.actors.text.bm25 import BM25, tokenize
+from actormem.actors.text.duplicates import (
+    DEFAULT_NEAR_DUPLICATE_THRESHOLD,
+    DEFAULT_SHINGLE_SIZE,
+    NearDuplicateIndex,
+    words,
+)
 from actormem.runtime import Actor, ActorContext
 from actormem.runtime.config import _Section
 from actormem.runtime.errors import ActorError, MailboxFullError, RuntimeClosedError

@@ -16,8 +16,9 @@ import msgspec
 
 from actormem.actors.messages import Message
 from actormem.actors.pool.actor import PoolConfig
-from actormem.actors.pool.insights import InboxState, Insight, InsightInbox
+from actormem.actors.pool.insights import Insight
 from actormem.actors.recall.episodes import EpisodeConfig, EpisodeState, EpisodicMemory
+from actormem.actors.recall.inbox import InboxState, InsightInbox
 from actormem.actors.recall.longterm import (
     LongTermConfig,
     LongTermMemory,

@@ -25,7 +25,7 @@ import msgspec
 from actormem.actors.conversation import group_units
 from actormem.actors.errors import MemoryInputError
 from actormem.actors.messages import Message
-from actormem.actors.pool.insights import sanitize_insight_text
+from actormem.actors.pool.sanitize import sanitize_insight_text
 from actormem.actors.text.blocks import format_time, quote, render_block
 from actormem.actors.text.bm25 import BM25
 from actormem.runtime.config import _Section

@@ -33,10 +33,11 @@ import structlog
 
 from actormem.actors.errors import MemoryInputError
 from actormem.actors.messages import Message
-from actormem.actors.pool.insights import sanitize_insight_text, words
+from actormem.actors.pool.sanitize import sanitize_insight_text
 from actormem.actors.recall.embeddings import Embedder, EmbeddingError, OpenAIEmbedder, cosine
 from actormem.actors.text.blocks import format_time, quote, render_block
 from actormem.actors.text.bm25 import BM25, tokenize
+from actormem.actors.text.duplicates import words
 from actormem.runtime.config import _Section
 from actormem.runtime.ids import new_id
 from actormem.runtime.tokens import TokenCounter

@@ -9,21 +9,21 @@ import msgspec
 import pytest
 
 from actormem.actors.pool.insights import (
-    INSIGHTS_TAG,
-    InboxState,
     Insight,
     InsightDelivery,
     InsightError,
-    InsightInbox,
     InsightSignatureError,
     InsightSigner,
-    NearDuplicateIndex,
-    clean_label,
     make_insight,
-    render_insights_block,
-    sanitize_insight_text,
-    words,
 )
+from actormem.actors.pool.sanitize import clean_label, sanitize_insight_text
+from actormem.actors.recall.inbox import (
+    INSIGHTS_TAG,
+    InboxState,
+    InsightInbox,
+    render_insights_block,
+)
+from actormem.actors.text.duplicates import NearDuplicateIndex, words
 from actormem.runtime.tokens import get_counter
 
 KEY = "k" * 32

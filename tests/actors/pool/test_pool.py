@@ -28,10 +28,10 @@ from actormem.actors.pool.insights import (
     Insight,
     InsightDelivery,
     InsightError,
-    InsightInbox,
     InsightSignatureError,
     make_insight,
 )
+from actormem.actors.recall.inbox import InsightInbox
 from actormem.actors.retention import SessionStore
 from actormem.runtime import Actor, ActorContext, Runtime, RuntimeConfig, SupervisionConfig
 from actormem.runtime.config import decode_config

@@ -12,8 +12,9 @@ import msgspec
 import pytest
 
 from actormem.actors.messages import Message
-from actormem.actors.pool.insights import InboxState, InsightInbox, make_insight
+from actormem.actors.pool.insights import make_insight
 from actormem.actors.recall.episodes import EpisodeState, EpisodicMemory
+from actormem.actors.recall.inbox import InboxState, InsightInbox
 from actormem.actors.recall.longterm import LongTermMemory, LongTermState
 from actormem.actors.retention import (
     SCHEMA_VERSION,

@@ -15,7 +15,7 @@ from typing import Any, Final
 import msgspec
 
 from actormem.actors.messages import Message
-from actormem.actors.pool.actor import PoolConfig
+from actormem.actors.pool.config import PoolConfig
 from actormem.actors.pool.insights import Insight
 from actormem.actors.recall.episodes import EpisodeConfig, EpisodeState, EpisodicMemory
 from actormem.actors.recall.inbox import InboxState, InsightInbox

@@ -12,7 +12,7 @@ import msgspec
 import pytest
 import structlog
 
-from actormem.actors.pool.actor import PoolActor, PoolConfig
+from actormem.actors.pool.actor import PoolActor
 from actormem.actors.pool.commands import (
     AgentCommand,
     GetPoolStats,
@@ -24,6 +24,7 @@ from actormem.actors.pool.commands import (
     Subscribe,
     Unsubscribe,
 )
+from actormem.actors.pool.config import PoolConfig
 from actormem.actors.pool.insights import (
     Insight,
     InsightDelivery,

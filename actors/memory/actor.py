@@ -60,6 +60,7 @@ from actormem.actors.pool.insights import InsightDelivery
 from actormem.actors.pool.vouch import AgentVoucher
 from actormem.actors.recall.agent import AgentRecall, RecallConfig
 from actormem.runtime import Actor, ActorContext, TokenCounter, get_counter
+from actormem.runtime.state import DurableChanges, SnapshotState
 
 __all__ = ("AgentMemory", "memory_factory")
 
@@ -184,7 +185,7 @@ class AgentMemory(Actor):
         recall = self._recall
         if recall is None:
             recall = self._recall = AgentRecall(
-                self.agent, self._recall_config, conversation=(_Conversation(self), MemoryExport)
+                self.agent, self._recall_config, conversation=_Conversation(self)
             )
             if self._unobserved:
                 recall.observe(self._unobserved)
@@ -291,9 +292,9 @@ class AgentMemory(Actor):
             peak_size=store.peak_size,
         )
 
-    # -- durable state (the Redis transport's protocol, actormem.runtime.redis.durable) ---------
+    # -- durable state (the protocol of actormem.runtime.state) ---------------------------
 
-    def durable_changes(self) -> tuple[list[bytes], bytes | None]:
+    def durable_changes(self) -> DurableChanges:
         """History messages added since the last call, and the rest as a snapshot when
         it changed beyond what replaying those adds restores (see :meth:`durable_restore`).
 
@@ -306,10 +307,12 @@ class AgentMemory(Actor):
         recall = self._recall
         edits = recall.edits if recall is not None else 0
         if not store.dirty and edits == self._saved_edits:
-            return appends, None
+            return DurableChanges(appends)
         store.dirty = False
         self._saved_edits = edits
-        return appends, encode_snapshot(store, self._compaction, recall, self._unobserved)
+        return DurableChanges(
+            appends, encode_snapshot(store, self._compaction, recall, self._unobserved)
+        )
 
     def durable_restore(self, snapshot: bytes | None, log: list[bytes]) -> None:
         """Rebuild the memory from what the transport stored (on activation): the
@@ -332,10 +335,12 @@ class AgentMemory(Actor):
         store.dirty = False
 
 
-class _Conversation:
-    """The conversation (working view, history, offloads) as a retention component."""
+class _Conversation(SnapshotState[MemoryExport]):
+    """The conversation (working view, history, offloads) as a retained part."""
 
     __slots__ = ("_memory",)
+
+    state_type = MemoryExport
 
     def __init__(self, memory: AgentMemory) -> None:
         self._memory = memory

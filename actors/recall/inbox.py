@@ -23,6 +23,7 @@ from actormem.actors.pool.sanitize import DEFAULT_MAX_LABEL_CHARS, sanitize_insi
 from actormem.actors.text.blocks import format_time, quote, render_block
 from actormem.actors.text.bm25 import BM25, tokenize
 from actormem.actors.text.duplicates import words
+from actormem.runtime.state import SnapshotState
 from actormem.runtime.tokens import TokenCounter
 
 __all__ = (
@@ -90,7 +91,7 @@ class InboxState(msgspec.Struct, frozen=True, kw_only=True):
     insights: list[Insight] = msgspec.field(default_factory=list)
 
 
-class InsightInbox:
+class InsightInbox(SnapshotState[InboxState]):
     """The insights one agent has received: bounded, verified, ranked for context.
 
     The agent memory actor owns one and feeds it every :class:`InsightDelivery`.
@@ -101,6 +102,8 @@ class InsightInbox:
             oldest, is dropped.
         max_chars: the longest text shown per insight.
     """
+
+    state_type = InboxState
 
     def __init__(
         self,

@@ -41,6 +41,7 @@ from actormem.actors.text.bm25 import BM25, tokenize
 from actormem.actors.text.duplicates import words
 from actormem.runtime.config import _Section
 from actormem.runtime.ids import new_id
+from actormem.runtime.state import SnapshotState
 from actormem.runtime.tokens import TokenCounter
 
 __all__ = (
@@ -191,7 +192,7 @@ class LongTermState(msgspec.Struct, frozen=True, kw_only=True):
     accessed: dict[str, float] = msgspec.field(default_factory=dict)
 
 
-class LongTermMemory:
+class LongTermMemory(SnapshotState[LongTermState]):
     """One agent's long-term memory (owned by its memory actor; not thread-safe).
 
     Args:
@@ -200,6 +201,8 @@ class LongTermMemory:
             ``embedding_base_url`` is set, else none (BM25 only).
         clock: the time source (tests pass a fake one).
     """
+
+    state_type = LongTermState
 
     def __init__(
         self,

@@ -303,7 +303,7 @@ async def test_durable_state_round_trips_through_changes_and_restore(
     async def apply(command: object) -> object:
         nonlocal snapshot
         reply = await first.receive(command)
-        appends, snap = first.durable_changes()
+        appends, snap, _ = first.durable_changes()
         stored_log.extend(appends)
         snapshot = snap if snap is not None else snapshot
         return reply

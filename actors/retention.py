@@ -98,6 +98,21 @@ class RetentionConfig(_Section, frozen=True):
         return SessionStore(self.session_dir, self.session_id)
 
 
+class RetainedPart(Durable, Protocol):
+    """A part of an agent's memory that retention keeps: :class:`Durable` by a
+    snapshot alone (its whole state on every ``durable_changes()`` call, no log),
+    and able to forget everything."""
+
+    def clear(self) -> None:
+        """Forget everything."""
+        ...
+
+
+def part_snapshot(part: Durable) -> bytes | None:
+    """The snapshot ``part`` hands over now (see :class:`RetainedPart`)."""
+    return DurableChanges(*part.durable_changes()).snapshot
+
+
 class _SessionDoc(msgspec.Struct, frozen=True, kw_only=True):
     schema: str
     version: int
@@ -238,6 +253,48 @@ class SessionStore:
         """:meth:`save` in a worker thread."""
         return await anyio.to_thread.run_sync(self.save, agent, components)
 
+    async def restore_parts(self, agent: str, parts: Mapping[str, Durable]) -> list[str] | None:
+        """Load ``agent``'s saved parts into ``parts``, all or none (each saved value is
+        a part's snapshot as JSON); parts missing from the file keep their state.
+
+        Returns:
+            The names of the parts loaded, or None when ``agent`` has no file.
+
+        Raises:
+            SessionFileError: the file is corrupt or a part's state is invalid
+                (nothing is loaded then, and the file is kept).
+        """
+        saved = await self.aload(agent)
+        if saved is None:
+            return None
+        found = {name: part for name, part in parts.items() if name in saved}
+        before = {name: part_snapshot(part) for name, part in found.items()}
+        loaded: list[str] = []
+        for name, part in found.items():
+            try:
+                part.durable_restore(msgspec.msgpack.encode(saved[name]), [])
+            except msgspec.DecodeError as exc:
+                for done in loaded:
+                    found[done].durable_restore(before[done], [])
+                raise SessionFileError(
+                    f"{self.path_for(agent)}: corrupt session file (component {name!r}: {exc})"
+                ) from exc
+            loaded.append(name)
+        return loaded
+
+    async def save_parts(self, agent: str, parts: Mapping[str, Durable]) -> Path:
+        """Save every part's snapshot, as JSON, as ``agent``'s file; return its path.
+
+        Raises:
+            SessionFileError: the file cannot be written.
+        """
+        state = {}
+        for name, part in parts.items():
+            snapshot = part_snapshot(part)
+            if snapshot is not None:
+                state[name] = msgspec.msgpack.decode(snapshot)
+        return await self.asave(agent, state)
+
 
 def _atomic_write(path: Path, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -258,21 +315,6 @@ def _atomic_write(path: Path, data: bytes) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
-
-
-class RetainedPart(Durable, Protocol):
-    """A part of an agent's memory that retention keeps: :class:`Durable` by a
-    snapshot alone (its whole state on every ``durable_changes()`` call, no log),
-    and able to forget everything."""
-
-    def clear(self) -> None:
-        """Forget everything."""
-        ...
-
-
-def part_snapshot(part: Durable) -> bytes | None:
-    """The snapshot ``part`` hands over now (see :class:`RetainedPart`)."""
-    return DurableChanges(*part.durable_changes()).snapshot
 
 
 class AgentRetention:
@@ -318,23 +360,9 @@ class AgentRetention:
         """
         if self.policy != "persistent" or self.store is None:
             return False
-        saved = await self.store.aload(self.agent)
-        if saved is None:
+        loaded = await self.store.restore_parts(self.agent, self.parts)
+        if loaded is None:
             return False
-        found = {name: part for name, part in self.parts.items() if name in saved}
-        before = {name: part_snapshot(part) for name, part in found.items()}
-        loaded: list[str] = []
-        for name, part in found.items():
-            try:
-                part.durable_restore(msgspec.msgpack.encode(saved[name]), [])
-            except msgspec.DecodeError as exc:
-                for done in loaded:  # all or nothing
-                    self.parts[done].durable_restore(before[done], [])
-                path = self.store.path_for(self.agent)
-                raise SessionFileError(
-                    f"{path}: corrupt session file (component {name!r}: {exc})"
-                ) from exc
-            loaded.append(name)
         log.info("session_restored", agent=self.agent, components=sorted(loaded))
         return True
 
@@ -342,12 +370,7 @@ class AgentRetention:
         """Save every part's state now (persistent policy only)."""
         if self.policy != "persistent" or self.store is None:
             return
-        state = {}
-        for name, part in self.parts.items():
-            snapshot = part_snapshot(part)
-            if snapshot is not None:
-                state[name] = msgspec.msgpack.decode(snapshot)
-        path = await self.store.asave(self.agent, state)
+        path = await self.store.save_parts(self.agent, self.parts)
         log.debug("session_saved", agent=self.agent, path=str(path))
 
     async def end_run(self) -> None:

@@ -56,9 +56,10 @@ from actormem.actors.pool.insights import (
 from actormem.actors.pool.sanitize import clean_label, sanitize_insight_text
 from actormem.actors.pool.subscriptions import Subscriptions
 from actormem.actors.pool.topics import MAX_ID_CHARS, Topics, check_importance, check_message_ids
-from actormem.actors.retention import SessionFileError, SessionStore
+from actormem.actors.retention import SessionStore
 from actormem.actors.text.duplicates import words
 from actormem.runtime import Actor, ActorContext
+from actormem.runtime.state import SnapshotState
 
 __all__ = ("PoolActor", "PoolState")
 
@@ -118,18 +119,11 @@ class PoolActor(Actor):
     async def on_start(self) -> None:
         if self.store is None:
             return
-        saved = await self.store.aload(self.ctx.address)
-        if saved is not None and "pool" in saved:
-            try:
-                state = msgspec.convert(saved["pool"], type=PoolState)
-            except msgspec.ValidationError as exc:
-                path = self.store.path_for(self.ctx.address)
-                raise SessionFileError(f"{path}: corrupt pool state ({exc})") from exc
-            self.load_state(state)
+        await self.store.restore_parts(self.ctx.address, {"pool": _Saved(self)})
 
     async def on_stop(self) -> None:
         if self.store is not None:
-            await self.store.asave(self.ctx.address, {"pool": self.export_state()})
+            await self.store.save_parts(self.ctx.address, {"pool": _Saved(self)})
 
     def export_state(self) -> PoolState:
         """Return the insights and subscriptions as a serialisable state."""
@@ -293,6 +287,27 @@ class PoolActor(Actor):
             topics=len(self._topics),
             agents=len(self._subs),
         )
+
+
+class _Saved(SnapshotState[PoolState]):
+    """The pool's insights and subscriptions as the part its session file keeps.
+
+    The pool itself does not implement :class:`~actormem.runtime.state.Durable`, so
+    the Redis transport does not store its state at every command.
+    """
+
+    __slots__ = ("_pool",)
+
+    state_type = PoolState
+
+    def __init__(self, pool: PoolActor) -> None:
+        self._pool = pool
+
+    def export_state(self) -> PoolState:
+        return self._pool.export_state()
+
+    def load_state(self, state: PoolState) -> None:
+        self._pool.load_state(state)
 
 
 #: The handle method that sends each command vouched for (for error messages).

@@ -131,13 +131,13 @@ class AgentMemory(Actor):
             case Stats():
                 return self._stats()
             case Export(include_history=include_history):
-                return store.export(self.agent, include_history)
+                return self._queries.export(self.agent, include_history)
             case Load(data=data, overwrite=overwrite):
                 return self._load(data, overwrite)
             case Prune(max_tokens=max_tokens, preserve_system=preserve_system):
                 return store.prune(max_tokens, preserve_system)
             case Reload(offload_id=offload_id):
-                return store.reload(offload_id)
+                return self._queries.reload(offload_id)
             case InsightDelivery(insight=insight):
                 return self.recall.accept_insight(insight)
             case HeldInsights(query=query, k=k):
@@ -346,7 +346,7 @@ class _Conversation(SnapshotState[MemoryExport]):
         self._memory = memory
 
     def export_state(self) -> MemoryExport:
-        return self._memory._store.export(self._memory.agent, include_history=True)
+        return self._memory._queries.export(self._memory.agent, include_history=True)
 
     def load_state(self, state: MemoryExport) -> None:
         self._memory._load(state, overwrite=True)

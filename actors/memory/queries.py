@@ -1,11 +1,13 @@
-"""Finding messages in an agent's store: filtered gets and substring or ranked search."""
+"""Reading an agent's messages: filtered gets, substring or ranked search, offloaded
+blocks and exports."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from actormem.actors.errors import MemoryInputError
-from actormem.actors.memory.commands import Get, Search
+from actormem.actors.memory.commands import Get, MemoryExport, Search
 from actormem.actors.memory.store import MessageStore
 from actormem.actors.messages import Message
 from actormem.actors.text.bm25 import BM25
@@ -17,7 +19,8 @@ DEFAULT_SEARCH_K = 10
 
 
 class MessageQueries:
-    """Answers ``Get`` and ``Search`` over a store, keeping the last ranked index.
+    """Answers the reads of a store (``Get``, ``Search``, ``Reload``, ``Export``),
+    keeping the last ranked index.
 
     Args:
         store: the messages searched.
@@ -93,6 +96,27 @@ class MessageQueries:
             raise MemoryInputError(f"search mode must be 'substring' or 'ranked', got {q.mode!r}")
         index = self._index(q.scope, source, q.roles is None)
         return [source[i] for i, _ in index.top(query, q.k or DEFAULT_SEARCH_K)]
+
+    def export(self, agent: str, include_history: bool) -> MemoryExport:
+        """Return the messages as an export ``load`` reads."""
+        return MemoryExport(
+            agent=agent,
+            working=list(self._store.working),
+            history=list(self._store.history) if include_history else [],
+            offloaded={k: list(v) for k, v in self._store.offloaded.items()},
+            exported_at=time.time(),
+        )
+
+    def reload(self, offload_id: str) -> list[Message]:
+        """Return the offloaded block ``offload_id``.
+
+        Raises:
+            MemoryInputError: no block has that id.
+        """
+        found = self._store.offloaded.get(offload_id)
+        if found is None:
+            raise MemoryInputError(f"reload: no offloaded content with id {offload_id!r}")
+        return list(found)
 
     def _index(self, scope: str, source: list[Message], cacheable: bool) -> BM25:
         if not cacheable:

@@ -9,7 +9,6 @@ budgets never need a recount.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 from actormem.actors.config import MemoryConfig
@@ -309,24 +308,3 @@ class MessageStore:
         if scope == "offloaded":
             return [m for block in self.offloaded.values() for m in block]
         raise MemoryInputError(f"scope must be 'working', 'history' or 'offloaded', got {scope!r}")
-
-    def export(self, agent: str, include_history: bool) -> MemoryExport:
-        """Return the messages as an export ``load`` reads."""
-        return MemoryExport(
-            agent=agent,
-            working=list(self.working),
-            history=list(self.history) if include_history else [],
-            offloaded={k: list(v) for k, v in self.offloaded.items()},
-            exported_at=time.time(),
-        )
-
-    def reload(self, offload_id: str) -> list[Message]:
-        """Return the offloaded block ``offload_id``.
-
-        Raises:
-            MemoryInputError: no block has that id.
-        """
-        found = self.offloaded.get(offload_id)
-        if found is None:
-            raise MemoryInputError(f"reload: no offloaded content with id {offload_id!r}")
-        return list(found)

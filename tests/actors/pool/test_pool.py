@@ -38,7 +38,7 @@ from actormem.runtime import Actor, ActorContext, Runtime, RuntimeConfig, Superv
 from actormem.runtime.config import decode_config
 from actormem.runtime.errors import ConfigError
 from actormem.runtime.tokens import get_counter
-from tests.actors.pool.test_insights import HOSTILE, assert_quoted_block
+from tests.actors.recall.test_inbox import HOSTILE, assert_quoted_block
 
 KEY = "pool-test-key-0123456789abcdef"
 

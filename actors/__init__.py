@@ -18,14 +18,11 @@ from actormem.actors.memory.actor import AgentMemory
 from actormem.actors.memory.commands import AddResult, MemoryExport, MemoryStats, PruneResult
 from actormem.actors.memory.handle import MemoryHandle, to_message
 from actormem.actors.messages import Message, Role, ToolCall
-from actormem.actors.pool.actor import PoolActor, PoolConfig
+from actormem.actors.pool.actor import PoolActor
 from actormem.actors.pool.commands import PoolStats, ShareResult
-from actormem.actors.pool.insights import (
-    Insight,
-    InsightError,
-    InsightSignatureError,
-    sanitize_insight_text,
-)
+from actormem.actors.pool.config import PoolConfig
+from actormem.actors.pool.insights import Insight, InsightError, InsightSignatureError
+from actormem.actors.pool.sanitize import sanitize_insight_text
 from actormem.actors.recall.episodes import Episode, EpisodeConfig
 from actormem.actors.recall.longterm import ControlMode, LongTermConfig, Recalled
 from actormem.actors.recall.tools import MEMORY_TOOLS, ToolArgumentsError

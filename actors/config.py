@@ -12,7 +12,7 @@ from typing import Final
 import msgspec
 
 from actormem.actors.compression.config import CompressionConfig
-from actormem.actors.pool.actor import PoolConfig
+from actormem.actors.pool.config import PoolConfig
 from actormem.actors.recall.episodes import EpisodeConfig
 from actormem.actors.recall.longterm import LongTermConfig
 from actormem.actors.retention import RetentionConfig

@@ -14,6 +14,10 @@ A session file is one JSON document per agent (AgentScope's ``JsonSession``)::
      "agent": "...", "saved_at": "2026-11-21T15:00:00Z",
      "components": {"longterm": {...}, "episodes": {...}, "insights": {...}}}
 
+Each component is a part's snapshot (:class:`actormem.runtime.state.Durable`,
+a msgpack value) written as JSON: the bytes the agent memory puts into its own
+snapshot on the Redis transport.
+
 It is written atomically (a temp file in the same directory, fsync, rename), so
 a crash leaves the old file or the new one, never half of one. A file that
 cannot be read raises :class:`SessionFileError` naming it and what is wrong; it
@@ -37,16 +41,18 @@ import structlog
 
 from actormem.runtime.config import _Section
 from actormem.runtime.errors import ActormemError
+from actormem.runtime.state import Durable, DurableChanges
 
 __all__ = (
     "SCHEMA",
     "SCHEMA_VERSION",
     "AgentRetention",
+    "RetainedPart",
     "RetentionConfig",
     "RetentionPolicy",
     "SessionFileError",
     "SessionStore",
-    "StateComponent",
+    "part_snapshot",
 )
 
 log = structlog.get_logger("actormem.retention")
@@ -90,6 +96,21 @@ class RetentionConfig(_Section, frozen=True):
     def store(self) -> SessionStore:
         """Return the session-file store this config names."""
         return SessionStore(self.session_dir, self.session_id)
+
+
+class RetainedPart(Durable, Protocol):
+    """A part of an agent's memory that retention keeps: :class:`Durable` by a
+    snapshot alone (its whole state on every ``durable_changes()`` call, no log),
+    and able to forget everything."""
+
+    def clear(self) -> None:
+        """Forget everything."""
+        ...
+
+
+def part_snapshot(part: Durable) -> bytes | None:
+    """The snapshot ``part`` hands over now (see :class:`RetainedPart`)."""
+    return DurableChanges(*part.durable_changes()).snapshot
 
 
 class _SessionDoc(msgspec.Struct, frozen=True, kw_only=True):
@@ -232,6 +253,48 @@ class SessionStore:
         """:meth:`save` in a worker thread."""
         return await anyio.to_thread.run_sync(self.save, agent, components)
 
+    async def restore_parts(self, agent: str, parts: Mapping[str, Durable]) -> list[str] | None:
+        """Load ``agent``'s saved parts into ``parts``, all or none (each saved value is
+        a part's snapshot as JSON); parts missing from the file keep their state.
+
+        Returns:
+            The names of the parts loaded, or None when ``agent`` has no file.
+
+        Raises:
+            SessionFileError: the file is corrupt or a part's state is invalid
+                (nothing is loaded then, and the file is kept).
+        """
+        saved = await self.aload(agent)
+        if saved is None:
+            return None
+        found = {name: part for name, part in parts.items() if name in saved}
+        before = {name: part_snapshot(part) for name, part in found.items()}
+        loaded: list[str] = []
+        for name, part in found.items():
+            try:
+                part.durable_restore(msgspec.msgpack.encode(saved[name]), [])
+            except msgspec.DecodeError as exc:
+                for done in loaded:
+                    found[done].durable_restore(before[done], [])
+                raise SessionFileError(
+                    f"{self.path_for(agent)}: corrupt session file (component {name!r}: {exc})"
+                ) from exc
+            loaded.append(name)
+        return loaded
+
+    async def save_parts(self, agent: str, parts: Mapping[str, Durable]) -> Path:
+        """Save every part's snapshot, as JSON, as ``agent``'s file; return its path.
+
+        Raises:
+            SessionFileError: the file cannot be written.
+        """
+        state = {}
+        for name, part in parts.items():
+            snapshot = part_snapshot(part)
+            if snapshot is not None:
+                state[name] = msgspec.msgpack.decode(snapshot)
+        return await self.asave(agent, state)
+
 
 def _atomic_write(path: Path, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -254,34 +317,19 @@ def _atomic_write(path: Path, data: bytes) -> None:
         os.close(dir_fd)
 
 
-class StateComponent(Protocol):
-    """A part of an agent's memory that can be saved, restored and cleared."""
-
-    def export_state(self) -> Any:
-        """Return the state as a msgspec Struct (or JSON-able value)."""
-        ...
-
-    def load_state(self, state: Any) -> None:
-        """Replace the state."""
-        ...
-
-    def clear(self) -> None:
-        """Forget everything."""
-        ...
-
-
 class AgentRetention:
-    """Applies one agent's retention policy to its memory components.
+    """Applies one agent's retention policy to the parts of its memory.
 
     The agent memory actor makes one in ``on_start`` (then awaits
     :meth:`restore`), calls :meth:`end_run` when a run ends and :meth:`close` in
-    ``on_stop``.
+    ``on_stop``. A part's snapshot is msgpack; in the session file it is the same
+    value as JSON (one object per part, under its name).
 
     Args:
         agent: the agent's name.
         policy: its retention policy.
         store: where persistent state goes (needed for ``persistent`` only).
-        components: name → (component, the type its saved state decodes to).
+        parts: name → part.
 
     Raises:
         ValueError: ``persistent`` without a store.
@@ -292,57 +340,44 @@ class AgentRetention:
         agent: str,
         policy: RetentionPolicy,
         store: SessionStore | None,
-        components: Mapping[str, tuple[StateComponent, type[Any]]],
+        parts: Mapping[str, RetainedPart],
     ) -> None:
         if policy == "persistent" and store is None:
             raise ValueError(f"agent {agent!r}: the persistent policy needs a session store")
         self.agent = agent
         self.policy = policy
         self.store = store
-        self.components = dict(components)
+        self.parts = dict(parts)
 
     async def restore(self) -> bool:
         """Load the saved state (persistent policy only); return True if there was one.
 
-        Components missing from the file keep their state.
+        Parts missing from the file keep their state.
 
         Raises:
-            SessionFileError: the file is corrupt or a component's state is invalid
+            SessionFileError: the file is corrupt or a part's state is invalid
                 (nothing is loaded then, and the file is kept).
         """
         if self.policy != "persistent" or self.store is None:
             return False
-        saved = await self.store.aload(self.agent)
-        if saved is None:
+        loaded = await self.store.restore_parts(self.agent, self.parts)
+        if loaded is None:
             return False
-        states = {}
-        for name, (_, state_type) in self.components.items():
-            if name in saved:
-                try:
-                    states[name] = msgspec.convert(saved[name], type=state_type)
-                except (msgspec.ValidationError, ValueError) as exc:
-                    path = self.store.path_for(self.agent)
-                    raise SessionFileError(
-                        f"{path}: corrupt session file (component {name!r}: {exc})"
-                    ) from exc
-        for name, state in states.items():
-            self.components[name][0].load_state(state)
-        log.info("session_restored", agent=self.agent, components=sorted(states))
+        log.info("session_restored", agent=self.agent, components=sorted(loaded))
         return True
 
     async def save(self) -> None:
-        """Save every component's state now (persistent policy only)."""
+        """Save every part's state now (persistent policy only)."""
         if self.policy != "persistent" or self.store is None:
             return
-        state = {name: comp.export_state() for name, (comp, _) in self.components.items()}
-        path = await self.store.asave(self.agent, state)
+        path = await self.store.save_parts(self.agent, self.parts)
         log.debug("session_saved", agent=self.agent, path=str(path))
 
     async def end_run(self) -> None:
         """A run ended: clear (single_run), or save (persistent); session keeps all."""
         if self.policy == "single_run":
-            for comp, _ in self.components.values():
-                comp.clear()
+            for part in self.parts.values():
+                part.clear()
         else:
             await self.save()
 

@@ -33,8 +33,9 @@ import structlog
 
 from actormem.actors.compression._layout import Layout
 from actormem.actors.compression.config import CompressionConfig
+from actormem.actors.compression.draft import PassContext, Strategy
 from actormem.actors.compression.protocol import CompressionOutcome
-from actormem.actors.compression.strategies import STRATEGIES, PassContext, Strategy
+from actormem.actors.compression.strategies import STRATEGIES
 from actormem.actors.compression.summarizers import RunUsage, Summarizer
 from actormem.actors.conversation import check_openai_messages
 from actormem.actors.messages import Message, count_tokens

@@ -15,17 +15,17 @@ from typing import Any, Final
 import msgspec
 
 from actormem.actors.messages import Message
-from actormem.actors.pool.actor import PoolConfig
-from actormem.actors.pool.insights import InboxState, Insight, InsightInbox
-from actormem.actors.recall.episodes import EpisodeConfig, EpisodeState, EpisodicMemory
+from actormem.actors.pool.config import PoolConfig
+from actormem.actors.pool.insights import Insight
+from actormem.actors.recall.episodes import EpisodeConfig, EpisodicMemory
+from actormem.actors.recall.inbox import InsightInbox
 from actormem.actors.recall.longterm import (
     LongTermConfig,
     LongTermMemory,
-    LongTermState,
     render_memories_block,
 )
 from actormem.actors.recall.tools import LongTermControl
-from actormem.actors.retention import AgentRetention, RetentionConfig, StateComponent
+from actormem.actors.retention import AgentRetention, RetainedPart, RetentionConfig, part_snapshot
 from actormem.runtime import TokenCounter
 
 __all__ = ("REPLY_ROLES", "AgentRecall", "RecallConfig")
@@ -36,7 +36,6 @@ REPLY_ROLES: Final = frozenset({"assistant", "agent_response"})
 BLOCK_SHARE: Final = 0.25
 #: Tokens of chat framing around the recall system message (role, separators).
 BLOCK_FRAMING: Final = 8
-_encoder: Final = msgspec.msgpack.Encoder()
 
 
 class RecallConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -54,7 +53,7 @@ class AgentRecall:
     Args:
         agent: the agent's name.
         config: the sections it reads.
-        conversation: the memory actor's own state as a retention component (so
+        conversation: the memory actor's own state as a retained part (so
             ``single_run`` clears and ``persistent`` saves the conversation too).
     """
 
@@ -62,7 +61,7 @@ class AgentRecall:
         self,
         agent: str,
         config: RecallConfig,
-        conversation: tuple[StateComponent, type[Any]] | None = None,
+        conversation: RetainedPart | None = None,
     ) -> None:
         self.agent = agent
         self.inbox = InsightInbox(signer=config.pool.signer())
@@ -76,18 +75,19 @@ class AgentRecall:
         # Changes other than observe()'s (which replays from the added messages).
         self._edits = 0
         self._cached: tuple[tuple[Any, ...], list[str]] | None = None
-        components: dict[str, tuple[StateComponent, type[Any]]] = {
-            "insights": (self.inbox, InboxState),
-            "longterm": (self.longterm, LongTermState),
-            "episodes": (self.episodes, EpisodeState),
+        # Recall's own parts: in the memory's durable snapshot, and kept by retention
+        # together with the conversation.
+        self._parts: dict[str, RetainedPart] = {
+            "insights": self.inbox,
+            "longterm": self.longterm,
+            "episodes": self.episodes,
         }
+        retained = dict(self._parts)
         if conversation is not None:
-            components["conversation"] = conversation
+            retained["conversation"] = conversation
         policy = config.retention.policy_for(agent)
         store = config.retention.store() if policy == "persistent" else None
-        self.retention = AgentRetention(agent, policy, store, components)
-        self._state_types = {name: t for name, (_, t) in components.items()}
-        self._components = components
+        self.retention = AgentRetention(agent, policy, store, retained)
 
     def observe(self, messages: Sequence[Message]) -> None:
         """Take in messages just added: episodes always; long-term memory after a reply.
@@ -186,26 +186,22 @@ class AgentRecall:
 
     def component_states(self) -> dict[str, bytes]:
         """Every component's state, encoded (for the durable snapshot)."""
-        return {
-            name: _encoder.encode(component.export_state())
-            for name, (component, _) in self._components.items()
-            if name != "conversation"
-        }
+        states = {name: part_snapshot(part) for name, part in self._parts.items()}
+        return {name: state for name, state in states.items() if state is not None}
 
     def load_component_states(self, states: dict[str, bytes]) -> None:
         """Load what :meth:`component_states` returned."""
         for name, data in states.items():
-            entry = self._components.get(name)
-            if entry is not None and name != "conversation":
-                entry[0].load_state(msgspec.msgpack.decode(data, type=self._state_types[name]))
+            part = self._parts.get(name)
+            if part is not None:
+                part.durable_restore(data, [])
         self._generation += 1
         self._edits += 1
 
     def clear(self) -> None:
         """Forget everything held here (not the conversation)."""
-        for name, (component, _) in self._components.items():
-            if name != "conversation":
-                component.clear()
+        for part in self._parts.values():
+            part.clear()
         self._since_reply = []
         self._generation += 1
         self._edits += 1

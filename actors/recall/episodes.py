@@ -25,11 +25,12 @@ import msgspec
 from actormem.actors.conversation import group_units
 from actormem.actors.errors import MemoryInputError
 from actormem.actors.messages import Message
-from actormem.actors.pool.insights import sanitize_insight_text
+from actormem.actors.pool.sanitize import sanitize_insight_text
 from actormem.actors.text.blocks import format_time, quote, render_block
 from actormem.actors.text.bm25 import BM25
 from actormem.runtime.config import _Section
 from actormem.runtime.ids import new_id
+from actormem.runtime.state import SnapshotState
 from actormem.runtime.tokens import TokenCounter
 
 __all__ = (
@@ -162,7 +163,7 @@ def _check_metadata(metadata: Any) -> dict[str, Any]:
     return dict(metadata)
 
 
-class EpisodicMemory:
+class EpisodicMemory(SnapshotState[EpisodeState]):
     """Episodes plus core / working / episodic memory for one agent.
 
     Args:
@@ -170,6 +171,8 @@ class EpisodicMemory:
         summarizer: makes an episode's summary; an extractive one by default.
         clock: the time source.
     """
+
+    state_type = EpisodeState
 
     def __init__(
         self,

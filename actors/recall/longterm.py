@@ -33,12 +33,15 @@ import structlog
 
 from actormem.actors.errors import MemoryInputError
 from actormem.actors.messages import Message
-from actormem.actors.pool.insights import sanitize_insight_text, words
+from actormem.actors.pool.sanitize import sanitize_insight_text
 from actormem.actors.recall.embeddings import Embedder, EmbeddingError, OpenAIEmbedder, cosine
+from actormem.actors.recall.ranking import score_components
 from actormem.actors.text.blocks import format_time, quote, render_block
 from actormem.actors.text.bm25 import BM25, tokenize
+from actormem.actors.text.duplicates import words
 from actormem.runtime.config import _Section
 from actormem.runtime.ids import new_id
+from actormem.runtime.state import SnapshotState
 from actormem.runtime.tokens import TokenCounter
 
 __all__ = (
@@ -189,22 +192,7 @@ class LongTermState(msgspec.Struct, frozen=True, kw_only=True):
     accessed: dict[str, float] = msgspec.field(default_factory=dict)
 
 
-def _normalise(values: list[float], min_span: float = 1e-9) -> list[float]:
-    """Min-max normalise to 0..1, but never stretch a spread below ``min_span``.
-
-    Plain min-max maps any spread, however tiny, onto the whole 0..1 range, so
-    memories recorded a second apart would differ in recency as much as memories
-    a year apart. Dividing by at least ``min_span`` keeps small spreads small;
-    equal values all get 1.0 (or 0.0 when they are all 0).
-    """
-    lo, hi = min(values), max(values)
-    if hi - lo <= 1e-12:
-        return [1.0 if hi > 0 else 0.0] * len(values)
-    span = max(hi - lo, min_span)
-    return [1.0 - (hi - v) / span for v in values]
-
-
-class LongTermMemory:
+class LongTermMemory(SnapshotState[LongTermState]):
     """One agent's long-term memory (owned by its memory actor; not thread-safe).
 
     Args:
@@ -213,6 +201,8 @@ class LongTermMemory:
             ``embedding_base_url`` is set, else none (BM25 only).
         clock: the time source (tests pass a fake one).
     """
+
+    state_type = LongTermState
 
     def __init__(
         self,
@@ -425,13 +415,12 @@ class LongTermMemory:
             ids = list(self._entries)
         cfg = self.config
         now = self.clock()
-        hours = [max(0.0, now - self._accessed[i]) / cfg.recency_unit_seconds for i in ids]
-        # A spread under one time unit's decay counts for less than the full range.
-        recency = _normalise(
-            [cfg.recency_decay**h for h in hours], min_span=1.0 - cfg.recency_decay
+        components = score_components(
+            [max(0.0, now - self._accessed[i]) / cfg.recency_unit_seconds for i in ids],
+            [self._entries[i].importance for i in ids],
+            [relevance.get(i, 0.0) for i in ids],
+            cfg.recency_decay,
         )
-        importance = _normalise([self._entries[i].importance for i in ids])
-        relevant = _normalise([relevance.get(i, 0.0) for i in ids])
         scored = [
             Recalled(
                 entry=self._entries[i],
@@ -442,7 +431,7 @@ class LongTermMemory:
                 importance=im,
                 relevance=rl,
             )
-            for i, rc, im, rl in zip(ids, recency, importance, relevant, strict=True)
+            for i, (rc, im, rl) in zip(ids, components, strict=True)
         ]
         scored.sort(key=lambda r: (-r.score, -r.entry.created))
         top = scored[:k]

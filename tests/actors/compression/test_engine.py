@@ -17,7 +17,8 @@ from actormem.actors.compression import (
     compress,
     render_problems,
 )
-from actormem.actors.compression.strategies import STRATEGIES, Candidate, PassContext
+from actormem.actors.compression.draft import Candidate, PassContext
+from actormem.actors.compression.strategies import STRATEGIES
 from actormem.actors.compression.summarizers import Purpose
 from actormem.actors.messages import Message
 from actormem.runtime.tokens import get_counter

@@ -13,12 +13,12 @@ from actormem.actors.compression import (
     OfflineSummarizer,
     compress,
 )
+from actormem.actors.compression.rounds import summarize_rounds
 from actormem.actors.compression.strategies import (
     compress_current_round,
     compress_tool_runs,
     offload_large,
     offload_large_keep_recent,
-    summarize_rounds,
 )
 from actormem.actors.messages import Message, ToolCall
 from actormem.runtime.tokens import get_counter

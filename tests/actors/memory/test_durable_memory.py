@@ -101,10 +101,10 @@ def _state(memory: AgentMemory) -> dict[str, Any]:
     recall = memory.recall  # made here on both sides: restored unobserved adds count
     longterm = recall.longterm.export_state()
     return {
-        "working": [m.id for m in memory._working],
-        "history": [m.id for m in memory._history],
+        "working": [m.id for m in memory._store.working],
+        "history": [m.id for m in memory._store.history],
         "stats": msgspec.structs.asdict(memory._stats()),
-        "offloaded": sorted(memory._offloaded),
+        "offloaded": sorted(memory._store.offloaded),
         "insights": [i.id for i in recall.inbox.export_state().insights],
         "longterm": sorted(e.text for e in longterm.entries),
         "episodes": _episodes(recall.episodes.export_state()),
@@ -145,7 +145,7 @@ def test_a_reload_rebuilds_the_state_the_commands_left(script: list[Any]) -> Non
                 if command == "reload":
                     before = _state(memory)
                     # Making recall for the comparison is itself no change to store.
-                    appends, snap = memory.durable_changes()
+                    appends, snap, _ = memory.durable_changes()
                     stored_log += appends
                     snapshot = snap if snap is not None else snapshot
                     memory = fresh(snapshot, stored_log)
@@ -156,11 +156,11 @@ def test_a_reload_rebuilds_the_state_the_commands_left(script: list[Any]) -> Non
                 except Exception as exc:  # bad input for this state: nothing changes
                     # (ContextBudgetError among them: a budget below the system messages)
                     assert isinstance(exc, MemoryInputError), exc
-                appends, snap = memory.durable_changes()
+                appends, snap, _ = memory.durable_changes()
                 stored_log += appends
                 snapshot = snap if snap is not None else snapshot
             before = _state(memory)
-            appends, snap = memory.durable_changes()
+            appends, snap, _ = memory.durable_changes()
             stored_log += appends
             snapshot = snap if snap is not None else snapshot
             assert _state(fresh(snapshot, stored_log)) == before
@@ -177,10 +177,10 @@ async def test_plain_adds_store_no_snapshot_and_reload_by_replay() -> None:
         log: list[bytes] = []
         for i in range(50):
             await memory.receive(Add(messages=[Message(role="user", content=f"hello {i}")]))
-            appends, snap = memory.durable_changes()
+            appends, snap, _ = memory.durable_changes()
             assert snap is None  # the commit carries one message, whatever the size
             log += appends
         again = factory(ActorContext(rt, "memory/a"))
         again.durable_restore(None, log)
-        assert [m.id for m in again._working] == [m.id for m in memory._working]
+        assert [m.id for m in again._store.working] == [m.id for m in memory._store.working]
         assert again._stats() == memory._stats()

@@ -303,7 +303,7 @@ async def test_durable_state_round_trips_through_changes_and_restore(
     async def apply(command: object) -> object:
         nonlocal snapshot
         reply = await first.receive(command)
-        appends, snap = first.durable_changes()
+        appends, snap, _ = first.durable_changes()
         stored_log.extend(appends)
         snapshot = snap if snap is not None else snapshot
         return reply
@@ -320,7 +320,7 @@ async def test_durable_state_round_trips_through_changes_and_restore(
     second.durable_restore(snapshot, stored_log)
     found = await second.receive(Search(query="vault"))
     assert [m.id for m in found] == [m.id for m in msgs if "vault" in m.text()]
-    assert [m.id for m in second._working] == [m.id for m in first._working]
+    assert [m.id for m in second._store.working] == [m.id for m in first._store.working]
     assert second._stats() == first._stats()
 
     await apply(Clear(history=True))

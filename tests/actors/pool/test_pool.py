@@ -12,7 +12,7 @@ import msgspec
 import pytest
 import structlog
 
-from actormem.actors.pool.actor import PoolActor, PoolConfig
+from actormem.actors.pool.actor import PoolActor
 from actormem.actors.pool.commands import (
     AgentCommand,
     GetPoolStats,
@@ -24,20 +24,21 @@ from actormem.actors.pool.commands import (
     Subscribe,
     Unsubscribe,
 )
+from actormem.actors.pool.config import PoolConfig
 from actormem.actors.pool.insights import (
     Insight,
     InsightDelivery,
     InsightError,
-    InsightInbox,
     InsightSignatureError,
     make_insight,
 )
+from actormem.actors.recall.inbox import InsightInbox
 from actormem.actors.retention import SessionStore
 from actormem.runtime import Actor, ActorContext, Runtime, RuntimeConfig, SupervisionConfig
 from actormem.runtime.config import decode_config
 from actormem.runtime.errors import ConfigError
 from actormem.runtime.tokens import get_counter
-from tests.actors.pool.test_insights import HOSTILE, assert_quoted_block
+from tests.actors.recall.test_inbox import HOSTILE, assert_quoted_block
 
 KEY = "pool-test-key-0123456789abcdef"
 

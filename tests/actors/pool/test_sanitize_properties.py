@@ -8,7 +8,7 @@ import unicodedata
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actormem.actors.pool.insights import sanitize_insight_text
+from actormem.actors.pool.sanitize import sanitize_insight_text
 from actormem.actors.text.blocks import quote
 
 #: Text that leans on the characters attackers use: format and control characters,

@@ -12,8 +12,9 @@ import msgspec
 import pytest
 
 from actormem.actors.messages import Message
-from actormem.actors.pool.insights import InboxState, InsightInbox, make_insight
-from actormem.actors.recall.episodes import EpisodeState, EpisodicMemory
+from actormem.actors.pool.insights import make_insight
+from actormem.actors.recall.episodes import EpisodicMemory
+from actormem.actors.recall.inbox import InsightInbox
 from actormem.actors.recall.longterm import LongTermMemory, LongTermState
 from actormem.actors.retention import (
     SCHEMA_VERSION,
@@ -51,11 +52,7 @@ class AgentMemory(Actor):
             ctx.key,
             config.policy_for(ctx.key),
             config.store(),
-            {
-                "longterm": (self.longterm, LongTermState),
-                "episodes": (self.episodes, EpisodeState),
-                "insights": (self.inbox, InboxState),
-            },
+            {"longterm": self.longterm, "episodes": self.episodes, "insights": self.inbox},
         )
 
     async def on_start(self) -> None:
@@ -174,9 +171,61 @@ def test_a_bad_component_state_is_a_clear_error(tmp_path: Path) -> None:
     store = SessionStore(tmp_path)
     store.save("ada", {"longterm": {"version": 1, "entries": [{"id": 3}]}})
     memory = LongTermMemory()
-    retention = AgentRetention("ada", "persistent", store, {"longterm": (memory, LongTermState)})
+    retention = AgentRetention("ada", "persistent", store, {"longterm": memory})
     with pytest.raises(SessionFileError, match="component 'longterm'"):
         anyio.run(retention.restore)
+
+
+#: A session file as version 1 of the format has it (the parts' states as JSON).
+SESSION_V1 = b"""{
+  "schema": "actormem.session", "version": 1, "session_id": "default", "agent": "ada",
+  "saved_at": "2026-11-21T15:00:00Z",
+  "components": {
+    "longterm": {"version": 1, "accessed": {"e1": 1700000000.0},
+      "entries": [{"id": "e1", "text": "The lighthouse keeper is called Ivo.",
+                   "importance": 0.9, "created": 1700000000.0, "speaker": "user",
+                   "source_message_ids": ["m1"]}]},
+    "insights": {"version": 1, "insights": [{"id": "i1", "text": "the lamp is lit",
+      "topic": "t", "importance": 0.5, "source": "bob", "created": 1700000000.0}]}
+  }
+}"""
+
+
+def test_a_saved_session_file_is_read_and_written_back_the_same(tmp_path: Path) -> None:
+    store = SessionStore(tmp_path)
+    path = store.path_for("ada")
+    path.parent.mkdir(parents=True)
+    path.write_bytes(SESSION_V1)
+    longterm, inbox = LongTermMemory(), InsightInbox()
+    retention = AgentRetention(
+        "ada", "persistent", store, {"longterm": longterm, "insights": inbox}
+    )
+    assert anyio.run(retention.restore)
+    assert [e.text for e in longterm.entries()] == ["The lighthouse keeper is called Ivo."]
+    assert [i.source for i in inbox] == ["bob"]
+    anyio.run(retention.save)
+    assert json.loads(path.read_bytes())["components"] == {
+        "longterm": json.loads(msgspec.json.encode(longterm.export_state())),
+        "insights": json.loads(msgspec.json.encode(inbox.export_state())),
+    }
+
+
+def test_one_bad_part_loads_no_part(tmp_path: Path) -> None:
+    store = SessionStore(tmp_path)
+    store.save(
+        "ada",
+        {
+            "insights": msgspec.json.decode(SESSION_V1)["components"]["insights"],
+            "longterm": {"version": 1, "entries": [{"id": 3}]},
+        },
+    )
+    longterm, inbox = LongTermMemory(), InsightInbox()
+    retention = AgentRetention(
+        "ada", "persistent", store, {"insights": inbox, "longterm": longterm}
+    )
+    with pytest.raises(SessionFileError, match="component 'longterm'"):
+        anyio.run(retention.restore)
+    assert len(inbox) == 0 and len(longterm) == 0
 
 
 def test_agent_names_cannot_escape_the_directory(tmp_path: Path) -> None:

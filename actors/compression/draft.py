@@ -1,0 +1,265 @@
+"""A compression pass's machinery: what a strategy proposes, what it needs, and the
+draft of the next view it builds by replacing spans with summaries or offloads.
+
+Every replaced message is stored under a reload id that the replacement names,
+and a summary lists the ids of the messages it stands for in
+``metadata["summarized_ids"]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Final
+
+import anyio
+
+from actormem.actors.compression.config import CompressionConfig
+from actormem.actors.compression.offload import offload_hint
+from actormem.actors.compression.summarizers import Purpose, RunUsage, Summarizer
+from actormem.actors.messages import Message, count_tokens
+from actormem.runtime.ids import new_id
+from actormem.runtime.tokens import TokenCounter
+
+__all__ = (
+    "SUMMARY_OVERHEAD",
+    "Candidate",
+    "Draft",
+    "Job",
+    "PassContext",
+    "Strategy",
+    "is_summary",
+    "run_jobs",
+    "summary_builder",
+)
+
+#: Tokens of a summary message besides its summary text (label, hint, framing).
+SUMMARY_OVERHEAD: Final = 48
+
+
+class Candidate:
+    """A strategy's proposal: the next view and the originals it stored away."""
+
+    __slots__ = ("offloaded", "view")
+
+    def __init__(self, view: list[Message], offloaded: dict[str, list[Message]]) -> None:
+        self.view = view
+        self.offloaded = offloaded
+
+
+class PassContext:
+    """What a strategy needs besides the view: config, token counter, summarizer."""
+
+    __slots__ = ("config", "counter", "summarizer", "usage")
+
+    def __init__(
+        self,
+        config: CompressionConfig,
+        counter: TokenCounter,
+        summarizer: Summarizer,
+        usage: RunUsage,
+    ) -> None:
+        self.config = config
+        self.counter = counter
+        self.summarizer = summarizer
+        self.usage = usage
+
+    def counted(self, message: Message) -> Message:
+        """Return ``message`` with its token count cached."""
+        return message.with_tokens(count_tokens(message, self.counter))
+
+    def target(self, tokens: int) -> int:
+        """The summary size aimed at for a span of ``tokens`` tokens."""
+        cfg = self.config
+        return max(
+            cfg.summary_min_tokens, min(cfg.summary_max_tokens, int(tokens * cfg.summary_ratio))
+        )
+
+    async def summarize(
+        self, messages: Sequence[Message], max_tokens: int, purpose: Purpose
+    ) -> str:
+        """Summarize ``messages`` in at most ``max_tokens`` tokens ("" for no messages)."""
+        if not messages:
+            return ""
+        return await self.summarizer.summarize(
+            messages, max_tokens=max(1, max_tokens), purpose=purpose, usage=self.usage
+        )
+
+    async def summarize_many(self, jobs: Sequence[Job]) -> list[str]:
+        """Summarize every job's span, up to ``summary_concurrency`` at a time, in order.
+
+        An LLM summary takes seconds; a view of a hundred rounds must not take a
+        hundred of them in a row.
+        """
+        bodies = [""] * len(jobs)
+        sync = getattr(self.summarizer, "summarize_sync", None)
+        if sync is not None:
+            # CPU work with nothing to wait for: yielding between spans would only
+            # queue the compressor behind every other task, many times per pass.
+            for index, job in enumerate(jobs):
+                if job.messages:
+                    self.usage.summaries += 1
+                    bodies[index] = sync(job.messages, max(1, job.target))
+            return bodies
+        limiter = anyio.CapacityLimiter(self.config.summary_concurrency)
+
+        async def one(index: int, job: Job) -> None:
+            async with limiter:
+                bodies[index] = await self.summarize(job.messages, job.target, job.purpose)
+
+        if len(jobs) == 1:
+            await one(0, jobs[0])
+        elif jobs:
+            async with anyio.create_task_group() as tg:
+                for index, job in enumerate(jobs):
+                    tg.start_soon(one, index, job)
+        return bodies
+
+
+class Job:
+    """One span to replace: what to summarize, how big, and how to build the replacement."""
+
+    __slots__ = ("build", "hi", "lo", "messages", "purpose", "target")
+
+    def __init__(
+        self,
+        lo: int,
+        hi: int,
+        messages: Sequence[Message],
+        target: int,
+        purpose: Purpose,
+        build: Callable[[str], Message],
+    ) -> None:
+        self.lo = lo
+        self.hi = hi
+        self.messages = messages
+        self.target = target
+        self.purpose = purpose
+        self.build = build
+
+
+async def run_jobs(
+    ctx: PassContext, draft: Draft, jobs: list[Job], *, may_grow: bool = True
+) -> None:
+    """Summarize the jobs' spans, then replace each span where that shrinks it.
+
+    ``may_grow``: a merge of many small messages may cost a few tokens when the
+    message count is what is over (see :meth:`Draft.accept`).
+    """
+    bodies = await ctx.summarize_many(jobs)
+    for job, body in zip(jobs, bodies, strict=True):
+        draft.accept(job.lo, job.hi, [job.build(body)], may_grow=may_grow)
+
+
+Strategy = Callable[[PassContext, list[Message]], Awaitable[Candidate | None]]
+
+
+class Draft:
+    """Collects replacements of ranges of a view, then builds the new view."""
+
+    def __init__(self, ctx: PassContext, view: list[Message]) -> None:
+        self.ctx = ctx
+        self.view = view
+        self.replaced: dict[int, tuple[int, list[Message]]] = {}
+        self.offloaded: dict[str, list[Message]] = {}
+        self.count_over = len(view) > ctx.config.target_messages
+
+    def accept(self, lo: int, hi: int, new: list[Message], *, may_grow: bool = True) -> bool:
+        """Replace ``view[lo:hi]`` with ``new`` if that shrinks it; True if it did.
+
+        With ``may_grow`` a replacement with fewer messages but more tokens counts
+        too, while the message count is over its target.
+        """
+        old = self.view[lo:hi]
+        old_tokens = sum(m.tokens for m in old)
+        new_tokens = sum(m.tokens for m in new)
+        fewer = len(new) < len(old)
+        # Tokens must drop, except that merging many small messages into one may
+        # cost a few tokens when the message count is what is over budget.
+        if not (new_tokens < old_tokens and len(new) <= len(old)) and not (
+            may_grow and fewer and self.count_over
+        ):
+            return False
+        self.replaced[lo] = (hi, new)
+        return True
+
+    def store(self, originals: list[Message]) -> str:
+        """Keep ``originals`` under a new reload id; return the id."""
+        reload_id = new_id()
+        self.offloaded[reload_id] = list(originals)
+        return reload_id
+
+    def candidate(self) -> Candidate | None:
+        """The view with every accepted replacement, or None when there is none."""
+        if not self.replaced:
+            return None
+        out: list[Message] = []
+        i = 0
+        while i < len(self.view):
+            hit = self.replaced.get(i)
+            if hit is None:
+                out.append(self.view[i])
+                i += 1
+            else:
+                out.extend(hit[1])
+                i = hit[0]
+        used = {m.metadata.get("reload_id") or m.metadata.get("offloaded") for m in out}
+        return Candidate(out, {k: v for k, v in self.offloaded.items() if k in used})
+
+
+def summary_builder(
+    ctx: PassContext,
+    draft: Draft,
+    originals: Sequence[Message],
+    *,
+    label: str,
+    kind: str,
+    strategy: str,
+    before: str = "",
+) -> Callable[[str], Message]:
+    """Return what builds the summary of ``originals`` from its body (storing the originals)."""
+
+    def build(body: str) -> Message:
+        reload_id = draft.store(list(originals))
+        text = f"{before}\n{body}" if before and body else before or body
+        return _summary(
+            ctx, originals, text, label=label, kind=kind, strategy=strategy, reload_id=reload_id
+        )
+
+    return build
+
+
+def _summary(
+    ctx: PassContext,
+    originals: Sequence[Message],
+    body: str,
+    *,
+    label: str,
+    kind: str,
+    strategy: str,
+    reload_id: str,
+) -> Message:
+    """The message standing for ``originals``: a label, the body, and the reload hint."""
+    hint = offload_hint(reload_id, f"{len(originals)} messages")
+    metadata: dict[str, Any] = {
+        "compressed": kind,
+        "strategy": strategy,
+        "reload_id": reload_id,
+        "summarized_ids": [m.id for m in originals],
+    }
+    weights = [m.importance for m in originals if m.importance is not None]
+    return ctx.counted(
+        Message(
+            role="assistant",
+            content=f"[{label}] {body}\n{hint}",
+            metadata=metadata,
+            # The summary stands for its most important message, and sorts where
+            # the span ended, so time filters and importance ranking still work.
+            importance=max(weights) if weights else None,
+            timestamp=originals[-1].timestamp,
+        )
+    )
+
+
+def is_summary(messages: Sequence[Message]) -> bool:
+    """True when ``messages`` is one message a compression wrote."""
+    return len(messages) == 1 and "compressed" in messages[0].metadata

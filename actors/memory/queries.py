@@ -1,0 +1,129 @@
+"""Reading an agent's messages: filtered gets, substring or ranked search, offloaded
+blocks and exports."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from actormem.actors.errors import MemoryInputError
+from actormem.actors.memory.commands import Get, MemoryExport, Search
+from actormem.actors.memory.store import MessageStore
+from actormem.actors.messages import Message
+from actormem.actors.text.bm25 import BM25
+
+__all__ = ("DEFAULT_SEARCH_K", "MessageQueries")
+
+#: Results a ranked search returns when the caller gives no ``k``.
+DEFAULT_SEARCH_K = 10
+
+
+class MessageQueries:
+    """Answers the reads of a store (``Get``, ``Search``, ``Reload``, ``Export``),
+    keeping the last ranked index.
+
+    Args:
+        store: the messages searched.
+        important_threshold: the importance at or above which a message is important.
+    """
+
+    __slots__ = ("_bm25", "_important_threshold", "_store")
+
+    def __init__(self, store: MessageStore, important_threshold: float) -> None:
+        self._store = store
+        self._important_threshold = important_threshold
+        self._bm25: tuple[tuple[str, int, int], BM25] | None = None
+
+    def get(self, q: Get) -> list[Message]:
+        """The messages of ``q.scope`` that pass every filter ``q`` sets, oldest first.
+
+        Raises:
+            MemoryInputError: a negative ``recent_n`` or an unknown scope.
+        """
+        if q.recent_n is not None and q.recent_n < 0:
+            raise MemoryInputError(f"recent_n must be >= 0, got {q.recent_n}")
+        tests: list[Callable[[Message], bool]] = []
+        if q.roles is not None:
+            roles = set(q.roles)
+            tests.append(lambda m: m.role in roles)
+        if q.names is not None:
+            names = set(q.names)
+            tests.append(lambda m: m.name in names)
+        if q.metadata:
+            wanted = q.metadata.items()
+            tests.append(lambda m: all(m.metadata.get(k) == v for k, v in wanted))
+        if q.since is not None:
+            since = q.since
+            tests.append(lambda m: m.timestamp >= since)
+        if q.until is not None:
+            until = q.until
+            tests.append(lambda m: m.timestamp < until)
+        if q.important:
+            threshold = self._important_threshold
+            tests.append(
+                lambda m: (
+                    bool(m.metadata.get("important"))
+                    or (m.importance is not None and m.importance >= threshold)
+                )
+            )
+        source = self._store.source(q.scope)
+        found = [m for m in source if all(t(m) for t in tests)] if tests else list(source)
+        if q.recent_n is not None:
+            found = found[len(found) - q.recent_n :] if q.recent_n else []
+        return found
+
+    def search(self, q: Search) -> list[Message]:
+        """The messages of ``q.scope`` matching ``q.query``: the newest substring
+        hits, or the best BM25-ranked ones.
+
+        Raises:
+            MemoryInputError: an empty query, ``k`` below 1, an unknown mode or scope.
+        """
+        query = q.query.strip()
+        if not query:
+            raise MemoryInputError("search needs a non-empty query")
+        if q.k is not None and q.k < 1:
+            raise MemoryInputError(f"search: k must be >= 1, got {q.k}")
+        source = self._store.source(q.scope)
+        if q.roles is not None:
+            roles = set(q.roles)
+            source = [m for m in source if m.role in roles]
+        if q.mode == "substring":
+            needle = query.casefold()
+            hits = [m for m in source if needle in m.searchable_text().casefold()]
+            return hits[-q.k :] if q.k is not None else hits
+        if q.mode != "ranked":
+            raise MemoryInputError(f"search mode must be 'substring' or 'ranked', got {q.mode!r}")
+        index = self._index(q.scope, source, q.roles is None)
+        return [source[i] for i, _ in index.top(query, q.k or DEFAULT_SEARCH_K)]
+
+    def export(self, agent: str, include_history: bool) -> MemoryExport:
+        """Return the messages as an export ``load`` reads."""
+        return MemoryExport(
+            agent=agent,
+            working=list(self._store.working),
+            history=list(self._store.history) if include_history else [],
+            offloaded={k: list(v) for k, v in self._store.offloaded.items()},
+            exported_at=time.time(),
+        )
+
+    def reload(self, offload_id: str) -> list[Message]:
+        """Return the offloaded block ``offload_id``.
+
+        Raises:
+            MemoryInputError: no block has that id.
+        """
+        found = self._store.offloaded.get(offload_id)
+        if found is None:
+            raise MemoryInputError(f"reload: no offloaded content with id {offload_id!r}")
+        return list(found)
+
+    def _index(self, scope: str, source: list[Message], cacheable: bool) -> BM25:
+        if not cacheable:
+            return BM25([m.searchable_text() for m in source])
+        key = (scope, self._store.version, len(source))
+        if self._bm25 is not None and self._bm25[0] == key:
+            return self._bm25[1]
+        index = BM25([m.searchable_text() for m in source])
+        self._bm25 = (key, index)
+        return index

@@ -1,0 +1,135 @@
+"""The snapshot of an agent memory's durable state, and its encoding.
+
+A memory's durable state is its original history as an append-only log (one
+encoded message per entry) plus a snapshot of everything else. The working view
+is stored as message ids into the history plus the messages the history does not
+hold (compressed forms), so a snapshot stays small however long the conversation.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from actormem.actors.memory.commands import (
+    Add,
+    Context,
+    Export,
+    Get,
+    HeldInsights,
+    MemoryTools,
+    RecallEpisode,
+    Reload,
+    Search,
+    Stats,
+)
+from actormem.actors.memory.compaction import Compaction
+from actormem.actors.memory.store import MessageStore
+from actormem.actors.messages import Message, decode_message
+from actormem.actors.recall.agent import AgentRecall
+
+__all__ = ("REPLAYABLE", "MemorySnapshot", "decode_snapshot", "encode_snapshot", "restore_store")
+
+#: Commands whose whole effect on the state a plain add's replay reproduces (adds)
+#: or that change nothing (reads): after them, no new snapshot is needed unless
+#: the working view was rewritten or recall changed otherwise (both tracked).
+REPLAYABLE: frozenset[type] = frozenset(
+    {Add, Context, Get, Search, Stats, Export, Reload, HeldInsights, MemoryTools, RecallEpisode}
+)
+
+
+class MemorySnapshot(msgspec.Struct, kw_only=True):
+    """The non-history part of a memory's durable state. New fields go last, with defaults."""
+
+    working: list[str]
+    extra: list[Message] = []
+    offloaded: dict[str, list[Message]] = {}
+    history_skip: int = 0
+    version: int = 0
+    recall: dict[str, bytes] = {}
+    compressions: int = 0
+    tokens_saved: int = 0
+    peak_tokens: int = 0
+    peak_size: int = 0
+    # Log entries (counted from the log's start) this snapshot accounts for: the
+    # ones after it were added by plain adds and are replayed as such on load.
+    # -1: all of them (snapshots written before the mark existed).
+    log_mark: int = -1
+    # Ids of added messages recall has not taken in yet (it is made on first
+    # read); None when recall was made and its state is in ``recall``.
+    unobserved: list[str] | None = None
+    # Ids of observed messages recall records at the next reply.
+    awaiting_reply: list[str] = []
+
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(MemorySnapshot)
+
+
+def encode_snapshot(
+    store: MessageStore,
+    compaction: Compaction,
+    recall: AgentRecall | None,
+    unobserved: list[Message] | None,
+) -> bytes:
+    """Return the snapshot of a memory's state but its history, encoded.
+
+    Args:
+        store: the messages.
+        compaction: the compression counters.
+        recall: the agent's recall, or None when it has not been made.
+        unobserved: messages added before recall was made (only without recall).
+    """
+    in_history = store.history_ids
+    snapshot = MemorySnapshot(
+        working=[m.id for m in store.working],
+        extra=[m for m in store.working if m.id not in in_history],
+        offloaded=store.offloaded,
+        history_skip=store.history_skip,
+        version=store.version,
+        recall=recall.component_states() if recall is not None else {},
+        compressions=compaction.compressions,
+        tokens_saved=compaction.tokens_saved,
+        peak_tokens=store.peak_tokens,
+        peak_size=store.peak_size,
+        log_mark=store.history_skip + len(store.history),
+        unobserved=None if recall is not None else [m.id for m in unobserved or ()],
+        awaiting_reply=[m.id for m in recall.awaiting_reply] if recall is not None else [],
+    )
+    return _encoder.encode(snapshot)
+
+
+def decode_snapshot(snapshot: bytes | None) -> MemorySnapshot:
+    """Decode a stored snapshot; None (only plain adds so far) replays the whole log."""
+    if snapshot:
+        return _decoder.decode(snapshot)
+    return MemorySnapshot(working=[], log_mark=0, unobserved=[])
+
+
+def restore_store(
+    store: MessageStore, compaction: Compaction, state: MemorySnapshot, log: list[bytes]
+) -> tuple[dict[str, Message], list[Message]]:
+    """Rebuild the messages and counters from a snapshot and the stored log.
+
+    Returns:
+        Every known message by id, and the log's messages after the snapshot's
+        mark (added by plain adds since, replayed as such).
+    """
+    skip = store.history_skip = state.history_skip
+    history = [decode_message(entry) for entry in log[skip:]]
+    mark = len(log) if state.log_mark < 0 else min(max(state.log_mark, skip), len(log))
+    replay = history[mark - skip :]
+    store.history = history
+    store.history_ids = {m.id for m in history}
+    store.history_tokens = sum(m.tokens for m in history)
+    by_id = {m.id: m for m in history}
+    by_id.update((m.id, m) for m in state.extra)
+    store.working = [by_id[i] for i in state.working if i in by_id] + replay
+    store.working_tokens = sum(m.tokens for m in store.working)
+    store.offloaded = state.offloaded
+    store.version = state.version
+    store.peak_tokens = state.peak_tokens
+    store.peak_size = state.peak_size
+    store.note_peak()
+    compaction.compressions = state.compressions
+    compaction.tokens_saved = state.tokens_saved
+    return by_id, replay

@@ -1,0 +1,310 @@
+"""An agent's messages: the append-only original history and the working view.
+
+Dual storage, as in AutoContextMemory: the *original history* is append-only and
+nothing rewrites it; the *working view* is what the agent sees, and prune (and
+the compressor) rewrite it. Every message's tokens are counted once, when it is
+added, and the working view's total is kept up to date as it changes, so
+budgets never need a recount.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from actormem.actors.config import MemoryConfig
+from actormem.actors.conversation import group_units, leading_system_count
+from actormem.actors.errors import MemoryInputError
+from actormem.actors.memory.commands import EXPORT_VERSION, MemoryExport, PruneResult
+from actormem.actors.messages import Message, count_tokens
+from actormem.runtime import TokenCounter
+
+__all__ = ("MessageStore",)
+
+
+class MessageStore:
+    """The working view, the original history and the offload store of one agent.
+
+    Args:
+        config: the memory limits (batch size, message length).
+        counter: counts each message's tokens once, when it comes in.
+
+    Attributes:
+        working: the working view, oldest first.
+        working_tokens: the working view's token total.
+        history: the original history (since the last wipe), oldest first.
+        history_ids: the ids in ``history``.
+        history_tokens: the history's token total.
+        offloaded: offloaded blocks by offload id.
+        version: bumped whenever the working view is rewritten (not on append):
+            caches and compression results computed on an older view check it.
+        history_skip: stored log entries wiped by a clear (skipped on reload).
+        log_pending: history messages not yet handed to the durable log.
+        durable: the transport keeps this state (``log_pending`` is tracked).
+        dirty: the stored snapshot is out of date beyond what replaying adds restores.
+        peak_tokens: the most tokens the working view ever held.
+        peak_size: the most messages the working view ever held.
+    """
+
+    __slots__ = (
+        "_config",
+        "_counter",
+        "dirty",
+        "durable",
+        "history",
+        "history_ids",
+        "history_skip",
+        "history_tokens",
+        "log_pending",
+        "offloaded",
+        "peak_size",
+        "peak_tokens",
+        "version",
+        "working",
+        "working_tokens",
+    )
+
+    def __init__(self, config: MemoryConfig, counter: TokenCounter) -> None:
+        self._config = config
+        self._counter = counter
+        self.working: list[Message] = []
+        self.working_tokens = 0
+        self.history: list[Message] = []
+        self.history_ids: set[str] = set()
+        self.history_tokens = 0
+        self.offloaded: dict[str, list[Message]] = {}
+        self.version = 0
+        self.history_skip = 0
+        # Durable state (Redis transport): off until the transport restores the actor.
+        self.durable = False
+        self.log_pending: list[Message] = []
+        self.dirty = False
+        self.peak_tokens = 0
+        self.peak_size = 0
+
+    # -- writes -------------------------------------------------------------------
+
+    def counted(self, messages: Sequence[Message], what: str) -> list[Message]:
+        """Validate messages and return them with their token counts cached.
+
+        Raises:
+            MemoryInputError: not a list of messages, too many, one too long, or an
+                id twice.
+        """
+        if not isinstance(messages, list | tuple):
+            raise MemoryInputError(f"{what} takes a list of messages")
+        if len(messages) > self._config.max_batch:
+            raise MemoryInputError(
+                f"{what} got {len(messages)} messages; at most {self._config.max_batch} at once"
+            )
+        limit = self._config.max_message_chars
+        if len(messages) == 1:  # the common case, without the bookkeeping below
+            m = messages[0]
+            if isinstance(m, Message) and len(m.text()) <= limit:
+                return [m.with_tokens(count_tokens(m, self._counter))]
+        seen: set[str] = set()
+        out = []
+        for i, m in enumerate(messages):
+            if not isinstance(m, Message):
+                raise MemoryInputError(f"{what}: item {i} is a {type(m).__name__}, not a Message")
+            if m.id in seen:
+                raise MemoryInputError(f"{what}: message id {m.id!r} appears twice")
+            seen.add(m.id)
+            size = len(m.text())
+            if size > limit:
+                raise MemoryInputError(
+                    f"{what}: message {m.id!r} has {size} characters; the limit is {limit}"
+                )
+            out.append(m.with_tokens(count_tokens(m, self._counter)))
+        return out
+
+    def counted_new(self, messages: list[Message]) -> Message | None:
+        """``messages`` counted when it is one valid, new, plain-text message (the
+        common add), else None: the caller then takes :meth:`add`'s checks."""
+        if type(messages) is list and len(messages) == 1:
+            m = messages[0]
+            if (
+                type(m) is Message
+                and type(m.content) is str
+                and len(m.content) <= self._config.max_message_chars
+                and m.id not in self.history_ids
+            ):
+                return m.with_tokens(count_tokens(m, self._counter))
+        return None
+
+    def append_history(self, messages: Sequence[Message]) -> None:
+        """Add to the original history the messages it does not hold yet."""
+        for m in messages:
+            if m.id not in self.history_ids:
+                self.history_ids.add(m.id)
+                self.history.append(m)
+                self.history_tokens += m.tokens
+                if self.durable:
+                    self.log_pending.append(m)
+
+    def add(self, messages: list[Message]) -> list[Message]:
+        """Append new messages to the working view and the history; return them counted.
+
+        Raises:
+            MemoryInputError: invalid messages (see :meth:`counted`), or an id
+                already stored.
+        """
+        counted = self.counted(messages, "add")
+        clash = [m.id for m in counted if m.id in self.history_ids]
+        if clash:
+            raise MemoryInputError(
+                f"add: message id {clash[0]!r} is already stored"
+                + (f" (and {len(clash) - 1} more)" if len(clash) > 1 else "")
+            )
+        self.working.extend(counted)
+        self.working_tokens += sum(m.tokens for m in counted)
+        self.append_history(counted)
+        self.note_peak()
+        return counted
+
+    def add_one(self, m: Message) -> None:
+        """:meth:`add` of one valid, new, counted message: the hot path of every
+        agent's turn, without the batch bookkeeping (the same effects)."""
+        working = self.working
+        working.append(m)
+        tokens = m.tokens
+        self.working_tokens += tokens
+        self.history_ids.add(m.id)
+        self.history.append(m)
+        self.history_tokens += tokens
+        if self.durable:
+            self.log_pending.append(m)
+        if self.working_tokens > self.peak_tokens:
+            self.peak_tokens = self.working_tokens
+        if len(working) > self.peak_size:
+            self.peak_size = len(working)
+
+    def set_working(self, messages: list[Message]) -> None:
+        """Rewrite the working view."""
+        self.working = messages
+        self.working_tokens = sum(m.tokens for m in messages)
+        self.version += 1
+        self.dirty = True
+
+    def note_peak(self) -> None:
+        """Raise the peaks to the working view's size now."""
+        self.peak_tokens = max(self.peak_tokens, self.working_tokens)
+        self.peak_size = max(self.peak_size, len(self.working))
+
+    def delete(self, ids: list[str], indices: list[int]) -> int:
+        """Drop messages from the working view by id or index; return how many.
+
+        Raises:
+            MemoryInputError: neither given, an index out of range or an id not there.
+        """
+        if not ids and not indices:
+            raise MemoryInputError("delete needs ids or indices")
+        n = len(self.working)
+        doomed: set[int] = set()
+        for index in indices:
+            if not -n <= index < n:
+                raise MemoryInputError(f"delete: index {index} is out of range for {n} messages")
+            doomed.add(index % n)
+        if ids:
+            wanted = set(ids)
+            for pos, m in enumerate(self.working):
+                if m.id in wanted:
+                    doomed.add(pos)
+                    wanted.discard(m.id)
+            if wanted:
+                missing = sorted(wanted)
+                raise MemoryInputError(
+                    f"delete: no message with id {missing[0]!r} in the working view"
+                    + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
+                )
+        self.set_working([m for pos, m in enumerate(self.working) if pos not in doomed])
+        return len(doomed)
+
+    def clear(self, history: bool) -> int:
+        """Empty the working view (and the history and offloads with ``history``);
+        return how many working messages went."""
+        removed = len(self.working)
+        self.set_working([])
+        if history:
+            # The stored log is append-only: the wiped entries are skipped on reload.
+            self.history_skip += len(self.history) + len(self.log_pending)
+            self.log_pending = []
+            self.history = []
+            self.history_ids = set()
+            self.history_tokens = 0
+            self.offloaded = {}
+        return removed
+
+    def load(self, data: MemoryExport, overwrite: bool) -> int:
+        """Take in an export (over the working view with ``overwrite``, else after
+        it); return how many working messages were loaded.
+
+        Raises:
+            MemoryInputError: not an export, another export version, or invalid
+                messages (nothing is changed then).
+        """
+        if not isinstance(data, MemoryExport):
+            raise MemoryInputError("load takes a MemoryExport")
+        if data.version != EXPORT_VERSION:
+            raise MemoryInputError(
+                f"load: export format version {data.version} is not supported "
+                f"(this version reads {EXPORT_VERSION})"
+            )
+        # Validate everything before changing anything.
+        working = self.counted(data.working, "load")
+        history = self.counted(data.history, "load (history)") if data.history else []
+        offloaded = {k: self.counted(v, "load (offloaded)") for k, v in data.offloaded.items()}
+        if overwrite:
+            self.set_working(working)
+            loaded = len(working)
+        else:
+            have = {m.id for m in self.working}
+            fresh = [m for m in working if m.id not in have]
+            self.working.extend(fresh)
+            self.working_tokens += sum(m.tokens for m in fresh)
+            loaded = len(fresh)
+        self.append_history(history)
+        self.append_history(working)
+        self.offloaded.update(offloaded)
+        self.note_peak()
+        return loaded
+
+    def prune(self, max_tokens: int, preserve_system: bool) -> PruneResult:
+        """Keep the newest whole units that fit ``max_tokens`` (and the leading
+        system messages with ``preserve_system``).
+
+        Raises:
+            MemoryInputError: ``max_tokens`` below 1.
+        """
+        if max_tokens < 1:
+            raise MemoryInputError(f"prune: max_tokens must be >= 1, got {max_tokens}")
+        working = self.working
+        head = leading_system_count(working) if preserve_system else 0
+        budget = max_tokens - sum(m.tokens for m in working[:head])
+        keep: set[int] = set(range(head))
+        units = group_units(working[head:])
+        positions = {id(m): head + i for i, m in enumerate(working[head:])}
+        for unit in reversed(units):
+            if unit.tokens > budget:
+                break
+            budget -= unit.tokens
+            keep.update(positions[id(m)] for m in unit.messages)
+        removed = len(working) - len(keep)
+        if removed:
+            self.set_working([m for pos, m in enumerate(working) if pos in keep])
+        return PruneResult(removed=removed, working_tokens=self.working_tokens)
+
+    # -- reads ----------------------------------------------------------------------
+
+    def source(self, scope: str) -> list[Message]:
+        """The messages of ``scope``: ``working``, ``history`` or ``offloaded``.
+
+        Raises:
+            MemoryInputError: another scope.
+        """
+        if scope == "working":
+            return self.working
+        if scope == "history":
+            return self.history
+        if scope == "offloaded":
+            return [m for block in self.offloaded.values() for m in block]
+        raise MemoryInputError(f"scope must be 'working', 'history' or 'offloaded', got {scope!r}")

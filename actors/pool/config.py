@@ -1,0 +1,107 @@
+"""The insight pool's configuration."""
+
+from __future__ import annotations
+
+import os
+from typing import Final
+
+from actormem.actors.pool.insights import DEFAULT_MAX_INSIGHT_CHARS, InsightSigner
+from actormem.actors.pool.vouch import AgentVoucher
+from actormem.actors.text.duplicates import DEFAULT_NEAR_DUPLICATE_THRESHOLD, DEFAULT_SHINGLE_SIZE
+from actormem.runtime.config import _Section
+
+__all__ = ("PoolConfig",)
+
+DEFAULT_PER_TOPIC_LIMIT: Final = 200
+DEFAULT_MAX_TOPICS: Final = 1_000
+DEFAULT_MAX_DEFERRED: Final = 10_000
+DEFAULT_APPLIED_WINDOW: Final = 10_000
+
+
+class PoolConfig(_Section, frozen=True):
+    """The insight pool.
+
+    Attributes:
+        max_insight_chars: the longest insight text kept (longer ones are cut).
+        near_duplicate_threshold: word-shingle Jaccard similarity in (0, 1] from
+            which a shared text duplicates one already held on its topic.
+        shingle_size: words per shingle for that similarity.
+        per_topic_limit: insights kept per topic.
+        max_topics: distinct topics the pool accepts.
+        memory_kind: the actor kind that receives deliveries (``<kind>/<agent>``).
+        facts_topic: the topic that reaches every known agent.
+        max_deferred_deliveries: deliveries waiting on full mailboxes at once;
+            past it a delivery fails (counted and logged, never silent).
+        applied_ids_window: command ids remembered so a redelivered Share is not
+            applied twice.
+        hmac_key: secret for the provenance HMAC ("" = no signing); never printed.
+        hmac_key_env: name of an environment variable holding the key instead.
+    """
+
+    max_insight_chars: int = DEFAULT_MAX_INSIGHT_CHARS
+    near_duplicate_threshold: float = DEFAULT_NEAR_DUPLICATE_THRESHOLD
+    shingle_size: int = DEFAULT_SHINGLE_SIZE
+    per_topic_limit: int = DEFAULT_PER_TOPIC_LIMIT
+    max_topics: int = DEFAULT_MAX_TOPICS
+    memory_kind: str = "memory"
+    facts_topic: str = "facts"
+    max_deferred_deliveries: int = DEFAULT_MAX_DEFERRED
+    applied_ids_window: int = DEFAULT_APPLIED_WINDOW
+    hmac_key: str = ""
+    hmac_key_env: str = ""
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.near_duplicate_threshold <= 1.0:
+            raise ValueError(
+                f"near_duplicate_threshold must be within (0, 1], got "
+                f"{self.near_duplicate_threshold}"
+            )
+        self._at_least(
+            1,
+            "shingle_size",
+            "per_topic_limit",
+            "max_topics",
+            "max_deferred_deliveries",
+            "applied_ids_window",
+        )
+        if self.max_insight_chars < 16:
+            raise ValueError(f"max_insight_chars must be >= 16, got {self.max_insight_chars}")
+        if self.hmac_key and len(self.hmac_key.encode()) < 16:
+            raise ValueError("hmac_key must be at least 16 bytes long")
+
+    def __repr__(self) -> str:
+        key = "***" if self.hmac_key else "''"
+        return (
+            f"PoolConfig(per_topic_limit={self.per_topic_limit}, "
+            f"near_duplicate_threshold={self.near_duplicate_threshold}, "
+            f"memory_kind={self.memory_kind!r}, hmac_key={key}, "
+            f"hmac_key_env={self.hmac_key_env!r})"
+        )
+
+    def _key(self) -> str:
+        key = self.hmac_key
+        if not key and self.hmac_key_env:
+            key = os.environ.get(self.hmac_key_env, "")
+            if not key:
+                raise ValueError(f"hmac_key_env: environment variable {self.hmac_key_env} is unset")
+        return key
+
+    def signer(self) -> InsightSigner | None:
+        """Return the signer for the configured key, or None when there is none.
+
+        Raises:
+            ValueError: ``hmac_key_env`` names a variable that is unset or too short.
+        """
+        key = self._key()
+        return InsightSigner(key) if key else None
+
+    def voucher(self, deployment: str = "") -> AgentVoucher:
+        """Return what makes and checks agent vouchers (see :mod:`actormem.actors.pool.vouch`).
+
+        Keyed by the configured HMAC key, else by ``ACTORMEM_VOUCHER_KEY``, else by
+        this process's random key.
+
+        Raises:
+            ValueError: ``hmac_key_env`` names a variable that is unset.
+        """
+        return AgentVoucher(self._key(), deployment)

@@ -1,0 +1,209 @@
+"""The insights the pool holds, by topic: deduplicated, bounded, ranked for queries."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import ClassVar, Final, Literal
+
+import structlog
+
+from actormem.actors.pool.config import PoolConfig
+from actormem.actors.pool.insights import Insight, InsightError, InsightSigner
+from actormem.actors.text.bm25 import BM25, tokenize
+from actormem.actors.text.duplicates import NearDuplicateIndex
+from actormem.runtime.ids import new_id
+
+__all__ = (
+    "MAX_ID_CHARS",
+    "MAX_SOURCE_MESSAGE_IDS",
+    "Topics",
+    "check_importance",
+    "check_message_ids",
+)
+
+log = structlog.get_logger("actormem.pool")
+
+MAX_SOURCE_MESSAGE_IDS: Final = 64
+#: The longest message id (and agent name) the pool takes.
+MAX_ID_CHARS: Final = 128
+
+
+class _Topic:
+    __slots__ = ("index", "insights")
+
+    def __init__(self, config: PoolConfig) -> None:
+        self.insights: dict[str, Insight] = {}
+        self.index = NearDuplicateIndex(config.near_duplicate_threshold, config.shingle_size)
+
+
+class _EmptyTopic:
+    insights: ClassVar[dict[str, Insight]] = {}
+
+
+_EMPTY: Final = _EmptyTopic()
+
+
+def check_importance(value: float) -> float:
+    """Return ``value`` as a float when it is a number within 0..1.
+
+    Raises:
+        InsightError: not a number, or out of range.
+    """
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise InsightError(f"importance must be a number, got {type(value).__name__}")
+    if not math.isfinite(value) or not 0.0 <= value <= 1.0:
+        raise InsightError(f"importance must be within 0..1, got {value}")
+    return float(value)
+
+
+def check_message_ids(ids: tuple[str, ...] | str) -> tuple[str, ...]:
+    """Return ``ids`` as a tuple when it is a short list of message ids.
+
+    Raises:
+        InsightError: one string, too many ids, or one that is not an id.
+    """
+    if isinstance(ids, str):
+        raise InsightError("source_message_ids must be a list of ids, not one string")
+    if len(ids) > MAX_SOURCE_MESSAGE_IDS:
+        raise InsightError(
+            f"source_message_ids holds {len(ids)} ids; the limit is {MAX_SOURCE_MESSAGE_IDS}"
+        )
+    for i in ids:
+        if not isinstance(i, str) or not i or len(i) > MAX_ID_CHARS:
+            raise InsightError(f"source_message_ids: {i!r} is not a message id")
+    return tuple(ids)
+
+
+class Topics:
+    """The pool's insights by topic, each topic with its near-duplicate index.
+
+    Args:
+        config: the limits (topics, insights per topic) and duplicate threshold.
+        signer: signs new insights and checks loaded ones, when a key is configured.
+
+    Attributes:
+        shared: new insights stored.
+        deduplicated: shares that duplicated a held insight (exactly or nearly).
+        near: of those, the near duplicates.
+        evicted: insights dropped to keep a topic within its limit.
+    """
+
+    __slots__ = ("_config", "_signer", "_topics", "deduplicated", "evicted", "near", "shared")
+
+    def __init__(self, config: PoolConfig, signer: InsightSigner | None) -> None:
+        self._config = config
+        self._signer = signer
+        self._topics: dict[str, _Topic] = {}
+        self.shared = 0
+        self.deduplicated = 0
+        self.near = 0
+        self.evicted = 0
+
+    def __len__(self) -> int:
+        return len(self._topics)
+
+    def insights(self) -> list[Insight]:
+        """Every held insight."""
+        return [i for b in self._topics.values() for i in b.insights.values()]
+
+    def count(self) -> int:
+        """How many insights are held."""
+        return sum(len(b.insights) for b in self._topics.values())
+
+    def load(self, insights: list[Insight]) -> None:
+        """Replace the held insights with ``insights``.
+
+        An insight that fails the configured HMAC key is dropped and logged.
+        """
+        self._topics.clear()
+        for insight in sorted(insights, key=lambda i: i.id):
+            if self._signer is not None and not self._signer.verify(insight):
+                log.warning("insight_rejected", insight=insight.id, reason="bad saved HMAC")
+                continue
+            bucket = self._topics.get(insight.topic)
+            if bucket is None:
+                bucket = self._topics[insight.topic] = _Topic(self._config)
+            bucket.insights[insight.id] = insight
+            bucket.index.add(insight.id, insight.text)
+
+    def put(
+        self,
+        text: str,
+        topic: str,
+        source: str,
+        importance: float,
+        message_ids: tuple[str, ...],
+    ) -> tuple[Literal["new", "duplicate", "near_duplicate"], Insight, float]:
+        """Store a new insight on ``topic``, unless it duplicates one held there.
+
+        Args:
+            text, topic, source: sanitized already.
+            importance, message_ids: checked already.
+
+        Returns:
+            The status, the insight stored or duplicated, and the similarity to it
+            (1.0 for a new one).
+
+        Raises:
+            InsightError: the topic is new and the pool holds its most topics.
+        """
+        bucket = self._topics.get(topic)
+        if bucket is None:
+            if len(self._topics) >= self._config.max_topics:
+                raise InsightError(
+                    f"the pool holds {len(self._topics)} topics, its limit; "
+                    f"cannot open topic {topic!r}"
+                )
+            bucket = self._topics[topic] = _Topic(self._config)
+        found = bucket.index.find(text)
+        if found is not None:
+            key, similarity = found
+            self.deduplicated += 1
+            status: Literal["duplicate", "near_duplicate"] = "duplicate"
+            if similarity < 1.0:
+                self.near += 1
+                status = "near_duplicate"
+            log.debug("insight_deduplicated", topic=topic, of=key, similarity=similarity)
+            return status, bucket.insights[key], similarity
+        insight = Insight(
+            id=new_id(),
+            text=text,
+            topic=topic,
+            importance=importance,
+            source=source,
+            created=time.time(),
+            source_message_ids=message_ids,
+        )
+        if self._signer is not None:
+            insight = self._signer.sign(insight)
+        bucket.insights[insight.id] = insight
+        bucket.index.add(insight.id, text)
+        self.shared += 1
+        self._enforce_limit(topic, bucket)
+        return "new", insight, 1.0
+
+    def _enforce_limit(self, topic: str, bucket: _Topic) -> None:
+        while len(bucket.insights) > self._config.per_topic_limit:
+            victim = min(bucket.insights.values(), key=lambda i: (i.importance, i.created))
+            del bucket.insights[victim.id]
+            bucket.index.remove(victim.id)
+            self.evicted += 1
+            log.debug("insight_evicted", topic=topic, insight=victim.id)
+
+    def best(self, topics: list[str] | None, query: str | None, k: int) -> list[Insight]:
+        """The ``k`` best insights of ``topics`` (None: all): by BM25 relevance to
+        ``query`` when it has words, else by importance, then newest first."""
+        if topics is None:
+            pool = self.insights()
+        else:
+            pool = [i for t in topics for i in self._topics.get(t, _EMPTY).insights.values()]
+        if query and tokenize(query):
+            scores = BM25([i.text for i in pool]).scores(query)
+            ranked = sorted(
+                (p for p in zip(pool, scores, strict=True) if p[1] > 0),
+                key=lambda p: (-p[1], -p[0].importance, -p[0].created),
+            )
+            return [i for i, _ in ranked[:k]]
+        pool.sort(key=lambda i: (-i.importance, -i.created))
+        return pool[:k]

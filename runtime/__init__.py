@@ -22,6 +22,7 @@ from actormem.runtime.errors import (
     TransportError,
 )
 from actormem.runtime.ids import new_id
+from actormem.runtime.state import Durable, DurableChanges, SnapshotState, is_durable
 from actormem.runtime.tokens import TokenCounter, get_counter
 from actormem.runtime.transports import LocalTransport, Transport, TransportHost
 
@@ -37,6 +38,8 @@ __all__ = (
     "AskTimeoutError",
     "Command",
     "ConfigError",
+    "Durable",
+    "DurableChanges",
     "Envelope",
     "HandlerError",
     "LocalTransport",
@@ -48,6 +51,7 @@ __all__ = (
     "RuntimeClosedError",
     "RuntimeConfig",
     "RuntimeStats",
+    "SnapshotState",
     "SupervisionConfig",
     "TokenCounter",
     "TooManyAsksError",
@@ -55,6 +59,7 @@ __all__ = (
     "TransportError",
     "TransportHost",
     "get_counter",
+    "is_durable",
     "load_toml",
     "new_id",
     "split_address",

@@ -11,7 +11,7 @@ ever-growing history is never rewritten:
 Both are bytes the state encodes itself (msgpack via msgspec; never pickle), so a
 store never needs to know what they hold. The stores:
 
-* the Redis transport (:mod:`actormem.runtime.redis.durable`) keeps the state of
+* the Redis transport (:mod:`actormem.runtime.redis`) keeps the state of
   an actor that implements :class:`Durable`: it restores it on activation and
   stores its changes after every handled command;
 * a part of an actor (an application's own store, a session file) may implement

@@ -1,5 +1,5 @@
 """The Redis streams transport and what it is built from: an embedded server,
-clients, key names, codec, durable state.
+clients, key names, codec.
 
 :class:`RedisTransport` carries envelopes between processes and hosts; worker
 processes are in :mod:`actormem.runtime.redis.worker` (``python -m
@@ -15,7 +15,6 @@ from actormem.runtime.redis.codec import (
     register_message_types,
 )
 from actormem.runtime.redis.config import RedisConfig
-from actormem.runtime.redis.durable import Durable, DurableChanges, is_durable
 from actormem.runtime.redis.keys import CONSUMER_GROUP, DEFAULT_PREFIX, Keys, shard_of
 from actormem.runtime.redis.transport import RedisTransport, RedisTransportStats
 
@@ -23,8 +22,6 @@ __all__ = (
     "CONSUMER_GROUP",
     "DEFAULT_PREFIX",
     "Codec",
-    "Durable",
-    "DurableChanges",
     "EmbeddedRedis",
     "Keys",
     "RedisConfig",
@@ -35,7 +32,6 @@ __all__ = (
     "default_codec",
     "find_redis_server",
     "free_port",
-    "is_durable",
     "open_client",
     "redis_errors",
     "register_error_types",

@@ -7,6 +7,13 @@ commands are sent only once their changes are stored. A command that stores
 nothing (a read, or one to an actor that is not durable) is acked in the next
 batch of acks, one fenced call too. A durable actor's state is loaded from
 Redis when it is activated.
+
+A durable actor is one that implements :class:`~actormem.runtime.state.Durable`:
+a *virtual actor* here, passivated (dropped from memory) after ``passivate_after``
+idle seconds. Its log is a Redis list, extended by RPUSH with only the entries
+added since the last commit (or replaced, with ``replace_log``); its snapshot is
+one string key, rewritten when it changed (see
+:class:`~actormem.runtime.redis.keys.Keys`).
 """
 
 from __future__ import annotations
@@ -23,8 +30,8 @@ from actormem.runtime.redis import _scripts
 from actormem.runtime.redis._client import redis_errors, run_script
 from actormem.runtime.redis._retry import forever, retrying
 from actormem.runtime.redis._shards import PendingCommit, StreamEnvelope
-from actormem.runtime.redis.durable import Durable, DurableChanges, is_durable
 from actormem.runtime.redis.keys import CONSUMER_GROUP, shard_of
+from actormem.runtime.state import Durable, DurableChanges, is_durable
 
 if TYPE_CHECKING:
     from actormem.runtime._actor import Actor

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, ClassVar, Protocol
 import anyio
 
 from actormem.runtime._envelope import Envelope, Reply
-from actormem.runtime.redis.durable import DurableChanges
+from actormem.runtime.state import DurableChanges
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis

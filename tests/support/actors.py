@@ -18,7 +18,8 @@ import anyio
 import msgspec
 
 from actormem.runtime import Actor, ActorContext, ActormemError, Runtime
-from actormem.runtime.redis import DurableChanges, register_error_types, register_message_types
+from actormem.runtime.redis import register_error_types, register_message_types
+from actormem.runtime.state import DurableChanges
 
 
 class Add(msgspec.Struct, frozen=True, tag="ledger.Add"):

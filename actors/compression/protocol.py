@@ -8,11 +8,10 @@ Both are tagged msgspec Structs so the Redis transport can carry them.
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 import msgspec
 
 from actormem.actors.messages import Message
+from actormem.runtime import Command
 
 __all__ = ("CompressRequest", "CompressionOutcome")
 
@@ -62,7 +61,7 @@ class CompressionOutcome(msgspec.Struct, frozen=True, kw_only=True, tag=True):
         return self.tokens_before - self.tokens_after
 
 
-class CompressRequest(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+class CompressRequest(Command[CompressionOutcome], frozen=True, kw_only=True):
     """Ask the compressor to bring an agent's working view under budget.
 
     Attributes:
@@ -70,8 +69,6 @@ class CompressRequest(msgspec.Struct, frozen=True, kw_only=True, tag=True):
         messages: a snapshot of the whole working view, tokens counted.
         version: the memory actor's view version when the snapshot was taken.
     """
-
-    reply_type: ClassVar[type] = CompressionOutcome
 
     agent: str
     messages: list[Message]

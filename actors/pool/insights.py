@@ -16,11 +16,12 @@ import hashlib
 import hmac
 import time
 from collections.abc import Iterable
-from typing import Any, ClassVar, Final
+from typing import Final
 
 import msgspec
 
 from actormem.actors.errors import MemoryInputError
+from actormem.runtime import Command
 from actormem.runtime.ids import new_id
 
 __all__ = (
@@ -71,14 +72,12 @@ class Insight(msgspec.Struct, frozen=True, kw_only=True):
     signature: str | None = None
 
 
-class InsightDelivery(msgspec.Struct, frozen=True, tag=True):
+class InsightDelivery(Command[None], frozen=True):
     """Pool → ``memory/<agent>``: an insight on a topic the agent subscribes to.
 
     Told, never asked; the memory actor keeps it in its
     :class:`~actormem.actors.recall.inbox.InsightInbox`.
     """
-
-    reply_type: ClassVar[type[Any]] = type(None)
 
     insight: Insight
 

@@ -25,7 +25,7 @@ REPORT = ROOT / "reports" / "faults.json"
 
 
 def full_size() -> bool:
-    """True under ``make faults``: the fault tests run at the sizes the issue names."""
+    """True under ``make faults``: the fault tests run at their full sizes."""
     return os.environ.get("ACTORMEM_FAULTS", "") == "full"
 
 

@@ -7,8 +7,8 @@ each request by setting its future (the least an ask through a mailbox costs).
 
 In process, the open-loop sender (a task per ask) shares the event loop with what
 it measures: at tens of thousands of asks/s its own tasks queue, and the tails
-say as much about it as about the runtime (the raw round trip, 160,000/s closed
-loop, has queued for seconds at 38,000/s open loop on the 2-core machine).
+say as much about it as about the runtime (on 2 cores, the raw round trip, about
+160,000/s closed loop, can queue for seconds at 38,000/s open loop).
 """
 
 from __future__ import annotations

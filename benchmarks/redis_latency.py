@@ -1,6 +1,6 @@
 """Redis latency: p50/p95/p99 of ``ask`` round trips (``context()`` and ``add``) from a
 client process to one worker process over Redis streams, at 50% and 90% of the
-measured peak and at the issue's fixed 5,000 asks/s, open loop.
+measured peak and at the target's fixed 5,000 asks/s, open loop.
 
 A rate above the measured peak queues without bound, so its percentiles mostly
 measure the queue: the fixed-rate rows say how far off the target is, honestly.

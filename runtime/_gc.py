@@ -4,19 +4,17 @@ Handling a message allocates a few dozen objects (the envelope, the decoded
 command, the message, its token count, the reply), so at the interpreter's
 default threshold (700 allocations) a busy runtime runs a young collection every
 few dozen messages, and the older generations follow. Raising the threshold
-while a runtime is open cut the time spent collecting enough to lift Redis
-``add`` throughput by about a quarter on the development machine (see the README's
-Performance section). Reference counting frees almost everything these objects
-hold; the collector only has cycles to find, and it still runs.
+while a runtime is open cuts the time spent collecting, a visible share of a busy
+worker's (see docs/performance.md). Reference counting frees almost everything
+these objects hold; the collector only has cycles to find, and it still runs.
 
 Full collections are the pauses behind the latency tail: the collector walks
 every tracked object, and a process that imported the OpenAI client and its
-models already holds a few hundred thousand of them before it stores a message
-(0.11 s per full collection on the development machine). So the first runtime to
-open also freezes what exists then (``gc.freeze``: modules, classes, config) and
-the last to close unfreezes it. Messages are not tracked at all (they cannot form
-cycles). Together: a full collection with 500,000 stored messages went from
-0.31 s to 0.03 s.
+models already holds a few hundred thousand of them before it stores a message.
+So the first runtime to open also freezes what exists then (``gc.freeze``:
+modules, classes, config) and the last to close unfreezes it. Messages are not
+tracked at all (they cannot form cycles), so stored messages add little to a
+full collection's pause.
 
 Several runtimes in one process share the setting: the first to open raises it,
 the last to close puts back what it found (unless someone changed it meanwhile).

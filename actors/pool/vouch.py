@@ -14,7 +14,7 @@ vouched command cannot be altered on its way.
 Why not the envelope's sender: the runtime does not stamp envelopes with the
 sending actor, and a memory actor that asked the pool itself would hold a
 dispatcher until the pool answered (with every dispatcher held so, the pool
-never runs). See the README's "Insight pool".
+never runs). See docs/architecture.md, "The insight pool".
 
 The key: derived from the pool's ``hmac_key`` (or ``hmac_key_env``) when one is
 configured; else from the environment variable ``ACTORMEM_VOUCHER_KEY`` when it

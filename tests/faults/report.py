@@ -2,8 +2,8 @@
 
 A fault test takes the ``fault_report`` fixture and calls :meth:`FaultReport.row`
 with the checker's verdict, the load it held and how long recovery took. After
-the run pytest prints the rows as a table (the one the README's Reliability
-section shows) and writes them to ``reports/faults.json``. ``make faults`` runs
+the run pytest prints the rows as a table (the one docs/reliability.md
+shows) and writes them to ``reports/faults.json``. ``make faults`` runs
 the whole suite at full size (``ACTORMEM_FAULTS=full``); ``make test`` runs the
 same tests at a smaller size.
 """
@@ -25,7 +25,7 @@ REPORT = ROOT / "reports" / "faults.json"
 
 
 def full_size() -> bool:
-    """True under ``make faults``: the fault tests run at the sizes the issue names."""
+    """True under ``make faults``: the fault tests run at their full sizes."""
     return os.environ.get("ACTORMEM_FAULTS", "") == "full"
 
 
@@ -76,7 +76,7 @@ class FaultReport:
         )
 
     def table(self) -> list[str]:
-        """The rows as a Markdown table, the way the README shows them."""
+        """The rows as a Markdown table, the way docs/reliability.md shows them."""
         head = "| fault | load held | sent | lost | duplicated | reordered | recovery |"
         lines = [head, "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
         for r in self.rows:

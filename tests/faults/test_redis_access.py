@@ -57,7 +57,7 @@ PASSWORD_ENV = "ACTORMEM_TEST_REDIS_PASSWORD"
 PREFIX = "proj"
 WORKER_USER = "actormem-worker"
 
-#: The rules the README tells an operator to give a worker's user (after
+#: The rules docs/reliability.md tells an operator to give a worker's user (after
 #: ``ACL SETUSER <user> on ><password>``), with ``am`` as the prefix.
 ACL_RULES = (
     "resetkeys ~am:* resetchannels -@all "
@@ -195,7 +195,7 @@ def mtls_port(pki: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[i
 @pytest.fixture(scope="module")
 def acl_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     """A server whose ``default`` user has a password, and a worker user made with
-    the README's rules for the prefix ``proj``."""
+    the documented rules for the prefix ``proj``."""
     rules = ACL_RULES.replace("am:*", f"{PREFIX}:*").split()
     with private_redis(tmp_path_factory.mktemp("acl"), "--requirepass", ADMIN_PASSWORD) as port:
 
@@ -431,9 +431,9 @@ async def test_a_user_without_info_gets_a_warning_not_the_eviction_check(
     assert [e["event"] for e in logs] == ["eviction_policy_unchecked"]
 
 
-def test_the_readme_gives_the_tested_acl_rules() -> None:
-    readme = (ROOT / "README.md").read_text()
-    assert ACL_RULES in " ".join(readme.split())
+def test_the_docs_give_the_tested_acl_rules() -> None:
+    page = (ROOT / "docs" / "reliability.md").read_text()
+    assert ACL_RULES in " ".join(page.split())
 
 
 def test_tls_settings_are_checked_when_the_config_is_read(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from actormem.actors.app.simulation import SimulationReport, report_dict, run_si
 from actormem.actors.app.wiring import CONFIG_ENV, MemoryRuntime
 from actormem.actors.config import AppConfig, load_app_config
 from actormem.actors.pool.vouch import VOUCHER_KEY_ENV
-from actormem.runtime.config import decode_config
+from actormem.runtime.config import LoggingConfig, decode_config
 from actormem.runtime.errors import ConfigError
 from actormem.runtime.logging import configure_logging
 from actormem.runtime.redis import EmbeddedRedis
@@ -103,10 +103,13 @@ def _load(args: argparse.Namespace) -> AppConfig:
         for section, values in overrides.items():
             data[section].update(values)
         config = decode_config(data, AppConfig, source="command line")
-    configure_logging(
-        args.log_format or config.logging.format, args.log_level or config.logging.level
+    # The command line's choice becomes the config's, which MemoryRuntime applies again.
+    given = config.logging or LoggingConfig()
+    chosen = LoggingConfig(
+        format=args.log_format or given.format, level=args.log_level or given.level
     )
-    return config
+    configure_logging(chosen.format, chosen.level)
+    return msgspec.structs.replace(config, logging=chosen)
 
 
 def _worker(args: argparse.Namespace) -> int:

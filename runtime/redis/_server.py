@@ -163,9 +163,15 @@ class EmbeddedRedis(AsyncClosing):
         if self.cluster:
             args += ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
         try:
-            # Popen only forks and execs; the waiting is done in a thread below.
+            # Popen only forks and execs; the waiting is done in a thread below. The
+            # server gets its own process group so that a terminal's Ctrl-C reaches only
+            # this process, which then stops the server after its clients are done.
             self._proc = subprocess.Popen(  # noqa: ASYNC220
-                args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                process_group=0,
             )
         except OSError as exc:
             await self.aclose()

@@ -9,6 +9,9 @@ unless it configures logging itself, either the stdlib way
 ``event key=value`` records) or with its own ``structlog.configure()``, which
 replaces this routing and takes actormem's events too. Loggers of other names
 keep structlog's own defaults, so the application's structlog output is unchanged.
+The routing is a ``structlog.configure()`` call, so ``structlog.is_configured()``
+is true once actormem is imported: an application configures structlog without
+asking it first.
 
 :func:`configure_logging` is the configuration the CLI uses (and
 ``MemoryRuntime`` when its config has a ``[logging]`` section): ``console`` for

@@ -52,7 +52,9 @@ pytest: $(VENV)/.installed-test
 
 test: lint typecheck pytest
 
-# The quick loop while working: every test but the end-to-end and fault runs.
+# The quick loop while working (under a minute): the unit tests of every module; the
+# tests marked slow (end-to-end, subprocess, multi-process, benchmark, packaging and
+# fault tests) run in make test.
 test-fast: $(VENV)/.installed-test
 	$(BIN)/ruff check $(CODE)
 	$(BIN)/python -m pytest -q -m "not slow"

@@ -96,7 +96,7 @@ class AppConfig(_Section, frozen=True):
     """Everything one TOML config file holds."""
 
     runtime: RuntimeConfig = msgspec.field(default_factory=RuntimeConfig)
-    logging: LoggingConfig = msgspec.field(default_factory=LoggingConfig)
+    logging: LoggingConfig | None = None
     redis: RedisConfig = msgspec.field(default_factory=RedisConfig)
     memory: MemoryConfig = msgspec.field(default_factory=MemoryConfig)
     compression: CompressionConfig = msgspec.field(default_factory=CompressionConfig)

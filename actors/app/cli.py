@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import secrets
+import signal
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from actormem.actors.app.simulation import SimulationReport, report_dict, run_si
 from actormem.actors.app.wiring import CONFIG_ENV, MemoryRuntime
 from actormem.actors.config import AppConfig, load_app_config
 from actormem.actors.pool.vouch import VOUCHER_KEY_ENV
-from actormem.runtime.config import decode_config
+from actormem.runtime.config import LoggingConfig, decode_config
 from actormem.runtime.errors import ConfigError
 from actormem.runtime.logging import configure_logging
 from actormem.runtime.redis import EmbeddedRedis
@@ -103,10 +104,13 @@ def _load(args: argparse.Namespace) -> AppConfig:
         for section, values in overrides.items():
             data[section].update(values)
         config = decode_config(data, AppConfig, source="command line")
-    configure_logging(
-        args.log_format or config.logging.format, args.log_level or config.logging.level
+    # The command line's choice becomes the config's, which MemoryRuntime applies again.
+    given = config.logging or LoggingConfig()
+    chosen = LoggingConfig(
+        format=args.log_format or given.format, level=args.log_level or given.level
     )
-    return config
+    configure_logging(chosen.format, chosen.level)
+    return msgspec.structs.replace(config, logging=chosen)
 
 
 def _worker(args: argparse.Namespace) -> int:
@@ -155,6 +159,11 @@ def _simulate(args: argparse.Namespace) -> int:
 
         config_path = str(Path(args.config).resolve()) if args.config else None
         report = anyio.run(lambda: _run(config, config_path, args.workers or 0, step))
+    if isinstance(report, int):
+        if report == signal.SIGINT:
+            raise KeyboardInterrupt
+        print(f"actormem: stopped by {signal.Signals(report).name}", file=sys.stderr)
+        return 128 + report
     _print_report(report)
     if args.json:
         path = Path(args.json)
@@ -166,37 +175,76 @@ def _simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Stop:
+    """Cancels :attr:`scope` on the first SIGINT or SIGTERM, and keeps its number."""
+
+    def __init__(self) -> None:
+        self.signum = 0
+        self.scope = anyio.CancelScope()
+
+    async def watch(self, signals: AsyncIterator[int]) -> None:
+        async for signum in signals:
+            self.signum = self.signum or signum
+            self.scope.cancel()
+
+
 async def _run(
     config: AppConfig, path: str | None, workers: int, step: Callable[[int], None]
-) -> SimulationReport:
+) -> SimulationReport | int:
     """Run in this process, or drive ``workers`` worker processes over one Redis.
 
-    ``path`` (absolute) is the config file the workers load too.
+    ``path`` (absolute) is the config file the workers load too. SIGINT or SIGTERM
+    cancels the simulation itself; the runtime, the workers and the embedded Redis
+    then close as usual, and the signal's number is returned instead of a report.
     """
-    if not workers:
-        return await run_simulation(config, on_step=step)
+    stop = _Stop()
+    report = error = None
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(stop.watch, signals)
+            try:
+                report = await _run_until_stopped(config, path, workers, step, stop.scope)
+            except Exception as exc:
+                error = exc  # raised below as itself, not inside the task group's group
+            finally:
+                tg.cancel_scope.cancel()
+    if error is not None:
+        raise error
+    return stop.signum if report is None else report
+
+
+async def _run_until_stopped(
+    config: AppConfig,
+    path: str | None,
+    workers: int,
+    step: Callable[[int], None],
+    scope: anyio.CancelScope,
+) -> SimulationReport | None:
     async with AsyncExitStack() as stack:
-        redis = config.redis
-        if not redis.url:
-            server = await stack.enter_async_context(EmbeddedRedis())
-            redis = msgspec.structs.replace(redis, url=server.url)
-        env = {CONFIG_ENV: path} if path else {}
-        # The workers vouch for and check agents' pool commands with one key.
-        env[VOUCHER_KEY_ENV] = secrets.token_hex(32)
-        await stack.enter_async_context(
-            WorkerProcesses(
-                workers,
-                redis,
-                "actormem.actors.app.wiring:worker_register",
-                runtime=config.runtime,
-                env=env,
+        transport = None
+        if workers:
+            redis = config.redis
+            if not redis.url:
+                server = await stack.enter_async_context(EmbeddedRedis())
+                redis = msgspec.structs.replace(redis, url=server.url)
+            env = {CONFIG_ENV: path} if path else {}
+            # The workers vouch for and check agents' pool commands with one key.
+            env[VOUCHER_KEY_ENV] = secrets.token_hex(32)
+            await stack.enter_async_context(
+                WorkerProcesses(
+                    workers,
+                    redis,
+                    "actormem.actors.app.wiring:worker_register",
+                    runtime=config.runtime,
+                    env=env,
+                )
             )
-        )
-        config = msgspec.structs.replace(config, redis=redis)
-        transport = RedisTransport(redis.url, redis, worker=False)
-        async with MemoryRuntime(config, transport=transport) as rt:
+            config = msgspec.structs.replace(config, redis=redis)
+            transport = RedisTransport(redis.url, redis, worker=False)
+        rt = await stack.enter_async_context(MemoryRuntime(config, transport=transport))
+        with scope:
             return await run_simulation(config, on_step=step, runtime=rt)
-    raise AssertionError("unreachable")
+    return None
 
 
 def _print_report(report: SimulationReport) -> None:

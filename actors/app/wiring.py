@@ -26,6 +26,7 @@ from actormem.actors.recall.tools import ToolArgumentsError
 from actormem.actors.retention import SessionFileError
 from actormem.runtime import ConfigError, Runtime, Transport
 from actormem.runtime.config import decode_config
+from actormem.runtime.logging import configure_logging
 from actormem.runtime.redis import register_error_types, register_message_types
 from actormem.runtime.redis.transport import RedisTransport
 
@@ -131,6 +132,15 @@ def transport_for(config: AppConfig, *, worker: bool = True) -> Transport | None
 class MemoryRuntime(Runtime):
     """A :class:`runtime.Runtime` with the agent memory actors registered.
 
+    Logging: the runtime writes nothing to stdout or stderr unless logging is
+    configured. It is configured by the application (its own ``structlog.configure()``
+    or stdlib handlers on the ``actormem`` logger), or by ``config`` when its
+    ``logging`` is set, that is when the TOML file has a ``[logging]`` table or the
+    code passes ``AppConfig(logging=LoggingConfig(...))``: then constructing the
+    runtime calls :func:`actormem.runtime.logging.configure_logging` with that
+    format and level, for the whole process (events on stderr). ``logging`` unset
+    (the default) leaves the process's logging as it is.
+
     Args:
         config: the whole app config (defaults if omitted).
         transport: how envelopes travel; by default the config's
@@ -146,6 +156,8 @@ class MemoryRuntime(Runtime):
 
     def __init__(self, config: AppConfig | None = None, *, transport: Transport | None = None):
         self.app_config = config or AppConfig()
+        if self.app_config.logging is not None:
+            configure_logging(self.app_config.logging.format, self.app_config.logging.level)
         super().__init__(
             self.app_config.runtime, transport=transport or transport_for(self.app_config)
         )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -33,6 +34,8 @@ log = structlog.get_logger("actormem.redis")
 _START_TIMEOUT: Final = 10.0
 #: How long a stopping server may take before it is killed.
 _STOP_TIMEOUT: Final = 10.0
+#: What starts a line of redis-server's log ("4242:M 25 Nov 2026 15:10:25.447 # ").
+_LOG_PREFIX: Final = re.compile(r"^\d+:[A-Z] \d+ \w+ \d+ [\d:.]+ [#*.-] ")
 
 
 def find_redis_server() -> str:
@@ -163,9 +166,15 @@ class EmbeddedRedis(AsyncClosing):
         if self.cluster:
             args += ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
         try:
-            # Popen only forks and execs; the waiting is done in a thread below.
+            # Popen only forks and execs; the waiting is done in a thread below. The
+            # server gets its own process group so that a terminal's Ctrl-C reaches only
+            # this process, which then stops the server after its clients are done.
             self._proc = subprocess.Popen(  # noqa: ASYNC220
-                args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                process_group=0,
             )
         except OSError as exc:
             await self.aclose()
@@ -196,17 +205,19 @@ class EmbeddedRedis(AsyncClosing):
             await anyio.sleep(0.02)
 
     def _last_words(self) -> str:
-        """The server's last log or stderr line, to say why it did not start."""
+        """Why the server did not start, in one line: the last line of its stderr
+        (with the setting it refused, if it names one), else of its log."""
         proc = self._proc
         if proc is not None and proc.stderr is not None:
-            text = proc.stderr.read().decode(errors="replace").strip()
-            if text:
-                return text.splitlines()[-1]
+            lines = proc.stderr.read().decode(errors="replace").strip().splitlines()
+            if lines:
+                refused = [line[4:] for line in lines if line.startswith(">>> ")]
+                return f"{refused[-1]}: {lines[-1]}" if refused else lines[-1]
         logfile = self._dir / "redis.log" if self._dir is not None else None
         if logfile is not None and logfile.exists():
             lines = logfile.read_text(errors="replace").strip().splitlines()
             if lines:
-                return lines[-1]
+                return _LOG_PREFIX.sub("", lines[-1])
         return "no output"
 
     async def aclose(self) -> None:

@@ -24,6 +24,7 @@ TINY = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(TINY))
 async def test_benchmark_runs_at_tiny_size(name: str) -> None:
     args = build_parser().parse_args([name, *TINY[name]])
@@ -43,6 +44,7 @@ async def test_load_with_max_inflight_reports_what_it_did_not_send() -> None:
     assert figures["errors"] == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

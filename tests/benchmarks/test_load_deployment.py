@@ -18,7 +18,7 @@ from actormem.benchmarks.load import run
 from actormem.runtime.redis import connect
 from tests.benchmarks.helpers import check_rows
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 
 def deployment_file(tmp_path: Path, url: str, prefix: str) -> Path:

@@ -10,7 +10,7 @@ import pytest
 from actormem.benchmarks.__main__ import build_parser
 from tests.benchmarks.helpers import check_rows
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 TINY = {
     "redis_throughput": ["--messages", "60", "--agents", "5", "--repeat", "2"],

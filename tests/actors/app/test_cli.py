@@ -23,6 +23,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_simulate_small_run_reports_and_writes_json(tmp_path: Path) -> None:
     out = tmp_path / "report.json"
     proc = run_cli(
@@ -47,6 +48,7 @@ def test_simulate_small_run_reports_and_writes_json(tmp_path: Path) -> None:
         assert agent["context_tokens"] <= report["context_budget"]
 
 
+@pytest.mark.slow
 def test_same_seed_same_story(tmp_path: Path) -> None:
     reports = []
     for i in range(2):
@@ -70,6 +72,7 @@ def test_same_seed_same_story(tmp_path: Path) -> None:
     assert [r[k] for k in keys for r in reports[:1]] == [r[k] for k in keys for r in reports[1:]]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
@@ -123,6 +126,7 @@ def test_default_toml_documents_the_real_defaults() -> None:
     assert load_app_config(ROOT / "configs" / "default.toml") == AppConfig()
 
 
+@pytest.mark.slow
 def test_small_budget_town_stays_under_budget_and_keeps_facts(tmp_path: Path) -> None:
     out = tmp_path / "small.json"
     proc = run_cli(
@@ -143,6 +147,7 @@ def test_small_budget_town_stays_under_budget_and_keeps_facts(tmp_path: Path) ->
     assert report["facts_found"] >= 0.9 * report["facts_planted"]
 
 
+@pytest.mark.slow
 def test_three_workers_give_the_in_process_planted_fact_results(tmp_path: Path) -> None:
     reports = {}
     for mode, extra in (("local", ["--transport", "local"]), ("workers", ["--workers", "3"])):
@@ -167,6 +172,7 @@ def test_three_workers_give_the_in_process_planted_fact_results(tmp_path: Path) 
     assert known == [a["known_after_sharing"] for a in reports["local"]["per_agent"]]
 
 
+@pytest.mark.slow
 def test_a_worker_without_a_redis_url_is_one_line() -> None:
     proc = run_cli("worker", "configs/default.toml")
     assert proc.returncode == 2

@@ -12,7 +12,7 @@ from tests.support.actors import Add, GetState, register
 from tests.support.redis import delete_prefix
 from tests.support.streams import eventually
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 
 async def test_asks_durable_state_and_dead_letters_work_on_a_cluster(

@@ -19,6 +19,7 @@ async def test_one_heartbeat_renews_every_held_lease_and_drops_only_the_lost_one
     await _renews_all_but_the_lost(redis_client, Keys(redis_config.prefix))
 
 
+@pytest.mark.slow
 async def test_leases_on_many_cluster_nodes_are_renewed_together(
     redis_cluster_url: str, redis_config: RedisConfig
 ) -> None:

@@ -334,6 +334,7 @@ async def test_a_retried_handler_s_tells_are_not_applied_twice(
     assert state.tokens == tokens
 
 
+@pytest.mark.slow
 async def test_streams_are_trimmed_but_never_past_a_pending_entry(
     redis_client: aioredis.Redis, redis_config: RedisConfig
 ) -> None:
@@ -433,6 +434,7 @@ async def test_shards_move_between_workers_that_join_and_leave_without_loss(
             await eventually(done, "every command applied once, in order")
 
 
+@pytest.mark.slow
 async def test_producers_wait_while_a_stream_is_full_and_carry_on_when_it_drains(
     redis_client: aioredis.Redis, redis_config: RedisConfig
 ) -> None:
@@ -533,6 +535,7 @@ async def test_a_client_trims_the_replies_it_has_read_and_loses_none_in_a_burst(
         await eventually(trimmed, "the read replies are trimmed off")
 
 
+@pytest.mark.slow
 async def test_an_ask_that_expired_in_the_stream_is_acked_unhandled(
     redis_client: aioredis.Redis, redis_config: RedisConfig
 ) -> None:

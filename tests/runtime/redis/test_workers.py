@@ -29,7 +29,7 @@ from actormem.runtime.redis.worker import WorkerProcesses, load_register
 from tests.support.actors import Add, Crash, GetState
 from tests.support.streams import client_runtime, eventually, owners, stored_tokens
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 REGISTER = "tests.support.actors:register"
 LEDGERS = [f"ledger/l{i}" for i in range(12)]

@@ -55,12 +55,24 @@ def python_blocks(page: Path) -> list[str]:
 # -- the configuration reference ------------------------------------------------------------
 
 
+def section_type(kind: object) -> type[msgspec.Struct] | None:
+    """The Struct a field holds, when it is a section (``X`` or an optional ``X | None``)."""
+    choices = [k for k in typing.get_args(kind) if k is not type(None)] or [kind]
+    if (
+        len(choices) == 1
+        and isinstance(choices[0], type)
+        and issubclass(choices[0], msgspec.Struct)
+    ):
+        return choices[0]
+    return None
+
+
 def config_keys(cls: type[msgspec.Struct], prefix: str) -> Iterator[tuple[str, str]]:
     """(section, key) for every field of ``cls``, nested sections by their dotted name."""
     hints = typing.get_type_hints(cls)
     for name in cls.__struct_fields__:
-        kind = hints[name]
-        if isinstance(kind, type) and issubclass(kind, msgspec.Struct):
+        kind = section_type(hints[name])
+        if kind is not None:
             yield from config_keys(kind, f"{prefix}.{name}" if prefix else name)
         elif prefix:
             yield prefix, name
@@ -68,8 +80,8 @@ def config_keys(cls: type[msgspec.Struct], prefix: str) -> Iterator[tuple[str, s
 
 def config_structs(cls: type[msgspec.Struct]) -> Iterator[type[msgspec.Struct]]:
     yield cls
-    for kind in typing.get_type_hints(cls).values():
-        if isinstance(kind, type) and issubclass(kind, msgspec.Struct):
+    for hint in typing.get_type_hints(cls).values():
+        if (kind := section_type(hint)) is not None:
             yield from config_structs(kind)
 
 

@@ -214,10 +214,12 @@ class AgentMemory(Actor):
 
     def _add(self, messages: list[Message]) -> AddResult:
         store = self._store
-        one = store.counted_new(messages)
+        one = store.add_simple(messages)
         if one is not None:  # the hot path of every agent's turn
-            store.add_one(one)
-            self._observe([one])
+            if self._recall is None and self._unobserved is not None:
+                self._unobserved.append(one)
+            else:
+                self._observe([one])
             if self._compaction.enabled:
                 self._compaction.maybe_compress()
             return AddResult(

@@ -48,6 +48,7 @@ class Compaction:
         "agent",
         "compressing",
         "compressions",
+        "enabled",
         "tokens_saved",
     )
 
@@ -56,6 +57,8 @@ class Compaction:
     ) -> None:
         self.agent = agent
         self._config = config
+        #: Compression is on (read on every add, so a plain attribute).
+        self.enabled = config.enabled
         self._store = store
         self._ctx = ctx
         self.compressing = False
@@ -65,11 +68,6 @@ class Compaction:
         self._floor = 0
         self.compressions = 0
         self.tokens_saved = 0
-
-    @property
-    def enabled(self) -> bool:
-        """Compression is on."""
-        return self._config.enabled
 
     def maybe_compress(self) -> None:
         """Ask the compressor when a threshold is crossed; keep serving meanwhile."""

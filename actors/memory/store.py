@@ -117,19 +117,36 @@ class MessageStore:
             out.append(m.with_tokens(count_tokens(m, self._counter)))
         return out
 
-    def counted_new(self, messages: list[Message]) -> Message | None:
-        """``messages`` counted when it is one valid, new, plain-text message (the
-        common add), else None: the caller then takes :meth:`add`'s checks."""
-        if type(messages) is list and len(messages) == 1:
-            m = messages[0]
-            if (
-                type(m) is Message
-                and type(m.content) is str
-                and len(m.content) <= self._config.max_message_chars
-                and m.id not in self.history_ids
-            ):
-                return m.with_tokens(count_tokens(m, self._counter))
-        return None
+    def add_simple(self, messages: list[Message]) -> Message | None:
+        """Add ``messages`` when it is one valid, new, plain-text message (the hot
+        path of every agent's turn) and return it counted; else add nothing and
+        return None: the caller then takes :meth:`add`, with its checks."""
+        if type(messages) is not list or len(messages) != 1:
+            return None
+        m = messages[0]
+        if (
+            type(m) is not Message
+            or type(m.content) is not str
+            or len(m.content) > self._config.max_message_chars
+            or m.id in self.history_ids
+        ):
+            return None
+        m = m.with_tokens(count_tokens(m, self._counter))
+        # The effects of add() for one message, without the batch bookkeeping.
+        working = self.working
+        working.append(m)
+        tokens = m.tokens
+        self.working_tokens += tokens
+        self.history_ids.add(m.id)
+        self.history.append(m)
+        self.history_tokens += tokens
+        if self.durable:
+            self.log_pending.append(m)
+        if self.working_tokens > self.peak_tokens:
+            self.peak_tokens = self.working_tokens
+        if len(working) > self.peak_size:
+            self.peak_size = len(working)
+        return m
 
     def append_history(self, messages: Sequence[Message]) -> None:
         """Add to the original history the messages it does not hold yet."""
@@ -160,23 +177,6 @@ class MessageStore:
         self.append_history(counted)
         self.note_peak()
         return counted
-
-    def add_one(self, m: Message) -> None:
-        """:meth:`add` of one valid, new, counted message: the hot path of every
-        agent's turn, without the batch bookkeeping (the same effects)."""
-        working = self.working
-        working.append(m)
-        tokens = m.tokens
-        self.working_tokens += tokens
-        self.history_ids.add(m.id)
-        self.history.append(m)
-        self.history_tokens += tokens
-        if self.durable:
-            self.log_pending.append(m)
-        if self.working_tokens > self.peak_tokens:
-            self.peak_tokens = self.working_tokens
-        if len(working) > self.peak_size:
-            self.peak_size = len(working)
 
     def set_working(self, messages: list[Message]) -> None:
         """Rewrite the working view."""

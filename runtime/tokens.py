@@ -9,9 +9,10 @@ model name picks its encoding (:func:`encoding_for_model`).
 
 A chat message costs more than its text: the chat format wraps each message in
 ``<|start|>{role/name}\\n{content}<|end|>\\n``. We count as OpenAI's cookbook
-does, the same for every model family above: 3 tokens per message, every string
-field's tokens (role, content, name, tool_call_id), 1 more when a name is present,
-and 3 to prime the reply. Tool calls add their function name and JSON arguments
+does for gpt-3.5-turbo, gpt-4 and gpt-4o (it gives no other formula for the later
+families, so all are counted alike): 3 tokens per message, every string field's
+tokens (role, content, name, tool_call_id), 1 more when a name is present, and 3
+to prime the reply. Tool calls add their function name and JSON arguments
 plus 3 tokens of framing each (OpenAI does not publish the exact framing; this
 matches its reported usage within a few tokens per call).
 """

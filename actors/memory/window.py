@@ -62,14 +62,13 @@ async def context_window(
     picked, newest = _newest_units(working, head, remaining)
     if remaining < 0 or (newest and not picked):
         needed = pinned + newest
-        what = "the system prompt" if head else "no system prompt"
-        what += f" ({pinned - REPLY_PRIMING_TOKENS} tokens)"
+        parts = [f"system prompt: {pinned - REPLY_PRIMING_TOKENS}"] if head else []
         if newest:
-            what += f" and the newest message with its tool results ({newest} tokens)"
+            parts.append(f"newest message, tool results included: {newest}")
+        parts.append(f"reply priming: {REPLY_PRIMING_TOKENS}")
         raise ContextBudgetError(
-            f"context: the smallest valid context needs {needed} tokens: "
-            f"{what}, and {REPLY_PRIMING_TOKENS} for the reply priming; "
-            f"max_tokens is {budget}",
+            f"context: max_tokens is {budget}, but the smallest valid context needs "
+            f"{needed} tokens ({', '.join(parts)})",
             needed=needed,
         )
     out = [m.to_openai() for m in working[:head]]

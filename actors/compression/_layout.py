@@ -2,27 +2,80 @@
 
 Compression never touches a *protected* message: system messages, messages
 marked ``metadata.pinned``, the calls and results of ``pinned_tools``, the latest
-user message, and every message of an incomplete tool unit (a call still waiting
-for its result: compressing it would orphan the result when it arrives). Spans
-that a strategy replaces as a whole (tool runs, rounds, the current round) are
-made of *compressible units*: complete units, none of them protected, whose
-messages sit next to each other in the view, so that replacing the span can
-never split a tool call from its result.
+user message, and every message of a *waiting* tool unit: a call still waiting
+for its result while it is in the current round or among the last ``last_keep``
+messages (compressing it would orphan the result when it arrives).
+
+Everything else may be compressed, tool units that cannot reach an LLM included:
+a call left unanswered past the current round and the last ``last_keep`` messages
+is *abandoned*, and a tool result whose call is not before it in the view (or a
+second result for one call) is an *orphan*; neither blocks the messages around it.
+
+A span that a strategy replaces as a whole (tool runs, rounds, the current round)
+is *closed*: it holds no protected message and, for every message in it, all the
+messages of that message's unit (a call with its results, wherever the results
+landed), so that replacing the span never separates a call from its result.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import accumulate
 
 from actormem.actors.compression.config import CompressionConfig
 from actormem.actors.conversation import group_units, leading_system_count
 from actormem.actors.messages import Message
 
-__all__ = ("USER_ROLES", "Layout")
+__all__ = ("USER_ROLES", "Layout", "sendable", "set_aside", "unit_indices")
 
 #: Roles that start a round (an agent_call is a request, as a user message is).
 USER_ROLES = frozenset({"user", "agent_call"})
 _ASSISTANT_ROLES = frozenset({"assistant", "agent_response"})
+
+
+def sendable(view: Sequence[Message]) -> list[Message]:
+    """The messages of ``view`` that can reach an LLM, in the order they are sent.
+
+    Complete units only, each call followed by its results: a call still waiting
+    and an orphan result are set aside (as ``context()`` sets them aside).
+    """
+    return [m for unit in group_units(view) if unit.complete for m in unit.messages]
+
+
+def set_aside(view: Sequence[Message]) -> list[str]:
+    """What of ``view`` cannot reach an LLM: its calls without results and orphan results,
+    one line each, naming the call ids (no indices, so views can be compared)."""
+    out: list[str] = []
+    for indices, complete in unit_indices(view):
+        if complete:
+            continue
+        head = view[indices[0]]
+        if head.tool_calls:
+            out.append(f"calls without results: {sorted(c.id for c in head.tool_calls)}")
+        else:
+            out.append(f"orphan tool result {head.tool_call_id!r}")
+    return out
+
+
+def unit_indices(view: Sequence[Message]) -> list[tuple[list[int], bool]]:
+    """The view's units (:func:`actormem.actors.conversation.group_units`) as the
+    indices of their messages, head first, and whether they are complete."""
+    at: dict[int, list[int]] = {}  # a result's object -> its indices, last first
+    for index in range(len(view) - 1, -1, -1):
+        if view[index].role == "tool":
+            at.setdefault(id(view[index]), []).append(index)
+    out: list[tuple[list[int], bool]] = []
+    for unit in group_units(view):
+        indices = [unit.start]
+        for m in unit.messages[1:]:
+            # A result comes after its call; the same object twice in a view is
+            # placed by the earliest index after the call.
+            spots = at[id(m)]
+            while spots[-1] < unit.start:
+                spots.pop()
+            indices.append(spots.pop())
+        out.append((indices, unit.complete))
+    return out
 
 
 class Layout:
@@ -30,7 +83,6 @@ class Layout:
 
     Attributes:
         view: the messages.
-        units: the view's units (see :func:`actormem.actors.conversation.group_units`).
         protected: indices of messages no strategy may change.
         first: index of the first message after the leading system messages.
         latest_user: index of the latest user (or agent_call) message, or None.
@@ -40,13 +92,13 @@ class Layout:
     """
 
     __slots__ = (
-        "_unit_at",
+        "_hi",
+        "_lo",
         "current_start",
         "first",
         "latest_assistant",
         "latest_user",
         "protected",
-        "units",
         "view",
     )
 
@@ -56,97 +108,86 @@ class Layout:
         self.latest_user = _last_index(view, USER_ROLES)
         self.latest_assistant = _last_index(view, _ASSISTANT_ROLES)
         self.current_start = self.latest_user if self.latest_user is not None else self.first
-        self.units = group_units(view)
-        answer_at = _answer_indices(view)
+        waiting_from = min(self.current_start, len(view) - config.last_keep)
         pinned_tools = frozenset(config.pinned_tools)
         protected: set[int] = {i for i, m in enumerate(view) if m.role == "system" or m.pinned}
         if self.latest_user is not None:
             protected.add(self.latest_user)
-        # A compressible unit starts at its index here, mapped to its end (exclusive).
-        self._unit_at: dict[int, int] = {}
-        blocked: set[int] = set()
-        for unit in self.units:
-            indices = [unit.start] + [
-                answer_at[m.tool_call_id]
-                for m in unit.messages[1:]
-                if m.tool_call_id is not None and m.tool_call_id in answer_at
-            ]
+        # Each message's unit spans [_lo[i], _hi[i]) of the view.
+        self._lo = list(range(len(view)))
+        self._hi = [i + 1 for i in range(len(view))]
+        for indices, complete in unit_indices(view):
             lo, hi = min(indices), max(indices) + 1
-            uses_pinned_tool = any(
-                call.name in pinned_tools for call in unit.messages[0].tool_calls
-            ) or any(m.role == "tool" and m.name in pinned_tools for m in unit.messages)
-            if not unit.complete or uses_pinned_tool:
+            for i in indices:
+                self._lo[i], self._hi[i] = lo, hi
+            head = view[indices[0]]
+            waiting = not complete and bool(head.tool_calls) and indices[0] >= waiting_from
+            uses_pinned_tool = any(call.name in pinned_tools for call in head.tool_calls) or any(
+                view[i].role == "tool" and view[i].name in pinned_tools for i in indices
+            )
+            if waiting or uses_pinned_tool:
                 protected.update(indices)
-                continue
-            if hi - lo == len(indices):
-                self._unit_at[lo] = hi
-            else:
-                # Results separated from their call: what lies between them must stay
-                # put, or a summary would land inside the pair.
-                blocked.update(range(lo, hi))
         self.protected = frozenset(protected)
-        # A unit with a protected or blocked message is not compressible.
-        untouchable = self.protected | blocked
-        for lo in [
-            lo for lo, hi in self._unit_at.items() if untouchable.intersection(range(lo, hi))
-        ]:
-            del self._unit_at[lo]
 
-    def unit_end(self, start: int) -> int | None:
-        """End (exclusive) of the compressible unit starting at ``start``, or None."""
-        return self._unit_at.get(start)
+    def _free(self, lo: int, hi: int) -> list[bool]:
+        """For each index of ``[lo, hi)``: may it be part of a closed span within it?"""
+        lows, highs, protected = self._lo, self._hi, self.protected
+        bad = [i in protected or lows[i] < lo or highs[i] > hi for i in range(lo, hi)]
+        # A unit cannot be replaced with a gap in it: a unit whose range holds a
+        # bad index is bad too, which may make further units bad.
+        changed = any(bad)
+        while changed:
+            changed = False
+            before = [0, *accumulate(bad)]
+            for k in range(hi - lo):
+                if not bad[k] and before[highs[lo + k] - lo] > before[lows[lo + k] - lo]:
+                    bad[k] = changed = True
+        return [not b for b in bad]
 
     def segments(self, lo: int, hi: int) -> list[tuple[int, int]]:
-        """Maximal ranges within ``[lo, hi)`` made only of compressible units."""
+        """Maximal closed spans within ``[lo, hi)``."""
         out: list[tuple[int, int]] = []
-        i = lo
-        while i < hi:
-            end = self._unit_at.get(i)
-            if end is None or end > hi:
-                i += 1
-                continue
-            start = i
-            while end is not None and end <= hi:
-                i = end
-                end = self._unit_at.get(i)
-            out.append((start, i))
+        start: int | None = None
+        for k, free in enumerate(self._free(lo, hi)):
+            if free and start is None:
+                start = lo + k
+            elif not free and start is not None:
+                out.append((start, lo + k))
+                start = None
+        if start is not None:
+            out.append((start, hi))
         return out
 
+    def cuts(self, lo: int, hi: int) -> list[int]:
+        """The ends ``e`` in ``(lo, hi]`` for which ``[lo, e)`` is closed, given a
+        closed span ``[lo, hi)``: no unit has messages on both sides of ``e``."""
+        across = [0] * (hi - lo + 1)
+        for i in range(lo, hi):
+            if self._lo[i] == i and self._hi[i] > i + 1:
+                across[i - lo + 1] += 1
+                across[self._hi[i] - lo] -= 1
+        return [lo + k for k, n in enumerate(accumulate(across)) if k > 0 and n == 0]
+
     def tool_runs(self, lo: int, hi: int) -> list[tuple[int, int]]:
-        """Ranges within ``[lo, hi)`` of consecutive compressible tool-call units."""
+        """Closed spans within ``[lo, hi)`` made only of tool calls and tool results."""
         runs: list[tuple[int, int]] = []
         for seg_lo, seg_hi in self.segments(lo, hi):
-            i = seg_lo
-            run_start: int | None = None
-            while i < seg_hi:
-                end = self._unit_at[i]
-                is_tool = bool(self.view[i].tool_calls)
-                if is_tool and run_start is None:
-                    run_start = i
-                elif not is_tool and run_start is not None:
-                    runs.append((run_start, i))
-                    run_start = None
-                i = end
-            if run_start is not None:
-                runs.append((run_start, seg_hi))
+            start: int | None = None
+            for i in range(seg_lo, seg_hi + 1):
+                toolish = i < seg_hi and (
+                    self.view[i].role == "tool" or bool(self.view[i].tool_calls)
+                )
+                if toolish and start is None:
+                    start = i
+                elif not toolish and start is not None:
+                    runs.extend(self.segments(start, i))
+                    start = None
         return runs
 
     def rounds(self, lo: int, hi: int) -> list[tuple[int, int]]:
         """Split ``[lo, hi)`` at user messages: each range is one round."""
         starts = [lo] + [i for i in range(lo + 1, hi) if self.view[i].role in USER_ROLES]
         return [(s, e) for s, e in zip(starts, [*starts[1:], hi], strict=True) if s < e]
-
-
-def _answer_indices(view: Sequence[Message]) -> dict[str, int]:
-    """Map each call id to the index of its first result after the call (as group_units does)."""
-    called: set[str] = set()
-    answer_at: dict[str, int] = {}
-    for i, m in enumerate(view):
-        for call in m.tool_calls:
-            called.add(call.id)
-        if m.role == "tool" and m.tool_call_id in called and m.tool_call_id not in answer_at:
-            answer_at[m.tool_call_id] = i
-    return answer_at
 
 
 def _last_index(view: Sequence[Message], roles: frozenset[str]) -> int | None:

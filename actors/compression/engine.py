@@ -13,9 +13,13 @@ What the reference systems leave to chance is checked here:
 - a pass counts only if it *shrank* the view (fewer messages, or fewer tokens
   and no more messages): otherwise the engine moves to the next strategy, so it
   can never loop;
-- after every pass the view must still render to a valid OpenAI message list
-  (no new problem from :func:`actormem.actors.conversation.check_openai_messages`); a pass
-  that would break it is dropped and logged as a bug;
+- after every pass, what the view sends to an LLM (its complete tool units, see
+  :func:`actormem.actors.compression._layout.sendable`) must still be a valid OpenAI
+  message list (no new problem from
+  :func:`actormem.actors.conversation.check_openai_messages`); a pass that cannot
+  help (nothing found, no shrink, or a view that would not be valid) is skipped,
+  with a debug log, and a strategy that proposed an invalid view is not run again
+  in that compression;
 - a timeout returns the view as it stood after the last finished pass;
 - when it stops over budget, ``note`` says why.
 """
@@ -31,7 +35,7 @@ from typing import Final
 import anyio
 import structlog
 
-from actormem.actors.compression._layout import Layout
+from actormem.actors.compression._layout import Layout, sendable, set_aside
 from actormem.actors.compression.config import CompressionConfig
 from actormem.actors.compression.draft import PassContext, Strategy
 from actormem.actors.compression.protocol import CompressionOutcome
@@ -55,7 +59,10 @@ def render_problems(view: Sequence[Message]) -> list[str]:
 
 def _problem_kinds(view: Sequence[Message]) -> Counter[str]:
     # Indices shift when a pass merges messages; compare problems without them.
-    return Counter(_INDEX_PREFIX.sub("", p) for p in render_problems(view))
+    kinds = Counter(_INDEX_PREFIX.sub("", p) for p in render_problems(sendable(view)))
+    # A pass may compress calls and results that cannot be sent, never make new ones.
+    kinds.update(set_aside(view))
+    return kinds
 
 
 def _tokens(view: Sequence[Message]) -> int:
@@ -117,6 +124,7 @@ async def compress(
     passes = 0
     note = ""
     baseline = _problem_kinds(view)
+    invalid: set[str] = set()
     with anyio.move_on_after(config.timeout) as scope:
         progress = True
         over = config.over_budget(len(view), _tokens(view))
@@ -129,19 +137,27 @@ async def compress(
                     note = f"stopped at the pass cap ({config.max_passes}); "
                     progress = False
                     break
+                if name in invalid:
+                    continue
                 candidate = await strategy(ctx, view)
                 if candidate is not None:
                     passes += 1  # the strategy did work (summaries, offloads)
                 if candidate is None or not _shrank(view, candidate.view, config):
                     log.debug(
-                        "compression_pass_skipped", strategy=name, found=candidate is not None
+                        "compression_pass_skipped",
+                        strategy=name,
+                        reason="no change" if candidate is None else "no shrink",
                     )
                     continue
                 new_problems = _problem_kinds(candidate.view) - baseline
                 if new_problems:
-                    log.error(
-                        "compression_pass_invalid",
+                    # A strategy's own check should have prevented this; it is not
+                    # run again in this compression, so it cannot repeat.
+                    invalid.add(name)
+                    log.debug(
+                        "compression_pass_skipped",
                         strategy=name,
+                        reason="invalid view",
                         problems=sorted(new_problems),
                     )
                     continue

@@ -96,9 +96,11 @@ async def _merge_history(ctx: PassContext, view: list[Message]) -> Candidate | N
     for lo, hi in segments:
         if not cfg.over_target(count, total):
             break
-        prefix = view[lo].tokens
-        for end in range(lo + 2, hi + 1):
-            prefix += view[end - 1].tokens
+        # Only where no tool unit is cut in two: a call and its late result merge together.
+        prefix, end = 0, lo
+        for cut in [e for e in layout.cuts(lo, hi) if e >= lo + 2]:
+            prefix += sum(m.tokens for m in view[end:cut])
+            end = cut
             room = cfg.target_tokens - (total - prefix) - SUMMARY_OVERHEAD
             # Merging already cuts the message count; the text shrinks only as far as
             # the token budget needs, so older facts are not squeezed out early.

@@ -80,17 +80,14 @@ async def compress_tool_runs(ctx: PassContext, view: list[Message]) -> Candidate
         if hi - lo <= ctx.config.min_consecutive_tool_messages:
             continue
         plan_calls: Counter[str] = Counter()
+        plan_ids: set[str] = set()
         other: list[Message] = []
-        i = lo
-        while i < hi:
-            end = layout.unit_end(i)
-            assert end is not None
-            calls = view[i].tool_calls
-            if all(call.name in plan_tools for call in calls):
-                plan_calls.update(call.name for call in calls)
-            else:
-                other.extend(view[i:end])
-            i = end
+        for m in view[lo:hi]:
+            if m.tool_calls and all(call.name in plan_tools for call in m.tool_calls):
+                plan_calls.update(call.name for call in m.tool_calls)
+                plan_ids.update(call.id for call in m.tool_calls)
+            elif m.role != "tool" or m.tool_call_id not in plan_ids:
+                other.append(m)
         plan_line = ""
         if plan_calls:
             # AutoContext keeps only that the plan was worked on: the plan notebook

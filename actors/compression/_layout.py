@@ -12,9 +12,10 @@ is *abandoned*, and a tool result whose call is not before it in the view (or a
 second result for one call) is an *orphan*; neither blocks the messages around it.
 
 A span that a strategy replaces as a whole (tool runs, rounds, the current round)
-is *closed*: it holds no protected message and, for every message in it, all the
-messages of that message's unit (a call with its results, wherever the results
-landed), so that replacing the span never separates a call from its result.
+is *closed*: it holds no protected message, and every tool result in it has its
+call in it too. A call's results that landed after the span (late results, rounds
+later perhaps) are *pulled* into the span's replacement: summarized with it and
+taken out of their places, so that a call and its result never come apart.
 """
 
 from __future__ import annotations
@@ -94,6 +95,7 @@ class Layout:
     __slots__ = (
         "_hi",
         "_lo",
+        "_members",
         "current_start",
         "first",
         "latest_assistant",
@@ -116,8 +118,12 @@ class Layout:
         # Each message's unit spans [_lo[i], _hi[i]) of the view.
         self._lo = list(range(len(view)))
         self._hi = [i + 1 for i in range(len(view))]
+        # A unit's head (its call) mapped to the indices of its other messages.
+        self._members: dict[int, list[int]] = {}
         for indices, complete in unit_indices(view):
             lo, hi = min(indices), max(indices) + 1
+            if len(indices) > 1:
+                self._members[indices[0]] = indices[1:]
             for i in indices:
                 self._lo[i], self._hi[i] = lo, hi
             head = view[indices[0]]
@@ -132,15 +138,16 @@ class Layout:
     def _free(self, lo: int, hi: int) -> list[bool]:
         """For each index of ``[lo, hi)``: may it be part of a closed span within it?"""
         lows, highs, protected = self._lo, self._hi, self.protected
-        bad = [i in protected or lows[i] < lo or highs[i] > hi for i in range(lo, hi)]
-        # A unit cannot be replaced with a gap in it: a unit whose range holds a
-        # bad index is bad too, which may make further units bad.
+        bad = [i in protected or lows[i] < lo for i in range(lo, hi)]
+        # A unit cannot be replaced with a gap in it: a unit whose messages within
+        # [lo, hi) straddle a bad index is bad too, which may make more units bad.
         changed = any(bad)
         while changed:
             changed = False
             before = [0, *accumulate(bad)]
             for k in range(hi - lo):
-                if not bad[k] and before[highs[lo + k] - lo] > before[lows[lo + k] - lo]:
+                end = min(highs[lo + k], hi) - lo
+                if not bad[k] and before[end] > before[lows[lo + k] - lo]:
                     bad[k] = changed = True
         return [not b for b in bad]
 
@@ -158,15 +165,24 @@ class Layout:
             out.append((start, hi))
         return out
 
-    def cuts(self, lo: int, hi: int) -> list[int]:
-        """The ends ``e`` in ``(lo, hi]`` for which ``[lo, e)`` is closed, given a
-        closed span ``[lo, hi)``: no unit has messages on both sides of ``e``."""
-        across = [0] * (hi - lo + 1)
-        for i in range(lo, hi):
-            if self._lo[i] == i and self._hi[i] > i + 1:
-                across[i - lo + 1] += 1
-                across[self._hi[i] - lo] -= 1
-        return [lo + k for k, n in enumerate(accumulate(across)) if k > 0 and n == 0]
+    def pulled(self, lo: int, hi: int) -> list[int]:
+        """Indices at or after ``hi`` of the results of calls made in ``[lo, hi)``:
+        a replacement of that span takes them along."""
+        return sorted(i for head in range(lo, hi) for i in self._members.get(head, ()) if i >= hi)
+
+    def take(self, lo: int, hi: int) -> tuple[list[int], list[Message]]:
+        """What replacing the closed span ``[lo, hi)`` takes: the pulled indices, and
+        the messages replaced (the span's, then the pulled ones)."""
+        pulled = self.pulled(lo, hi)
+        return pulled, [*self.view[lo:hi], *(self.view[i] for i in pulled)]
+
+    def unit_cost(self, index: int) -> tuple[int, int]:
+        """Messages and tokens that taking ``index`` into a span adds: its whole unit
+        for a call, nothing for a result (its call counts it), else the message."""
+        if self._lo[index] < index:
+            return 0, 0
+        unit = [index, *self._members.get(index, ())]
+        return len(unit), sum(self.view[i].tokens for i in unit)
 
     def tool_runs(self, lo: int, hi: int) -> list[tuple[int, int]]:
         """Closed spans within ``[lo, hi)`` made only of tool calls and tool results."""

@@ -118,7 +118,7 @@ class PassContext:
 class Job:
     """One span to replace: what to summarize, how big, and how to build the replacement."""
 
-    __slots__ = ("build", "hi", "lo", "messages", "purpose", "target")
+    __slots__ = ("build", "hi", "lo", "messages", "pulled", "purpose", "target")
 
     def __init__(
         self,
@@ -128,9 +128,11 @@ class Job:
         target: int,
         purpose: Purpose,
         build: Callable[[str], Message],
+        pulled: Sequence[int] = (),
     ) -> None:
         self.lo = lo
         self.hi = hi
+        self.pulled = pulled
         self.messages = messages
         self.target = target
         self.purpose = purpose
@@ -147,7 +149,7 @@ async def run_jobs(
     """
     bodies = await ctx.summarize_many(jobs)
     for job, body in zip(jobs, bodies, strict=True):
-        draft.accept(job.lo, job.hi, [job.build(body)], may_grow=may_grow)
+        draft.accept(job.lo, job.hi, [job.build(body)], may_grow=may_grow, pulled=job.pulled)
 
 
 Strategy = Callable[[PassContext, list[Message]], Awaitable[Candidate | None]]
@@ -163,13 +165,24 @@ class Draft:
         self.offloaded: dict[str, list[Message]] = {}
         self.count_over = len(view) > ctx.config.target_messages
 
-    def accept(self, lo: int, hi: int, new: list[Message], *, may_grow: bool = True) -> bool:
+    def accept(
+        self,
+        lo: int,
+        hi: int,
+        new: list[Message],
+        *,
+        may_grow: bool = True,
+        pulled: Sequence[int] = (),
+    ) -> bool:
         """Replace ``view[lo:hi]`` with ``new`` if that shrinks it; True if it did.
+
+        ``pulled``: indices after ``hi`` (late results of calls in the span) that
+        ``new`` stands for too; they are taken out of the view with it.
 
         With ``may_grow`` a replacement with fewer messages but more tokens counts
         too, while the message count is over its target.
         """
-        old = self.view[lo:hi]
+        old = [*self.view[lo:hi], *(self.view[i] for i in pulled)]
         old_tokens = sum(m.tokens for m in old)
         new_tokens = sum(m.tokens for m in new)
         fewer = len(new) < len(old)
@@ -180,6 +193,8 @@ class Draft:
         ):
             return False
         self.replaced[lo] = (hi, new)
+        for i in pulled:
+            self.replaced[i] = (i + 1, [])
         return True
 
     def store(self, originals: list[Message]) -> str:

@@ -48,9 +48,9 @@ async def summarize_rounds(ctx: PassContext, view: list[Message]) -> Candidate |
     draft = Draft(ctx, view)
     jobs: list[Job] = []
     for round_lo, round_hi in layout.rounds(layout.first, layout.current_start):
-        segments = layout.segments(round_lo, round_hi)
-        for lo, hi in [part for seg in segments for part in _unsettled(view, *seg)]:
-            span = view[lo:hi]
+        parts = _unsettled(view, round_lo, round_hi)
+        for lo, hi in [seg for part in parts for seg in layout.segments(*part)]:
+            pulled, span = layout.take(lo, hi)
             if is_summary(span):
                 continue
             build = summary_builder(
@@ -62,7 +62,7 @@ async def summarize_rounds(ctx: PassContext, view: list[Message]) -> Candidate |
                 strategy="summarize_rounds",
             )
             target = ctx.target(sum(m.tokens for m in span))
-            jobs.append(Job(lo, hi, span, target, "round", build))
+            jobs.append(Job(lo, hi, span, target, "round", build, pulled))
     # A round summary must be smaller than its round; too many small rounds are the
     # merge's job below, which saves the summaries' overhead too.
     await run_jobs(ctx, draft, jobs, may_grow=False)
@@ -87,7 +87,7 @@ async def _merge_history(ctx: PassContext, view: list[Message]) -> Candidate | N
     cfg = ctx.config
     layout = Layout(view, cfg)
     history = layout.segments(layout.first, layout.current_start)
-    segments = [(lo, hi) for lo, hi in history if hi - lo > 1]
+    segments = [(lo, hi) for lo, hi in history if hi - lo > 1 or layout.pulled(lo, hi)]
     if not segments:
         return None
     draft = Draft(ctx, view)
@@ -96,17 +96,20 @@ async def _merge_history(ctx: PassContext, view: list[Message]) -> Candidate | N
     for lo, hi in segments:
         if not cfg.over_target(count, total):
             break
-        # Only where no tool unit is cut in two: a call and its late result merge together.
-        prefix, end = 0, lo
-        for cut in [e for e in layout.cuts(lo, hi) if e >= lo + 2]:
-            prefix += sum(m.tokens for m in view[end:cut])
-            end = cut
+        prefix = taken = 0
+        for end in range(lo + 1, hi + 1):
+            # A call brings its late results along (see Layout.take).
+            more, more_tokens = layout.unit_cost(end - 1)
+            taken += more
+            prefix += more_tokens
+            if taken < 2:
+                continue
             room = cfg.target_tokens - (total - prefix) - SUMMARY_OVERHEAD
             # Merging already cuts the message count; the text shrinks only as far as
             # the token budget needs, so older facts are not squeezed out early.
             aim = min(cfg.summary_max_tokens, prefix, room)
             target = max(cfg.summary_min_tokens, aim)
-            merged_count = count - (end - lo - 1)
+            merged_count = count - (taken - 1)
             merged_total = total - prefix + target + SUMMARY_OVERHEAD
             # Merge one more summary rather than halve the merged text: the oldest
             # summary holds the facts of the most rounds.
@@ -114,7 +117,7 @@ async def _merge_history(ctx: PassContext, view: list[Message]) -> Candidate | N
             if roomy and not cfg.over_target(merged_count, merged_total):
                 break
         count, total = merged_count, merged_total
-        span = view[lo:end]
+        pulled, span = layout.take(lo, end)
         build = summary_builder(
             ctx,
             draft,
@@ -123,6 +126,6 @@ async def _merge_history(ctx: PassContext, view: list[Message]) -> Candidate | N
             kind="history_summary",
             strategy="summarize_rounds",
         )
-        jobs.append(Job(lo, end, span, target, "history", build))
+        jobs.append(Job(lo, end, span, target, "history", build, pulled))
     await run_jobs(ctx, draft, jobs)
     return draft.candidate()

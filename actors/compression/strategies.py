@@ -79,10 +79,11 @@ async def compress_tool_runs(ctx: PassContext, view: list[Message]) -> Candidate
     for lo, hi in layout.tool_runs(layout.first, layout.latest_assistant):
         if hi - lo <= ctx.config.min_consecutive_tool_messages:
             continue
+        pulled, span = layout.take(lo, hi)
         plan_calls: Counter[str] = Counter()
         plan_ids: set[str] = set()
         other: list[Message] = []
-        for m in view[lo:hi]:
+        for m in span:
             if m.tool_calls and all(call.name in plan_tools for call in m.tool_calls):
                 plan_calls.update(call.name for call in m.tool_calls)
                 plan_ids.update(call.id for call in m.tool_calls)
@@ -97,14 +98,14 @@ async def compress_tool_runs(ctx: PassContext, view: list[Message]) -> Candidate
         build = summary_builder(
             ctx,
             draft,
-            view[lo:hi],
+            span,
             label="Tool calls, compressed",
             kind="tool_run",
             strategy="compress_tool_runs",
             before=plan_line,
         )
         target = ctx.target(sum(m.tokens for m in other))
-        jobs.append(Job(lo, hi, other, target, "tool_run", build))
+        jobs.append(Job(lo, hi, other, target, "tool_run", build, pulled))
     await run_jobs(ctx, draft, jobs)
     return draft.candidate()
 
@@ -179,7 +180,7 @@ async def compress_current_round(ctx: PassContext, view: list[Message]) -> Candi
     total = sum(m.tokens for m in view)
     jobs: list[Job] = []
     for lo, hi in layout.segments(lo_bound, len(view)):
-        span = view[lo:hi]
+        pulled, span = layout.take(lo, hi)
         if is_summary(span):
             continue
         span_tokens = sum(m.tokens for m in span)
@@ -209,7 +210,7 @@ async def compress_current_round(ctx: PassContext, view: list[Message]) -> Candi
             before=f"tool calls made:\n{lines}\nresults and notes:" if calls else "",
         )
         target = max(ctx.config.summary_min_tokens, target)
-        jobs.append(Job(lo, hi, said, target, "current_round", build))
+        jobs.append(Job(lo, hi, said, target, "current_round", build, pulled))
     await run_jobs(ctx, draft, jobs)
     return draft.candidate()
 

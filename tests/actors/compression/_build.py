@@ -10,7 +10,15 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from actormem.actors.compression import CompressionConfig, CompressionOutcome, reload_ids
+import anyio
+
+from actormem.actors.compression import (
+    CompressionConfig,
+    CompressionOutcome,
+    OfflineSummarizer,
+    compress,
+    reload_ids,
+)
 from actormem.actors.compression._layout import sendable, set_aside
 from actormem.actors.compression.engine import render_problems
 from actormem.actors.config import load_app_config
@@ -129,3 +137,15 @@ def town_small() -> CompressionConfig:
     """The compression settings of ``configs/town-small.toml`` (small budgets)."""
     path = Path(__file__).resolve().parents[3] / "configs" / "town-small.toml"
     return load_app_config(path).compression
+
+
+def compress_offline(view: list[Message], config: CompressionConfig) -> CompressionOutcome:
+    """Compress ``view`` with the offline summarizer, outside any event loop."""
+    counter = get_counter()
+
+    async def go() -> CompressionOutcome:
+        return await compress(
+            view, config=config, counter=counter, summarizer=OfflineSummarizer(counter)
+        )
+
+    return anyio.run(go)

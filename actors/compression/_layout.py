@@ -23,11 +23,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from itertools import accumulate
 
+from actormem.actors.compression._slices import TimeSlicer
 from actormem.actors.compression.config import CompressionConfig
 from actormem.actors.conversation import group_units, leading_system_count
 from actormem.actors.messages import Message
 
-__all__ = ("USER_ROLES", "Layout", "sendable", "set_aside", "unit_indices")
+__all__ = ("USER_ROLES", "Layout", "sendable", "sent_and_set_aside", "set_aside", "unit_indices")
 
 #: Roles that start a round (an agent_call is a request, as a user message is).
 USER_ROLES = frozenset({"user", "agent_call"})
@@ -40,22 +41,29 @@ def sendable(view: Sequence[Message]) -> list[Message]:
     Complete units only, each call followed by its results: a call still waiting
     and an orphan result are set aside (as ``context()`` sets them aside).
     """
-    return [m for unit in group_units(view) if unit.complete for m in unit.messages]
+    return sent_and_set_aside(view)[0]
 
 
 def set_aside(view: Sequence[Message]) -> list[str]:
     """What of ``view`` cannot reach an LLM: its calls without results and orphan results,
     one line each, naming the call ids (no indices, so views can be compared)."""
-    out: list[str] = []
-    for indices, complete in unit_indices(view):
-        if complete:
+    return sent_and_set_aside(view)[1]
+
+
+def sent_and_set_aside(view: Sequence[Message]) -> tuple[list[Message], list[str]]:
+    """:func:`sendable` and :func:`set_aside` of ``view`` at once."""
+    sent: list[Message] = []
+    aside: list[str] = []
+    for unit in group_units(view):
+        if unit.complete:
+            sent.extend(unit.messages)
             continue
-        head = view[indices[0]]
+        head = unit.messages[0]
         if head.tool_calls:
-            out.append(f"calls without results: {sorted(c.id for c in head.tool_calls)}")
+            aside.append(f"calls without results: {sorted(c.id for c in head.tool_calls)}")
         else:
-            out.append(f"orphan tool result {head.tool_call_id!r}")
-    return out
+            aside.append(f"orphan tool result {head.tool_call_id!r}")
+    return sent, aside
 
 
 def unit_indices(view: Sequence[Message]) -> list[tuple[list[int], bool]]:
@@ -104,7 +112,12 @@ class Layout:
         "view",
     )
 
-    def __init__(self, view: Sequence[Message], config: CompressionConfig) -> None:
+    def __init__(
+        self,
+        view: Sequence[Message],
+        config: CompressionConfig,
+        units: list[tuple[list[int], bool]] | None = None,
+    ) -> None:
         self.view = view
         self.first = leading_system_count(view)
         self.latest_user = _last_index(view, USER_ROLES)
@@ -120,7 +133,9 @@ class Layout:
         self._hi = [i + 1 for i in range(len(view))]
         # A unit's head (its call) mapped to the indices of its other messages.
         self._members: dict[int, list[int]] = {}
-        for indices, complete in unit_indices(view):
+        for indices, complete in unit_indices(view) if units is None else units:
+            if complete and len(indices) == 1:
+                continue  # a message without calls: nothing to pair or protect here
             lo, hi = min(indices), max(indices) + 1
             if len(indices) > 1:
                 self._members[indices[0]] = indices[1:]
@@ -134,6 +149,15 @@ class Layout:
             if waiting or uses_pinned_tool:
                 protected.update(indices)
         self.protected = frozenset(protected)
+
+    @classmethod
+    async def build(
+        cls, view: Sequence[Message], config: CompressionConfig, slicer: TimeSlicer
+    ) -> Layout:
+        """The layout of ``view``, letting other tasks run between its two halves."""
+        units = unit_indices(view)
+        await slicer.pause()
+        return cls(view, config, units)
 
     def _free(self, lo: int, hi: int) -> list[bool]:
         """For each index of ``[lo, hi)``: may it be part of a closed span within it?"""

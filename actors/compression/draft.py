@@ -13,6 +13,7 @@ from typing import Any, Final
 
 import anyio
 
+from actormem.actors.compression._slices import TimeSlicer
 from actormem.actors.compression.config import CompressionConfig
 from actormem.actors.compression.offload import offload_hint
 from actormem.actors.compression.summarizers import Purpose, RunUsage, Summarizer
@@ -49,7 +50,7 @@ class Candidate:
 class PassContext:
     """What a strategy needs besides the view: config, token counter, summarizer."""
 
-    __slots__ = ("config", "counter", "summarizer", "usage")
+    __slots__ = ("config", "counter", "slicer", "summarizer", "usage")
 
     def __init__(
         self,
@@ -62,6 +63,8 @@ class PassContext:
         self.counter = counter
         self.summarizer = summarizer
         self.usage = usage
+        #: Shared by the compression's passes, so pauses come every slice overall.
+        self.slicer = TimeSlicer()
 
     def counted(self, message: Message) -> Message:
         """Return ``message`` with its token count cached."""
@@ -91,14 +94,14 @@ class PassContext:
         hundred of them in a row.
         """
         bodies = [""] * len(jobs)
-        sync = getattr(self.summarizer, "summarize_sync", None)
-        if sync is not None:
-            # CPU work with nothing to wait for: yielding between spans would only
-            # queue the compressor behind every other task, many times per pass.
+        sliced = getattr(self.summarizer, "summarize_sliced", None)
+        if sliced is not None:
+            # CPU work with nothing to wait for: one span after the other, handing
+            # the event loop back only when a time slice is used up.
             for index, job in enumerate(jobs):
                 if job.messages:
                     self.usage.summaries += 1
-                    bodies[index] = sync(job.messages, max(1, job.target))
+                    bodies[index] = await sliced(job.messages, max(1, job.target), self.slicer)
             return bodies
         limiter = anyio.CapacityLimiter(self.config.summary_concurrency)
 
@@ -150,6 +153,7 @@ async def run_jobs(
     bodies = await ctx.summarize_many(jobs)
     for job, body in zip(jobs, bodies, strict=True):
         draft.accept(job.lo, job.hi, [job.build(body)], may_grow=may_grow, pulled=job.pulled)
+        await ctx.slicer.pause()
 
 
 Strategy = Callable[[PassContext, list[Message]], Awaitable[Candidate | None]]

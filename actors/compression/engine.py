@@ -35,7 +35,8 @@ from typing import Final
 import anyio
 import structlog
 
-from actormem.actors.compression._layout import Layout, sendable, set_aside
+from actormem.actors.compression._layout import Layout, sent_and_set_aside
+from actormem.actors.compression._slices import TimeSlicer
 from actormem.actors.compression.config import CompressionConfig
 from actormem.actors.compression.draft import PassContext, Strategy
 from actormem.actors.compression.protocol import CompressionOutcome
@@ -57,11 +58,13 @@ def render_problems(view: Sequence[Message]) -> list[str]:
     return check_openai_messages([m.to_openai() for m in view])
 
 
-def _problem_kinds(view: Sequence[Message]) -> Counter[str]:
+async def _problem_kinds(view: Sequence[Message], slicer: TimeSlicer) -> Counter[str]:
+    sent, aside = sent_and_set_aside(view)
+    await slicer.pause()
     # Indices shift when a pass merges messages; compare problems without them.
-    kinds = Counter(_INDEX_PREFIX.sub("", p) for p in render_problems(sendable(view)))
+    kinds = Counter(_INDEX_PREFIX.sub("", p) for p in render_problems(sent))
     # A pass may compress calls and results that cannot be sent, never make new ones.
-    kinds.update(set_aside(view))
+    kinds.update(aside)
     return kinds
 
 
@@ -123,12 +126,11 @@ async def compress(
     applied: list[str] = []
     passes = 0
     note = ""
-    baseline = _problem_kinds(view)
     invalid: set[str] = set()
     with anyio.move_on_after(config.timeout) as scope:
-        progress = True
-        over = config.over_budget(len(view), _tokens(view))
-        while progress and over and config.over_target(len(view), _tokens(view)):
+        progress = config.over_budget(len(view), _tokens(view))
+        baseline = await _problem_kinds(view, ctx.slicer) if progress else Counter[str]()
+        while progress and config.over_target(len(view), _tokens(view)):
             progress = False
             for name, strategy in strategies:
                 if not config.over_target(len(view), _tokens(view)):
@@ -139,7 +141,9 @@ async def compress(
                     break
                 if name in invalid:
                     continue
+                await ctx.slicer.pause()
                 candidate = await strategy(ctx, view)
+                await ctx.slicer.pause()
                 if candidate is not None:
                     passes += 1  # the strategy did work (summaries, offloads)
                 if candidate is None or not _shrank(view, candidate.view, config):
@@ -149,7 +153,8 @@ async def compress(
                         reason="no change" if candidate is None else "no shrink",
                     )
                     continue
-                new_problems = _problem_kinds(candidate.view) - baseline
+                new_problems = await _problem_kinds(candidate.view, ctx.slicer) - baseline
+                await ctx.slicer.pause()
                 if new_problems:
                     # A strategy's own check should have prevented this; it is not
                     # run again in this compression, so it cannot repeat.

@@ -44,7 +44,7 @@ def _unsettled(view: Sequence[Message], lo: int, hi: int) -> list[tuple[int, int
 
 async def summarize_rounds(ctx: PassContext, view: list[Message]) -> Candidate | None:
     """Strategy 4: summarize each round before the current one; merge them if still over."""
-    layout = Layout(view, ctx.config)
+    layout = await Layout.build(view, ctx.config, ctx.slicer)
     draft = Draft(ctx, view)
     jobs: list[Job] = []
     for round_lo, round_hi in layout.rounds(layout.first, layout.current_start):
@@ -67,6 +67,7 @@ async def summarize_rounds(ctx: PassContext, view: list[Message]) -> Candidate |
     # merge's job below, which saves the summaries' overhead too.
     await run_jobs(ctx, draft, jobs, may_grow=False)
     first = draft.candidate()
+    await ctx.slicer.pause()
     current = first.view if first is not None else view
     if not ctx.config.over_target(len(current), sum(m.tokens for m in current)):
         return first
@@ -85,11 +86,12 @@ async def _merge_history(ctx: PassContext, view: list[Message]) -> Candidate | N
     are merged as the budget needs, oldest segment first.
     """
     cfg = ctx.config
-    layout = Layout(view, cfg)
+    layout = await Layout.build(view, cfg, ctx.slicer)
     history = layout.segments(layout.first, layout.current_start)
     segments = [(lo, hi) for lo, hi in history if hi - lo > 1 or layout.pulled(lo, hi)]
     if not segments:
         return None
+    await ctx.slicer.pause()
     draft = Draft(ctx, view)
     count, total = len(view), sum(m.tokens for m in view)
     jobs: list[Job] = []

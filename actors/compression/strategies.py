@@ -70,7 +70,7 @@ _SHORT_ARGS: Final = 40
 
 async def compress_tool_runs(ctx: PassContext, view: list[Message]) -> Candidate | None:
     """Strategy 1: compress runs of tool messages before the latest assistant message."""
-    layout = Layout(view, ctx.config)
+    layout = await Layout.build(view, ctx.config, ctx.slicer)
     if layout.latest_assistant is None:
         return None
     draft = Draft(ctx, view)
@@ -131,10 +131,11 @@ def _offload_in_place(ctx: PassContext, draft: Draft, index: int, strategy: str)
 async def _offload(
     ctx: PassContext, view: list[Message], hi: int, strategy: str
 ) -> Candidate | None:
-    layout = Layout(view, ctx.config)
+    layout = await Layout.build(view, ctx.config, ctx.slicer)
     draft = Draft(ctx, view)
     limit = ctx.config.large_payload_threshold
     for i in range(layout.first, hi):
+        await ctx.slicer.pause()
         m = view[i]
         if i in layout.protected or "offloaded" in m.metadata:
             continue
@@ -145,7 +146,7 @@ async def _offload(
 
 async def offload_large_keep_recent(ctx: PassContext, view: list[Message]) -> Candidate | None:
     """Strategy 2: offload large messages before the latest assistant, keeping the last N."""
-    latest = Layout(view, ctx.config).latest_assistant
+    latest = (await Layout.build(view, ctx.config, ctx.slicer)).latest_assistant
     if latest is None:
         return None
     hi = min(latest, len(view) - ctx.config.last_keep)
@@ -174,7 +175,7 @@ async def compress_current_round(ctx: PassContext, view: list[Message]) -> Candi
     characters, shorter if the budget needs it); results and assistant text are
     summarized.
     """
-    layout = Layout(view, ctx.config)
+    layout = await Layout.build(view, ctx.config, ctx.slicer)
     lo_bound = layout.current_start + (1 if layout.latest_user is not None else 0)
     draft = Draft(ctx, view)
     total = sum(m.tokens for m in view)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Generator
-from typing import Final, TypeVar
+from typing import Final, Generic, TypeVar
 
 import anyio.lowlevel
 
@@ -46,22 +46,27 @@ class TimeSlicer:
             self._since = time.perf_counter()
 
 
+class _Result(Generic[T]):
+    __slots__ = ("value",)
+
+    value: T
+
+
+def _collect(steps: Steps[T], result: _Result[T]) -> Generator[None, None, None]:
+    result.value = yield from steps
+
+
 def drain(steps: Steps[T]) -> T:
     """Run ``steps`` to the end in one go and return its result."""
-    while True:
-        try:
-            next(steps)
-        except StopIteration as done:
-            result: T = done.value
-            return result
+    result = _Result[T]()
+    for _ in _collect(steps, result):
+        pass
+    return result.value
 
 
 async def run_sliced(steps: Steps[T], slicer: TimeSlicer) -> T:
     """Run ``steps``, pausing with ``slicer`` between them, and return its result."""
-    while True:
-        try:
-            next(steps)
-        except StopIteration as done:
-            result: T = done.value
-            return result
+    result = _Result[T]()
+    for _ in _collect(steps, result):
         await slicer.pause()
+    return result.value

@@ -48,6 +48,7 @@ async def summarize_rounds(ctx: PassContext, view: list[Message]) -> Candidate |
     draft = Draft(ctx, view)
     jobs: list[Job] = []
     for round_lo, round_hi in layout.rounds(layout.first, layout.current_start):
+        await ctx.slicer.pause()
         parts = _unsettled(view, round_lo, round_hi)
         for lo, hi in [seg for part in parts for seg in layout.segments(*part)]:
             pulled, span = layout.take(lo, hi)

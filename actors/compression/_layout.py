@@ -146,7 +146,8 @@ class Layout:
             uses_pinned_tool = any(call.name in pinned_tools for call in head.tool_calls) or any(
                 view[i].role == "tool" and view[i].name in pinned_tools for i in indices
             )
-            if waiting or uses_pinned_tool:
+            # A pinned result keeps its call too (replacing the call takes the result).
+            if waiting or uses_pinned_tool or not protected.isdisjoint(indices):
                 protected.update(indices)
         self.protected = frozenset(protected)
 

@@ -115,3 +115,16 @@ def test_what_is_sent_pairs_late_results_and_sets_orphans_aside() -> None:
     view = counted([user("a"), result("x", "orphan"), call("c"), user("b"), result("c", "late")])
     assert [m.role for m in sendable(view)] == ["user", "assistant", "tool", "user"]
     assert set_aside(view) == ["orphan tool result 'x'"]
+
+
+async def test_a_pinned_result_keeps_its_call() -> None:
+    pinned = Message(
+        role="tool", content="keep me", tool_call_id="p1", name="fetch", metadata={"pinned": True}
+    )
+    view = counted(
+        [system(), user("first " + chatter(20)), call("p1"), *chat(8), pinned, *chat(40)]
+    )
+    out = await run_town_small(view)
+    kept = {m.id for m in out.messages}
+    assert view[2].id in kept and pinned.id in kept
+    assert_valid(out.messages, before=view)

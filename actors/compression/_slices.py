@@ -4,18 +4,17 @@ Long work (summarizing thousands of sentences) is written as a generator that
 yields between small steps; :func:`run_sliced` drives it and hands the event
 loop back whenever a slice is used up, so no other task waits longer than about
 one slice, and a compression's timeout can cancel it at the next pause.
-:func:`drain` drives the same steps without an event loop.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Generator
-from typing import Final, Generic, TypeVar
+from typing import Final, TypeVar
 
 import anyio.lowlevel
 
-__all__ = ("SLICE_SECONDS", "Steps", "TimeSlicer", "drain", "run_sliced")
+__all__ = ("SLICE_SECONDS", "Steps", "TimeSlicer", "run_sliced")
 
 #: The longest stretch of CPU work between two pauses (the stall others may see).
 SLICE_SECONDS: Final = 0.002
@@ -46,27 +45,12 @@ class TimeSlicer:
             self._since = time.perf_counter()
 
 
-class _Result(Generic[T]):
-    __slots__ = ("value",)
-
-    value: T
-
-
-def _collect(steps: Steps[T], result: _Result[T]) -> Generator[None, None, None]:
-    result.value = yield from steps
-
-
-def drain(steps: Steps[T]) -> T:
-    """Run ``steps`` to the end in one go and return its result."""
-    result = _Result[T]()
-    for _ in _collect(steps, result):
-        pass
-    return result.value
-
-
 async def run_sliced(steps: Steps[T], slicer: TimeSlicer) -> T:
     """Run ``steps``, pausing with ``slicer`` between them, and return its result."""
-    result = _Result[T]()
-    for _ in _collect(steps, result):
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            result: T = done.value
+            return result
         await slicer.pause()
-    return result.value

@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Final, Literal, Protocol
 
-from actormem.actors.compression._slices import Steps, TimeSlicer, drain, run_sliced
+from actormem.actors.compression._slices import Steps, TimeSlicer, run_sliced
 from actormem.actors.compression.offload import strip_hints
 from actormem.actors.messages import Message
 from actormem.runtime.tokens import TokenCounter
@@ -259,10 +259,6 @@ class OfflineSummarizer:
     ) -> str:
         """The summary, pausing with ``slicer`` (shared by a compression's passes)."""
         return await run_sliced(self._steps(messages, max_tokens), slicer)
-
-    def summarize_sync(self, messages: Sequence[Message], max_tokens: int) -> str:
-        """The summary in one go, without the event loop (see :meth:`summarize`)."""
-        return drain(self._steps(messages, max_tokens))
 
     def _steps(self, messages: Sequence[Message], max_tokens: int) -> Steps[str]:
         counter = self._counter

@@ -21,7 +21,6 @@ taken out of their places, so that a call and its result never come apart.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import accumulate
 
 from actormem.actors.compression._slices import TimeSlicer
 from actormem.actors.compression.config import CompressionConfig
@@ -162,19 +161,32 @@ class Layout:
 
     def _free(self, lo: int, hi: int) -> list[bool]:
         """For each index of ``[lo, hi)``: may it be part of a closed span within it?"""
-        lows, highs, protected = self._lo, self._hi, self.protected
-        bad = [i in protected or lows[i] < lo for i in range(lo, hi)]
-        # A unit cannot be replaced with a gap in it: a unit whose messages within
-        # [lo, hi) straddle a bad index is bad too, which may make more units bad.
-        changed = any(bad)
+        protected = self.protected
+        bad = _Counts([i in protected or self._lo[i] < lo for i in range(lo, hi)])
+        # A unit cannot be replaced with a gap in it: a call whose unit, within
+        # [lo, hi), straddles a bad index is bad with all its results, which may
+        # make further units bad. Sweeps in both directions settle chains of
+        # overlapping units (each call answered after the next one) in a few passes.
+        units = [
+            (
+                head - lo,
+                min(self._hi[head], hi) - lo,
+                [head - lo, *(m - lo for m in members if m < hi)],
+            )
+            for head, members in self._members.items()
+            if lo <= head < hi
+        ]
+        units.sort()
+        changed = True
         while changed:
             changed = False
-            before = [0, *accumulate(bad)]
-            for k in range(hi - lo):
-                end = min(highs[lo + k], hi) - lo
-                if not bad[k] and before[end] > before[lows[lo + k] - lo]:
-                    bad[k] = changed = True
-        return [not b for b in bad]
+            for order in (units, reversed(units)):
+                for start, end, indices in order:
+                    if not bad.flags[start] and bad.any(start, end):
+                        for k in indices:
+                            bad.mark(k)
+                        changed = True
+        return [not b for b in bad.flags]
 
     def segments(self, lo: int, hi: int) -> list[tuple[int, int]]:
         """Maximal closed spans within ``[lo, hi)``."""
@@ -229,6 +241,42 @@ class Layout:
         """Split ``[lo, hi)`` at user messages: each range is one round."""
         starts = [lo] + [i for i in range(lo + 1, hi) if self.view[i].role in USER_ROLES]
         return [(s, e) for s, e in zip(starts, [*starts[1:], hi], strict=True) if s < e]
+
+
+class _Counts:
+    """Flags over positions, with how many are set in any range (a Fenwick tree)."""
+
+    __slots__ = ("_tree", "flags")
+
+    def __init__(self, flags: list[bool]) -> None:
+        self.flags = flags
+        self._tree = [0] * (len(flags) + 1)
+        for k, flag in enumerate(flags):
+            if flag:
+                self._add(k)
+
+    def _add(self, k: int) -> None:
+        k += 1
+        while k < len(self._tree):
+            self._tree[k] += 1
+            k += k & -k
+
+    def _before(self, k: int) -> int:
+        total = 0
+        while k > 0:
+            total += self._tree[k]
+            k -= k & -k
+        return total
+
+    def mark(self, k: int) -> None:
+        """Set the flag at ``k``."""
+        if not self.flags[k]:
+            self.flags[k] = True
+            self._add(k)
+
+    def any(self, start: int, end: int) -> bool:
+        """True if a flag is set in ``[start, end)``."""
+        return self._before(end) > self._before(start)
 
 
 def _last_index(view: Sequence[Message], roles: frozenset[str]) -> int | None:

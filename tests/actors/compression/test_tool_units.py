@@ -128,3 +128,16 @@ async def test_a_pinned_result_keeps_its_call() -> None:
     kept = {m.id for m in out.messages}
     assert view[2].id in kept and pinned.id in kept
     assert_valid(out.messages, before=view)
+
+
+async def test_calls_each_answered_after_the_next_one_are_compressed_together() -> None:
+    chain = [call("k0")]
+    for k in range(1, 30):
+        chain += [call(f"k{k}"), result(f"k{k - 1}", f"row {k - 1}: " + chatter(2))]
+    view = counted([system(), user("run them all"), *chain, result("k29", "last"), *chat(6)])
+    out = await run_town_small(view)
+    assert out.under_budget, out.note
+    assert_valid(out.messages, before=view)
+    assert not set_aside(out.messages)
+    for m in view:
+        assert m.text() in reachable_text(out)

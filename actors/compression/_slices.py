@@ -17,7 +17,7 @@ import anyio.lowlevel
 __all__ = ("SLICE_SECONDS", "Steps", "TimeSlicer", "run_sliced")
 
 #: The longest stretch of CPU work between two pauses (the stall others may see).
-SLICE_SECONDS: Final = 0.002
+SLICE_SECONDS: Final = 0.005
 
 T = TypeVar("T")
 

@@ -90,7 +90,7 @@ def _why_over(view: Sequence[Message], config: CompressionConfig) -> str:
     return (
         f"still over budget ({len(view)} messages / {_tokens(view)} tokens; limits "
         f"{config.msg_threshold} / {config.token_limit}): {len(kept)} protected messages "
-        f"(system, pinned, latest user, pending tool calls) hold {_tokens(kept)} tokens"
+        f"(system, pinned, latest user, calls waiting for results) hold {_tokens(kept)} tokens"
     )
 
 

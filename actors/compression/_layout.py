@@ -20,6 +20,7 @@ taken out of their places, so that a call and its result never come apart.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Sequence
 
 from actormem.actors.compression._slices import TimeSlicer
@@ -100,6 +101,7 @@ class Layout:
     """
 
     __slots__ = (
+        "_heads",
         "_hi",
         "_lo",
         "_members",
@@ -149,6 +151,7 @@ class Layout:
             if waiting or uses_pinned_tool or not protected.isdisjoint(indices):
                 protected.update(indices)
         self.protected = frozenset(protected)
+        self._heads = sorted(self._members)
 
     @classmethod
     async def build(
@@ -167,16 +170,15 @@ class Layout:
         # [lo, hi), straddles a bad index is bad with all its results, which may
         # make further units bad. Sweeps in both directions settle chains of
         # overlapping units (each call answered after the next one) in a few passes.
+        heads = self._heads[bisect_left(self._heads, lo) : bisect_left(self._heads, hi)]
         units = [
             (
                 head - lo,
                 min(self._hi[head], hi) - lo,
-                [head - lo, *(m - lo for m in members if m < hi)],
+                [head - lo, *(m - lo for m in self._members[head] if m < hi)],
             )
-            for head, members in self._members.items()
-            if lo <= head < hi
+            for head in heads
         ]
-        units.sort()
         changed = True
         while changed:
             changed = False

@@ -1,5 +1,6 @@
 """Compression: tokens saved, planted-fact retention and latency of the offline
-summarizer on simulation-style conversations."""
+summarizer on simulation-style conversations, and the longest stall other tasks of
+the process see while one long conversation is compressed."""
 
 from __future__ import annotations
 
@@ -8,10 +9,20 @@ import json
 import random
 import time
 
-from actormem.actors import CompressionConfig, Message, ToolCall, compress
+import anyio
+import msgspec
+
+from actormem.actors import CompressionConfig, MemoryRuntime, Message, ToolCall, compress
 from actormem.actors.app.simulation import agent_names, plant_facts
-from actormem.actors.compression import OfflineSummarizer
-from actormem.benchmarks._common import Row, at_least, message_texts, percentile
+from actormem.actors.compression import CompressRequest, OfflineSummarizer, compressor_address
+from actormem.benchmarks._common import (
+    Row,
+    at_least,
+    bench_config,
+    compared,
+    message_texts,
+    percentile,
+)
 from actormem.runtime import get_counter
 
 NAME = "compression"
@@ -26,6 +37,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--max-tokens", type=at_least(1), default=4_000, help="compression max_tokens"
+    )
+    parser.add_argument(
+        "--stall-messages",
+        type=at_least(10),
+        default=3_000,
+        help="messages of the conversation compressed while a ticker task measures stalls",
+    )
+    parser.add_argument(
+        "--stall-runs", type=at_least(1), default=3, help="compressions the stall is measured over"
+    )
+    parser.add_argument(
+        "--timeout",
+        type=at_least(0.001, float),
+        default=0.05,
+        help="the compression timeout whose honouring is measured (seconds)",
     )
 
 
@@ -46,6 +72,87 @@ def conversation(seed: int, size: int, facts: list[str]) -> list[Message]:
         else:
             out.append(Message(role="user" if i % 2 else "assistant", content=texts[i]))
     return [m.with_tokens(counter.count_message(m.to_openai())) for m in out]
+
+
+#: The ticker's period: it asks to wake every millisecond.
+TICK = 0.001
+
+
+async def _ticker(stop: anyio.Event, lateness: list[float]) -> None:
+    """Another task of the process: how late does it wake, tick after tick?"""
+    while not stop.is_set():
+        start = time.perf_counter()
+        await anyio.sleep(TICK)
+        lateness.append(time.perf_counter() - start - TICK)
+
+
+async def _stall(rt: MemoryRuntime, request: CompressRequest | None, idle: float) -> float:
+    """The ticker's largest lateness (s) while the compressor actor answers ``request``,
+    or, with no request, while the loop merely waits ``idle`` seconds (the baseline)."""
+    lateness: list[float] = []
+    stop = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_ticker, stop, lateness)
+        await anyio.sleep(0.02)
+        lateness.clear()
+        if request is None:
+            await anyio.sleep(idle)
+        else:
+            address = compressor_address(request.agent, rt.app_config.compression.concurrency)
+            await rt.ask(address, request, timeout=600)
+        stop.set()
+    return max(lateness, default=0.0)
+
+
+async def stall_rows(args: argparse.Namespace) -> list[Row]:
+    """The longest stall of another task of the process while the compressor actor
+    compresses one long conversation (inside an open runtime, so with its garbage
+    collector settings), and how soon a compression's timeout ends it."""
+    counter = get_counter()
+    config = CompressionConfig(max_tokens=args.max_tokens, msg_threshold=100)
+    app = msgspec.structs.replace(bench_config(compression=True), compression=config)
+    view = conversation(0, args.stall_messages, ["Mara paid 420 EUR on Tuesday."])
+    request = CompressRequest(agent="bench", messages=view, version=0)
+    stalls: list[float] = []
+    idle: list[float] = []
+    took: list[float] = []
+    returned: list[float] = []
+    timed = msgspec.structs.replace(config, timeout=args.timeout)
+    async with MemoryRuntime(app) as rt:
+        for _ in range(args.stall_runs):
+            t0 = time.perf_counter()
+            stalls.append(await _stall(rt, request, 0.0))
+            took.append(time.perf_counter() - t0)
+            idle.append(await _stall(rt, None, took[-1]))
+        for _ in range(args.stall_runs):
+            t0 = time.perf_counter()
+            await compress(
+                view, config=timed, counter=counter, summarizer=OfflineSummarizer(counter)
+            )
+            returned.append(time.perf_counter() - t0)
+    n = args.stall_messages
+    return [
+        compared(
+            f"longest stall of another task during a {n:,}-message compression (worst of runs)",
+            max(stalls) * 1e3,
+            "ms",
+            "the same ticker while the loop is idle as long",
+            max(idle) * 1e3,
+            target="<= ~20 ms",
+            extra={
+                "stalls_ms": [x * 1e3 for x in stalls],
+                "compression_ms": [x * 1e3 for x in took],
+            },
+        ),
+        compared(
+            f"a {n:,}-message compression with timeout {args.timeout:g} s returns after (worst)",
+            max(returned) * 1e3,
+            "ms",
+            "the timeout",
+            args.timeout * 1e3,
+            extra={"returned_ms": [x * 1e3 for x in returned]},
+        ),
+    ]
 
 
 async def run(args: argparse.Namespace) -> list[Row]:
@@ -84,4 +191,5 @@ async def run(args: argparse.Namespace) -> list[Row]:
         ),
         Row(name="compression latency p50", value=percentile(latencies, 50) * 1e3, unit="ms"),
         Row(name="compression latency p99", value=percentile(latencies, 99) * 1e3, unit="ms"),
+        *await stall_rows(args),
     ]

@@ -135,9 +135,10 @@ class CompressorActor(Actor):
         }
         if outcome.strategies:
             log.info("compression_applied", **fields)
-        if not outcome.under_budget:
-            log.warning("compression_over_budget", note=outcome.note, **fields)
-        elif not outcome.strategies:
+            if not outcome.under_budget:
+                log.warning("compression_over_budget", note=outcome.note, **fields)
+        else:
+            # Nothing could be taken out; the memory says so once (compression_stuck).
             log.debug("compression_noop", note=outcome.note, **fields)
         return outcome
 

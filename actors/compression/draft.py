@@ -13,6 +13,7 @@ from typing import Any, Final
 
 import anyio
 
+from actormem.actors.compression._slices import TimeSlicer
 from actormem.actors.compression.config import CompressionConfig
 from actormem.actors.compression.offload import offload_hint
 from actormem.actors.compression.summarizers import Purpose, RunUsage, Summarizer
@@ -49,7 +50,7 @@ class Candidate:
 class PassContext:
     """What a strategy needs besides the view: config, token counter, summarizer."""
 
-    __slots__ = ("config", "counter", "summarizer", "usage")
+    __slots__ = ("config", "counter", "slicer", "summarizer", "usage")
 
     def __init__(
         self,
@@ -62,6 +63,8 @@ class PassContext:
         self.counter = counter
         self.summarizer = summarizer
         self.usage = usage
+        #: Shared by the compression's passes, so pauses come every slice overall.
+        self.slicer = TimeSlicer()
 
     def counted(self, message: Message) -> Message:
         """Return ``message`` with its token count cached."""
@@ -91,14 +94,14 @@ class PassContext:
         hundred of them in a row.
         """
         bodies = [""] * len(jobs)
-        sync = getattr(self.summarizer, "summarize_sync", None)
-        if sync is not None:
-            # CPU work with nothing to wait for: yielding between spans would only
-            # queue the compressor behind every other task, many times per pass.
+        sliced = getattr(self.summarizer, "summarize_sliced", None)
+        if sliced is not None:
+            # CPU work with nothing to wait for: one span after the other, handing
+            # the event loop back only when a time slice is used up.
             for index, job in enumerate(jobs):
                 if job.messages:
                     self.usage.summaries += 1
-                    bodies[index] = sync(job.messages, max(1, job.target))
+                    bodies[index] = await sliced(job.messages, max(1, job.target), self.slicer)
             return bodies
         limiter = anyio.CapacityLimiter(self.config.summary_concurrency)
 
@@ -118,7 +121,7 @@ class PassContext:
 class Job:
     """One span to replace: what to summarize, how big, and how to build the replacement."""
 
-    __slots__ = ("build", "hi", "lo", "messages", "purpose", "target")
+    __slots__ = ("build", "hi", "lo", "messages", "pulled", "purpose", "target")
 
     def __init__(
         self,
@@ -128,9 +131,11 @@ class Job:
         target: int,
         purpose: Purpose,
         build: Callable[[str], Message],
+        pulled: Sequence[int] = (),
     ) -> None:
         self.lo = lo
         self.hi = hi
+        self.pulled = pulled
         self.messages = messages
         self.target = target
         self.purpose = purpose
@@ -147,7 +152,8 @@ async def run_jobs(
     """
     bodies = await ctx.summarize_many(jobs)
     for job, body in zip(jobs, bodies, strict=True):
-        draft.accept(job.lo, job.hi, [job.build(body)], may_grow=may_grow)
+        draft.accept(job.lo, job.hi, [job.build(body)], may_grow=may_grow, pulled=job.pulled)
+        await ctx.slicer.pause()
 
 
 Strategy = Callable[[PassContext, list[Message]], Awaitable[Candidate | None]]
@@ -163,13 +169,24 @@ class Draft:
         self.offloaded: dict[str, list[Message]] = {}
         self.count_over = len(view) > ctx.config.target_messages
 
-    def accept(self, lo: int, hi: int, new: list[Message], *, may_grow: bool = True) -> bool:
+    def accept(
+        self,
+        lo: int,
+        hi: int,
+        new: list[Message],
+        *,
+        may_grow: bool = True,
+        pulled: Sequence[int] = (),
+    ) -> bool:
         """Replace ``view[lo:hi]`` with ``new`` if that shrinks it; True if it did.
+
+        ``pulled``: indices after ``hi`` (late results of calls in the span) that
+        ``new`` stands for too; they are taken out of the view with it.
 
         With ``may_grow`` a replacement with fewer messages but more tokens counts
         too, while the message count is over its target.
         """
-        old = self.view[lo:hi]
+        old = [*self.view[lo:hi], *(self.view[i] for i in pulled)]
         old_tokens = sum(m.tokens for m in old)
         new_tokens = sum(m.tokens for m in new)
         fewer = len(new) < len(old)
@@ -180,6 +197,8 @@ class Draft:
         ):
             return False
         self.replaced[lo] = (hi, new)
+        for i in pulled:
+            self.replaced[i] = (i + 1, [])
         return True
 
     def store(self, originals: list[Message]) -> str:

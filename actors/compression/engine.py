@@ -13,9 +13,13 @@ What the reference systems leave to chance is checked here:
 - a pass counts only if it *shrank* the view (fewer messages, or fewer tokens
   and no more messages): otherwise the engine moves to the next strategy, so it
   can never loop;
-- after every pass the view must still render to a valid OpenAI message list
-  (no new problem from :func:`actormem.actors.conversation.check_openai_messages`); a pass
-  that would break it is dropped and logged as a bug;
+- after every pass, what the view sends to an LLM (its complete tool units, see
+  :func:`actormem.actors.compression._layout.sendable`) must still be a valid OpenAI
+  message list (no new problem from
+  :func:`actormem.actors.conversation.check_openai_messages`); a pass that cannot
+  help (nothing found, no shrink, or a view that would not be valid) is skipped,
+  with a debug log, and a strategy that proposed an invalid view is not run again
+  in that compression;
 - a timeout returns the view as it stood after the last finished pass;
 - when it stops over budget, ``note`` says why.
 """
@@ -31,7 +35,8 @@ from typing import Final
 import anyio
 import structlog
 
-from actormem.actors.compression._layout import Layout
+from actormem.actors.compression._layout import Layout, sent_and_set_aside
+from actormem.actors.compression._slices import TimeSlicer
 from actormem.actors.compression.config import CompressionConfig
 from actormem.actors.compression.draft import PassContext, Strategy
 from actormem.actors.compression.protocol import CompressionOutcome
@@ -53,9 +58,14 @@ def render_problems(view: Sequence[Message]) -> list[str]:
     return check_openai_messages([m.to_openai() for m in view])
 
 
-def _problem_kinds(view: Sequence[Message]) -> Counter[str]:
+async def _problem_kinds(view: Sequence[Message], slicer: TimeSlicer) -> Counter[str]:
+    sent, aside = sent_and_set_aside(view)
+    await slicer.pause()
     # Indices shift when a pass merges messages; compare problems without them.
-    return Counter(_INDEX_PREFIX.sub("", p) for p in render_problems(view))
+    kinds = Counter(_INDEX_PREFIX.sub("", p) for p in render_problems(sent))
+    # A pass may compress calls and results that cannot be sent, never make new ones.
+    kinds.update(aside)
+    return kinds
 
 
 def _tokens(view: Sequence[Message]) -> int:
@@ -80,7 +90,7 @@ def _why_over(view: Sequence[Message], config: CompressionConfig) -> str:
     return (
         f"still over budget ({len(view)} messages / {_tokens(view)} tokens; limits "
         f"{config.msg_threshold} / {config.token_limit}): {len(kept)} protected messages "
-        f"(system, pinned, latest user, pending tool calls) hold {_tokens(kept)} tokens"
+        f"(system, pinned, latest user, calls waiting for results) hold {_tokens(kept)} tokens"
     )
 
 
@@ -116,11 +126,11 @@ async def compress(
     applied: list[str] = []
     passes = 0
     note = ""
-    baseline = _problem_kinds(view)
+    invalid: set[str] = set()
     with anyio.move_on_after(config.timeout) as scope:
-        progress = True
-        over = config.over_budget(len(view), _tokens(view))
-        while progress and over and config.over_target(len(view), _tokens(view)):
+        progress = config.over_budget(len(view), _tokens(view))
+        baseline = await _problem_kinds(view, ctx.slicer) if progress else Counter[str]()
+        while progress and config.over_target(len(view), _tokens(view)):
             progress = False
             for name, strategy in strategies:
                 if not config.over_target(len(view), _tokens(view)):
@@ -129,19 +139,30 @@ async def compress(
                     note = f"stopped at the pass cap ({config.max_passes}); "
                     progress = False
                     break
+                if name in invalid:
+                    continue
+                await ctx.slicer.pause()
                 candidate = await strategy(ctx, view)
+                await ctx.slicer.pause()
                 if candidate is not None:
                     passes += 1  # the strategy did work (summaries, offloads)
                 if candidate is None or not _shrank(view, candidate.view, config):
                     log.debug(
-                        "compression_pass_skipped", strategy=name, found=candidate is not None
+                        "compression_pass_skipped",
+                        strategy=name,
+                        reason="no change" if candidate is None else "no shrink",
                     )
                     continue
-                new_problems = _problem_kinds(candidate.view) - baseline
+                new_problems = await _problem_kinds(candidate.view, ctx.slicer) - baseline
+                await ctx.slicer.pause()
                 if new_problems:
-                    log.error(
-                        "compression_pass_invalid",
+                    # A strategy's own check should have prevented this; it is not
+                    # run again in this compression, so it cannot repeat.
+                    invalid.add(name)
+                    log.debug(
+                        "compression_pass_skipped",
                         strategy=name,
+                        reason="invalid view",
                         problems=sorted(new_problems),
                     )
                     continue

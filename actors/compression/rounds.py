@@ -44,13 +44,14 @@ def _unsettled(view: Sequence[Message], lo: int, hi: int) -> list[tuple[int, int
 
 async def summarize_rounds(ctx: PassContext, view: list[Message]) -> Candidate | None:
     """Strategy 4: summarize each round before the current one; merge them if still over."""
-    layout = Layout(view, ctx.config)
+    layout = await Layout.build(view, ctx.config, ctx.slicer)
     draft = Draft(ctx, view)
     jobs: list[Job] = []
     for round_lo, round_hi in layout.rounds(layout.first, layout.current_start):
-        segments = layout.segments(round_lo, round_hi)
-        for lo, hi in [part for seg in segments for part in _unsettled(view, *seg)]:
-            span = view[lo:hi]
+        await ctx.slicer.pause()
+        parts = _unsettled(view, round_lo, round_hi)
+        for lo, hi in [seg for part in parts for seg in layout.segments(*part)]:
+            pulled, span = layout.take(lo, hi)
             if is_summary(span):
                 continue
             build = summary_builder(
@@ -62,11 +63,12 @@ async def summarize_rounds(ctx: PassContext, view: list[Message]) -> Candidate |
                 strategy="summarize_rounds",
             )
             target = ctx.target(sum(m.tokens for m in span))
-            jobs.append(Job(lo, hi, span, target, "round", build))
+            jobs.append(Job(lo, hi, span, target, "round", build, pulled))
     # A round summary must be smaller than its round; too many small rounds are the
     # merge's job below, which saves the summaries' overhead too.
     await run_jobs(ctx, draft, jobs, may_grow=False)
     first = draft.candidate()
+    await ctx.slicer.pause()
     current = first.view if first is not None else view
     if not ctx.config.over_target(len(current), sum(m.tokens for m in current)):
         return first
@@ -85,26 +87,32 @@ async def _merge_history(ctx: PassContext, view: list[Message]) -> Candidate | N
     are merged as the budget needs, oldest segment first.
     """
     cfg = ctx.config
-    layout = Layout(view, cfg)
+    layout = await Layout.build(view, cfg, ctx.slicer)
     history = layout.segments(layout.first, layout.current_start)
-    segments = [(lo, hi) for lo, hi in history if hi - lo > 1]
+    segments = [(lo, hi) for lo, hi in history if hi - lo > 1 or layout.pulled(lo, hi)]
     if not segments:
         return None
+    await ctx.slicer.pause()
     draft = Draft(ctx, view)
     count, total = len(view), sum(m.tokens for m in view)
     jobs: list[Job] = []
     for lo, hi in segments:
         if not cfg.over_target(count, total):
             break
-        prefix = view[lo].tokens
-        for end in range(lo + 2, hi + 1):
-            prefix += view[end - 1].tokens
+        prefix = taken = 0
+        for end in range(lo + 1, hi + 1):
+            # A call brings its late results along (see Layout.take).
+            more, more_tokens = layout.unit_cost(end - 1)
+            taken += more
+            prefix += more_tokens
+            if taken < 2:
+                continue
             room = cfg.target_tokens - (total - prefix) - SUMMARY_OVERHEAD
             # Merging already cuts the message count; the text shrinks only as far as
             # the token budget needs, so older facts are not squeezed out early.
             aim = min(cfg.summary_max_tokens, prefix, room)
             target = max(cfg.summary_min_tokens, aim)
-            merged_count = count - (end - lo - 1)
+            merged_count = count - (taken - 1)
             merged_total = total - prefix + target + SUMMARY_OVERHEAD
             # Merge one more summary rather than halve the merged text: the oldest
             # summary holds the facts of the most rounds.
@@ -112,7 +120,7 @@ async def _merge_history(ctx: PassContext, view: list[Message]) -> Candidate | N
             if roomy and not cfg.over_target(merged_count, merged_total):
                 break
         count, total = merged_count, merged_total
-        span = view[lo:end]
+        pulled, span = layout.take(lo, end)
         build = summary_builder(
             ctx,
             draft,
@@ -121,6 +129,6 @@ async def _merge_history(ctx: PassContext, view: list[Message]) -> Candidate | N
             kind="history_summary",
             strategy="summarize_rounds",
         )
-        jobs.append(Job(lo, end, span, target, "history", build))
+        jobs.append(Job(lo, end, span, target, "history", build, pulled))
     await run_jobs(ctx, draft, jobs)
     return draft.candidate()

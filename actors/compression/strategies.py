@@ -70,7 +70,7 @@ _SHORT_ARGS: Final = 40
 
 async def compress_tool_runs(ctx: PassContext, view: list[Message]) -> Candidate | None:
     """Strategy 1: compress runs of tool messages before the latest assistant message."""
-    layout = Layout(view, ctx.config)
+    layout = await Layout.build(view, ctx.config, ctx.slicer)
     if layout.latest_assistant is None:
         return None
     draft = Draft(ctx, view)
@@ -79,18 +79,16 @@ async def compress_tool_runs(ctx: PassContext, view: list[Message]) -> Candidate
     for lo, hi in layout.tool_runs(layout.first, layout.latest_assistant):
         if hi - lo <= ctx.config.min_consecutive_tool_messages:
             continue
+        pulled, span = layout.take(lo, hi)
         plan_calls: Counter[str] = Counter()
+        plan_ids: set[str] = set()
         other: list[Message] = []
-        i = lo
-        while i < hi:
-            end = layout.unit_end(i)
-            assert end is not None
-            calls = view[i].tool_calls
-            if all(call.name in plan_tools for call in calls):
-                plan_calls.update(call.name for call in calls)
-            else:
-                other.extend(view[i:end])
-            i = end
+        for m in span:
+            if m.tool_calls and all(call.name in plan_tools for call in m.tool_calls):
+                plan_calls.update(call.name for call in m.tool_calls)
+                plan_ids.update(call.id for call in m.tool_calls)
+            elif m.role != "tool" or m.tool_call_id not in plan_ids:
+                other.append(m)
         plan_line = ""
         if plan_calls:
             # AutoContext keeps only that the plan was worked on: the plan notebook
@@ -100,14 +98,14 @@ async def compress_tool_runs(ctx: PassContext, view: list[Message]) -> Candidate
         build = summary_builder(
             ctx,
             draft,
-            view[lo:hi],
+            span,
             label="Tool calls, compressed",
             kind="tool_run",
             strategy="compress_tool_runs",
             before=plan_line,
         )
         target = ctx.target(sum(m.tokens for m in other))
-        jobs.append(Job(lo, hi, other, target, "tool_run", build))
+        jobs.append(Job(lo, hi, other, target, "tool_run", build, pulled))
     await run_jobs(ctx, draft, jobs)
     return draft.candidate()
 
@@ -133,10 +131,11 @@ def _offload_in_place(ctx: PassContext, draft: Draft, index: int, strategy: str)
 async def _offload(
     ctx: PassContext, view: list[Message], hi: int, strategy: str
 ) -> Candidate | None:
-    layout = Layout(view, ctx.config)
+    layout = await Layout.build(view, ctx.config, ctx.slicer)
     draft = Draft(ctx, view)
     limit = ctx.config.large_payload_threshold
     for i in range(layout.first, hi):
+        await ctx.slicer.pause()
         m = view[i]
         if i in layout.protected or "offloaded" in m.metadata:
             continue
@@ -147,7 +146,7 @@ async def _offload(
 
 async def offload_large_keep_recent(ctx: PassContext, view: list[Message]) -> Candidate | None:
     """Strategy 2: offload large messages before the latest assistant, keeping the last N."""
-    latest = Layout(view, ctx.config).latest_assistant
+    latest = (await Layout.build(view, ctx.config, ctx.slicer)).latest_assistant
     if latest is None:
         return None
     hi = min(latest, len(view) - ctx.config.last_keep)
@@ -176,13 +175,13 @@ async def compress_current_round(ctx: PassContext, view: list[Message]) -> Candi
     characters, shorter if the budget needs it); results and assistant text are
     summarized.
     """
-    layout = Layout(view, ctx.config)
+    layout = await Layout.build(view, ctx.config, ctx.slicer)
     lo_bound = layout.current_start + (1 if layout.latest_user is not None else 0)
     draft = Draft(ctx, view)
     total = sum(m.tokens for m in view)
     jobs: list[Job] = []
     for lo, hi in layout.segments(lo_bound, len(view)):
-        span = view[lo:hi]
+        pulled, span = layout.take(lo, hi)
         if is_summary(span):
             continue
         span_tokens = sum(m.tokens for m in span)
@@ -212,7 +211,7 @@ async def compress_current_round(ctx: PassContext, view: list[Message]) -> Candi
             before=f"tool calls made:\n{lines}\nresults and notes:" if calls else "",
         )
         target = max(ctx.config.summary_min_tokens, target)
-        jobs.append(Job(lo, hi, said, target, "current_round", build))
+        jobs.append(Job(lo, hi, said, target, "current_round", build, pulled))
     await run_jobs(ctx, draft, jobs)
     return draft.candidate()
 

@@ -17,8 +17,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Final, Literal, Protocol
 
-import anyio.lowlevel
-
+from actormem.actors.compression._slices import Steps, TimeSlicer, run_sliced
 from actormem.actors.compression.offload import strip_hints
 from actormem.actors.messages import Message
 from actormem.runtime.tokens import TokenCounter
@@ -40,6 +39,8 @@ _PIECE_SPLIT: Final = re.compile(r"(?<=[.!?;])\s+|\n+")
 _MAX_PIECE_CHARS: Final = 280
 #: Pieces looked at per span; a huge payload's tail adds little a reload cannot give.
 _MAX_PIECES: Final = 3000
+#: Pieces handled between two pauses (see :mod:`actormem.actors.compression._slices`).
+_STEP: Final = 32
 _NUMBER: Final = re.compile(r"[#$€£]?\b[\w.:/-]*\d[\w.:/%-]*")
 _MONTH: Final = (
     r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)[a-z]*\.?\s+\d{1,2}(?:,\s*\d{4})?"
@@ -245,21 +246,28 @@ class OfflineSummarizer:
         purpose: Purpose,
         usage: RunUsage,
     ) -> str:
-        """Return an extractive summary of ``messages`` in at most ``max_tokens`` tokens."""
-        # Picking sentences is CPU work; let other actors run between spans.
-        await anyio.lowlevel.checkpoint()
-        usage.summaries += 1
-        return self.summarize_sync(messages, max_tokens)
+        """Return an extractive summary of ``messages`` in at most ``max_tokens`` tokens.
 
-    def summarize_sync(self, messages: Sequence[Message], max_tokens: int) -> str:
-        """The summary itself, without the event loop (see :meth:`summarize`)."""
+        The work pauses every :data:`~actormem.actors.compression._slices.SLICE_SECONDS`
+        so other actors keep running, and can be cancelled at those pauses.
+        """
+        usage.summaries += 1
+        return await self.summarize_sliced(messages, max_tokens, TimeSlicer())
+
+    async def summarize_sliced(
+        self, messages: Sequence[Message], max_tokens: int, slicer: TimeSlicer
+    ) -> str:
+        """The summary, pausing with ``slicer`` (shared by a compression's passes)."""
+        return await run_sliced(self._steps(messages, max_tokens), slicer)
+
+    def _steps(self, messages: Sequence[Message], max_tokens: int) -> Steps[str]:
         counter = self._counter
-        pieces = self._pieces(messages)
+        pieces = yield from self._pieces(messages)
         header = _header(messages, pieces)
         budget = max_tokens - counter.count_text(header) - 1
         if budget <= 0:
             return counter.truncate(header, max_tokens)
-        chosen = self._choose(pieces, budget)
+        chosen = yield from self._choose(pieces, budget)
         chosen.sort(key=lambda p: p.order)
         lines: list[str] = []
         last_speaker = None
@@ -276,9 +284,10 @@ class OfflineSummarizer:
         # Joining can merge tokens differently than counted apart; cut to be exact.
         return counter.truncate(summary, max_tokens)
 
-    def _pieces(self, messages: Sequence[Message]) -> list[_Piece]:
+    def _pieces(self, messages: Sequence[Message]) -> Steps[list[_Piece]]:
         texts: list[tuple[str, str, bool]] = []  # speaker, text, leads its message
         for m in messages:
+            yield
             speaker = _speaker(m)
             for call in m.tool_calls:
                 call_text = f"called {call.name}({' '.join(call.arguments.split())})"
@@ -298,21 +307,28 @@ class OfflineSummarizer:
         texts = texts[:_MAX_PIECES]
         # One by one: tiktoken's batch call starts a thread pool each time, which
         # costs more than these sentence-sized pieces do.
-        counts = [self._counter.count_text(t) for _, t, _ in texts]
+        counts: list[int] = []
+        for k, (_, text, _) in enumerate(texts):
+            counts.append(self._counter.count_text(text))
+            if k % _STEP == _STEP - 1:
+                yield
+
         # Each piece is charged its speaker label too (paid once per line in fact), so
         # that the joined summary fits without being cut mid-sentence.
         label = {sp: self._counter.count_text(f"{sp}: ") for sp in {sp for sp, _, _ in texts}}
-        pieces = [
-            _Piece(order, speaker, text, tokens + 1 + label[speaker], lead)
-            for order, ((speaker, text, lead), tokens) in enumerate(zip(texts, counts, strict=True))
-        ]
-        shapes = Counter(_shape(p.text) for p in pieces)
-        for p in pieces:
-            p.repeats = shapes[_shape(p.text)]
+        pieces: list[_Piece] = []
+        shapes: list[str] = []
+        for order, ((speaker, text, lead), tokens) in enumerate(zip(texts, counts, strict=True)):
+            yield  # finding a piece's facts takes a while
+            pieces.append(_Piece(order, speaker, text, tokens + 1 + label[speaker], lead))
+            shapes.append(_shape(text))
+        repeats = Counter(shapes)
+        for p, shape in zip(pieces, shapes, strict=True):
+            p.repeats = repeats[shape]
         return pieces
 
     @staticmethod
-    def _choose(pieces: list[_Piece], budget: int) -> list[_Piece]:
+    def _choose(pieces: list[_Piece], budget: int) -> Steps[list[_Piece]]:
         """Greedy: each step takes the piece adding the most new facts per token.
 
         It stops when what is left adds no fact, no decision and no message's
@@ -326,7 +342,9 @@ class OfflineSummarizer:
         while remaining and budget > 0:
             best: _Piece | None = None
             best_score = -1.0
-            for p in remaining:
+            for k, p in enumerate(remaining):
+                if k % _STEP == _STEP - 1:
+                    yield
                 if p.tokens > budget:
                     continue
                 new = len(p.facts - covered)

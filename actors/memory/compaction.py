@@ -43,6 +43,7 @@ class Compaction:
         "_config",
         "_ctx",
         "_floor",
+        "_fruitless",
         "_store",
         "_token",
         "agent",
@@ -66,6 +67,8 @@ class Compaction:
         # After a compression that could not get under budget, wait for this many
         # messages before trying again (else every add would ask once more).
         self._floor = 0
+        # Compressions in a row that could take nothing out: each doubles the wait.
+        self._fruitless = 0
         self.compressions = 0
         self.tokens_saved = 0
 
@@ -130,7 +133,15 @@ class Compaction:
         self.compressions += 1
         self.tokens_saved += max(0, outcome.tokens_saved)
         if outcome.under_budget:
-            self._floor = 0
+            self._floor = self._fruitless = 0
         else:
-            self._floor = len(store.working) + max(1, cfg.msg_threshold // 10)
+            if outcome.strategies:
+                self._fruitless = 0
+            else:
+                self._fruitless += 1
+                if self._fruitless == 1:
+                    # Said once; asking again every few messages changes nothing.
+                    log.warning("compression_stuck", agent=self.agent, note=outcome.note)
+            step = max(1, cfg.msg_threshold // 10) << min(self._fruitless, 8)
+            self._floor = len(store.working) + min(step, cfg.msg_threshold)
         self.maybe_compress()

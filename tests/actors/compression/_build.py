@@ -7,10 +7,21 @@ import json
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
-from actormem.actors.compression import CompressionOutcome, reload_ids
+import anyio
+
+from actormem.actors.compression import (
+    CompressionConfig,
+    CompressionOutcome,
+    OfflineSummarizer,
+    compress,
+    reload_ids,
+)
+from actormem.actors.compression._layout import sendable, set_aside
 from actormem.actors.compression.engine import render_problems
+from actormem.actors.config import load_app_config
 from actormem.actors.messages import Message, ToolCall, count_tokens
 from actormem.runtime.tokens import get_counter
 
@@ -57,15 +68,21 @@ def tokens(view: Sequence[Message]) -> int:
     return sum(m.tokens for m in view)
 
 
+def problems(view: Sequence[Message]) -> Counter[str]:
+    """What is wrong with what ``view`` sends to an LLM, and what it cannot send."""
+    found = Counter(_INDEX.sub("", p) for p in render_problems(sendable(view)))
+    found.update(set_aside(view))
+    return found
+
+
 def assert_valid(view: Sequence[Message], before: Sequence[Message] | None = None) -> None:
-    """Assert the view renders to a valid OpenAI list.
+    """Assert what the view sends to an LLM (its complete units) is a valid OpenAI list.
 
     With ``before`` (the view compression started from), problems it already had
-    (a call still waiting for its result, say) may remain, but no new one.
+    (a call still waiting for its result, an orphan result) may remain, but no new one.
     """
-    problems = Counter(_INDEX.sub("", p) for p in render_problems(view))
-    allowed = Counter(_INDEX.sub("", p) for p in render_problems(before or []))
-    assert not problems - allowed, render_problems(view)
+    new = problems(view) - problems(before or [])
+    assert not new, sorted(new)
 
 
 def reachable_text(
@@ -114,3 +131,21 @@ def reachable_ids(outcome: CompressionOutcome) -> set[str]:
                 seen.add(rid)
                 pending.extend(outcome.offloaded[rid])
     return found
+
+
+def town_small() -> CompressionConfig:
+    """The compression settings of ``configs/town-small.toml`` (small budgets)."""
+    path = Path(__file__).resolve().parents[3] / "configs" / "town-small.toml"
+    return load_app_config(path).compression
+
+
+def compress_offline(view: list[Message], config: CompressionConfig) -> CompressionOutcome:
+    """Compress ``view`` with the offline summarizer, outside any event loop."""
+    counter = get_counter()
+
+    async def go() -> CompressionOutcome:
+        return await compress(
+            view, config=config, counter=counter, summarizer=OfflineSummarizer(counter)
+        )
+
+    return anyio.run(go)

@@ -153,7 +153,7 @@ async def test_a_pass_that_does_not_shrink_the_view_is_skipped() -> None:
     assert out.messages == view and out.strategies == [] and out.passes == 1
 
 
-async def test_a_pass_that_breaks_validity_is_dropped_and_logged() -> None:
+async def test_a_pass_that_breaks_validity_is_dropped_quietly_and_not_rerun() -> None:
     async def orphans(ctx: PassContext, view: list[Message]) -> Candidate:
         return Candidate([m for m in view if m.role != "assistant"], {})
 
@@ -161,7 +161,11 @@ async def test_a_pass_that_breaks_validity_is_dropped_and_logged() -> None:
     with capture_logs() as logs:
         out = await run(view, [("orphans", orphans)], msg_threshold=2)
     assert out.messages == view
-    assert [e["strategy"] for e in logs if e["event"] == "compression_pass_invalid"] == ["orphans"]
+    skipped = [e for e in logs if e["event"] == "compression_pass_skipped"]
+    assert [(e["strategy"], e["reason"], e["log_level"]) for e in skipped] == [
+        ("orphans", "invalid view", "debug")
+    ]
+    assert not [e for e in logs if e["log_level"] in ("warning", "error")]
 
 
 async def test_the_pass_cap_ends_compression() -> None:

@@ -5,19 +5,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import anyio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from actormem.actors.compression import (
     CompressionConfig,
-    CompressionOutcome,
-    OfflineSummarizer,
-    compress,
 )
 from actormem.actors.messages import Message, ToolCall, count_tokens
 from actormem.runtime.tokens import get_counter
-from tests.actors.compression._build import assert_valid, counted, reachable_text
+from tests.actors.compression._build import assert_valid, compress_offline, counted, reachable_text
 
 WORDS = (
     "Mara",
@@ -127,17 +123,6 @@ def protected(view: list[Message]) -> list[Message]:
     return keep
 
 
-def run(view: list[Message], config: CompressionConfig) -> CompressionOutcome:
-    counter = get_counter()
-
-    async def go() -> CompressionOutcome:
-        return await compress(
-            view, config=config, counter=counter, summarizer=OfflineSummarizer(counter)
-        )
-
-    return anyio.run(go)
-
-
 @settings(
     max_examples=60,
     deadline=None,
@@ -147,7 +132,7 @@ def run(view: list[Message], config: CompressionConfig) -> CompressionOutcome:
 def test_compression_is_valid_lossless_and_within_budget_when_possible(
     view: list[Message], config: CompressionConfig
 ) -> None:
-    out = run(view, config)
+    out = compress_offline(view, config)
     after = out.messages
     counter = get_counter()
 
@@ -186,5 +171,5 @@ def test_a_fixed_example_runs() -> None:
     view = counted(
         [Message(role="user", content="hello " * 50), Message(role="assistant", content="hi")]
     )
-    out = run(view, CompressionConfig(msg_threshold=1))
+    out = compress_offline(view, CompressionConfig(msg_threshold=1))
     assert out.messages[0] == view[0]

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from structlog.testing import capture_logs
 
 from actormem.actors.compression import (
     CompressionConfig,
@@ -13,6 +12,7 @@ from actormem.actors.compression import (
     OfflineSummarizer,
     compress,
 )
+from actormem.actors.compression._layout import set_aside
 from actormem.actors.compression.rounds import summarize_rounds
 from actormem.actors.compression.strategies import (
     compress_current_round,
@@ -27,7 +27,9 @@ from tests.actors.compression._build import (
     assistant,
     chatter,
     counted,
+    reachable_ids,
     system,
+    tokens,
     tool_unit,
     user,
 )
@@ -277,7 +279,7 @@ async def test_a_pending_tool_call_is_never_compressed() -> None:
     assert len(out.messages) == 3
 
 
-async def test_messages_between_a_call_and_its_late_result_are_left_in_place() -> None:
+async def test_a_call_and_its_late_result_are_summarized_together() -> None:
     call = ToolCall(id="call_late", name="fetch", arguments="{}")
     view = counted(
         [
@@ -289,7 +291,9 @@ async def test_messages_between_a_call_and_its_late_result_are_left_in_place() -
             user("next"),
         ]
     )
-    with capture_logs() as logs:
-        out = await run_one(summarize_rounds, "s4", view, msg_threshold=3)
-    assert not [e for e in logs if e["event"] == "compression_pass_invalid"]
-    assert [m.id for m in out.messages[1:4]] == [m.id for m in view[1:4]]
+    out = await run_one(summarize_rounds, "s4", view, msg_threshold=3)
+    assert_valid(out.messages, before=view)
+    assert not set_aside(out.messages)
+    assert view[1] not in out.messages and view[3] not in out.messages
+    assert {view[1].id, view[3].id} <= reachable_ids(out)
+    assert tokens(out.messages) < tokens(view)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import anyio
 import pytest
 
 from actormem.actors.compression import OfflineSummarizer, RunUsage
@@ -67,3 +68,17 @@ def test_extract_facts_finds_names_numbers_and_dates() -> None:
     facts = extract_facts("The vault code is 4821. Mara met Olav Berg on 2024-05-01, a Friday.")
     assert {"4821", "mara", "olav berg", "2024-05-01", "friday"} <= facts
     assert "the" not in facts
+
+
+async def test_a_long_summary_can_be_cancelled_while_it_works() -> None:
+    # Thousands of sentences are far more work than the deadline below allows; the
+    # summarizer pauses while it works, so the deadline ends it partway.
+    huge = [
+        user(f"line {i}: Mara counted {i} crates on Tuesday. " + chatter(3)) for i in range(3000)
+    ]
+    summarizer = OfflineSummarizer(get_counter())
+    finished = False
+    with anyio.move_on_after(0.001):
+        await summarizer.summarize(huge, max_tokens=200, purpose="history", usage=RunUsage())
+        finished = True
+    assert not finished

@@ -83,7 +83,9 @@ def register_actors(runtime: Runtime, config: AppConfig) -> None:
     transport = runtime.transport
     deployment = transport.keys.prefix if isinstance(transport, RedisTransport) else ""
     runtime.register("memory", memory_factory(config, deployment))
-    runtime.register(COMPRESSOR_KIND, compressor_factory(config.compression))
+    runtime.register(
+        COMPRESSOR_KIND, compressor_factory(config.compression, config.memory.encoding)
+    )
     store = config.retention.store() if config.retention.policy == "persistent" else None
     runtime.register("pool", PoolActor.factory(config.pool, store, deployment))
 

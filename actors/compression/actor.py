@@ -72,6 +72,8 @@ class CompressorActor(Actor):
         ctx: the actor's context.
         config: the compression config.
         breaker: the pool's shared circuit breaker for the LLM summarizer.
+        encoding: the token encoding the memories count with (``[memory] encoding``),
+            so summaries are counted as the messages they replace.
 
     Raises (to the asker):
         MemoryInputError: the message is not a CompressRequest.
@@ -82,11 +84,12 @@ class CompressorActor(Actor):
         ctx: ActorContext,
         config: CompressionConfig,
         breaker: CircuitBreaker | None = None,
+        encoding: str | None = None,
     ) -> None:
         super().__init__(ctx)
         self.config = config
         self._breaker = breaker
-        self._counter = get_counter()
+        self._counter = get_counter(encoding)
         self._summarizer: Summarizer | None = None
 
     async def on_start(self) -> None:
@@ -166,11 +169,14 @@ class CompressorActor(Actor):
         )
 
 
-def compressor_factory(config: CompressionConfig) -> Callable[[ActorContext], Actor]:
-    """Return the factory to register the compressor kind with (one breaker per pool)."""
+def compressor_factory(
+    config: CompressionConfig, encoding: str | None = None
+) -> Callable[[ActorContext], Actor]:
+    """Return the factory to register the compressor kind with (one breaker per pool);
+    ``encoding`` is the memories' token encoding (default ``cl100k_base``)."""
     breaker = CircuitBreaker(config.llm.breaker_failures, config.llm.breaker_reset)
 
     def factory(ctx: ActorContext) -> Actor:
-        return CompressorActor(ctx, config, breaker)
+        return CompressorActor(ctx, config, breaker, encoding)
 
     return factory

@@ -21,8 +21,8 @@ from actormem.actors.compression import (
     compressor_factory,
 )
 from actormem.actors.errors import MemoryInputError
-from actormem.actors.messages import Message
-from actormem.runtime import Runtime
+from actormem.actors.messages import Message, count_tokens
+from actormem.runtime import Runtime, get_counter
 from tests.actors.compression._build import assert_valid, assistant, chatter, counted, system, user
 from tests.support.openai_server import OpenAIStub
 
@@ -187,3 +187,21 @@ async def test_the_pool_shares_one_circuit_breaker(stub: OpenAIStub) -> None:
                 sent = stub.requests
     # The second compressor did not try the endpoint the first found broken.
     assert sent >= 1 and stub.requests == sent
+
+
+async def test_the_compressor_counts_with_the_memories_encoding() -> None:
+    config = CompressionConfig(msg_threshold=6)
+    # Sent uncounted (tokens -1), so the compressor counts them; in text the two
+    # encodings count differently (o200k_base holds far more Cyrillic).
+    chat = [user(f"раунд {r}: привет мир, как дела сегодня " * 6) for r in range(8)]
+    view = [*counted([system()]), *chat, user("привет мир, как дела сегодня?")]
+    o200k, cl100k = get_counter("o200k_base"), get_counter("cl100k_base")
+    async with Runtime() as rt:
+        rt.register(COMPRESSOR_KIND, compressor_factory(config, "o200k_base"))
+        out = await rt.ref(compressor_address("alice", config.concurrency)).ask(
+            CompressRequest(agent="alice", messages=view, version=1)
+        )
+    kept = [m for m in out.messages if "привет" in str(m.content)]
+    assert kept, "the compression kept no message of the chat"
+    for m in kept:
+        assert m.tokens == count_tokens(m, o200k) != count_tokens(m, cl100k)

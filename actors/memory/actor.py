@@ -45,6 +45,7 @@ from actormem.actors.memory.commands import (
     Vouch,
 )
 from actormem.actors.memory.compaction import Compaction
+from actormem.actors.memory.inputs import check_command
 from actormem.actors.memory.queries import MessageQueries
 from actormem.actors.memory.snapshot import (
     REPLAYABLE,
@@ -112,6 +113,8 @@ class AgentMemory(Actor):
         self._saved_edits = 0
 
     async def receive(self, message: Any) -> Any:
+        # Before anything changes: over Redis a command may come from any client.
+        check_command(message)
         store = self._store
         if type(message) not in REPLAYABLE:
             store.dirty = True

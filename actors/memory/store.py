@@ -15,7 +15,7 @@ from actormem.actors.config import MemoryConfig
 from actormem.actors.conversation import group_units, leading_system_count
 from actormem.actors.errors import MemoryInputError
 from actormem.actors.memory.commands import EXPORT_VERSION, MemoryExport, PruneResult
-from actormem.actors.messages import Message, count_tokens
+from actormem.actors.messages import MAX_TIMESTAMP, Message, admit, count_tokens, message_chars
 from actormem.runtime import TokenCounter
 
 __all__ = ("MessageStore",)
@@ -97,25 +97,25 @@ class MessageStore:
                 f"{what} got {len(messages)} messages; at most {self._config.max_batch} at once"
             )
         limit = self._config.max_message_chars
-        if len(messages) == 1:  # the common case, without the bookkeeping below
-            m = messages[0]
-            if isinstance(m, Message) and len(m.text()) <= limit:
-                return [m.with_tokens(count_tokens(m, self._counter))]
         seen: set[str] = set()
-        out = []
         for i, m in enumerate(messages):
             if not isinstance(m, Message):
                 raise MemoryInputError(f"{what}: item {i} is a {type(m).__name__}, not a Message")
             if m.id in seen:
                 raise MemoryInputError(f"{what}: message id {m.id!r} appears twice")
             seen.add(m.id)
-            size = len(m.text())
+            try:
+                admit(m)
+            except MemoryInputError as exc:
+                raise MemoryInputError(f"{what}: message {i}: {exc}") from None
+            size = message_chars(m)
             if size > limit:
                 raise MemoryInputError(
-                    f"{what}: message {m.id!r} has {size} characters; the limit is {limit}"
+                    f"{what}: message {m.id!r} has {size} characters (content, name, "
+                    f"tool calls and metadata); the limit is {limit}"
                 )
-            out.append(m.with_tokens(count_tokens(m, self._counter)))
-        return out
+        # Counted only once every message passed: no tokenizing of refused input.
+        return [m.with_tokens(count_tokens(m, self._counter)) for m in messages]
 
     def add_simple(self, messages: list[Message]) -> Message | None:
         """Add ``messages`` when it is one valid, new, plain-text message (the hot
@@ -127,7 +127,14 @@ class MessageStore:
         if (
             type(m) is not Message
             or type(m.content) is not str
-            or len(m.content) > self._config.max_message_chars
+            or m.tool_calls
+            or m.metadata
+            or m.url
+            or not 0.0 <= m.timestamp <= MAX_TIMESTAMP
+            or len(m.content)
+            + (len(m.name) if m.name else 0)
+            + (len(m.tool_call_id) if m.tool_call_id else 0)
+            > self._config.max_message_chars
             or m.id in self.history_ids
         ):
             return None

@@ -62,6 +62,8 @@ def garbage(keys: Keys, count: int) -> list[tuple[dict[bytes, bytes], str]]:
             try:
                 default_codec.decode_envelope(data)
             except MessageDecodeError as exc:
+                if default_codec.refusal(data) and default_codec.reply_address(data):
+                    continue  # a well-formed ask with bad input: answered, not dead-lettered
                 bad.append(({b"e": data}, str(exc)))
             except Exception:  # the codec's known defects: see test_decoders
                 continue

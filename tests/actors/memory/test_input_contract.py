@@ -1,0 +1,265 @@
+"""The memory's input contract: every bad argument is refused with MemoryInputError
+naming it, on both transports, and changes nothing stored."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import msgspec
+import pytest
+
+from actormem.actors import MemoryInputError, MemoryRuntime, Message, ToolCall
+from actormem.actors.config import AppConfig, MemoryConfig
+from actormem.actors.memory.commands import Clear, Context, Get, MemoryExport, Prune, Search
+from actormem.actors.memory.handle import MemoryHandle
+from actormem.runtime import LocalTransport
+from actormem.runtime.redis import RedisTransport
+from tests.actors.memory.test_memory import chat
+
+pytestmark = pytest.mark.anyio
+
+
+def stored(export: MemoryExport) -> tuple[Any, ...]:
+    """What an export holds, without the time it was made."""
+    return (export.working, export.history, export.offloaded)
+
+
+async def filled(rt: MemoryRuntime) -> tuple[MemoryHandle, tuple[Any, ...]]:
+    alice = rt.memory("alice")
+    await alice.add(chat())
+    return alice, stored(await alice.export())
+
+
+def dead_lettered(rt: MemoryRuntime) -> int:
+    transport = rt.transport
+    return transport.stats().dead_lettered if isinstance(transport, RedisTransport) else 0
+
+
+# -- the calls a new user gets wrong ------------------------------------------------------
+
+
+BAD_CALLS: list[tuple[str, tuple[Any, ...], dict[str, Any], str]] = [
+    ("add", (None,), {}, "add: messages must be"),
+    ("add", (42,), {}, "add: messages must be"),
+    ("add", ("hello",), {}, "add: messages must be"),
+    ("add", ({"role": "user", "content": "x", "timestamp": "yesterday"},), {}, "timestamp"),
+    ("add", ({"role": "user", "content": "x", "timestamp": math.nan},), {}, "timestamp"),
+    ("add", ({"role": "user", "content": "x", "timestamp": math.inf},), {}, "timestamp"),
+    ("add", ({"role": "user", "content": "x", "name": 42},), {}, "name"),
+    ("add", ({"role": "user", "content": ["a", "b"]},), {}, "content part 0"),
+    ("add", ({"role": "user", "content": []},), {}, "at least one content part"),
+    ("add", ({"role": "user", "content": "x", "metadata": {"a": object()}},), {}, "metadata"),
+    ("context", ("100",), {}, "context: max_tokens must be an int"),
+    ("context", (True,), {}, "context: max_tokens must be an int"),
+    ("context", (), {"query": 3}, "context: query must be a string"),
+    ("prune", ("10",), {}, "prune: max_tokens must be an int"),
+    ("prune", (10,), {"preserve_system": "yes"}, "prune: preserve_system must be True or False"),
+    ("recent", ("2",), {}, "recent: n must be an int"),
+    ("recent", (-1,), {}, "recent: n must be an int >= 0"),
+    ("search", (None,), {}, "search: query must be a non-empty string"),
+    ("search", ("x",), {"k": 0}, "search: k must be an int >= 1"),
+    ("search", ("x",), {"roles": "user"}, "search: roles must be"),
+    ("get", (), {"since": "yesterday"}, "get: since must be a finite time"),
+    ("get", (), {"until": math.nan}, "get: until must be a finite time"),
+    ("get", (), {"names": "bob"}, "get: names must be a list of strings"),
+    ("get", (), {"important": "no"}, "get: important must be True or False"),
+    ("get", (), {"scope": "all"}, "get: scope must be one of"),
+    ("clear", (), {"history": "no"}, "clear: history must be True or False"),
+    ("export", (), {"include_history": 1}, "export: include_history must be True or False"),
+    ("delete", (1.5,), {}, "delete: targets are message ids"),
+    ("delete", (True,), {}, "delete: targets are message ids"),
+    ("held_insights", (), {"k": "3"}, "held_insights: k must be an int"),
+    ("retrieve", (None,), {}, "retrieve: query must be a string"),
+    ("recall_episode", ("x",), {"k": -1}, "recall_episode: k must be an int >= 1"),
+    ("reload", (7,), {}, "reload: offload_id must be a string"),
+    ("share", ("tip",), {"importance": math.nan}, "share: importance must be a number"),
+    ("share", ("",), {}, "share: insight must be a non-empty string"),
+    ("register_fact", ("f",), {"importance": 2}, "register_fact: importance must be"),
+    ("subscribe", (3,), {}, "subscribe: topics must be"),
+    ("insights", (), {"k": 0}, "insights: k must be an int >= 1"),
+    ("load", (42,), {}, "load: messages must be"),
+    ("record", (None,), {}, "record: messages must be"),
+    ("answer_tool_call", ({"id": "", "name": "x"},), {}, "non-empty id and name"),
+    ("answer_tool_call", ("call",), {}, "call must be a ToolCall or a dict"),
+]
+
+
+@pytest.mark.parametrize(
+    ("method", "args", "kwargs", "match"),
+    BAD_CALLS,
+    ids=[f"{c[0]}-{i}" for i, c in enumerate(BAD_CALLS)],
+)
+async def test_a_bad_argument_is_refused_by_name_and_changes_nothing(
+    memory_rt: MemoryRuntime, method: str, args: tuple[Any, ...], kwargs: dict[str, Any], match: str
+) -> None:
+    alice, before = await filled(memory_rt)
+    with pytest.raises(MemoryInputError, match=match):
+        await getattr(alice, method)(*args, **kwargs)
+    assert stored(await alice.export()) == before
+    assert dead_lettered(memory_rt) == 0
+
+
+async def test_many_bad_calls_never_stop_the_agent(memory_rt: MemoryRuntime) -> None:
+    alice, before = await filled(memory_rt)
+    for _ in range(3):
+        for method, args, kwargs, _match in BAD_CALLS:
+            with pytest.raises(MemoryInputError):
+                await getattr(alice, method)(*args, **kwargs)
+    assert [m.id for m in await alice.get()] == [m.id for m in before[0]]
+    assert stored(await alice.export()) == before
+    assert (await memory_rt.memory("bob").stats()).size == 0
+
+
+# -- commands from any client (the handle bypassed) --------------------------------------
+
+
+RAW_COMMANDS = [
+    (Context(max_tokens="100"), "max_tokens"),  # type: ignore[arg-type]
+    (Prune(max_tokens=True), "max_tokens"),  # type: ignore[arg-type]
+    (Clear(history="no"), "history"),  # type: ignore[arg-type]
+    (Get(since=math.nan), "since"),
+    (Get(recent_n=-3), "recent_n"),
+    (Search(query="x", mode="fuzzy"), "mode"),  # type: ignore[arg-type]
+]
+
+
+@pytest.mark.parametrize(("command", "field"), RAW_COMMANDS)
+async def test_a_bad_command_from_any_client_is_answered_not_dead_lettered(
+    memory_rt: MemoryRuntime, command: Any, field: str
+) -> None:
+    alice, before = await filled(memory_rt)
+    with pytest.raises(MemoryInputError, match=field):
+        await memory_rt.ask(alice.address, command)
+    assert stored(await alice.export()) == before
+    assert dead_lettered(memory_rt) == 0
+
+
+# -- what gets in -------------------------------------------------------------------------
+
+
+def small_config() -> AppConfig:
+    return AppConfig(memory=MemoryConfig(max_message_chars=100))
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"role": "user", "content": "x" * 101},
+        {"role": "user", "content": "x", "name": "n" * 101},
+        {"role": "user", "content": "x", "metadata": {"note": "m" * 100}},
+        {
+            "role": "assistant",
+            "tool_calls": [{"id": "c", "name": "f", "arguments": '"' + "a" * 100 + '"'}],
+        },
+    ],
+    ids=["content", "name", "metadata", "tool-arguments"],
+)
+async def test_the_size_limit_covers_the_whole_message(
+    make_transport: Any, message: dict[str, Any]
+) -> None:
+    async with MemoryRuntime(small_config(), transport=make_transport()) as rt:
+        alice = rt.memory("alice")
+        with pytest.raises(MemoryInputError, match="the limit is 100"):
+            await alice.add(message)
+        assert (await alice.stats()).history_size == 0
+
+
+def test_tool_call_checks_are_the_same_on_both_routes() -> None:
+    typed = ToolCall("c1", "f", {"a": 1})  # type: ignore[arg-type]
+    assert typed.arguments == '{"a":1}'
+    from actormem.actors.memory.handle import to_message
+
+    via_dict = to_message(
+        {
+            "role": "assistant",
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"a": 1}}}
+            ],
+        }
+    )
+    assert via_dict.tool_calls == (typed,)
+    with pytest.raises(MemoryInputError, match="arguments must be a JSON string"):
+        ToolCall("c1", "f", 3)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("message", "match"),
+    [
+        (Message(role="assistant", tool_calls=(ToolCall("", "f"),)), "non-empty id"),
+        (Message(role="assistant", tool_calls=(ToolCall("c", ""),)), "non-empty function name"),
+        (Message(role="assistant", tool_calls=(ToolCall("c", "f", "{oops"),)), "JSON string"),
+        (
+            {"role": "assistant", "tool_calls": [{"id": "", "function": {"name": "f"}}]},
+            "non-empty id",
+        ),
+        ({"role": "assistant", "tool_calls": [{"id": "c", "name": ""}]}, "function name"),
+        (
+            Message(
+                role="agent_response",
+                content=[{"type": "image_url", "image_url": {"url": "http://x/y.png"}}],
+            ),
+            "cannot carry 'image_url'",
+        ),
+        (Message(role="user", content=[{"type": "text"}]), "needs 'text'"),
+        (Message(role="user", content=[{"type": "image_url", "image_url": {}}]), "url"),
+        (Message(role="user", content="x", timestamp=-5.0), "timestamp"),
+    ],
+)
+async def test_what_gets_in_is_valid(memory_rt: MemoryRuntime, message: Any, match: str) -> None:
+    alice, before = await filled(memory_rt)
+    with pytest.raises(MemoryInputError, match=match):
+        await alice.add(message)
+    with pytest.raises(MemoryInputError, match=match):
+        await alice.load([message])
+    with pytest.raises(MemoryInputError, match=match):
+        await alice.record(message)
+    assert stored(await alice.export()) == before
+
+
+def test_parts_a_role_cannot_carry_are_sent_as_text() -> None:
+    image = {"type": "image_url", "image_url": {"url": "http://x/y.png"}}
+    # Built without the checks, as a message stored before them may be.
+    old = msgspec.convert(
+        {"role": "agent_response", "content": [{"type": "text", "text": "look"}, image]},
+        Message,
+    )
+    assert old.to_openai() == {"role": "assistant", "content": "look"}
+    call = Message(role="agent_call", name="bob", content=[{"type": "text", "text": "see"}, image])
+    sent = call.to_openai()
+    assert sent["role"] == "user"
+    assert sent["content"][0] == {"type": "text", "text": "[Request from bob]: "}
+    assert sent["content"][2] == image
+
+
+async def test_a_refused_timestamp_never_hurts_later_calls(memory_rt: MemoryRuntime) -> None:
+    alice, _ = await filled(memory_rt)
+    for bad in ("yesterday", math.nan, math.inf, -1.0, 1e300):
+        with pytest.raises(MemoryInputError, match="timestamp"):
+            await alice.add({"role": "user", "content": "x", "timestamp": bad})
+    for _ in range(5):
+        assert len(await alice.get(since=0)) == len(chat())
+    exported = await alice.export()
+    alice2 = memory_rt.memory("alice2")
+    assert await alice2.load(exported, overwrite=True) == len(chat())
+
+
+async def test_the_size_limit_is_checked_before_tokens_are_counted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import actormem.actors.memory.store as store_module
+
+    counted: list[Message] = []
+    real = store_module.count_tokens
+
+    def counting(message: Message, counter: Any) -> int:
+        counted.append(message)
+        return real(message, counter)
+
+    monkeypatch.setattr(store_module, "count_tokens", counting)
+    async with MemoryRuntime(small_config(), transport=LocalTransport()) as rt:
+        with pytest.raises(MemoryInputError, match="the limit is 100"):
+            await rt.memory("alice").add(
+                [{"role": "user", "content": "ok"}, {"role": "user", "content": "x" * 10_000}]
+            )
+    assert counted == []

@@ -8,11 +8,14 @@ from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from actormem.actors import MemoryInputError, MemoryRuntime, Message, ToolCall
 from actormem.actors.config import AppConfig, MemoryConfig
 from actormem.actors.memory.commands import Clear, Context, Get, MemoryExport, Prune, Search
 from actormem.actors.memory.handle import MemoryHandle
+from actormem.actors.messages import ROLES
 from actormem.runtime import LocalTransport
 from actormem.runtime.redis import RedisTransport
 from tests.actors.memory.test_memory import chat
@@ -263,3 +266,158 @@ async def test_the_size_limit_is_checked_before_tokens_are_counted(
                 [{"role": "user", "content": "ok"}, {"role": "user", "content": "x" * 10_000}]
             )
     assert counted == []
+
+
+# -- random wrong arguments ---------------------------------------------------------------
+
+_JUNK = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(),
+    st.text(max_size=8),
+    st.binary(max_size=4),
+    st.lists(st.integers(), max_size=2),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+    st.builds(object),
+)
+_NOT_BOOL = _JUNK.filter(lambda v: type(v) is not bool)
+_NOT_STR = _JUNK.filter(lambda v: not isinstance(v, str))
+_NOT_TEXT = _JUNK.filter(lambda v: not isinstance(v, str) or not v.strip())
+_NOT_OPTIONAL_STR = _NOT_STR.filter(lambda v: v is not None)
+
+
+def _bad_int(minimum: int, optional: bool = False) -> st.SearchStrategy[Any]:
+    def invalid(v: Any) -> bool:
+        if optional and v is None:
+            return False
+        return not (type(v) is int and minimum <= v < 2**63)
+
+    return _JUNK.filter(invalid)
+
+
+_BAD_ROLES = st.one_of(
+    st.text(max_size=5),
+    st.integers(),
+    st.lists(st.text(max_size=5).filter(lambda r: r not in ROLES), min_size=1, max_size=2),
+)
+_BAD_TIMES = st.one_of(
+    st.text(max_size=5),
+    st.booleans(),
+    st.sampled_from([math.nan, math.inf, -math.inf]),
+    st.lists(st.integers(), max_size=1),
+)
+_BAD_MESSAGE = st.one_of(
+    _JUNK.filter(lambda v: not isinstance(v, dict | list)),
+    st.lists(st.one_of(st.none(), st.integers(), st.text(max_size=3)), min_size=1, max_size=2),
+    st.fixed_dictionaries({"role": st.text(max_size=6).filter(lambda r: r not in ROLES)}),
+    st.fixed_dictionaries(
+        {"role": st.just("user"), "content": st.just("x"), "timestamp": _BAD_TIMES}
+    ),
+    st.fixed_dictionaries(
+        {"role": st.just("user"), "content": st.just("x"), "timestamp": st.floats(max_value=-0.1)}
+    ),
+    st.fixed_dictionaries(
+        {"role": st.just("user"), "content": st.just("x"), "name": _NOT_OPTIONAL_STR}
+    ),
+    st.fixed_dictionaries({"role": st.just("user"), "content": st.lists(_JUNK, max_size=2)}),
+    st.fixed_dictionaries(
+        {
+            "role": st.just("user"),
+            "content": st.just("x"),
+            "metadata": st.builds(lambda: {"o": object()}),
+        }
+    ),
+    st.fixed_dictionaries(
+        {
+            "role": st.just("assistant"),
+            "tool_calls": st.lists(
+                st.fixed_dictionaries(
+                    {"id": st.just(""), "name": st.text(max_size=3), "arguments": st.just("{}")}
+                ),
+                min_size=1,
+                max_size=1,
+            ),
+        }
+    ),
+)
+
+
+def _call(method: str, *args: st.SearchStrategy[Any], **kwargs: st.SearchStrategy[Any]) -> Any:
+    return st.tuples(st.just(method), st.tuples(*args), st.fixed_dictionaries(kwargs))
+
+
+BAD_ARGUMENTS = st.one_of(
+    _call("add", _BAD_MESSAGE),
+    _call("record", _BAD_MESSAGE),
+    _call("load", _BAD_MESSAGE.filter(lambda v: not isinstance(v, str | bytes))),
+    _call("delete", _JUNK.filter(lambda v: not isinstance(v, str | int) or isinstance(v, bool))),
+    _call("delete", st.integers(100, 2**40)),
+    _call("delete", st.text(min_size=1, max_size=5)),
+    _call("clear", history=_NOT_BOOL),
+    _call("prune", _bad_int(1)),
+    _call("prune", st.integers(1, 10**6), preserve_system=_NOT_BOOL),
+    _call("context", _bad_int(1, optional=True)),
+    _call("context", query=_NOT_OPTIONAL_STR.filter(lambda v: v is not None)),
+    _call("get", recent_n=_bad_int(0, optional=True)),
+    _call("get", roles=_BAD_ROLES),
+    _call("get", names=st.one_of(st.text(max_size=3), st.lists(st.integers(), min_size=1))),
+    _call("get", metadata=st.one_of(st.text(max_size=3), st.integers(), st.lists(st.integers()))),
+    _call("get", since=_BAD_TIMES),
+    _call("get", until=_BAD_TIMES),
+    _call("get", important=_NOT_BOOL),
+    _call("get", scope=_JUNK.filter(lambda v: v not in ("working", "history", "offloaded"))),
+    _call("recent", _bad_int(0)),
+    _call("by_role", _JUNK.filter(lambda v: not (isinstance(v, str) and v in ROLES))),
+    _call("search", _NOT_TEXT),
+    _call("search", st.just("x"), mode=_JUNK.filter(lambda v: v not in ("substring", "ranked"))),
+    _call("search", st.just("x"), k=_bad_int(1, optional=True)),
+    _call("search", st.just("x"), roles=_BAD_ROLES),
+    _call("export", include_history=_NOT_BOOL),
+    _call("retrieve", _NOT_STR),
+    _call("retrieve", st.just("x"), _bad_int(1, optional=True)),
+    _call("recall_episode", _NOT_STR),
+    _call("recall_episode", st.just("x"), _bad_int(1)),
+    _call("held_insights", _NOT_OPTIONAL_STR.filter(lambda v: v is not None)),
+    _call("held_insights", st.none(), _bad_int(1)),
+    _call("reload", _NOT_STR),
+    _call("reload", st.text(max_size=5)),
+    _call("insights", _NOT_TEXT),
+    _call("insights", st.just("*"), _bad_int(1)),
+    _call("share", _NOT_TEXT),
+    _call("share", st.just("tip"), _NOT_TEXT),
+    _call(
+        "share",
+        st.just("tip"),
+        st.just("t"),
+        _JUNK.filter(
+            lambda v: not (isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v <= 1)
+        ),
+    ),
+    _call("register_fact", _NOT_TEXT),
+    _call("subscribe", _NOT_TEXT),
+    _call("unsubscribe", _NOT_TEXT),
+    _call("answer_tool_call", _JUNK.filter(lambda v: not isinstance(v, dict))),
+    _call("start_episode", note=st.builds(object)),
+)
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(calls=st.lists(BAD_ARGUMENTS, min_size=1, max_size=6))
+async def test_random_wrong_arguments_are_refused_and_change_nothing(
+    memory_rt: MemoryRuntime, calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]]
+) -> None:
+    alice = memory_rt.memory("alice")
+    if not (await alice.stats()).size:
+        await alice.add(chat())
+    before = stored(await alice.export())
+    for method, args, kwargs in calls:
+        with pytest.raises(MemoryInputError):
+            await getattr(alice, method)(*args, **kwargs)
+    assert (await alice.stats()).size == len(chat())
+    assert stored(await alice.export()) == before
+    assert dead_lettered(memory_rt) == 0

@@ -250,8 +250,8 @@ class AgentMemory(Actor):
             log.info("memory_history_wiped", agent=self.agent, working_removed=removed)
         return removed
 
-    def _load(self, data: MemoryExport, overwrite: bool) -> int:
-        loaded = self._store.load(data, overwrite)
+    def _load(self, data: MemoryExport, overwrite: bool, stored: bool = False) -> int:
+        loaded = self._store.load(data, overwrite, stored=stored)
         self._compaction.maybe_compress()
         return loaded
 
@@ -354,7 +354,7 @@ class _Conversation(SnapshotState[MemoryExport]):
         return self._memory._queries.export(self._memory.agent, include_history=True)
 
     def load_state(self, state: MemoryExport) -> None:
-        self._memory._load(state, overwrite=True)
+        self._memory._load(state, overwrite=True, stored=True)
 
     def clear(self) -> None:
         self._memory._clear(history=True)

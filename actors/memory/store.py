@@ -83,8 +83,13 @@ class MessageStore:
 
     # -- writes -------------------------------------------------------------------
 
-    def counted(self, messages: Sequence[Message], what: str) -> list[Message]:
+    def counted(
+        self, messages: Sequence[Message], what: str, *, stored: bool = False
+    ) -> list[Message]:
         """Validate messages and return them with their token counts cached.
+
+        ``stored``: the messages were stored before (a session file), so only their
+        types and sizes are checked, not the rules :func:`admit` adds over time.
 
         Raises:
             MemoryInputError: not a list of messages, too many, one too long, or an
@@ -105,7 +110,8 @@ class MessageStore:
                 raise MemoryInputError(f"{what}: message id {m.id!r} appears twice")
             seen.add(m.id)
             try:
-                admit(m)
+                if not stored:
+                    admit(m)
             except MemoryInputError as exc:
                 raise MemoryInputError(f"{what}: message {i}: {exc}") from None
             size = message_chars(m)
@@ -241,9 +247,10 @@ class MessageStore:
             self.offloaded = {}
         return removed
 
-    def load(self, data: MemoryExport, overwrite: bool) -> int:
+    def load(self, data: MemoryExport, overwrite: bool, *, stored: bool = False) -> int:
         """Take in an export (over the working view with ``overwrite``, else after
-        it); return how many working messages were loaded.
+        it); return how many working messages were loaded (``stored``: see
+        :meth:`counted`).
 
         Raises:
             MemoryInputError: not an export, another export version, or invalid
@@ -257,9 +264,13 @@ class MessageStore:
                 f"(this version reads {EXPORT_VERSION})"
             )
         # Validate everything before changing anything.
-        working = self.counted(data.working, "load")
-        history = self.counted(data.history, "load (history)") if data.history else []
-        offloaded = {k: self.counted(v, "load (offloaded)") for k, v in data.offloaded.items()}
+        working = self.counted(data.working, "load", stored=stored)
+        history = (
+            self.counted(data.history, "load (history)", stored=stored) if data.history else []
+        )
+        offloaded = {
+            k: self.counted(v, "load (offloaded)", stored=stored) for k, v in data.offloaded.items()
+        }
         if overwrite:
             self.set_working(working)
             loaded = len(working)

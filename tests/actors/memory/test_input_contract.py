@@ -4,6 +4,7 @@ naming it, on both transports, and changes nothing stored."""
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import msgspec
@@ -421,3 +422,23 @@ async def test_random_wrong_arguments_are_refused_and_change_nothing(
     assert (await alice.stats()).size == len(chat())
     assert stored(await alice.export()) == before
     assert dead_lettered(memory_rt) == 0
+
+
+async def test_a_session_file_stored_before_a_rule_still_loads(tmp_path: Any) -> None:
+    from actormem.actors.retention import RetentionConfig
+
+    config = AppConfig(
+        retention=RetentionConfig(per_agent={"keeper": "persistent"}, session_dir=str(tmp_path))
+    )
+    async with MemoryRuntime(config) as rt:
+        await rt.memory("keeper").add({"role": "user", "content": "The key is under the stone."})
+    (path,) = [p for p in tmp_path.rglob("*.json")]
+    text = path.read_text()
+    # A timestamp the rules refuse today, as an older version may have stored it.
+    old = re.sub(r'"timestamp":\s*[0-9.e+]+', '"timestamp":-5.0', text)
+    assert old != text
+    path.write_text(old)
+    async with MemoryRuntime(config) as rt:
+        keeper = rt.memory("keeper")
+        assert (await keeper.stats()).history_size == 1
+        assert await keeper.context(200)

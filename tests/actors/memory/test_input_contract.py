@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -14,7 +15,23 @@ from hypothesis import strategies as st
 
 from actormem.actors import MemoryInputError, MemoryRuntime, Message, ToolCall
 from actormem.actors.config import AppConfig, MemoryConfig
-from actormem.actors.memory.commands import Clear, Context, Get, MemoryExport, Prune, Search
+from actormem.actors.memory.commands import (
+    Add,
+    Clear,
+    Context,
+    Delete,
+    Export,
+    Get,
+    HeldInsights,
+    MemoryExport,
+    Prune,
+    RecallEpisode,
+    Record,
+    Reload,
+    Retrieve,
+    Search,
+    StartEpisode,
+)
 from actormem.actors.memory.handle import MemoryHandle
 from actormem.actors.messages import ROLES
 from actormem.runtime import LocalTransport
@@ -113,6 +130,8 @@ async def test_many_bad_calls_never_stop_the_agent(memory_rt: MemoryRuntime) -> 
     assert [m.id for m in await alice.get()] == [m.id for m in before[0]]
     assert stored(await alice.export()) == before
     assert (await memory_rt.memory("bob").stats()).size == 0
+    stats = memory_rt.stats()
+    assert (stats.failures, stats.restarts) == (0, 0)
 
 
 # -- commands from any client (the handle bypassed) --------------------------------------
@@ -442,3 +461,94 @@ async def test_a_session_file_stored_before_a_rule_still_loads(tmp_path: Any) ->
         keeper = rt.memory("keeper")
         assert (await keeper.stats()).history_size == 1
         assert await keeper.context(200)
+
+
+# Values any client can put on the wire (msgpack): the handle is bypassed.
+_WIRE_JUNK = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**63), 2**63 - 1),
+    st.floats(),
+    st.text(max_size=8),
+    st.binary(max_size=4),
+    st.lists(st.integers(-5, 5), max_size=2),
+    st.dictionaries(st.text(max_size=3), st.integers(-5, 5), max_size=2),
+)
+
+
+def _wire(valid: Callable[[Any], bool]) -> st.SearchStrategy[Any]:
+    return _WIRE_JUNK.filter(lambda v: not valid(v))
+
+
+def _int_at_least(minimum: int, optional: bool = False) -> Callable[[Any], bool]:
+    return lambda v: (optional and v is None) or (type(v) is int and v >= minimum)
+
+
+def _no_messages(v: Any) -> bool:
+    return isinstance(v, list) and not v
+
+
+def _indices_in_range(v: Any) -> bool:
+    return isinstance(v, list) and bool(v) and all(type(i) is int and -7 <= i < 7 for i in v)
+
+
+def _is_bool(v: Any) -> bool:
+    return type(v) is bool
+
+
+def _is_str(v: Any) -> bool:
+    return isinstance(v, str)
+
+
+def _command(cls: type, **fields: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return st.builds(cls, **fields)
+
+
+RAW_BAD_COMMANDS = st.one_of(
+    _command(Add, messages=_wire(_no_messages)),
+    _command(Record, messages=_wire(_no_messages)),
+    _command(Context, max_tokens=_wire(_int_at_least(1, optional=True))),
+    _command(Context, query=_wire(lambda v: v is None or _is_str(v))),
+    _command(Prune, max_tokens=_wire(_int_at_least(1))),
+    _command(Prune, max_tokens=st.just(10), preserve_system=_wire(_is_bool)),
+    _command(Clear, history=_wire(_is_bool)),
+    _command(Export, include_history=_wire(_is_bool)),
+    _command(Get, recent_n=_wire(_int_at_least(0, optional=True))),
+    _command(
+        Get, since=_wire(lambda v: v is None or (type(v) in (int, float) and math.isfinite(v)))
+    ),
+    _command(Get, important=_wire(_is_bool)),
+    _command(Get, scope=_wire(lambda v: v in ("working", "history", "offloaded"))),
+    _command(Get, names=_wire(lambda v: v is None or (isinstance(v, list) and not v))),
+    _command(Search, query=_wire(lambda v: _is_str(v) and bool(v.strip()))),
+    _command(Search, query=st.just("x"), k=_wire(_int_at_least(1, optional=True))),
+    _command(Search, query=st.just("x"), mode=_wire(lambda v: v in ("substring", "ranked"))),
+    _command(Delete, ids=_wire(lambda v: isinstance(v, list) and not v)),
+    _command(Delete, indices=_wire(_indices_in_range)),
+    _command(Reload, offload_id=_WIRE_JUNK),
+    _command(Retrieve, query=_wire(_is_str)),
+    _command(RecallEpisode, query=st.just("x"), k=_wire(_int_at_least(1))),
+    _command(HeldInsights, k=_wire(_int_at_least(1))),
+    _command(StartEpisode, metadata=_wire(lambda v: isinstance(v, dict))),
+)
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(commands=st.lists(RAW_BAD_COMMANDS, min_size=1, max_size=6))
+async def test_random_bad_commands_from_any_client_are_answered_and_change_nothing(
+    memory_rt: MemoryRuntime, commands: list[Any]
+) -> None:
+    alice = memory_rt.memory("alice")
+    if not (await alice.stats()).size:
+        await alice.add(chat())
+    before = stored(await alice.export())
+    for command in commands:
+        with pytest.raises(MemoryInputError):
+            await memory_rt.ask(alice.address, command)
+    assert stored(await alice.export()) == before
+    assert memory_rt.stats().failures == 0
+    assert dead_lettered(memory_rt) == 0

@@ -290,6 +290,13 @@ async def test_the_size_limit_is_checked_before_tokens_are_counted(
 
 # -- random wrong arguments ---------------------------------------------------------------
 
+# The fixture's runtime serves every example: what one example refuses, the next finds unchanged.
+RANDOM_CALLS = settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+
 _JUNK = st.one_of(
     st.none(),
     st.booleans(),
@@ -422,11 +429,7 @@ BAD_ARGUMENTS = st.one_of(
 )
 
 
-@settings(
-    max_examples=150,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+@RANDOM_CALLS
 @given(calls=st.lists(BAD_ARGUMENTS, min_size=1, max_size=6))
 async def test_random_wrong_arguments_are_refused_and_change_nothing(
     memory_rt: MemoryRuntime, calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]]
@@ -533,11 +536,7 @@ RAW_BAD_COMMANDS = st.one_of(
 )
 
 
-@settings(
-    max_examples=150,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+@RANDOM_CALLS
 @given(commands=st.lists(RAW_BAD_COMMANDS, min_size=1, max_size=6))
 async def test_random_bad_commands_from_any_client_are_answered_and_change_nothing(
     memory_rt: MemoryRuntime, commands: list[Any]

@@ -322,6 +322,8 @@ class MemoryHandle:
         self, path: str | Path | None = None, *, include_history: bool = True
     ) -> MemoryExport:
         """Return the memory's content, and write it as JSON to ``path`` if given."""
+        if path is not None and not isinstance(path, str | Path):
+            raise MemoryInputError(f"export: path must be a str, a Path or None, got {shown(path)}")
         data: MemoryExport = await self._ask(Export(include_history=include_history))
         if path is not None:
             write_export(data, path)
@@ -406,7 +408,11 @@ class MemoryHandle:
                 source=self.agent,
                 topic=topic,
                 importance=importance,
-                source_message_ids=tuple(source_message_ids),
+                source_message_ids=(
+                    tuple(source_message_ids)
+                    if isinstance(source_message_ids, list | tuple)
+                    else source_message_ids  # type: ignore[arg-type]  # refused in _ask
+                ),
             )
         )
         return await self._ask_pool(vouched)

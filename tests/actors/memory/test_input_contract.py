@@ -96,6 +96,8 @@ BAD_CALLS: list[tuple[str, tuple[Any, ...], dict[str, Any], str]] = [
     ("reload", (7,), {}, "reload: offload_id must be a string"),
     ("share", ("tip",), {"importance": math.nan}, "share: importance must be a number"),
     ("share", ("",), {}, "share: insight must be a non-empty string"),
+    ("share", ("tip",), {"source_message_ids": "m1"}, "share: source_message_ids must be"),
+    ("export", (42,), {}, "export: path must be"),
     ("register_fact", ("f",), {"importance": 2}, "register_fact: importance must be"),
     ("subscribe", (3,), {}, "subscribe: topics must be"),
     ("insights", (), {"k": 0}, "insights: k must be an int >= 1"),

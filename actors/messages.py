@@ -167,6 +167,10 @@ class Message(msgspec.Struct, frozen=True, kw_only=True, gc=False):
                 f"timestamp must be seconds since the epoch (a number), "
                 f"got {type(self.timestamp).__name__}"
             )
+        if type(self.timestamp) is not float:
+            # An int far past MAX_TIMESTAMP becomes inf (refused on the way in).
+            stamp = float(self.timestamp) if abs(self.timestamp) < 2**1000 else math.inf
+            msgspec.structs.force_setattr(self, "timestamp", stamp)
         if self.importance is not None and not _is_number(self.importance):
             raise MemoryInputError(
                 f"importance must be a number within 0..1, got {type(self.importance).__name__}"

@@ -416,6 +416,9 @@ def message_chars(message: Message) -> int:
     name, tool call ids, names and arguments, urls and metadata (as JSON).
 
     What the ``max_message_chars`` limit counts; cheap next to counting tokens.
+
+    Raises:
+        MemoryInputError: content or metadata that are not JSON-able.
     """
     content = message.content
     if type(content) is str:
@@ -423,7 +426,7 @@ def message_chars(message: Message) -> int:
     elif content is None:
         size = 0
     else:
-        size = len(_json_encoder.encode(content))
+        size = len(_json_text(content, "content"))
     if message.name:
         size += len(message.name)
     if message.tool_call_id:
@@ -433,7 +436,7 @@ def message_chars(message: Message) -> int:
     for url in message.url:
         size += len(url)
     if message.metadata:
-        size += len(_json_encoder.encode(message.metadata))
+        size += len(_json_text(message.metadata, "metadata"))
     return size
 
 

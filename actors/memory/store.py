@@ -110,16 +110,16 @@ class MessageStore:
                 raise MemoryInputError(f"{what}: message id {m.id!r} appears twice")
             seen.add(m.id)
             try:
+                size = message_chars(m)  # first: the rules below read every character
+                if size > limit:
+                    raise MemoryInputError(
+                        f"message {m.id!r} has {size} characters (content, name, "
+                        f"tool calls and metadata); the limit is {limit}"
+                    )
                 if not stored:
                     admit(m)
             except MemoryInputError as exc:
                 raise MemoryInputError(f"{what}: message {i}: {exc}") from None
-            size = message_chars(m)
-            if size > limit:
-                raise MemoryInputError(
-                    f"{what}: message {m.id!r} has {size} characters (content, name, "
-                    f"tool calls and metadata); the limit is {limit}"
-                )
         # Counted only once every message passed: no tokenizing of refused input.
         return [m.with_tokens(count_tokens(m, self._counter)) for m in messages]
 

@@ -13,7 +13,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from actormem.actors import MemoryInputError, MemoryRuntime, Message, ToolCall
+from actormem.actors import (
+    MemoryInputError,
+    MemoryRuntime,
+    Message,
+    ToolCall,
+    check_openai_messages,
+)
 from actormem.actors.config import AppConfig, MemoryConfig
 from actormem.actors.memory.commands import (
     Add,
@@ -553,3 +559,34 @@ async def test_random_bad_commands_from_any_client_are_answered_and_change_nothi
     assert stored(await alice.export()) == before
     assert memory_rt.stats().failures == 0
     assert dead_lettered(memory_rt) == 0
+
+
+async def test_context_is_valid_for_every_role_and_content_shape(memory_rt: MemoryRuntime) -> None:
+    image = {"type": "image_url", "image_url": {"url": "http://x/y.png"}}
+    text = {"type": "text", "text": "hello"}
+    alice = memory_rt.memory("alice")
+    await alice.add(
+        [
+            Message(role="system", content=[text]),
+            Message(role="user", name="bob smith", content=[text, image]),
+            Message(role="assistant", content=[text, {"type": "refusal", "refusal": "no"}]),
+            Message(role="agent_call", name="carol", content=[text, image]),
+            Message(role="agent_response", content={"answer": 42}),
+            Message(role="assistant", tool_calls=(ToolCall("c1", "f", {"a": 1}),)),
+            Message(role="tool", tool_call_id="c1", name="f", content=[text]),
+            Message(role="user", content="last"),
+        ]
+    )
+    context = await alice.context(4000)
+    assert check_openai_messages(context) == []
+    assert [m["role"] for m in context] == [
+        "system",
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+        "assistant",
+        "tool",
+        "user",
+    ]
+    assert context[5]["tool_calls"][0]["function"]["arguments"] == '{"a":1}'

@@ -225,6 +225,8 @@ def _topics(what: str) -> Callable[[Any], None]:
         check_texts(what, "topics", c.topics)
         if not all(t.strip() for t in c.topics):
             raise MemoryInputError(f"{what}: a topic is a non-empty string")
+        if isinstance(c, Subscribe):
+            check_int(what, "backfill", c.backfill, 0)
 
     return check
 

@@ -176,6 +176,13 @@ class QueryInsights(Command[tuple[Insight, ...]], frozen=True, kw_only=True):
     k: int = DEFAULT_QUERY_K
     query: str | None = None
 
+    def __post_init__(self) -> None:
+        # The pool checks topic and k itself; a query that is not text would crash it.
+        if self.query is not None and not isinstance(self.query, str):
+            raise MemoryInputError(
+                f"insights: query must be a string or None, got {type(self.query).__name__}"
+            )
+
 
 class GetPoolStats(Command[PoolStats], frozen=True):
     """Return the pool's counters as :class:`PoolStats`."""

@@ -37,9 +37,11 @@ from actormem.actors.memory.commands import (
     Retrieve,
     Search,
     StartEpisode,
+    Vouch,
 )
 from actormem.actors.memory.handle import MemoryHandle
 from actormem.actors.messages import ROLES
+from actormem.actors.pool.commands import QueryInsights, Share, Subscribe
 from actormem.runtime import LocalTransport
 from actormem.runtime.redis import RedisTransport
 from tests.actors.memory.test_memory import chat
@@ -152,6 +154,8 @@ RAW_COMMANDS = [
     (Get(since=math.nan), "since"),
     (Get(recent_n=-3), "recent_n"),
     (Search(query="x", mode="fuzzy"), "mode"),  # type: ignore[arg-type]
+    (Vouch(command=Subscribe(agent="alice", backfill=-1)), "backfill"),
+    (Vouch(command=Share(text="  ", source="alice")), "insight"),
 ]
 
 
@@ -590,3 +594,8 @@ async def test_context_is_valid_for_every_role_and_content_shape(memory_rt: Memo
         "user",
     ]
     assert context[5]["tool_calls"][0]["function"]["arguments"] == '{"a":1}'
+
+
+def test_an_insight_query_that_is_not_text_is_refused() -> None:
+    with pytest.raises(MemoryInputError, match="query must be a string"):
+        QueryInsights(query=5)  # type: ignore[arg-type]

@@ -599,3 +599,9 @@ async def test_context_is_valid_for_every_role_and_content_shape(memory_rt: Memo
 def test_an_insight_query_that_is_not_text_is_refused() -> None:
     with pytest.raises(MemoryInputError, match="query must be a string"):
         QueryInsights(query=5)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("timeout", ["5", 0, -1.0, math.nan, math.inf, True])
+def test_a_handle_timeout_is_a_positive_number(timeout: Any) -> None:
+    with pytest.raises(MemoryInputError, match="timeout must be a positive number"):
+        MemoryHandle(None, "alice", timeout)  # type: ignore[arg-type]

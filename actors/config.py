@@ -17,7 +17,9 @@ from actormem.actors.recall.episodes import EpisodeConfig
 from actormem.actors.recall.longterm import LongTermConfig
 from actormem.actors.retention import RetentionConfig
 from actormem.runtime.config import LoggingConfig, RuntimeConfig, _Section, load_toml
+from actormem.runtime.errors import ConfigError
 from actormem.runtime.redis import RedisConfig
+from actormem.runtime.tokens import DEFAULT_ENCODING, ENCODINGS, encoding_for_model
 
 __all__ = ("AppConfig", "MemoryConfig", "SimulationConfig", "load_app_config")
 
@@ -36,16 +38,23 @@ class MemoryConfig(_Section, frozen=True):
         max_message_chars: a message whose content, name, tool calls, urls and
             metadata together are longer is refused.
         max_batch: most messages one ``add`` may carry.
-        encoding: the tiktoken encoding tokens are counted with.
+        model: the OpenAI model the context is for; it picks the encoding
+            (see :func:`~actormem.runtime.tokens.encoding_for_model`).
+        encoding: the tiktoken encoding tokens are counted with; unset: the
+            model's, else ``cl100k_base``. Read after construction, it is always
+            the encoding in use (so ``msgspec.structs.replace`` of the model
+            passes ``encoding=None`` too).
     """
 
     max_tokens: int = DEFAULT_MAX_TOKENS
     important_threshold: float = DEFAULT_IMPORTANT_THRESHOLD
     max_message_chars: int = DEFAULT_MAX_MESSAGE_CHARS
     max_batch: int = DEFAULT_MAX_BATCH
-    encoding: str = "cl100k_base"
+    model: str | None = None
+    encoding: str | None = None
 
     def __post_init__(self) -> None:
+        self._resolve_encoding()
         if self.max_tokens < 16:
             raise ValueError(f"max_tokens must be >= 16, got {self.max_tokens}")
         if not 0.0 <= self.important_threshold <= 1.0:
@@ -53,6 +62,26 @@ class MemoryConfig(_Section, frozen=True):
                 f"important_threshold must be within 0..1, got {self.important_threshold}"
             )
         self._at_least(1, "max_message_chars", "max_batch")
+
+    def _resolve_encoding(self) -> None:
+        if self.encoding is not None and self.encoding not in ENCODINGS:
+            raise ValueError(
+                f"encoding must be one of {', '.join(ENCODINGS)}, got {self.encoding!r}"
+            )
+        resolved = self.encoding or DEFAULT_ENCODING
+        if self.model is not None:
+            try:
+                resolved = encoding_for_model(self.model)
+            except ConfigError as exc:
+                if self.encoding is None:
+                    raise ValueError(str(exc)) from None
+                resolved = self.encoding  # a model we do not know counts as told
+            if self.encoding not in (None, resolved):
+                raise ValueError(
+                    f"encoding {self.encoding!r} does not match model {self.model!r}, "
+                    f"which counts with {resolved!r}: leave encoding unset"
+                )
+        msgspec.structs.force_setattr(self, "encoding", resolved)
 
 
 class SimulationConfig(_Section, frozen=True):

@@ -11,6 +11,13 @@ assistant's tool call has no result. Everything that cuts a conversation
 
 A unit whose calls are not all answered yet, and a tool message whose call is
 not in the conversation, are *incomplete*; they never reach an LLM.
+
+System messages: the system messages at the start of a conversation are its
+*system prompt*. Nothing cuts it (``context()`` always sends it, first; ``prune``
+keeps it) and ``context()`` puts its recall blocks right after it. A system
+message added after the conversation started is an ordinary message: it stays
+where it was added, goes to the LLM there (Chat Completions accepts a system
+message anywhere in the list) and is kept or cut like any other single message.
 """
 
 from __future__ import annotations
@@ -48,7 +55,7 @@ class Unit:
 
 
 def leading_system_count(messages: Sequence[Message]) -> int:
-    """Return how many messages at the start are system messages."""
+    """Return how many messages at the start are system messages: the system prompt."""
     n = 0
     for m in messages:
         if m.role != "system":
@@ -99,16 +106,18 @@ def group_units(messages: Sequence[Message]) -> list[Unit]:
 def check_openai_messages(messages: Iterable[Mapping[str, Any]]) -> list[str]:
     """Return what makes ``messages`` unacceptable to Chat Completions (empty: valid).
 
-    Checks: roles are known; system messages only at the start; every tool message
-    directly follows (within the block of results) the assistant whose
-    ``tool_calls`` holds its id; every tool call is answered before the next
-    non-tool message; no call is answered twice; content is present where needed.
+    Checks: the list is not empty; roles are known; every tool message directly
+    follows (within the block of results) the assistant whose ``tool_calls``
+    holds its id; every tool call is answered before the next non-tool message;
+    no call is answered twice; content is present where needed. A system message
+    may stand anywhere (see the module doc).
     """
     problems: list[str] = []
     waiting: set[str] = set()
     answered: set[str] = set()
-    seen_non_system = False
+    empty = True
     for i, m in enumerate(messages):
+        empty = False
         role = m.get("role")
         if role not in ("system", "user", "assistant", "tool"):
             problems.append(f"[{i}] unknown role {role!r}")
@@ -117,10 +126,9 @@ def check_openai_messages(messages: Iterable[Mapping[str, Any]]) -> list[str]:
             problems.append(f"[{i}] {role} message before tool results for {sorted(waiting)}")
             waiting.clear()
         if role == "system":
-            if seen_non_system:
-                problems.append(f"[{i}] system message after the conversation started")
+            if m.get("content") is None:
+                problems.append(f"[{i}] system message without content")
             continue
-        seen_non_system = True
         if role == "tool":
             call_id = m.get("tool_call_id")
             if call_id not in waiting:
@@ -135,4 +143,6 @@ def check_openai_messages(messages: Iterable[Mapping[str, Any]]) -> list[str]:
             problems.append(f"[{i}] {role} message without content")
     if waiting:
         problems.append(f"[end] tool calls without results: {sorted(waiting)}")
+    if empty:
+        problems.append("no messages")
     return problems

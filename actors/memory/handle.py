@@ -368,7 +368,8 @@ class MemoryHandle:
         memories most relevant to ``query`` (the newest user message by default).
 
         Raises:
-            ContextBudgetError: the system messages alone exceed the budget.
+            ContextBudgetError: the system prompt and the newest message do not fit;
+                its ``needed`` says how many tokens they take.
         """
         return await self._ask(Context(max_tokens=max_tokens, query=query))
 

@@ -1,5 +1,19 @@
-"""The context window: the newest whole units of the working view that fit a token
-budget, after the leading system messages and with the recall blocks."""
+"""The context window: the system prompt, the recall blocks, and the newest whole units
+of the working view that fit a token budget.
+
+The rules (:func:`context_window`):
+
+- the *system prompt*, the system messages at the start of the working view, is
+  always sent, first (see :mod:`actormem.actors.conversation`);
+- the newest complete unit of the conversation is always sent; when the budget
+  cannot hold it with the system prompt, :class:`ContextBudgetError` says how many
+  tokens that smallest valid context needs;
+- the recall blocks (core memory, insights, recalled long-term memories) take at
+  most a quarter of what the system prompt leaves, never the newest unit's room,
+  and only the tokens they actually use;
+- the rest goes to the conversation, newest unit first, back to the first unit
+  that does not fit.
+"""
 
 from __future__ import annotations
 
@@ -25,6 +39,8 @@ async def context_window(
 ) -> list[dict[str, Any]]:
     """Return the OpenAI messages of a context within ``budget`` tokens.
 
+    The list is empty only when the working view holds nothing that can be sent.
+
     Args:
         store: the agent's messages.
         budget: the tokens the context may take, the reply priming included.
@@ -33,57 +49,115 @@ async def context_window(
         counter: counts the recall block's tokens.
 
     Raises:
-        MemoryInputError: a budget not above the reply priming.
-        ContextBudgetError: the system messages alone do not fit.
+        MemoryInputError: a budget below 1.
+        ContextBudgetError: the system prompt and the newest complete unit do not
+            fit; its ``needed`` says how many tokens they take.
     """
-    if budget <= REPLY_PRIMING_TOKENS:
-        raise MemoryInputError(
-            f"context: max_tokens must be > {REPLY_PRIMING_TOKENS} (the reply priming "
-            f"every request pays), got {budget}"
-        )
+    if budget < 1:
+        raise MemoryInputError(f"context: max_tokens must be at least 1, got {budget}")
     working = store.working
     head = leading_system_count(working)
-    remaining = budget - REPLY_PRIMING_TOKENS - sum(m.tokens for m in working[:head])
-    if remaining < 0:
+    pinned = REPLY_PRIMING_TOKENS + sum(m.tokens for m in working[:head])
+    remaining = budget - pinned
+    picked, newest = _newest_units(working, head, remaining)
+    if remaining < 0 or (newest and not picked):
+        needed = pinned + newest
+        parts = [f"system prompt: {pinned - REPLY_PRIMING_TOKENS}"] if head else []
+        if newest:
+            parts.append(f"newest message, tool results included: {newest}")
+        parts.append(f"reply priming: {REPLY_PRIMING_TOKENS}")
         raise ContextBudgetError(
-            f"context: the system messages alone need {budget - remaining} tokens "
-            f"with the reply priming; the budget is {budget}"
+            f"context: max_tokens is {budget}, but the smallest valid context needs "
+            f"{needed} tokens ({', '.join(parts)})",
+            needed=needed,
         )
-    # A share of the budget is kept for the recall blocks (core memory, insights,
-    # long-term memories), filled after the conversation is picked so that
-    # nothing already in the context is repeated there.
-    reserve = int(remaining * BLOCK_SHARE) if recall is not None else 0
-    remaining -= reserve
-    picked = _newest_units(working, head, remaining)
     out = [m.to_openai() for m in working[:head]]
-    if reserve > BLOCK_FRAMING and recall is not None:
-        shown = {m.id for unit in picked for m in unit}
-        blocks = await recall.blocks(
-            latest_query(working) if query is None else query,
-            reserve - BLOCK_FRAMING,
-            counter,
-            shown,
-            # The window is fixed by the view (its version and length) and budget.
-            exclude_key=(store.version, len(working), budget),
-        )
-        if blocks:
-            block = {"role": "system", "content": "\n\n".join(blocks)}
-            if counter.count_message(block) <= reserve:
+    if recall is not None:
+        # The blocks never take the newest unit's room, nor more than a share.
+        cap = min(int(remaining * BLOCK_SHARE), remaining - newest)
+        if cap > BLOCK_FRAMING:
+            block, picked = await _with_blocks(
+                store, budget, query, recall, counter, cap, remaining, picked
+            )
+            if block is not None:
                 out.append(block)
     for unit in reversed(picked):
         out.extend(m.to_openai() for m in unit)
     return out
 
 
-def _newest_units(working: list[Message], head: int, remaining: int) -> list[list[Message]]:
+async def _with_blocks(
+    store: MessageStore,
+    budget: int,
+    query: str | None,
+    recall: AgentRecall,
+    counter: TokenCounter,
+    cap: int,
+    remaining: int,
+    picked: list[list[Message]],
+) -> tuple[dict[str, Any] | None, list[list[Message]]]:
+    """Add the recall block to the widest window ``picked``: return the block (None:
+    nothing to show) and the units left for the conversation.
+
+    The blocks are first asked for what the widest window leaves out; the window
+    then gives up only the block's actual size. Should that push a core memory
+    message out, the block is rendered again (in the same room) so it can quote it.
+    """
+    working = store.working
+    text = latest_query(working) if query is None else query
+    blocks = await recall.blocks(
+        text,
+        cap - BLOCK_FRAMING,
+        counter,
+        {m.id for unit in picked for m in unit},
+        # The widest window is fixed by the view (its version and length) and budget.
+        exclude_key=(store.version, len(working), budget),
+    )
+    if not blocks:
+        return None, picked
+    block = {"role": "system", "content": "\n\n".join(blocks)}
+    cost = counter.count_message(block)
+    if cost > cap:
+        return None, picked
+    kept = _first_units(picked, remaining - cost)
+    if len(kept) < len(picked):
+        core = {m.id for m in recall.episodes.core()}
+        if any(m.id in core for unit in picked[len(kept) :] for m in unit):
+            again = await recall.blocks(
+                text, cost - BLOCK_FRAMING, counter, {m.id for unit in kept for m in unit}
+            )
+            if again:
+                redone = {"role": "system", "content": "\n\n".join(again)}
+                if counter.count_message(redone) <= cost:
+                    block = redone
+    return block, kept
+
+
+def _first_units(units: list[list[Message]], room: int) -> list[list[Message]]:
+    """The longest prefix of ``units`` whose tokens fit in ``room``."""
+    for n, unit in enumerate(units):
+        room -= sum(m.tokens for m in unit)
+        if room < 0:
+            return units[:n]
+    return units
+
+
+def _newest_units(
+    working: list[Message], head: int, remaining: int
+) -> tuple[list[list[Message]], int]:
     """Walk back from the newest message, one unit at a time, until ``remaining``
-    tokens are spent; return the units taken, newest first.
+    tokens are spent.
+
+    Returns the units taken, newest first, and the tokens of the newest complete
+    unit (0 when the view after ``head`` has none).
 
     A tool result waits in ``answers`` until its assistant message is reached, so a
-    call and its results are taken or dropped together.
+    call and its results are taken or dropped together; a call still waiting for
+    results, and a result whose call is not there, are never taken.
     """
     picked: list[list[Message]] = []
     answers: dict[str, Message] = {}
+    newest = 0
     i = len(working) - 1
     while i >= head:
         m = working[i]
@@ -92,25 +166,21 @@ def _newest_units(working: list[Message], head: int, remaining: int) -> list[lis
             answers[m.tool_call_id or ""] = m
             continue
         if m.tool_calls:
+            results = [r for c in m.tool_calls if (r := answers.pop(c.id, None)) is not None]
+            if len(results) < len(m.tool_calls):
+                continue  # a call still waiting for results cannot be sent
+            unit = [m, *results]
+            cost = m.tokens + sum(r.tokens for r in results)
+        else:
             unit = [m]
-            for call in m.tool_calls:
-                answer = answers.pop(call.id, None)
-                if answer is None:
-                    break
-                unit.append(answer)
-            else:
-                cost = sum(x.tokens for x in unit)
-                if cost > remaining:
-                    break
-                remaining -= cost
-                picked.append(unit)
-            # A call still waiting for results cannot be sent: skip the unit.
-            continue
-        if m.tokens > remaining:
+            cost = m.tokens
+        if not newest:
+            newest = cost
+        if cost > remaining:
             break
-        remaining -= m.tokens
-        picked.append([m])
-    return picked
+        remaining -= cost
+        picked.append(unit)
+    return picked, newest
 
 
 def latest_query(working: list[Message]) -> str:

@@ -119,16 +119,18 @@ class Owner:
         await wait_open(self._link)
         # The first round only registers, then a short pause: enough for workers
         # started together to see each other, too short to delay a lone one.
-        acquire = False
+        registered = False
         pause = min(leases.interval, _FIRST_ROUND_PAUSE)
         while True:
             try:
-                await leases.heartbeat(acquire=acquire)
+                await leases.heartbeat(acquire=registered)
             except TransportUnavailableError as exc:
                 log.warning("lease_heartbeat_failed", reason=str(exc))
-            else:
-                acquire = True
-            await anyio.sleep(pause if not acquire else leases.interval)
+                await anyio.sleep(leases.interval if registered else pause)
+                continue
+            first_round = not registered
+            registered = True
+            await anyio.sleep(pause if first_round else leases.interval)
 
     async def _gained(self, number: int, lease: str) -> None:
         shard = self._held.shards[number] = Shard(number, lease)

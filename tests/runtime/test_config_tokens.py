@@ -82,7 +82,7 @@ def test_tool_calls_count_name_and_arguments() -> None:
 
 def test_unknown_encoding_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="not available offline"):
-        TokenCounter("o200k_base")
+        TokenCounter("p50k_base")
 
 
 def test_truncate_cuts_at_a_token_boundary() -> None:

@@ -154,7 +154,7 @@ def test_a_reload_rebuilds_the_state_the_commands_left(script: list[Any]) -> Non
                 try:
                     await memory.receive(command)
                 except Exception as exc:  # bad input for this state: nothing changes
-                    # (ContextBudgetError among them: a budget below the system messages)
+                    # (ContextBudgetError among them: a budget below the smallest valid context)
                     assert isinstance(exc, MemoryInputError), exc
                 appends, snap, _ = memory.durable_changes()
                 stored_log += appends

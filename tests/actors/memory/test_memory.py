@@ -212,15 +212,22 @@ async def test_context_is_openai_ready_and_within_budget(memory_rt: MemoryRuntim
     assert '"The vault code is 4821."' in small[1]["content"]
     await alice.delete(*range(-80, 0))
     counter = get_counter()
-    for budget in range(20, counter.count_messages(full) + 5):
+    system, newest = chat()[0].to_openai(), chat()[-1].to_openai()
+    needed = counter.count_messages([system, newest])
+    for budget in range(needed, counter.count_messages(full) + 5):
         ctx = await alice.context(budget)
         assert check_openai_messages(ctx) == []
         assert counter.count_messages(ctx) <= budget
-        assert ctx[0]["role"] == "system"
-    with pytest.raises(ContextBudgetError, match="system messages alone"):
-        await alice.context(5)
-    with pytest.raises(MemoryInputError, match="max_tokens must be > 3"):
+        assert ctx[0] == system
+        assert ctx[-1] == newest
+    # Below the system prompt and the newest message, the error says what they need.
+    with pytest.raises(ContextBudgetError, match=f"needs {needed} tokens") as caught:
+        await alice.context(needed - 1)
+    assert caught.value.needed == needed
+    with pytest.raises(ContextBudgetError, match=f"needs {needed} tokens"):
         await alice.context(3)
+    with pytest.raises(MemoryInputError, match="max_tokens"):
+        await alice.context(0)
 
 
 async def test_context_never_sends_a_call_without_its_results(memory_rt: MemoryRuntime) -> None:

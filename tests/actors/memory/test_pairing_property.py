@@ -54,7 +54,8 @@ def conversations(draw: st.DrawFn) -> list[Message]:
 
 
 def check_context(ctx: list[dict], budget: int) -> None:
-    assert check_openai_messages(ctx) == [], ctx
+    if ctx:  # empty only when nothing can be sent (checked in tests/actors/memory/test_window.py)
+        assert check_openai_messages(ctx) == [], ctx
     assert get_counter().count_messages(ctx) <= budget
 
 
@@ -73,9 +74,8 @@ def test_context_and_prune_keep_pairs_and_budgets(
             await mem.add(conversation)
             try:
                 check_context(await mem.context(budget), budget)
-            except ContextBudgetError:
-                system = conversation[0]
-                assert system.role == "system"
+            except ContextBudgetError as exc:
+                assert exc.needed is not None and exc.needed > budget
             before = await mem.get()
             result = await mem.prune(prune_to)
             after = await mem.get()

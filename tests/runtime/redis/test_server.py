@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -123,3 +127,37 @@ async def test_a_blocking_read_longer_than_the_socket_timeout_does_not_time_out(
         assert result in ([], {}, None)
     finally:
         await client.aclose()
+
+
+_KILLED_OWNER = """
+import anyio, os, sys
+from actormem.runtime.redis import EmbeddedRedis
+
+async def main():
+    async with EmbeddedRedis() as server:
+        print(server._proc.pid, flush=True)
+        await anyio.sleep(60)
+
+anyio.run(main)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform != "linux", reason="the parent-death signal is Linux's")
+def test_a_sigkilled_owner_leaves_no_server_behind() -> None:
+    with subprocess.Popen(
+        [sys.executable, "-c", _KILLED_OWNER], stdout=subprocess.PIPE, text=True
+    ) as owner:
+        assert owner.stdout is not None
+        server_pid = int(owner.stdout.readline())
+        owner.send_signal(signal.SIGKILL)
+        owner.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(server_pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    os.kill(server_pid, signal.SIGKILL)
+    pytest.fail("the embedded redis-server outlived its SIGKILLed owner")

@@ -84,7 +84,9 @@ def to_message(item: Message | Mapping[str, Any]) -> Message:
         raise MemoryInputError(f"a message is a Message or a dict, not {type(item).__name__}")
     data = dict(item)
     calls = data.get("tool_calls")
-    if calls:
+    if calls is None:
+        data.pop("tool_calls", None)  # as the OpenAI SDK's message dicts carry it
+    elif calls:
         if not isinstance(calls, list | tuple):
             raise MemoryInputError(
                 f"invalid message: tool_calls must be a list, got {shown(calls)}"

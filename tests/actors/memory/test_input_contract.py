@@ -605,3 +605,10 @@ def test_an_insight_query_that_is_not_text_is_refused() -> None:
 def test_a_handle_timeout_is_a_positive_number(timeout: Any) -> None:
     with pytest.raises(MemoryInputError, match="timeout must be a positive number"):
         MemoryHandle(None, "alice", timeout)  # type: ignore[arg-type]
+
+
+def test_an_sdk_message_dict_with_null_fields_is_taken() -> None:
+    from actormem.actors.memory.handle import to_message
+
+    sdk = {"role": "assistant", "content": "hi", "tool_calls": None, "refusal": None, "name": None}
+    assert to_message(sdk).tool_calls == ()

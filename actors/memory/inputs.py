@@ -3,8 +3,8 @@
 The handle checks a command before sending it, and the actor checks it again on
 arrival (over Redis a command may come from any client), so a bad argument is
 refused with a :class:`MemoryInputError` naming it, before anything changes.
-Messages are checked where they are stored (:func:`~actormem.actors.messages.admit`
-and the size limit in the store), so the hot ``add`` path checks each message once.
+Messages are checked by :func:`~actormem.actors.messages.admit` at the handle, and
+again, with the size limit, where the store takes them in.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from actormem.actors.memory.commands import (
     StartEpisode,
     Vouch,
 )
-from actormem.actors.messages import ROLES, Message, ToolCall
+from actormem.actors.messages import ROLES, ToolCall
 from actormem.actors.pool.commands import (
     QueryInsights,
     RegisterFact,
@@ -64,27 +64,27 @@ def _fail(what: str, arg: str, expected: str, value: object) -> MemoryInputError
     return MemoryInputError(f"{what}: {arg} must be {expected}, got {shown(value)}")
 
 
-def is_int(value: object) -> bool:
+def _is_int(value: object) -> bool:
     """A real int (``True`` is not one)."""
     return type(value) is int or (isinstance(value, int) and not isinstance(value, bool))
 
 
-def check_bool(what: str, arg: str, value: object) -> None:
+def _check_bool(what: str, arg: str, value: object) -> None:
     """``value`` is True or False (not a truthy string)."""
     if type(value) is not bool:
         raise _fail(what, arg, "True or False", value)
 
 
-def check_int(what: str, arg: str, value: object, minimum: int, optional: bool = False) -> None:
+def _check_int(what: str, arg: str, value: object, minimum: int, optional: bool = False) -> None:
     """``value`` is an int at or above ``minimum`` (or None, when ``optional``)."""
     if optional and value is None:
         return
-    if not is_int(value) or not minimum <= value <= _INT_MAX:  # type: ignore[operator]
+    if not _is_int(value) or not minimum <= value <= _INT_MAX:  # type: ignore[operator]
         expected = f"an int >= {minimum}" + (" or None" if optional else "")
         raise _fail(what, arg, expected, value)
 
 
-def check_text(
+def _check_text(
     what: str, arg: str, value: object, *, optional: bool = False, empty: bool = True
 ) -> None:
     """``value`` is a str (non-blank unless ``empty``; or None when ``optional``)."""
@@ -95,7 +95,7 @@ def check_text(
         raise _fail(what, arg, expected + (" or None" if optional else ""), value)
 
 
-def check_time(what: str, arg: str, value: object) -> None:
+def _check_time(what: str, arg: str, value: object) -> None:
     """``value`` is None or a finite number of seconds since the epoch."""
     if value is None:
         return
@@ -103,7 +103,7 @@ def check_time(what: str, arg: str, value: object) -> None:
         raise _fail(what, arg, "a finite time in seconds since the epoch, or None", value)
 
 
-def check_fraction(what: str, arg: str, value: object) -> None:
+def _check_fraction(what: str, arg: str, value: object) -> None:
     """``value`` is a finite number within 0..1."""
     if (
         not isinstance(value, int | float)
@@ -113,13 +113,13 @@ def check_fraction(what: str, arg: str, value: object) -> None:
         raise _fail(what, arg, "a number within 0..1", value)
 
 
-def check_choice(what: str, arg: str, value: object, allowed: tuple[str, ...]) -> None:
+def _check_choice(what: str, arg: str, value: object, allowed: tuple[str, ...]) -> None:
     """``value`` is one of ``allowed``."""
     if not isinstance(value, str) or value not in allowed:
         raise _fail(what, arg, "one of " + ", ".join(map(repr, allowed)), value)
 
 
-def check_texts(what: str, arg: str, value: object, *, optional: bool = False) -> None:
+def _check_texts(what: str, arg: str, value: object, *, optional: bool = False) -> None:
     """``value`` is a list or tuple of strings (or None, when ``optional``)."""
     if optional and value is None:
         return
@@ -127,7 +127,7 @@ def check_texts(what: str, arg: str, value: object, *, optional: bool = False) -
         raise _fail(what, arg, "a list of strings" + (" or None" if optional else ""), value)
 
 
-def check_roles(what: str, value: object) -> None:
+def _check_roles(what: str, value: object) -> None:
     """``value`` is None or a list of roles."""
     if value is None:
         return
@@ -137,7 +137,7 @@ def check_roles(what: str, value: object) -> None:
         raise _fail(what, "roles", "None or a list of " + ", ".join(_SORTED_ROLES), value)
 
 
-def check_json_map(what: str, arg: str, value: object, *, optional: bool = False) -> None:
+def _check_json_map(what: str, arg: str, value: object, *, optional: bool = False) -> None:
     """``value`` is a dict with string keys whose values are JSON-able."""
     if optional and value is None:
         return
@@ -157,34 +157,34 @@ def _json_check(value: object) -> None:
 
 
 def _get(c: Get) -> None:
-    check_int("get", "recent_n", c.recent_n, 0, optional=True)
-    check_roles("get", c.roles)
-    check_texts("get", "names", c.names, optional=True)
-    check_json_map("get", "metadata", c.metadata, optional=True)
-    check_time("get", "since", c.since)
-    check_time("get", "until", c.until)
-    check_bool("get", "important", c.important)
-    check_choice("get", "scope", c.scope, SCOPES)
+    _check_int("get", "recent_n", c.recent_n, 0, optional=True)
+    _check_roles("get", c.roles)
+    _check_texts("get", "names", c.names, optional=True)
+    _check_json_map("get", "metadata", c.metadata, optional=True)
+    _check_time("get", "since", c.since)
+    _check_time("get", "until", c.until)
+    _check_bool("get", "important", c.important)
+    _check_choice("get", "scope", c.scope, SCOPES)
 
 
 def _search(c: Search) -> None:
-    check_text("search", "query", c.query, empty=False)
-    check_choice("search", "mode", c.mode, SEARCH_MODES)
-    check_int("search", "k", c.k, 1, optional=True)
-    check_roles("search", c.roles)
-    check_choice("search", "scope", c.scope, SCOPES)
+    _check_text("search", "query", c.query, empty=False)
+    _check_choice("search", "mode", c.mode, SEARCH_MODES)
+    _check_int("search", "k", c.k, 1, optional=True)
+    _check_roles("search", c.roles)
+    _check_choice("search", "scope", c.scope, SCOPES)
 
 
 def _delete(c: Delete) -> None:
-    check_texts("delete", "ids", c.ids)
-    if not isinstance(c.indices, list | tuple) or not all(is_int(i) for i in c.indices):
+    _check_texts("delete", "ids", c.ids)
+    if not isinstance(c.indices, list | tuple) or not all(_is_int(i) for i in c.indices):
         raise _fail("delete", "indices", "a list of ints", c.indices)
 
 
 def _load(c: Load) -> None:
     if not isinstance(c.data, MemoryExport):
         raise _fail("load", "data", "a MemoryExport", c.data)
-    check_bool("load", "overwrite", c.overwrite)
+    _check_bool("load", "overwrite", c.overwrite)
     data = c.data
     if not isinstance(data.offloaded, dict) or not all(
         isinstance(k, str) and isinstance(v, list | tuple) for k, v in data.offloaded.items()
@@ -196,8 +196,8 @@ def _load(c: Load) -> None:
 
 
 def _context(c: Context) -> None:
-    check_int("context", "max_tokens", c.max_tokens, 1, optional=True)
-    check_text("context", "query", c.query, optional=True)
+    _check_int("context", "max_tokens", c.max_tokens, 1, optional=True)
+    _check_text("context", "query", c.query, optional=True)
 
 
 def _answer(c: AnswerToolCall) -> None:
@@ -209,24 +209,24 @@ def _answer(c: AnswerToolCall) -> None:
 
 
 def _share(c: Share) -> None:
-    check_text("share", "insight", c.text, empty=False)
-    check_text("share", "topic", c.topic, empty=False)
-    check_fraction("share", "importance", c.importance)
-    check_texts("share", "source_message_ids", c.source_message_ids)
+    _check_text("share", "insight", c.text, empty=False)
+    _check_text("share", "topic", c.topic, empty=False)
+    _check_fraction("share", "importance", c.importance)
+    _check_texts("share", "source_message_ids", c.source_message_ids)
 
 
 def _fact(c: RegisterFact) -> None:
-    check_text("register_fact", "fact", c.text, empty=False)
-    check_fraction("register_fact", "importance", c.importance)
+    _check_text("register_fact", "fact", c.text, empty=False)
+    _check_fraction("register_fact", "importance", c.importance)
 
 
 def _topics(what: str) -> Callable[[Any], None]:
     def check(c: Subscribe | Unsubscribe) -> None:
-        check_texts(what, "topics", c.topics)
+        _check_texts(what, "topics", c.topics)
         if not all(t.strip() for t in c.topics):
             raise MemoryInputError(f"{what}: a topic is a non-empty string")
         if isinstance(c, Subscribe):
-            check_int(what, "backfill", c.backfill, 0)
+            _check_int(what, "backfill", c.backfill, 0)
 
     return check
 
@@ -242,44 +242,44 @@ def _vouched(c: Any) -> None:
 
 
 def _prune(c: Prune) -> None:
-    check_int("prune", "max_tokens", c.max_tokens, 1)
-    check_bool("prune", "preserve_system", c.preserve_system)
+    _check_int("prune", "max_tokens", c.max_tokens, 1)
+    _check_bool("prune", "preserve_system", c.preserve_system)
 
 
 def _retrieve(c: Retrieve) -> None:
-    check_text("retrieve", "query", c.query)
-    check_int("retrieve", "k", c.k, 1, optional=True)
+    _check_text("retrieve", "query", c.query)
+    _check_int("retrieve", "k", c.k, 1, optional=True)
 
 
 def _recall_episode(c: RecallEpisode) -> None:
-    check_text("recall_episode", "query", c.query)
-    check_int("recall_episode", "k", c.k, 1)
+    _check_text("recall_episode", "query", c.query)
+    _check_int("recall_episode", "k", c.k, 1)
 
 
 def _held(c: HeldInsights) -> None:
-    check_text("held_insights", "query", c.query, optional=True)
-    check_int("held_insights", "k", c.k, 1)
+    _check_text("held_insights", "query", c.query, optional=True)
+    _check_int("held_insights", "k", c.k, 1)
 
 
 def _query_insights(c: QueryInsights) -> None:
-    check_text("insights", "topic", c.topic, empty=False)
-    check_int("insights", "k", c.k, 1)
+    _check_text("insights", "topic", c.topic, empty=False)
+    _check_int("insights", "k", c.k, 1)
 
 
 def _clear(c: Clear) -> None:
-    check_bool("clear", "history", c.history)
+    _check_bool("clear", "history", c.history)
 
 
 def _export(c: Export) -> None:
-    check_bool("export", "include_history", c.include_history)
+    _check_bool("export", "include_history", c.include_history)
 
 
 def _reload(c: Reload) -> None:
-    check_text("reload", "offload_id", c.offload_id)
+    _check_text("reload", "offload_id", c.offload_id)
 
 
 def _start_episode(c: StartEpisode) -> None:
-    check_json_map("start_episode", "metadata", c.metadata)
+    _check_json_map("start_episode", "metadata", c.metadata)
 
 
 _CHECKS: Final[dict[type, Callable[[Any], None]]] = {
@@ -316,17 +316,3 @@ def check_command(command: object) -> None:
     check = _CHECKS.get(type(command))
     if check is not None:
         check(command)
-
-
-def check_messages(what: str, messages: object) -> list[Message]:
-    """``messages`` as a list of Message values.
-
-    Raises:
-        MemoryInputError: not a list of messages.
-    """
-    if not isinstance(messages, list | tuple):
-        raise _fail(what, "messages", "a list of messages", messages)
-    for i, m in enumerate(messages):
-        if not isinstance(m, Message):
-            raise MemoryInputError(f"{what}: item {i} is a {type(m).__name__}, not a Message")
-    return list(messages)

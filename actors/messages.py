@@ -333,6 +333,15 @@ def _json_text(value: Any, what: str) -> str:
         raise MemoryInputError(f"{what} must be JSON-able: {exc}") from exc
 
 
+def _check_storable(value: Any, what: str) -> None:
+    """``value`` encodes as JSON (exports) and as msgpack (Redis): ints within 64 bits."""
+    _json_text(value, what)
+    try:
+        _encoder.encode(value)
+    except (TypeError, ValueError, msgspec.EncodeError, RecursionError, OverflowError) as exc:
+        raise MemoryInputError(f"{what} must be JSON-able: {exc}") from exc
+
+
 def _check_parts(role: str, parts: list[Any]) -> None:
     if not parts:
         raise MemoryInputError("content given as a list needs at least one content part")
@@ -402,13 +411,13 @@ def admit(message: Message) -> None:
     content = message.content
     if isinstance(content, list):
         _check_parts(message.role, content)
-        _json_text(content, "content")
+        _check_storable(content, "content")
     elif isinstance(content, dict):
-        _json_text(content, "content")
+        _check_storable(content, "content")
     if message.metadata:
         if not all(isinstance(k, str) for k in message.metadata):
             raise MemoryInputError("metadata keys must be strings")
-        _json_text(message.metadata, "metadata")
+        _check_storable(message.metadata, "metadata")
 
 
 def message_chars(message: Message) -> int:

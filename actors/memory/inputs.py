@@ -152,6 +152,7 @@ def _check_json_map(what: str, arg: str, value: object, *, optional: bool = Fals
 def _json_check(value: object) -> None:
     try:
         msgspec.json.encode(value)
+        msgspec.msgpack.encode(value)  # what Redis carries: ints within 64 bits
     except (TypeError, ValueError, msgspec.EncodeError, RecursionError, OverflowError) as exc:
         raise MemoryInputError(str(exc)) from None
 

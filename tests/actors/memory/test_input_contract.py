@@ -79,6 +79,8 @@ BAD_CALLS: list[tuple[str, tuple[Any, ...], dict[str, Any], str]] = [
     ("add", ({"role": "user", "content": ["a", "b"]},), {}, "content part 0"),
     ("add", ({"role": "user", "content": []},), {}, "at least one content part"),
     ("add", ({"role": "user", "content": "x", "metadata": {"a": object()}},), {}, "metadata"),
+    ("add", ({"role": "user", "content": "x", "metadata": {"n": 2**70}},), {}, "metadata"),
+    ("get", (), {"metadata": {"n": 2**70}}, "get: metadata must be JSON-able"),
     ("context", ("100",), {}, "context: max_tokens must be an int"),
     ("context", (True,), {}, "context: max_tokens must be an int"),
     ("context", (), {"query": 3}, "context: query must be a string"),

@@ -35,7 +35,8 @@ class MemoryConfig(_Section, frozen=True):
     Attributes:
         max_tokens: the context budget ``context()`` uses when given none.
         important_threshold: ``important()`` returns messages at or above it.
-        max_message_chars: a message whose text is longer is refused.
+        max_message_chars: a message whose content, name, tool calls, urls and
+            metadata together are longer is refused.
         max_batch: most messages one ``add`` may carry.
         model: the OpenAI model the context is for; it picks the encoding
             (see :func:`~actormem.runtime.tokens.encoding_for_model`).

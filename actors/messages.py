@@ -12,6 +12,7 @@ New fields go last, with defaults; a field's type never changes.
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from typing import Any, Final, Literal, get_args
@@ -23,15 +24,18 @@ from actormem.runtime.ids import new_id
 from actormem.runtime.tokens import TokenCounter
 
 __all__ = (
+    "MAX_TIMESTAMP",
     "ROLES",
     "Message",
     "Role",
     "ToolCall",
+    "admit",
     "count_tokens",
     "decode_message",
     "decode_messages",
     "encode_message",
     "encode_messages",
+    "message_chars",
 )
 
 Role = Literal["system", "user", "assistant", "tool", "agent_call", "agent_response"]
@@ -41,6 +45,9 @@ ROLES: Final[frozenset[str]] = frozenset(get_args(Role))
 _NAME_BAD_CHARS = re.compile(r"[^a-zA-Z0-9_-]")
 _NAME_MAX = 64
 
+#: The latest timestamp a message may carry (the year 3000), in seconds since the epoch.
+MAX_TIMESTAMP: Final = 32503680000.0
+
 
 class ToolCall(msgspec.Struct, frozen=True, gc=False):
     """One function call an assistant message asks for.
@@ -49,12 +56,34 @@ class ToolCall(msgspec.Struct, frozen=True, gc=False):
         id: the call's id; the ``tool`` message with the result carries it as
             ``tool_call_id``.
         name: the function's name.
-        arguments: the arguments as a JSON string, as the model produced them.
+        arguments: the arguments as a JSON string, as the model produced them; a
+            dict or list is serialized to one.
+
+    Raises:
+        MemoryInputError: a field of the wrong type.
     """
 
     id: str
     name: str
     arguments: str = "{}"
+
+    def __post_init__(self) -> None:
+        arguments: Any = self.arguments  # msgspec does not type-check __init__ arguments
+        if type(arguments) is not str:
+            if not isinstance(arguments, dict | list):
+                raise MemoryInputError(
+                    f"tool call arguments must be a JSON string (or a dict), "
+                    f"got {type(arguments).__name__}"
+                )
+            msgspec.structs.force_setattr(self, "arguments", _json_text(arguments, "arguments"))
+        if not isinstance(self.id, str):
+            raise MemoryInputError(
+                f"a tool call's id must be a string, got {type(self.id).__name__}"
+            )
+        if not isinstance(self.name, str):
+            raise MemoryInputError(
+                f"a tool call's name must be a string, got {type(self.name).__name__}"
+            )
 
     def to_openai(self) -> dict[str, Any]:
         """Return the call as an OpenAI ``tool_calls`` entry."""
@@ -112,6 +141,10 @@ class Message(msgspec.Struct, frozen=True, kw_only=True, gc=False):
             and type(self.id) is str
             and self.id
             and type(self.metadata) is dict
+            and type(self.timestamp) is float
+            and (self.name is None or type(self.name) is str)
+            and type(self.url) is tuple
+            and not self.url
         ):
             return  # the common message (plain text, no calls): every rule below holds
         if self.role not in ROLES:
@@ -123,6 +156,33 @@ class Message(msgspec.Struct, frozen=True, kw_only=True, gc=False):
             )
         if not isinstance(self.id, str) or not self.id:
             raise MemoryInputError("id must be a non-empty string")
+        if self.name is not None and not isinstance(self.name, str):
+            raise MemoryInputError(f"name must be a string, got {type(self.name).__name__}")
+        if self.tool_call_id is not None and not isinstance(self.tool_call_id, str):
+            raise MemoryInputError(
+                f"tool_call_id must be a string, got {type(self.tool_call_id).__name__}"
+            )
+        if not _is_number(self.timestamp):
+            raise MemoryInputError(
+                f"timestamp must be seconds since the epoch (a number), "
+                f"got {type(self.timestamp).__name__}"
+            )
+        if type(self.timestamp) is not float:
+            # An int far past MAX_TIMESTAMP becomes inf (refused on the way in).
+            stamp = float(self.timestamp) if abs(self.timestamp) < 2**1000 else math.inf
+            msgspec.structs.force_setattr(self, "timestamp", stamp)
+        if self.importance is not None and not _is_number(self.importance):
+            raise MemoryInputError(
+                f"importance must be a number within 0..1, got {type(self.importance).__name__}"
+            )
+        if not isinstance(self.url, tuple | list) or not all(isinstance(u, str) for u in self.url):
+            raise MemoryInputError("url must be a sequence of strings")
+        if type(self.url) is not tuple:
+            msgspec.structs.force_setattr(self, "url", tuple(self.url))
+        if not isinstance(self.tool_calls, tuple | list):
+            raise MemoryInputError("tool_calls must be a sequence of ToolCall values")
+        if type(self.tool_calls) is not tuple:
+            msgspec.structs.force_setattr(self, "tool_calls", tuple(self.tool_calls))
         if self.tool_calls and self.role != "assistant":
             raise MemoryInputError(f"only assistant messages carry tool_calls, not {self.role}")
         if self.role == "tool" and not self.tool_call_id:
@@ -188,12 +248,16 @@ class Message(msgspec.Struct, frozen=True, kw_only=True, gc=False):
         content: Any = self.content
         if isinstance(content, dict):
             content = msgspec.json.encode(content).decode()
+        elif isinstance(content, list) and not _parts_fit(content, _PART_TYPES[role]):
+            content = self.text()  # parts this role cannot carry in the API: as text
         if role == "agent_call":
             caller = self.name or str(self.metadata.get("caller", "agent"))
-            out: dict[str, Any] = {
-                "role": "user",
-                "content": f"[Request from {caller}]: {self.text()}",
-            }
+            prefix = f"[Request from {caller}]: "
+            if isinstance(content, list):
+                content = [{"type": "text", "text": prefix}, *content]
+            else:
+                content = prefix + self.text()
+            out: dict[str, Any] = {"role": "user", "content": content}
             return out
         if role == "tool":
             return {"role": "tool", "content": self.text(), "tool_call_id": self.tool_call_id}
@@ -229,6 +293,160 @@ def count_tokens(message: Message, counter: TokenCounter) -> int:
 
 def _openai_name(name: str) -> str:
     return _NAME_BAD_CHARS.sub("_", name)[:_NAME_MAX]
+
+
+#: The content part types the Chat Completions API takes in each role's messages
+#: (``agent_call`` is sent as user, ``agent_response`` as assistant).
+_USER_PARTS: Final = frozenset({"text", "image_url", "input_audio", "file"})
+_REPLY_PARTS: Final = frozenset({"text", "refusal"})
+_PART_TYPES: Final[dict[str, frozenset[str]]] = {
+    "system": frozenset({"text"}),
+    "user": _USER_PARTS,
+    "assistant": _REPLY_PARTS,
+    "tool": frozenset({"text"}),
+    "agent_call": _USER_PARTS,
+    "agent_response": _REPLY_PARTS,
+}
+#: What each part type must hold besides ``type``: the key, and the type of its value.
+_PART_FIELDS: Final[dict[str, tuple[str, type]]] = {
+    "text": ("text", str),
+    "refusal": ("refusal", str),
+    "image_url": ("image_url", dict),
+    "input_audio": ("input_audio", dict),
+    "file": ("file", dict),
+}
+_json_encoder: Final = msgspec.json.Encoder()
+
+
+def _parts_fit(parts: list[Any], allowed: frozenset[str]) -> bool:
+    return all(isinstance(p, dict) and p.get("type") in allowed for p in parts)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _json_text(value: Any, what: str) -> str:
+    try:
+        return _json_encoder.encode(value).decode()
+    except (TypeError, ValueError, msgspec.EncodeError, RecursionError, OverflowError) as exc:
+        raise MemoryInputError(f"{what} must be JSON-able: {exc}") from exc
+
+
+def _check_storable(value: Any, what: str) -> None:
+    """``value`` encodes as JSON (exports) and as msgpack (Redis): ints within 64 bits."""
+    _json_text(value, what)
+    try:
+        _encoder.encode(value)
+    except (TypeError, ValueError, msgspec.EncodeError, RecursionError, OverflowError) as exc:
+        raise MemoryInputError(f"{what} must be JSON-able: {exc}") from exc
+
+
+def _check_parts(role: str, parts: list[Any]) -> None:
+    if not parts:
+        raise MemoryInputError("content given as a list needs at least one content part")
+    allowed = _PART_TYPES[role]
+    for i, part in enumerate(parts):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind not in _PART_FIELDS:
+            raise MemoryInputError(
+                f"content part {i} must be a dict with a 'type' of "
+                f"{', '.join(map(repr, sorted(_PART_FIELDS)))}, got {_shown(part)}"
+            )
+        if kind not in allowed:
+            raise MemoryInputError(
+                f"content part {i}: a {role} message cannot carry {kind!r} parts "
+                f"(allowed: {', '.join(map(repr, sorted(allowed)))})"
+            )
+        key, expected = _PART_FIELDS[kind]
+        value = part.get(key)
+        if not isinstance(value, expected):
+            raise MemoryInputError(
+                f"content part {i} ({kind}) needs {key!r} as a {expected.__name__}"
+            )
+        if kind == "image_url" and not isinstance(part[key].get("url"), str):
+            raise MemoryInputError(f"content part {i} (image_url) needs image_url.url as a string")
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def admit(message: Message) -> None:
+    """Check what a memory requires of a message it stores, beyond its field types.
+
+    Run on every message that comes in (add, record, load); messages read back
+    from storage are not checked again, so the rules may tighten without making
+    stored data unreadable.
+
+    Raises:
+        MemoryInputError: a timestamp that is not a finite time between the epoch
+            and ``MAX_TIMESTAMP``; a tool call with an empty id or name or
+            arguments that are not JSON; a tool message with an empty
+            ``tool_call_id``; an empty list of content parts, a malformed part or
+            one the role cannot carry; content or metadata that are not JSON-able.
+    """
+    if not isinstance(message, Message):
+        raise MemoryInputError(f"expected a Message, got {type(message).__name__}")
+    if not 0.0 <= message.timestamp <= MAX_TIMESTAMP:
+        raise MemoryInputError(
+            f"timestamp must be a finite time in seconds since the epoch "
+            f"(0..{MAX_TIMESTAMP:.0f}), got {message.timestamp!r}"
+        )
+    if message.importance is not None and not math.isfinite(message.importance):
+        raise MemoryInputError(f"importance must be within 0..1, got {message.importance}")
+    for call in message.tool_calls:
+        if not call.id:
+            raise MemoryInputError("a tool call needs a non-empty id")
+        if not call.name:
+            raise MemoryInputError(f"tool call {call.id!r} needs a non-empty function name")
+        try:
+            msgspec.json.decode(call.arguments)
+        except (msgspec.DecodeError, RecursionError) as exc:
+            raise MemoryInputError(
+                f"tool call {call.id!r}: arguments must be a JSON string, got "
+                f"{_shown(call.arguments)}"
+            ) from exc
+    content = message.content
+    if isinstance(content, list):
+        _check_parts(message.role, content)
+        _check_storable(content, "content")
+    elif isinstance(content, dict):
+        _check_storable(content, "content")
+    if message.metadata:
+        if not all(isinstance(k, str) for k in message.metadata):
+            raise MemoryInputError("metadata keys must be strings")
+        _check_storable(message.metadata, "metadata")
+
+
+def message_chars(message: Message) -> int:
+    """The characters a message carries: content (JSON for structured content),
+    name, tool call ids, names and arguments, urls and metadata (as JSON).
+
+    What the ``max_message_chars`` limit counts; cheap next to counting tokens.
+
+    Raises:
+        MemoryInputError: content or metadata that are not JSON-able.
+    """
+    content = message.content
+    if type(content) is str:
+        size = len(content)
+    elif content is None:
+        size = 0
+    else:
+        size = len(_json_text(content, "content"))
+    if message.name:
+        size += len(message.name)
+    if message.tool_call_id:
+        size += len(message.tool_call_id)
+    for call in message.tool_calls:
+        size += len(call.id) + len(call.name) + len(call.arguments)
+    for url in message.url:
+        size += len(url)
+    if message.metadata:
+        size += len(_json_text(message.metadata, "metadata"))
+    return size
 
 
 _encoder: Final = msgspec.msgpack.Encoder()

@@ -45,6 +45,7 @@ from actormem.actors.memory.commands import (
     Vouch,
 )
 from actormem.actors.memory.compaction import Compaction
+from actormem.actors.memory.inputs import check_command
 from actormem.actors.memory.queries import MessageQueries
 from actormem.actors.memory.snapshot import (
     REPLAYABLE,
@@ -112,6 +113,8 @@ class AgentMemory(Actor):
         self._saved_edits = 0
 
     async def receive(self, message: Any) -> Any:
+        # Before anything changes: over Redis a command may come from any client.
+        check_command(message)
         store = self._store
         if type(message) not in REPLAYABLE:
             store.dirty = True
@@ -247,8 +250,8 @@ class AgentMemory(Actor):
             log.info("memory_history_wiped", agent=self.agent, working_removed=removed)
         return removed
 
-    def _load(self, data: MemoryExport, overwrite: bool) -> int:
-        loaded = self._store.load(data, overwrite)
+    def _load(self, data: MemoryExport, overwrite: bool, stored: bool = False) -> int:
+        loaded = self._store.load(data, overwrite, stored=stored)
         self._compaction.maybe_compress()
         return loaded
 
@@ -351,7 +354,7 @@ class _Conversation(SnapshotState[MemoryExport]):
         return self._memory._queries.export(self._memory.agent, include_history=True)
 
     def load_state(self, state: MemoryExport) -> None:
-        self._memory._load(state, overwrite=True)
+        self._memory._load(state, overwrite=True, stored=True)
 
     def clear(self) -> None:
         self._memory._clear(history=True)

@@ -8,11 +8,12 @@ decode the reply. New fields go last with defaults; a field's type never changes
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import msgspec
 
 from actormem.actors.compression.protocol import CompressionOutcome
+from actormem.actors.errors import MemoryInputError
 from actormem.actors.messages import Message, Role, ToolCall
 from actormem.actors.pool.commands import AgentCommand
 from actormem.actors.pool.insights import Insight
@@ -326,3 +327,8 @@ MemoryCommand = (
     | CompressionDone
     | Vouch
 )
+
+# A command over Redis may come from any client: one whose fields fail validation
+# on arrival is answered with MemoryInputError (see actormem.runtime.redis.codec).
+for _command in get_args(MemoryCommand):
+    setattr(_command, "input_error", MemoryInputError)  # noqa: B010

@@ -7,9 +7,10 @@ OpenAI-style dicts, check what they can before sending, and raise
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -35,15 +36,14 @@ from actormem.actors.memory.commands import (
     Record,
     Reload,
     Retrieve,
-    Scope,
     Search,
-    SearchMode,
     StartEpisode,
     Stats,
     SummarizeEpisodes,
     Vouch,
 )
-from actormem.actors.messages import ROLES, Message, Role, ToolCall
+from actormem.actors.memory.inputs import check_command, shown
+from actormem.actors.messages import Message, Role, ToolCall, admit
 from actormem.actors.pool.commands import (
     AgentCommand,
     QueryInsights,
@@ -62,7 +62,6 @@ from actormem.runtime import Command, Runtime
 __all__ = ("MemoryHandle", "read_export", "to_message", "write_export")
 
 R = TypeVar("R")
-S = TypeVar("S", bound=str)
 A = TypeVar("A", bound=AgentCommand)
 
 _export_decoder = msgspec.json.Decoder(MemoryExport)
@@ -85,7 +84,13 @@ def to_message(item: Message | Mapping[str, Any]) -> Message:
         raise MemoryInputError(f"a message is a Message or a dict, not {type(item).__name__}")
     data = dict(item)
     calls = data.get("tool_calls")
-    if calls:
+    if calls is None:
+        data.pop("tool_calls", None)  # as the OpenAI SDK's message dicts carry it
+    elif calls:
+        if not isinstance(calls, list | tuple):
+            raise MemoryInputError(
+                f"invalid message: tool_calls must be a list, got {shown(calls)}"
+            )
         data["tool_calls"] = [_tool_call(c) for c in calls]
     try:
         return msgspec.convert(data, Message)
@@ -94,39 +99,46 @@ def to_message(item: Message | Mapping[str, Any]) -> Message:
 
 
 def _tool_call(call: Any) -> Any:
+    """A tool call as ToolCall fields; dict or list arguments become JSON text, as
+    ``ToolCall(arguments={...})`` makes them."""
     if isinstance(call, ToolCall):
         return {"id": call.id, "name": call.name, "arguments": call.arguments}
     if isinstance(call, Mapping) and "function" in call:
         fn = call["function"]
         if not isinstance(fn, Mapping):
             raise MemoryInputError("a tool call's 'function' must be an object")
-        return {
+        call = {
             "id": call.get("id"),
             "name": fn.get("name"),
             "arguments": fn.get("arguments", "{}"),
         }
+    if isinstance(call, Mapping) and isinstance(call.get("arguments"), dict | list):
+        call = {**call, "arguments": ToolCall("-", "-", call["arguments"]).arguments}
     return call
 
 
-_SCOPES: Final[tuple[Scope, ...]] = ("working", "history", "offloaded")
-_MODES: Final[tuple[SearchMode, ...]] = ("substring", "ranked")
+def _batch(what: str, messages: object) -> list[Message]:
+    """``messages`` as checked Message values (the size limit is the actor's to check)."""
+    if isinstance(messages, Message | Mapping):
+        batch = [to_message(messages)]
+    elif isinstance(messages, str | bytes) or not isinstance(messages, Iterable):
+        raise MemoryInputError(
+            f"{what}: messages must be a Message, a dict or a list of them, got {shown(messages)}"
+        )
+    else:
+        batch = [to_message(m) for m in messages]
+    for i, m in enumerate(batch):
+        try:
+            admit(m)
+        except MemoryInputError as exc:
+            raise MemoryInputError(f"{what}: message {i}: {exc}") from None
+    return batch
 
 
-def _choice(value: str, allowed: Sequence[S], what: str) -> S:
-    # Checked here, so every transport gives the same error (over Redis a bad
-    # value would otherwise fail decoding on the worker instead).
-    for choice in allowed:
-        if value == choice:
-            return choice
-    raise MemoryInputError(f"{what} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
-
-
-def _roles(roles: Sequence[Role] | None) -> list[Role] | None:
-    if roles is None:
-        return None
-    for role in roles:
-        _choice(role, sorted(ROLES), "a role")
-    return list(roles)
+def _listed(value: object) -> object:
+    """A list or tuple as a list (what the command holds); anything else unchanged,
+    for the check to name."""
+    return list(value) if isinstance(value, list | tuple) else value
 
 
 def write_export(data: MemoryExport, path: str | Path) -> None:
@@ -175,6 +187,14 @@ class MemoryHandle:
             raise MemoryInputError(
                 f"invalid agent name {agent[:40]!r}: at most 256 printable characters"
             )
+        if timeout is not None and (
+            not isinstance(timeout, int | float)
+            or isinstance(timeout, bool)
+            or not 0 < timeout < math.inf
+        ):
+            raise MemoryInputError(
+                f"timeout must be a positive number of seconds or None, got {shown(timeout)}"
+            )
         self.runtime = runtime
         self.agent = agent
         self.address = f"memory/{agent}"
@@ -186,9 +206,11 @@ class MemoryHandle:
         return f"MemoryHandle({self.agent!r})"
 
     async def _ask(self, command: Command[R]) -> R:
+        check_command(command)
         return await self.runtime.ask(self.address, command, self.timeout)
 
     async def _ask_pool(self, command: Command[R]) -> R:
+        check_command(command)
         return await self.runtime.ask(self.pool, command, self.timeout)
 
     async def add(
@@ -200,11 +222,7 @@ class MemoryHandle:
             MemoryInputError: a message is invalid or its id is already stored;
                 nothing is added then.
         """
-        if isinstance(messages, Message | Mapping):
-            batch = [to_message(messages)]
-        else:
-            batch = [to_message(m) for m in messages]
-        return await self._ask(Add(messages=batch))
+        return await self._ask(Add(messages=_batch("add", messages)))
 
     async def get(
         self,
@@ -218,22 +236,32 @@ class MemoryHandle:
         important: bool = False,
         scope: str = "working",
     ) -> list[Message]:
-        """Messages matching every given filter, oldest first (see :class:`Get`)."""
+        """Messages matching every given filter, oldest first (see :class:`Get`).
+
+        Raises:
+            MemoryInputError: a filter of the wrong type or out of range (named).
+        """
         return await self._ask(
             Get(
                 recent_n=recent_n,
-                roles=_roles(roles),
-                names=list(names) if names is not None else None,
-                metadata=dict(metadata) if metadata is not None else None,
+                roles=_listed(roles),  # type: ignore[arg-type]  # checked in _ask
+                names=_listed(names),  # type: ignore[arg-type]
+                metadata=dict(metadata) if isinstance(metadata, Mapping) else metadata,
                 since=since,
                 until=until,
                 important=important,
-                scope=_choice(scope, _SCOPES, "scope"),
+                scope=scope,  # type: ignore[arg-type]
             )
         )
 
     async def recent(self, n: int) -> list[Message]:
-        """The last ``n`` messages of the working view."""
+        """The last ``n`` messages of the working view.
+
+        Raises:
+            MemoryInputError: ``n`` is not an int >= 0.
+        """
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise MemoryInputError(f"recent: n must be an int >= 0, got {shown(n)}")
         return await self.get(recent_n=n)
 
     async def by_role(self, role: Role) -> list[Message]:
@@ -257,10 +285,10 @@ class MemoryHandle:
         return await self._ask(
             Search(
                 query=query,
-                mode=_choice(mode, _MODES, "search mode"),
+                mode=mode,  # type: ignore[arg-type]  # checked in _ask
                 k=k,
-                roles=_roles(roles),
-                scope=_choice(scope, _SCOPES, "scope"),
+                roles=_listed(roles),  # type: ignore[arg-type]
+                scope=scope,  # type: ignore[arg-type]
             )
         )
 
@@ -268,12 +296,16 @@ class MemoryHandle:
         """Delete working-view messages by id (str) or index (int); all or none.
 
         Raises:
-            MemoryInputError: an id is unknown or an index out of range.
+            MemoryInputError: no target, a target neither a str nor an int, an id
+                unknown or an index out of range.
         """
         ids = [t for t in targets if isinstance(t, str)]
         indices = [t for t in targets if isinstance(t, int) and not isinstance(t, bool)]
         if len(ids) + len(indices) != len(targets):
-            raise MemoryInputError("delete takes message ids (str) or indices (int)")
+            bad = next(t for t in targets if not isinstance(t, str | int) or isinstance(t, bool))
+            raise MemoryInputError(
+                f"delete: targets are message ids (str) or indices (int), got {shown(bad)}"
+            )
         return await self._ask(Delete(ids=ids, indices=indices))
 
     async def clear(self, *, history: bool = False) -> int:
@@ -292,6 +324,8 @@ class MemoryHandle:
         self, path: str | Path | None = None, *, include_history: bool = True
     ) -> MemoryExport:
         """Return the memory's content, and write it as JSON to ``path`` if given."""
+        if path is not None and not isinstance(path, str | Path):
+            raise MemoryInputError(f"export: path must be a str, a Path or None, got {shown(path)}")
         data: MemoryExport = await self._ask(Export(include_history=include_history))
         if path is not None:
             write_export(data, path)
@@ -319,7 +353,7 @@ class MemoryHandle:
         elif isinstance(source, str | Path):
             data = read_export(source)
         else:
-            data = MemoryExport(agent=self.agent, working=[to_message(m) for m in source])
+            data = MemoryExport(agent=self.agent, working=_batch("load", source))
         return await self._ask(Load(data=data, overwrite=overwrite))
 
     async def prune(self, max_tokens: int, *, preserve_system: bool = True) -> PruneResult:
@@ -377,7 +411,11 @@ class MemoryHandle:
                 source=self.agent,
                 topic=topic,
                 importance=importance,
-                source_message_ids=tuple(source_message_ids),
+                source_message_ids=(
+                    tuple(source_message_ids)
+                    if isinstance(source_message_ids, list | tuple)
+                    else source_message_ids  # type: ignore[arg-type]  # refused in _ask
+                ),
             )
         )
         return await self._ask_pool(vouched)
@@ -414,11 +452,7 @@ class MemoryHandle:
         self, messages: Message | Mapping[str, Any] | Iterable[Message | Mapping[str, Any]]
     ) -> int:
         """Record messages in long-term memory; returns how many new memories that made."""
-        if isinstance(messages, Message | Mapping):
-            batch = [to_message(messages)]
-        else:
-            batch = [to_message(m) for m in messages]
-        return await self._ask(Record(messages=batch))
+        return await self._ask(Record(messages=_batch("record", messages)))
 
     async def retrieve(self, query: str, k: int | None = None) -> list[Recalled]:
         """Long-term memories for ``query``, ranked by recency, importance and relevance."""
@@ -433,14 +467,21 @@ class MemoryHandle:
         """Run a memory tool call the model made; return its ``tool`` message (None if
         the call is not a memory tool). Add the result with :meth:`add` as usual."""
         if not isinstance(call, ToolCall):
-            call = msgspec.convert(_tool_call(call), ToolCall)
+            if not isinstance(call, Mapping):
+                raise MemoryInputError(
+                    f"answer_tool_call: call must be a ToolCall or a dict, got {shown(call)}"
+                )
+            try:
+                call = msgspec.convert(_tool_call(call), ToolCall)
+            except msgspec.ValidationError as exc:
+                raise MemoryInputError(f"answer_tool_call: invalid tool call: {exc}") from exc
         return await self._ask(AnswerToolCall(call=call))
 
     # -- episodes and retention --------------------------------------------------------
 
     async def start_episode(self, **metadata: Any) -> Episode | None:
         """Close the current episode (returned if it held anything) and open a new one."""
-        return await self._ask(StartEpisode(metadata=metadata))
+        return await self._ask(StartEpisode(metadata=dict(metadata)))
 
     async def recall_episode(self, query: str, k: int = 1) -> list[Episode]:
         """Past episodes most relevant to ``query``, best first."""

@@ -15,7 +15,7 @@ from actormem.actors.config import MemoryConfig
 from actormem.actors.conversation import group_units, leading_system_count
 from actormem.actors.errors import MemoryInputError
 from actormem.actors.memory.commands import EXPORT_VERSION, MemoryExport, PruneResult
-from actormem.actors.messages import Message, count_tokens
+from actormem.actors.messages import MAX_TIMESTAMP, Message, admit, count_tokens, message_chars
 from actormem.runtime import TokenCounter
 
 __all__ = ("MessageStore",)
@@ -83,8 +83,13 @@ class MessageStore:
 
     # -- writes -------------------------------------------------------------------
 
-    def counted(self, messages: Sequence[Message], what: str) -> list[Message]:
+    def counted(
+        self, messages: Sequence[Message], what: str, *, stored: bool = False
+    ) -> list[Message]:
         """Validate messages and return them with their token counts cached.
+
+        ``stored``: the messages were stored before (a session file), so only their
+        types and sizes are checked, not the rules :func:`admit` adds over time.
 
         Raises:
             MemoryInputError: not a list of messages, too many, one too long, or an
@@ -97,25 +102,26 @@ class MessageStore:
                 f"{what} got {len(messages)} messages; at most {self._config.max_batch} at once"
             )
         limit = self._config.max_message_chars
-        if len(messages) == 1:  # the common case, without the bookkeeping below
-            m = messages[0]
-            if isinstance(m, Message) and len(m.text()) <= limit:
-                return [m.with_tokens(count_tokens(m, self._counter))]
         seen: set[str] = set()
-        out = []
         for i, m in enumerate(messages):
             if not isinstance(m, Message):
                 raise MemoryInputError(f"{what}: item {i} is a {type(m).__name__}, not a Message")
             if m.id in seen:
                 raise MemoryInputError(f"{what}: message id {m.id!r} appears twice")
             seen.add(m.id)
-            size = len(m.text())
-            if size > limit:
-                raise MemoryInputError(
-                    f"{what}: message {m.id!r} has {size} characters; the limit is {limit}"
-                )
-            out.append(m.with_tokens(count_tokens(m, self._counter)))
-        return out
+            try:
+                size = message_chars(m)  # first: the rules below read every character
+                if size > limit:
+                    raise MemoryInputError(
+                        f"message {m.id!r} has {size} characters (content, name, "
+                        f"tool calls and metadata); the limit is {limit}"
+                    )
+                if not stored:
+                    admit(m)
+            except MemoryInputError as exc:
+                raise MemoryInputError(f"{what}: message {i}: {exc}") from None
+        # Counted only once every message passed: no tokenizing of refused input.
+        return [m.with_tokens(count_tokens(m, self._counter)) for m in messages]
 
     def add_simple(self, messages: list[Message]) -> Message | None:
         """Add ``messages`` when it is one valid, new, plain-text message (the hot
@@ -127,7 +133,14 @@ class MessageStore:
         if (
             type(m) is not Message
             or type(m.content) is not str
-            or len(m.content) > self._config.max_message_chars
+            or m.tool_calls
+            or m.metadata
+            or m.url
+            or not 0.0 <= m.timestamp <= MAX_TIMESTAMP
+            or len(m.content)
+            + (len(m.name) if m.name else 0)
+            + (len(m.tool_call_id) if m.tool_call_id else 0)
+            > self._config.max_message_chars
             or m.id in self.history_ids
         ):
             return None
@@ -234,9 +247,10 @@ class MessageStore:
             self.offloaded = {}
         return removed
 
-    def load(self, data: MemoryExport, overwrite: bool) -> int:
+    def load(self, data: MemoryExport, overwrite: bool, *, stored: bool = False) -> int:
         """Take in an export (over the working view with ``overwrite``, else after
-        it); return how many working messages were loaded.
+        it); return how many working messages were loaded (``stored``: see
+        :meth:`counted`).
 
         Raises:
             MemoryInputError: not an export, another export version, or invalid
@@ -250,9 +264,13 @@ class MessageStore:
                 f"(this version reads {EXPORT_VERSION})"
             )
         # Validate everything before changing anything.
-        working = self.counted(data.working, "load")
-        history = self.counted(data.history, "load (history)") if data.history else []
-        offloaded = {k: self.counted(v, "load (offloaded)") for k, v in data.offloaded.items()}
+        working = self.counted(data.working, "load", stored=stored)
+        history = (
+            self.counted(data.history, "load (history)", stored=stored) if data.history else []
+        )
+        offloaded = {
+            k: self.counted(v, "load (offloaded)", stored=stored) for k, v in data.offloaded.items()
+        }
         if overwrite:
             self.set_working(working)
             loaded = len(working)

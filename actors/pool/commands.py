@@ -8,10 +8,11 @@ Wire compatibility: new fields go last, with defaults; a field's type never chan
 
 from __future__ import annotations
 
-from typing import Final, Literal
+from typing import Final, Literal, get_args
 
 import msgspec
 
+from actormem.actors.errors import MemoryInputError
 from actormem.actors.pool.insights import Insight
 from actormem.runtime import Command
 from actormem.runtime.ids import new_id
@@ -175,6 +176,13 @@ class QueryInsights(Command[tuple[Insight, ...]], frozen=True, kw_only=True):
     k: int = DEFAULT_QUERY_K
     query: str | None = None
 
+    def __post_init__(self) -> None:
+        # The pool checks topic and k itself; a query that is not text would crash it.
+        if self.query is not None and not isinstance(self.query, str):
+            raise MemoryInputError(
+                f"insights: query must be a string or None, got {type(self.query).__name__}"
+            )
+
 
 class GetPoolStats(Command[PoolStats], frozen=True):
     """Return the pool's counters as :class:`PoolStats`."""
@@ -201,3 +209,8 @@ AgentCommand = Share | RegisterFact | Subscribe | Unsubscribe
 PoolCommand = (
     Share | RegisterFact | Subscribe | Unsubscribe | QueryInsights | GetPoolStats | DeliveryOutcome
 )
+
+# A command over Redis may come from any client: one whose fields fail validation
+# on arrival is answered with MemoryInputError (see actormem.runtime.redis.codec).
+for _command in get_args(PoolCommand):
+    setattr(_command, "input_error", MemoryInputError)  # noqa: B010

@@ -238,6 +238,14 @@ class Intake:
                 data, kind, shard=shard.number, entry=entry, lease=shard.lease
             )
         except MessageDecodeError as exc:
+            refusal = self._codec.refusal(data)
+            if refusal is not None and self._codec.reply_address(data) is not None:
+                # Bad input in a well-formed ask: the asker's mistake, answered like
+                # any refused command, not a dead letter.
+                await dead_letters.answer_asker(data, lambda _: refusal)
+                await self._commits.ack(shard, [entry])
+                log.info("command_refused", shard=shard.number, entry=entry, reason=str(refusal))
+                return
             await dead_letters.write(shard, entry, data, str(exc))
             error = exc
             await dead_letters.answer_asker(data, lambda _: error)

@@ -10,11 +10,17 @@ the reply's value into that type (``list[Message]``, say) instead of plain
 msgpack values. An error travels as its type name and text and is rebuilt as
 the registered error class of that name (every ``actormem.runtime.errors`` class is
 registered; ``actors`` registers its own), else as :class:`HandlerError`.
+
+A message type may declare ``input_error: ClassVar[type[Exception]]``: an ask
+whose body is of that type but fails its validation (a field of the wrong type, a
+check in ``__post_init__``) is then the caller's mistake, not a broken frame: the
+consumer answers it with that error, naming the field (see :meth:`Codec.refusal`).
 """
 
 from __future__ import annotations
 
 import inspect
+import re
 from typing import Any, Final, Union
 
 import msgspec
@@ -53,6 +59,11 @@ class _WireEnvelope(msgspec.Struct, kw_only=True):
     deadline: float | None = None
 
 
+#: msgspec's validation message: "Expected `int`, got `str` - at `$.max_tokens`".
+_EXPECTED: Final = re.compile(
+    r"^Expected `(?P<want>.+?)`, got `(?P<got>.+?)` - at `\$\.?(?P<at>.*)`$"
+)
+
 #: msgpack's nil: the value of a reply that carries an error.
 _NIL: Final = msgspec.Raw(b"\xc0")
 
@@ -85,6 +96,7 @@ class Codec:
         self._wire_decoder = msgspec.msgpack.Decoder(_WireEnvelope)
         self._reply_decoder = msgspec.msgpack.Decoder(_WireReply)
         self._types: dict[type[Any], None] = {}
+        self._by_tag: dict[tuple[str | None, Any], type[msgspec.Struct]] = {}
         self._body_decoder: msgspec.msgpack.Decoder[Any] = msgspec.msgpack.Decoder()
         self._errors: dict[str, type[BaseException]] = {}
         self._reply_decoders: dict[Any, msgspec.msgpack.Decoder[Any]] = {}
@@ -108,6 +120,9 @@ class Codec:
                 )
         merged = dict(self._types)
         merged.update(dict.fromkeys(types))
+        for t in types:
+            config = t.__struct_config__
+            self._by_tag[(config.tag_field, config.tag)] = t
         try:
             decoder: msgspec.msgpack.Decoder[Any] = msgspec.msgpack.Decoder(
                 Union[(*merged, *_PLAIN)] if merged else Any
@@ -204,6 +219,34 @@ class Codec:
             return None
         return wire.reply_to, wire.correlation, wire.recipient
 
+    def refusal(self, data: bytes) -> BaseException | None:
+        """The error to answer an ask with whose body failed validation, if its type
+        declares one (``input_error``); None for anything else.
+
+        The error names the type and the field that was wrong, as msgspec found it.
+        """
+        try:
+            wire = self._wire_decoder.decode(data)
+            head = _ANY_DECODER.decode(wire.body)
+        except _DECODE_ERRORS:
+            return None
+        if not isinstance(head, dict):
+            return None
+        for (field, tag), cls in self._by_tag.items():
+            if field is None or head.get(field) != tag:
+                continue
+            error = getattr(cls, "input_error", None)
+            if not (isinstance(error, type) and issubclass(error, Exception)):
+                return None
+            try:
+                msgspec.msgpack.decode(wire.body, type=cls)
+            except msgspec.ValidationError as exc:
+                return error(f"{cls.__name__}: {_reason(str(exc))}")
+            except _DECODE_ERRORS:
+                return None
+            return None
+        return None
+
     # -- replies --------------------------------------------------------------------------
 
     def encode_reply(self, reply: Reply) -> bytes:
@@ -276,6 +319,19 @@ class Codec:
         prefix = f"actor {address}: "
         detail = text[len(prefix) :] if text.startswith(prefix) else text
         return HandlerError(address, f"{name}: {detail}")
+
+
+_ANY_DECODER: Final = msgspec.msgpack.Decoder()
+
+
+def _reason(text: str) -> str:
+    """msgspec's validation message in the words of the field: "max_tokens must be
+    int, got str"."""
+    found = _EXPECTED.match(text)
+    if found is None:
+        return text
+    at = found["at"] or "the message"
+    return f"{at} must be {found['want']}, got {found['got']}"
 
 
 def _runtime_error_types() -> tuple[type[BaseException], ...]:

@@ -62,6 +62,8 @@ def garbage(keys: Keys, count: int) -> list[tuple[dict[bytes, bytes], str]]:
             try:
                 default_codec.decode_envelope(data)
             except MessageDecodeError as exc:
+                if default_codec.refusal(data) and default_codec.reply_address(data):
+                    continue  # a well-formed ask with bad input: answered (see refused_asks)
                 bad.append(({b"e": data}, str(exc)))
             except Exception:  # the codec's known defects: see test_decoders
                 continue
@@ -72,6 +74,18 @@ def garbage(keys: Keys, count: int) -> list[tuple[dict[bytes, bytes], str]]:
     bad.append(({b"x": b"no envelope here"}, "the entry has no 'e' field"))
     bad.append(({b"e": b""}, "not a valid envelope"))
     return bad
+
+
+def refused_asks(keys: Keys) -> list[bytes]:
+    """Well-formed asks whose body fails validation: answered and acked, never dead letters."""
+    frames = real_frames(reply_to=keys.replies("fuzzer"))
+    found = []
+    for n, frame in enumerate(frames[name] for name in sorted(frames) if "envelope" in name):
+        for data in mutants(frame, 400, seed=100 + n, max_depth=50):
+            refused = len(data) <= MAX_BYTES and default_codec.refusal(data)
+            if refused and default_codec.reply_address(data):
+                found.append(data)
+    return found
 
 
 def invalid_utf8(fields: dict[str, Any]) -> bytes:
@@ -110,18 +124,37 @@ async def test_every_bad_frame_is_dead_lettered_with_its_reason(
         entry = (await redis_client.xadd(stream, fields)).decode()
         expected[stream, entry] = reason
     assert len(expected) == len(bad)
+    refused = set()
+    for n, data in enumerate(refused_asks(keys)):
+        stream = keys.stream(n % config.shards)
+        refused.add((stream, (await redis_client.xadd(stream, {b"e": data})).decode()))
+    assert refused
 
     async def all_dead() -> bool:
         return expected.keys() <= (await dead_letters(redis_client, keys)).keys()
 
     await eventually(all_dead, "every bad entry reaches the dead letters")
     letters = await dead_letters(redis_client, keys)
+    assert not refused & letters.keys()
     for (stream, entry), reason in expected.items():
         letter = letters[stream, entry]
         assert reason in letter[b"reason"].decode(), (entry, reason, letter[b"reason"])
-    # Each was acked: nothing is left pending to be delivered again.
-    for shard in range(config.shards):
-        assert (await redis_client.xpending(keys.stream(shard), "workers"))["pending"] == 0
+
+    # Each was acked, the refused asks too: nothing is left pending to be delivered again.
+    async def all_acked() -> bool:
+        for shard in range(config.shards):
+            stream = keys.stream(shard)
+            if (await redis_client.xpending(stream, "workers"))["pending"]:
+                return False
+            (group,) = await redis_client.xinfo_groups(stream)
+            last = tuple(map(int, group["last-delivered-id"].decode().split("-")))
+            newest = [e for s, e in refused if s == stream]
+            if newest and last < max(tuple(map(int, e.split("-"))) for e in newest):
+                return False  # not read yet
+        return True
+
+    await eventually(all_acked, "every entry is read and acked")
+    assert not refused & (await dead_letters(redis_client, keys)).keys()
     await serves_without_loss(rt)
 
 

@@ -101,7 +101,7 @@ async def test_get_filters(memory_rt: MemoryRuntime) -> None:
     assert [m.id for m in await alice.get(metadata={"category": "fact"})] == [msgs[5].id]
     assert [m.id for m in await alice.important()] == [msgs[5].id, msgs[6].id]
     assert [m.id for m in await alice.get(roles=["assistant"], recent_n=1)] == [msgs[6].id]
-    with pytest.raises(MemoryInputError, match="recent_n must be >= 0"):
+    with pytest.raises(MemoryInputError, match="recent_n must be an int >= 0"):
         await alice.get(recent_n=-1)
 
 
@@ -123,9 +123,9 @@ async def test_search_substring_and_ranked(memory_rt: MemoryRuntime) -> None:
     ranked = await alice.search("vault code", mode="ranked", k=3)
     assert ranked[0].id == msgs[5].id
     assert await alice.search("zeppelin", mode="ranked") == []
-    with pytest.raises(MemoryInputError, match="non-empty query"):
+    with pytest.raises(MemoryInputError, match="query must be a non-empty string"):
         await alice.search("   ")
-    with pytest.raises(MemoryInputError, match="search mode"):
+    with pytest.raises(MemoryInputError, match="mode must be one of"):
         await alice.search("x", mode="fuzzy")
 
 
@@ -264,7 +264,7 @@ async def test_prune_keeps_system_and_pairs(memory_rt: MemoryRuntime) -> None:
     assert tiny.working_tokens <= sum(m.tokens for m in (await alice.get()))
     assert [m.role for m in await alice.get()] == ["system"]
     assert (await alice.stats()).history_size == 7
-    with pytest.raises(MemoryInputError, match="max_tokens must be >= 1"):
+    with pytest.raises(MemoryInputError, match="max_tokens must be an int >= 1"):
         await alice.prune(0)
 
 

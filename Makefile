@@ -57,7 +57,7 @@ test: lint typecheck pytest
 # fault tests) run in make test.
 test-fast: $(VENV)/.installed-test
 	$(BIN)/ruff check $(CODE)
-	$(BIN)/python -m pytest -q -m "not slow"
+	ACTORMEM_TESTS=fast $(BIN)/python -m pytest -q -m "not slow"
 
 # The fault-injection and bad-input suite alone, at full size (make test runs the
 # same tests smaller); prints the fault table and writes reports/faults.json.

@@ -24,6 +24,7 @@ from tests.actors.compression._build import (
     tokens,
     town_small,
 )
+from tests.support import examples
 
 WORDS = ("Mara", "harbour", "4821", "decided", "crates", "Tuesday", "the", "of", "price", "420")
 #: Words per text: most messages are short, some are large payloads.
@@ -130,7 +131,7 @@ def must_keep(view: list[Message], config: CompressionConfig) -> list[Message]:
     return [view[i] for i in sorted(keep)]
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=SLOW)
+@settings(max_examples=examples(80), deadline=None, suppress_health_check=SLOW)
 @given(view=messy_conversations())
 def test_messy_conversations_end_valid_and_within_budget(view: list[Message]) -> None:
     config = town_small()
@@ -157,7 +158,7 @@ def test_messy_conversations_end_valid_and_within_budget(view: list[Message]) ->
         assert out.under_budget, out.note
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=SLOW)
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=SLOW)
 @given(view=messy_conversations())
 def test_summarize_rounds_proposes_only_valid_views(view: list[Message]) -> None:
     counter = get_counter()

@@ -14,6 +14,7 @@ from actormem.actors.compression import (
 from actormem.actors.messages import Message, ToolCall, count_tokens
 from actormem.runtime.tokens import get_counter
 from tests.actors.compression._build import assert_valid, compress_offline, counted, reachable_text
+from tests.support import examples
 
 WORDS = (
     "Mara",
@@ -124,7 +125,7 @@ def protected(view: list[Message]) -> list[Message]:
 
 
 @settings(
-    max_examples=60,
+    max_examples=examples(60),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

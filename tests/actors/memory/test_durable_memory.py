@@ -32,6 +32,7 @@ from actormem.actors.memory.commands import (
 )
 from actormem.actors.pool.insights import Insight, InsightDelivery
 from actormem.runtime import ActorContext
+from tests.support import examples
 
 ROLES = ("user", "assistant", "system")
 WORDS = ("vault", "code", "bread", "river", "market", "lamp", "bridge", "owl")
@@ -123,7 +124,7 @@ def _episodes(state: Any) -> Any:
 
 
 @settings(
-    max_examples=150,
+    max_examples=examples(150),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )

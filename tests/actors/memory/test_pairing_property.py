@@ -18,6 +18,7 @@ from actormem.actors import (
 )
 from actormem.actors.conversation import group_units
 from actormem.runtime import get_counter
+from tests.support import examples
 
 WORDS = st.text(alphabet="abcdefgh ijklmnop", min_size=1, max_size=60)
 
@@ -60,7 +61,7 @@ def check_context(ctx: list[dict], budget: int) -> None:
 
 
 @settings(
-    max_examples=150,
+    max_examples=examples(150),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )

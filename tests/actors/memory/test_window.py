@@ -25,6 +25,7 @@ from actormem.actors import (
 from actormem.actors.conversation import group_units, leading_system_count
 from actormem.runtime import Transport, get_counter
 from tests.actors.memory.test_pairing_property import WORDS, conversations
+from tests.support import examples as support_examples
 
 pytestmark = pytest.mark.anyio
 
@@ -94,7 +95,7 @@ async def check_budgets(
 
 def property_settings(examples: int) -> settings:
     return settings(
-        max_examples=examples,
+        max_examples=support_examples(examples),
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
     )

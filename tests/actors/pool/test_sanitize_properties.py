@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from actormem.actors.pool.sanitize import sanitize_insight_text
 from actormem.actors.text.blocks import quote
+from tests.support import examples
 
 #: Text that leans on the characters attackers use: format and control characters,
 #: bidi and tag characters, angle brackets, quotes and backslashes.
@@ -25,7 +26,7 @@ hostile_text = st.text(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(hostile_text, st.integers(min_value=4, max_value=300))
 def test_sanitized_text_is_short_visible_and_stable(text: str, limit: int) -> None:
     clean = sanitize_insight_text(text, limit)
@@ -36,7 +37,7 @@ def test_sanitized_text_is_short_visible_and_stable(text: str, limit: int) -> No
     assert sanitize_insight_text(clean, limit) == clean
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(hostile_text)
 def test_quoted_text_cannot_break_out_of_its_line_or_block(text: str) -> None:
     quoted = quote(sanitize_insight_text(text, 1000))

@@ -162,7 +162,11 @@ class Stats(Command[MemoryStats], frozen=True):
 
 
 class MemoryExport(msgspec.Struct, frozen=True, kw_only=True):
-    """A memory's content, as written by ``export`` and read by ``load``."""
+    """A memory's content, as written by ``export`` and read by ``load``.
+
+    ``extra`` is the caller's own JSON-able data (a run id, a scenario name), kept
+    in the file and given back by :func:`read_export`; the memory does not read it.
+    """
 
     version: int = EXPORT_VERSION
     agent: str = ""
@@ -170,6 +174,7 @@ class MemoryExport(msgspec.Struct, frozen=True, kw_only=True):
     history: list[Message] = []
     offloaded: dict[str, list[Message]] = {}
     exported_at: float = 0.0
+    extra: dict[str, Any] = {}
 
 
 class Export(Command[MemoryExport], frozen=True):

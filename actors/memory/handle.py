@@ -142,10 +142,12 @@ def _listed(value: object) -> object:
 
 
 def write_export(data: MemoryExport, path: str | Path) -> None:
-    """Write an export as JSON, atomically (a temp file renamed over the target)."""
+    """Write an export as JSON, atomically (a temp file renamed over the target),
+    creating the folders it goes in."""
     target = Path(path)
     tmp = target.with_name(f".{target.name}.tmp")
     try:
+        target.parent.mkdir(parents=True, exist_ok=True)
         tmp.write_bytes(_json_encoder.encode(data))
         tmp.replace(target)
     except OSError as exc:
@@ -167,6 +169,21 @@ def read_export(path: str | Path) -> MemoryExport:
         return _export_decoder.decode(raw)
     except msgspec.DecodeError as exc:
         raise MemoryInputError(f"{source} is not a valid memory export: {exc}") from exc
+
+
+def _extra(extra: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``extra`` as the JSON object an export carries, or MemoryInputError."""
+    if extra is None:
+        return {}
+    if not isinstance(extra, Mapping) or not all(isinstance(k, str) for k in extra):
+        raise MemoryInputError(
+            f"export: extra must be a dict with string keys or None, got {shown(extra)}"
+        )
+    try:
+        decoded: dict[str, Any] = msgspec.json.decode(_json_encoder.encode(dict(extra)))
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise MemoryInputError(f"export: extra must be JSON-able: {exc}") from exc
+    return decoded
 
 
 class MemoryHandle:
@@ -321,12 +338,21 @@ class MemoryHandle:
         return await self._ask(Stats())
 
     async def export(
-        self, path: str | Path | None = None, *, include_history: bool = True
+        self,
+        path: str | Path | None = None,
+        *,
+        include_history: bool = True,
+        extra: Mapping[str, Any] | None = None,
     ) -> MemoryExport:
-        """Return the memory's content, and write it as JSON to ``path`` if given."""
+        """Return the memory's content, and write it as JSON to ``path`` if given
+        (missing folders are created); ``extra`` is the caller's own JSON-able data,
+        carried in the export and given back when it is read or loaded."""
         if path is not None and not isinstance(path, str | Path):
             raise MemoryInputError(f"export: path must be a str, a Path or None, got {shown(path)}")
+        carried = _extra(extra)
         data: MemoryExport = await self._ask(Export(include_history=include_history))
+        if carried:
+            data = msgspec.structs.replace(data, extra=carried)
         if path is not None:
             write_export(data, path)
         return data

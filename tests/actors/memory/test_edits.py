@@ -1,0 +1,80 @@
+"""Edits: update, mark and unmark change a working-view message in place."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from actormem.actors import MemoryInputError, MemoryRuntime, Message
+from actormem.actors.messages import count_tokens
+from actormem.runtime import get_counter
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_update_changes_the_message_recounts_and_records_the_edit(
+    memory_rt: MemoryRuntime,
+) -> None:
+    alice = memory_rt.memory("alice")
+    first = Message(id="m1", role="user", content="short", metadata={"topic": "bread"})
+    added = await alice.add([first, Message(id="m2", role="assistant", content="ok")])
+    updated = await alice.update("m1", content="a much longer text " * 10, importance=0.7)
+    assert updated.id == "m1"
+    assert updated.content == "a much longer text " * 10
+    assert updated.importance == 0.7
+    assert updated.metadata == {"topic": "bread"}
+    counter = get_counter(memory_rt.app_config.memory.encoding)
+    assert updated.tokens == count_tokens(msgspec.structs.replace(updated, tokens=-1), counter)
+    assert updated.tokens > added.tokens[0]
+    working = await alice.get()
+    assert [m.id for m in working] == ["m1", "m2"]
+    assert working[0] == updated
+    after = await alice.stats()
+    assert after.working_tokens == updated.tokens + added.tokens[1]
+    # The history keeps the original and gains the edit record.
+    history = await alice.get(scope="history")
+    assert [m.id for m in history] == ["m1", "m2", "m1.edit1"]
+    assert history[0].content == "short"
+    record = history[2]
+    assert record.content == updated.content
+    assert record.metadata["edit_of"] == "m1"
+    assert isinstance(record.metadata["edited_at"], float)
+    again = await alice.update("m1", metadata={"topic": "cake"})
+    assert again.metadata == {"topic": "cake"} and again.importance == 0.7
+    history = await alice.get(scope="history")
+    assert [m.id for m in history][-1] == "m1.edit2"
+
+
+async def test_update_refuses_unknown_ids_and_bad_messages_and_changes_nothing(
+    memory_rt: MemoryRuntime,
+) -> None:
+    alice = memory_rt.memory("alice")
+    await alice.add([Message(id="m1", role="user", content="hello")])
+    before = await alice.export()
+    with pytest.raises(MemoryInputError, match="no message with id 'nope'"):
+        await alice.update("nope", content="x")
+    limit = memory_rt.app_config.memory.max_message_chars
+    with pytest.raises(MemoryInputError, match="limit"):
+        await alice.update("m1", content="x" * (limit + 1))
+    with pytest.raises(MemoryInputError, match="importance"):
+        await alice.update("m1", importance=2.0)
+    with pytest.raises(MemoryInputError, match="content"):
+        await alice.update("m1", content=42)  # type: ignore[arg-type]
+    after = await alice.export()
+    assert after.working == before.working and after.history == before.history
+
+
+async def test_mark_and_unmark_set_and_remove_metadata_in_place(memory_rt: MemoryRuntime) -> None:
+    alice = memory_rt.memory("alice")
+    await alice.add([Message(id="m1", role="user", content="hi", metadata={"a": 1})])
+    marked = await alice.mark("m1", important=True, topic="bread")
+    assert marked.metadata == {"a": 1, "important": True, "topic": "bread"}
+    assert [m.id for m in await alice.get(important=True)] == ["m1"]
+    unmarked = await alice.unmark("m1", "important", "absent")
+    assert unmarked.metadata == {"a": 1, "topic": "bread"}
+    assert await alice.get(important=True) == []
+    history = await alice.get(scope="history")
+    assert [m.id for m in history] == ["m1", "m1.edit1", "m1.edit2"]
+    assert history[0].metadata == {"a": 1}
+    with pytest.raises(MemoryInputError, match="remove_metadata"):
+        await alice.unmark("m1", 3)  # type: ignore[arg-type]

@@ -39,6 +39,7 @@ from actormem.actors.memory.commands import (
     Reload,
     Retrieve,
     Search,
+    SetSummary,
     StartEpisode,
     Stats,
     SummarizeEpisodes,
@@ -132,6 +133,8 @@ class AgentMemory(Actor):
                 return store.delete(ids, indices)
             case Update():
                 return self._update(message)
+            case SetSummary(text=text, replaces=replaces):
+                return store.set_summary(text, replaces)
             case Clear(history=history):
                 return self._clear(history)
             case Stats():

@@ -46,6 +46,7 @@ __all__ = (
     "Reload",
     "Retrieve",
     "Search",
+    "SetSummary",
     "StartEpisode",
     "Stats",
     "SummarizeEpisodes",
@@ -142,6 +143,20 @@ class Update(Command[Message], frozen=True):
     importance: float | None = None
     set_metadata: dict[str, Any] = {}
     remove_metadata: list[str] = []
+
+
+class SetSummary(Command[Message], frozen=True):
+    """Replace working-view messages by one summary the caller wrote (a compression
+    by hand); the reply is the summary message. The replaced messages are kept
+    under the offload id in the summary's metadata ``reload_id``.
+
+    Attributes:
+        text: the summary.
+        replaces: ids of the working-view messages it stands for (whole tool pairs).
+    """
+
+    text: str
+    replaces: list[str]
 
 
 class Clear(Command[int], frozen=True):
@@ -335,6 +350,7 @@ MemoryCommand = (
     | Search
     | Delete
     | Update
+    | SetSummary
     | Clear
     | Stats
     | Export

@@ -37,6 +37,7 @@ from actormem.actors.memory.commands import (
     Reload,
     Retrieve,
     Search,
+    SetSummary,
     StartEpisode,
     Stats,
     SummarizeEpisodes,
@@ -372,6 +373,20 @@ class MemoryHandle:
             MemoryInputError: no message ``id`` in the working view, or a key not a str.
         """
         return await self._ask(Update(id=id, remove_metadata=list(keys)))
+
+    async def set_summary(self, text: str, *, replaces: Sequence[str]) -> Message:
+        """Compress by hand: replace the working-view messages ``replaces`` by one
+        summary (an assistant message: ``text`` and a reload hint) at the place of
+        the first of them; return it. The replaced messages are kept as an offload:
+        ``reload(summary.metadata["reload_id"])`` returns them. The history is unchanged.
+
+        Raises:
+            MemoryInputError: ``text`` empty, no ids, an id unknown or twice, or ids
+                that would split a tool call from its result (they are named).
+        """
+        return await self._ask(
+            SetSummary(text=text, replaces=_listed(replaces))  # type: ignore[arg-type]
+        )
 
     async def clear(self, *, history: bool = False) -> int:
         """Empty the working view (and, with ``history=True``, the original history)."""

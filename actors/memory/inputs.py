@@ -31,6 +31,7 @@ from actormem.actors.memory.commands import (
     Reload,
     Retrieve,
     Search,
+    SetSummary,
     StartEpisode,
     Update,
     Vouch,
@@ -204,6 +205,13 @@ def _update(c: Update) -> None:
         )
 
 
+def _set_summary(c: SetSummary) -> None:
+    _check_text("set_summary", "text", c.text, empty=False)
+    _check_texts("set_summary", "replaces", c.replaces)
+    if not c.replaces:
+        raise _fail("set_summary", "replaces", "a non-empty list of message ids", c.replaces)
+
+
 def _load(c: Load) -> None:
     if not isinstance(c.data, MemoryExport):
         raise _fail("load", "data", "a MemoryExport", c.data)
@@ -310,6 +318,7 @@ _CHECKS: Final[dict[type, Callable[[Any], None]]] = {
     Search: _search,
     Delete: _delete,
     Update: _update,
+    SetSummary: _set_summary,
     Clear: _clear,
     Export: _export,
     Load: _load,

@@ -28,6 +28,7 @@ from actormem.actors.memory.commands import (
     Prune,
     Record,
     Retrieve,
+    SetSummary,
     StartEpisode,
     Update,
 )
@@ -49,7 +50,7 @@ def commands(draw: st.DrawFn) -> list[Any]:
                 [
                     *("add", "add", "add", "add", "context", "delete", "prune"),
                     *("record", "retrieve", "insight", "clear", "episode", "reload", "held"),
-                    *("update", "update"),
+                    *("update", "update", "summary"),
                 ]
             )
         )
@@ -104,6 +105,10 @@ def commands(draw: st.DrawFn) -> list[Any]:
                     remove_metadata=draw(st.sampled_from([[], ["seen"]])),
                 )
             )
+        elif kind == "summary":
+            first = draw(st.integers(1, max(serial, 1)))
+            ids = [f"m{i}" for i in range(first, first + draw(st.integers(1, 3)))]
+            out.append(SetSummary(text=f"summary {serial}", replaces=ids))
         elif kind == "held":
             out.append(HeldInsights(query="owl", k=5))
         else:

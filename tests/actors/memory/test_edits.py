@@ -5,7 +5,13 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from actormem.actors import MemoryInputError, MemoryRuntime, Message
+from actormem.actors import (
+    MemoryInputError,
+    MemoryRuntime,
+    Message,
+    ToolCall,
+    check_openai_messages,
+)
 from actormem.actors.messages import count_tokens
 from actormem.runtime import get_counter
 
@@ -78,3 +84,64 @@ async def test_mark_and_unmark_set_and_remove_metadata_in_place(memory_rt: Memor
     assert history[0].metadata == {"a": 1}
     with pytest.raises(MemoryInputError, match="remove_metadata"):
         await alice.unmark("m1", 3)  # type: ignore[arg-type]
+
+
+async def test_set_summary_replaces_messages_and_keeps_them_reloadable(
+    memory_rt: MemoryRuntime,
+) -> None:
+    alice = memory_rt.memory("alice")
+    await alice.add(
+        [
+            Message(id="s", role="system", content="You are Alice."),
+            Message(id="u1", role="user", content="What is the weather?"),
+            Message(id="a1", role="assistant", tool_calls=(ToolCall("c1", "weather", "{}"),)),
+            Message(id="t1", role="tool", tool_call_id="c1", name="weather", content="sunny"),
+            Message(id="a2", role="assistant", content="It is sunny.", importance=0.4),
+            Message(id="u2", role="user", content="Thanks."),
+        ]
+    )
+    history_before = await alice.get(scope="history")
+    summary = await alice.set_summary(
+        "Bob asked the weather: sunny.", replaces=["u1", "a1", "t1", "a2"]
+    )
+    assert summary.role == "assistant"
+    assert isinstance(summary.content, str) and summary.content.startswith("Bob asked")
+    assert summary.metadata["summarized_ids"] == ["u1", "a1", "t1", "a2"]
+    assert summary.importance == 0.4
+    working = await alice.get()
+    assert [m.id for m in working] == ["s", summary.id, "u2"]
+    assert (await alice.stats()).working_tokens == sum(m.tokens for m in working)
+    originals = await alice.reload(summary.metadata["reload_id"])
+    assert [m.id for m in originals] == ["u1", "a1", "t1", "a2"]
+    assert await alice.get(scope="history") == history_before
+    assert check_openai_messages(await alice.context(4000)) == []
+
+
+async def test_set_summary_refuses_to_split_a_tool_pair_and_changes_nothing(
+    memory_rt: MemoryRuntime,
+) -> None:
+    alice = memory_rt.memory("alice")
+    await alice.add(
+        [
+            Message(id="a1", role="assistant", tool_calls=(ToolCall("c1", "weather", "{}"),)),
+            Message(id="t1", role="tool", tool_call_id="c1", name="weather", content="sunny"),
+            Message(id="u2", role="user", content="Thanks."),
+        ]
+    )
+    before = await alice.export()
+    with pytest.raises(MemoryInputError, match=r"would split.*\['t1'\]"):
+        await alice.set_summary("the call", replaces=["a1"])
+    with pytest.raises(MemoryInputError, match="no message with id 'zz'"):
+        await alice.set_summary("x", replaces=["u2", "zz"])
+    with pytest.raises(MemoryInputError, match="appears twice"):
+        await alice.set_summary("x", replaces=["u2", "u2"])
+    with pytest.raises(MemoryInputError, match="replaces must be a non-empty list"):
+        await alice.set_summary("x", replaces=[])
+    with pytest.raises(MemoryInputError, match="text must be a non-empty string"):
+        await alice.set_summary(" ", replaces=["u2"])
+    after = await alice.export()
+    assert (after.working, after.history, after.offloaded) == (
+        before.working,
+        before.history,
+        before.offloaded,
+    )

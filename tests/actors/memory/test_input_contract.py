@@ -36,6 +36,7 @@ from actormem.actors.memory.commands import (
     Reload,
     Retrieve,
     Search,
+    SetSummary,
     StartEpisode,
     Update,
     Vouch,
@@ -125,6 +126,10 @@ BAD_CALLS: list[tuple[str, tuple[Any, ...], dict[str, Any], str]] = [
     ("update", ("m",), {}, "update: nothing to change"),
     ("mark", ("m",), {"x": object()}, "update: set_metadata must be JSON-able"),
     ("unmark", ("m", 3), {}, "update: remove_metadata must be a list of strings"),
+    ("set_summary", ("",), {"replaces": ["m"]}, "set_summary: text must be a non-empty string"),
+    ("set_summary", ("s",), {"replaces": "m"}, "set_summary: replaces must be a list of strings"),
+    ("set_summary", ("s",), {"replaces": []}, "set_summary: replaces must be a non-empty list"),
+    ("set_summary", ("s",), {"replaces": ["nope"]}, "set_summary: no message with id 'nope'"),
 ]
 
 
@@ -477,6 +482,9 @@ BAD_ARGUMENTS = st.one_of(
     _call("mark", _NOT_TEXT, seen=st.just(True)),
     _call("mark", st.text(max_size=5), seen=st.just(True)),
     _call("unmark", st.just("x"), _NOT_STR),
+    _call("set_summary", _NOT_TEXT, replaces=st.just(["x"])),
+    _call("set_summary", st.just("s"), replaces=_JUNK.filter(lambda v: not isinstance(v, list))),
+    _call("set_summary", st.just("s"), replaces=st.lists(st.text(max_size=5), max_size=3)),
 )
 
 
@@ -596,6 +604,10 @@ RAW_BAD_COMMANDS = st.one_of(
         id=st.just("x"),
         remove_metadata=_wire(lambda v: isinstance(v, list) and all(_is_str(k) for k in v)),
     ),
+    _command(
+        SetSummary, text=_wire(lambda v: _is_str(v) and bool(v.strip())), replaces=st.just(["x"])
+    ),
+    _command(SetSummary, text=st.just("s"), replaces=_WIRE_JUNK),
 )
 
 

@@ -49,6 +49,8 @@ async def test_update_changes_the_message_recounts_and_records_the_edit(
     assert again.metadata == {"topic": "cake"} and again.importance == 0.7
     history = await alice.get(scope="history")
     assert [m.id for m in history][-1] == "m1.edit2"
+    edits = await alice.get(scope="history", metadata={"edit_of": "m1"})
+    assert [m.id for m in edits] == ["m1.edit1", "m1.edit2"]
 
 
 async def test_update_refuses_unknown_ids_and_bad_messages_and_changes_nothing(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 import pytest
 
@@ -12,8 +14,9 @@ from actormem.actors import (
     ToolCall,
     check_openai_messages,
 )
+from actormem.actors.config import AppConfig
 from actormem.actors.messages import count_tokens
-from actormem.runtime import get_counter
+from actormem.runtime import LocalTransport, get_counter
 
 pytestmark = pytest.mark.anyio
 
@@ -147,3 +150,24 @@ async def test_set_summary_refuses_to_split_a_tool_pair_and_changes_nothing(
         before.history,
         before.offloaded,
     )
+
+
+async def test_edits_survive_a_restart_of_the_runtime(make_transport: Any) -> None:
+    # On Redis the second runtime rebuilds the memory from the stored log and snapshot.
+    async with MemoryRuntime(AppConfig(), transport=make_transport()) as rt:
+        alice = rt.memory("alice")
+        await alice.add([Message(id=f"m{i}", role="user", content=f"note {i}") for i in range(4)])
+        await alice.update("m0", content="note zero, edited")
+        await alice.mark("m1", seen=True)
+        summary = await alice.set_summary("notes two and three", replaces=["m2", "m3"])
+        await alice.add([Message(id="m4", role="user", content="after")])
+        working = await alice.get()
+        history = await alice.get(scope="history")
+    if isinstance(rt.transport, LocalTransport):
+        return  # nothing outlives an in-process runtime
+    async with MemoryRuntime(AppConfig(), transport=make_transport()) as rt:
+        alice = rt.memory("alice")
+        assert await alice.get() == working
+        assert await alice.get(scope="history") == history
+        reloaded = await alice.reload(summary.metadata["reload_id"])
+        assert [m.id for m in reloaded] == ["m2", "m3"]

@@ -39,9 +39,11 @@ from actormem.actors.memory.commands import (
     Reload,
     Retrieve,
     Search,
+    SetSummary,
     StartEpisode,
     Stats,
     SummarizeEpisodes,
+    Update,
     Vouch,
 )
 from actormem.actors.memory.compaction import Compaction
@@ -129,6 +131,10 @@ class AgentMemory(Actor):
                 return self._queries.search(message)
             case Delete(ids=ids, indices=indices):
                 return store.delete(ids, indices)
+            case Update():
+                return self._update(message)
+            case SetSummary(text=text, replaces=replaces):
+                return store.set_summary(text, replaces)
             case Clear(history=history):
                 return self._clear(history)
             case Stats():
@@ -240,6 +246,28 @@ class AgentMemory(Actor):
             size=len(store.working),
             working_tokens=store.working_tokens,
         )
+
+    def _update(self, command: Update) -> Message:
+        changes: dict[str, Any] = {}
+        for field in ("content", "metadata", "importance"):
+            value = getattr(command, field)
+            if value is not None:
+                changes[field] = value
+        updated = self._store.update(
+            command.id, changes, command.set_metadata, command.remove_metadata
+        )
+        # What recall has yet to take in is the message as it is now (as a reload
+        # rebuilds it from the snapshot); what it took in already stays as it was.
+        if self._unobserved:
+            self._unobserved = [updated if m.id == updated.id else m for m in self._unobserved]
+        if self._recall is not None and any(
+            m.id == updated.id for m in self._recall.awaiting_reply
+        ):
+            self._recall.awaiting_reply = [
+                updated if m.id == updated.id else m for m in self._recall.awaiting_reply
+            ]
+        self._compaction.maybe_compress()
+        return updated
 
     def _clear(self, history: bool) -> int:
         removed = self._store.clear(history)

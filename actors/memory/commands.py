@@ -46,9 +46,11 @@ __all__ = (
     "Reload",
     "Retrieve",
     "Search",
+    "SetSummary",
     "StartEpisode",
     "Stats",
     "SummarizeEpisodes",
+    "Update",
     "Vouch",
 )
 
@@ -121,6 +123,40 @@ class Delete(Command[int], frozen=True):
 
     ids: list[str] = []
     indices: list[int] = []
+
+
+class Update(Command[Message], frozen=True):
+    """Change one working-view message in place; the reply is the message as updated.
+
+    Attributes:
+        id: the message's id.
+        content: the new content (None: unchanged).
+        metadata: the new metadata, replacing all of it (None: unchanged).
+        importance: the new importance (None: unchanged).
+        set_metadata: keys to set in the metadata (after ``metadata``).
+        remove_metadata: keys to remove from the metadata (absent keys are ignored).
+    """
+
+    id: str
+    content: str | dict[str, Any] | list[Any] | None = None
+    metadata: dict[str, Any] | None = None
+    importance: float | None = None
+    set_metadata: dict[str, Any] = {}
+    remove_metadata: list[str] = []
+
+
+class SetSummary(Command[Message], frozen=True):
+    """Replace working-view messages by one summary the caller wrote (a compression
+    by hand); the reply is the summary message. The replaced messages are kept
+    under the offload id in the summary's metadata ``reload_id``.
+
+    Attributes:
+        text: the summary.
+        replaces: ids of the working-view messages it stands for (whole tool pairs).
+    """
+
+    text: str
+    replaces: list[str]
 
 
 class Clear(Command[int], frozen=True):
@@ -313,6 +349,8 @@ MemoryCommand = (
     | Get
     | Search
     | Delete
+    | Update
+    | SetSummary
     | Clear
     | Stats
     | Export

@@ -37,9 +37,11 @@ from actormem.actors.memory.commands import (
     Reload,
     Retrieve,
     Search,
+    SetSummary,
     StartEpisode,
     Stats,
     SummarizeEpisodes,
+    Update,
     Vouch,
 )
 from actormem.actors.memory.inputs import check_command, shown
@@ -324,6 +326,67 @@ class MemoryHandle:
                 f"delete: targets are message ids (str) or indices (int), got {shown(bad)}"
             )
         return await self._ask(Delete(ids=ids, indices=indices))
+
+    async def update(
+        self,
+        id: str,
+        *,
+        content: str | dict[str, Any] | list[Any] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        importance: float | None = None,
+    ) -> Message:
+        """Change one working-view message in place, atomically; return it updated.
+
+        Arguments left None stay as they were; ``metadata`` replaces the whole
+        metadata (see :meth:`mark` to set or remove keys). The tokens are recounted
+        and the message rules and size limit apply as on ``add``. The original
+        history keeps the original and gains an edit record (the edited message,
+        id ``<id>.edit<n>``, metadata ``edit_of`` and ``edited_at``).
+
+        Raises:
+            MemoryInputError: no message ``id`` in the working view, an argument of
+                the wrong type, or an edited message the rules refuse (nothing changes).
+        """
+        return await self._ask(
+            Update(
+                id=id,
+                content=content,
+                metadata=dict(metadata) if isinstance(metadata, Mapping) else metadata,
+                importance=importance,
+            )
+        )
+
+    async def mark(self, id: str, **marks: Any) -> Message:
+        """Set metadata keys of one working-view message in place (an update, see
+        :meth:`update`); return it updated.
+
+        Raises:
+            MemoryInputError: no message ``id`` in the working view, or values not JSON-able.
+        """
+        return await self._ask(Update(id=id, set_metadata=marks))
+
+    async def unmark(self, id: str, *keys: str) -> Message:
+        """Remove metadata keys of one working-view message (absent keys are
+        ignored; an update, see :meth:`update`); return it updated.
+
+        Raises:
+            MemoryInputError: no message ``id`` in the working view, or a key not a str.
+        """
+        return await self._ask(Update(id=id, remove_metadata=list(keys)))
+
+    async def set_summary(self, text: str, *, replaces: Sequence[str]) -> Message:
+        """Compress by hand: replace the working-view messages ``replaces`` by one
+        summary (an assistant message: ``text`` and a reload hint) at the place of
+        the first of them; return it. The replaced messages are kept as an offload:
+        ``reload(summary.metadata["reload_id"])`` returns them. The history is unchanged.
+
+        Raises:
+            MemoryInputError: ``text`` empty, no ids, an id unknown or twice, or ids
+                that would split a tool call from its result (they are named).
+        """
+        return await self._ask(
+            SetSummary(text=text, replaces=_listed(replaces))  # type: ignore[arg-type]
+        )
 
     async def clear(self, *, history: bool = False) -> int:
         """Empty the working view (and, with ``history=True``, the original history)."""

@@ -31,7 +31,9 @@ from actormem.actors.memory.commands import (
     Reload,
     Retrieve,
     Search,
+    SetSummary,
     StartEpisode,
+    Update,
     Vouch,
 )
 from actormem.actors.messages import ROLES, ToolCall
@@ -182,6 +184,34 @@ def _delete(c: Delete) -> None:
         raise _fail("delete", "indices", "a list of ints", c.indices)
 
 
+def _update(c: Update) -> None:
+    _check_text("update", "id", c.id, empty=False)
+    if c.content is not None and not isinstance(c.content, str | dict | list):
+        raise _fail("update", "content", "a string, a dict, a list of parts or None", c.content)
+    _check_json_map("update", "metadata", c.metadata, optional=True)
+    if c.importance is not None:
+        _check_fraction("update", "importance", c.importance)
+    _check_json_map("update", "set_metadata", c.set_metadata)
+    _check_texts("update", "remove_metadata", c.remove_metadata)
+    if (
+        c.content is None
+        and c.metadata is None
+        and c.importance is None
+        and not c.set_metadata
+        and not c.remove_metadata
+    ):
+        raise MemoryInputError(
+            "update: nothing to change (give content, metadata, importance or marks)"
+        )
+
+
+def _set_summary(c: SetSummary) -> None:
+    _check_text("set_summary", "text", c.text, empty=False)
+    _check_texts("set_summary", "replaces", c.replaces)
+    if not c.replaces:
+        raise _fail("set_summary", "replaces", "a non-empty list of message ids", c.replaces)
+
+
 def _load(c: Load) -> None:
     if not isinstance(c.data, MemoryExport):
         raise _fail("load", "data", "a MemoryExport", c.data)
@@ -287,6 +317,8 @@ _CHECKS: Final[dict[type, Callable[[Any], None]]] = {
     Get: _get,
     Search: _search,
     Delete: _delete,
+    Update: _update,
+    SetSummary: _set_summary,
     Clear: _clear,
     Export: _export,
     Load: _load,

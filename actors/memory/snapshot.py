@@ -80,9 +80,11 @@ def encode_snapshot(
         unobserved: messages added before recall was made (only without recall).
     """
     in_history = store.history_ids
+    edited = store.edited
     snapshot = MemorySnapshot(
         working=[m.id for m in store.working],
-        extra=[m for m in store.working if m.id not in in_history],
+        # Compressed forms, and updated messages (their id names the original in the history).
+        extra=[m for m in store.working if m.id not in in_history or m.id in edited],
         offloaded=store.offloaded,
         history_skip=store.history_skip,
         version=store.version,
@@ -125,6 +127,7 @@ def restore_store(
     by_id.update((m.id, m) for m in state.extra)
     store.working = [by_id[i] for i in state.working if i in by_id] + replay
     store.working_tokens = sum(m.tokens for m in store.working)
+    store.edited = {m.id for m in state.extra if m.id in store.history_ids}
     store.offloaded = state.offloaded
     store.version = state.version
     store.peak_tokens = state.peak_tokens

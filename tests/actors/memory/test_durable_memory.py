@@ -28,7 +28,9 @@ from actormem.actors.memory.commands import (
     Prune,
     Record,
     Retrieve,
+    SetSummary,
     StartEpisode,
+    Update,
 )
 from actormem.actors.pool.insights import Insight, InsightDelivery
 from actormem.runtime import ActorContext
@@ -48,6 +50,7 @@ def commands(draw: st.DrawFn) -> list[Any]:
                 [
                     *("add", "add", "add", "add", "context", "delete", "prune"),
                     *("record", "retrieve", "insight", "clear", "episode", "reload", "held"),
+                    *("update", "update", "summary"),
                 ]
             )
         )
@@ -90,6 +93,22 @@ def commands(draw: st.DrawFn) -> list[Any]:
             out.append(Clear(history=draw(st.booleans())))
         elif kind == "episode":
             out.append(StartEpisode(metadata={}))
+        elif kind == "update":
+            serial += 1
+            target = f"m{draw(st.integers(1, max(serial, 1)))}"
+            out.append(
+                Update(
+                    id=target,
+                    content=draw(st.sampled_from([None, f"edited {serial}"])),
+                    importance=draw(st.sampled_from([None, 0.25])),
+                    set_metadata=draw(st.sampled_from([{}, {"seen": serial}])),
+                    remove_metadata=draw(st.sampled_from([[], ["seen"]])),
+                )
+            )
+        elif kind == "summary":
+            first = draw(st.integers(1, max(serial, 1)))
+            ids = [f"m{i}" for i in range(first, first + draw(st.integers(1, 3)))]
+            out.append(SetSummary(text=f"summary {serial}", replaces=ids))
         elif kind == "held":
             out.append(HeldInsights(query="owl", k=5))
         else:
@@ -102,8 +121,10 @@ def _state(memory: AgentMemory) -> dict[str, Any]:
     recall = memory.recall  # made here on both sides: restored unobserved adds count
     longterm = recall.longterm.export_state()
     return {
-        "working": [m.id for m in memory._store.working],
-        "history": [m.id for m in memory._store.history],
+        "working": [
+            (m.id, m.content, m.metadata, m.importance, m.tokens) for m in memory._store.working
+        ],
+        "history": [(m.id, m.content) for m in memory._store.history],
         "stats": msgspec.structs.asdict(memory._stats()),
         "offloaded": sorted(memory._store.offloaded),
         "insights": [i.id for i in recall.inbox.export_state().insights],

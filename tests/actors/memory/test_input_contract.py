@@ -36,7 +36,9 @@ from actormem.actors.memory.commands import (
     Reload,
     Retrieve,
     Search,
+    SetSummary,
     StartEpisode,
+    Update,
     Vouch,
 )
 from actormem.actors.memory.handle import MemoryHandle
@@ -116,6 +118,18 @@ BAD_CALLS: list[tuple[str, tuple[Any, ...], dict[str, Any], str]] = [
     ("record", (None,), {}, "record: messages must be"),
     ("answer_tool_call", ({"id": "", "name": "x"},), {}, "non-empty id and name"),
     ("answer_tool_call", ("call",), {}, "call must be a ToolCall or a dict"),
+    ("update", ("nope",), {"content": "x"}, "update: no message with id 'nope'"),
+    ("update", (42,), {"content": "x"}, "update: id must be a non-empty string"),
+    ("update", ("m",), {"importance": math.nan}, "update: importance must be a number"),
+    ("update", ("m",), {"content": 42}, "update: content must be"),
+    ("update", ("m",), {"metadata": {"a": object()}}, "update: metadata must be JSON-able"),
+    ("update", ("m",), {}, "update: nothing to change"),
+    ("mark", ("m",), {"x": object()}, "update: set_metadata must be JSON-able"),
+    ("unmark", ("m", 3), {}, "update: remove_metadata must be a list of strings"),
+    ("set_summary", ("",), {"replaces": ["m"]}, "set_summary: text must be a non-empty string"),
+    ("set_summary", ("s",), {"replaces": "m"}, "set_summary: replaces must be a list of strings"),
+    ("set_summary", ("s",), {"replaces": []}, "set_summary: replaces must be a non-empty list"),
+    ("set_summary", ("s",), {"replaces": ["nope"]}, "set_summary: no message with id 'nope'"),
 ]
 
 
@@ -392,6 +406,10 @@ _BAD_MESSAGE = st.one_of(
 )
 
 
+def _is_fraction(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v <= 1
+
+
 def _call(method: str, *args: st.SearchStrategy[Any], **kwargs: st.SearchStrategy[Any]) -> Any:
     return st.tuples(st.just(method), st.tuples(*args), st.fixed_dictionaries(kwargs))
 
@@ -448,6 +466,25 @@ BAD_ARGUMENTS = st.one_of(
     _call("unsubscribe", _NOT_TEXT),
     _call("answer_tool_call", _JUNK.filter(lambda v: not isinstance(v, dict))),
     _call("start_episode", note=st.builds(object)),
+    _call("update", _NOT_TEXT, content=st.just("x")),
+    _call("update", st.text(max_size=5), content=st.just("x")),
+    _call(
+        "update",
+        st.just("x"),
+        importance=_JUNK.filter(lambda v: not (v is None or _is_fraction(v))),
+    ),
+    _call(
+        "update",
+        st.just("x"),
+        content=_JUNK.filter(lambda v: v is not None and not isinstance(v, str | dict | list)),
+    ),
+    _call("update", st.just("x"), metadata=_JUNK.filter(lambda v: not isinstance(v, dict))),
+    _call("mark", _NOT_TEXT, seen=st.just(True)),
+    _call("mark", st.text(max_size=5), seen=st.just(True)),
+    _call("unmark", st.just("x"), _NOT_STR),
+    _call("set_summary", _NOT_TEXT, replaces=st.just(["x"])),
+    _call("set_summary", st.just("s"), replaces=_JUNK.filter(lambda v: not isinstance(v, list))),
+    _call("set_summary", st.just("s"), replaces=st.lists(st.text(max_size=5), max_size=3)),
 )
 
 
@@ -555,6 +592,22 @@ RAW_BAD_COMMANDS = st.one_of(
     _command(RecallEpisode, query=st.just("x"), k=_wire(_int_at_least(1))),
     _command(HeldInsights, k=_wire(_int_at_least(1))),
     _command(StartEpisode, metadata=_wire(lambda v: isinstance(v, dict))),
+    _command(Update, id=_wire(lambda v: _is_str(v) and bool(v.strip())), content=st.just("x")),
+    _command(Update, id=st.just("nope"), content=st.just("x")),
+    _command(
+        Update,
+        id=st.just("x"),
+        importance=_wire(lambda v: v is None or (type(v) in (int, float) and 0 <= v <= 1)),
+    ),
+    _command(
+        Update,
+        id=st.just("x"),
+        remove_metadata=_wire(lambda v: isinstance(v, list) and all(_is_str(k) for k in v)),
+    ),
+    _command(
+        SetSummary, text=_wire(lambda v: _is_str(v) and bool(v.strip())), replaces=st.just(["x"])
+    ),
+    _command(SetSummary, text=st.just("s"), replaces=_WIRE_JUNK),
 )
 
 

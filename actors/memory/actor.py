@@ -17,6 +17,7 @@ import structlog
 from actormem.actors.compression import CONTEXT_RELOAD_TOOL, RELOAD_TOOL_NAME, reload_tool_result
 from actormem.actors.config import AppConfig
 from actormem.actors.errors import MemoryInputError
+from actormem.actors.memory import edits
 from actormem.actors.memory.commands import (
     Add,
     AddResult,
@@ -134,7 +135,7 @@ class AgentMemory(Actor):
             case Update():
                 return self._update(message)
             case SetSummary(text=text, replaces=replaces):
-                return store.set_summary(text, replaces)
+                return edits.set_summary(store, text, replaces)
             case Clear(history=history):
                 return self._clear(history)
             case Stats():
@@ -253,8 +254,8 @@ class AgentMemory(Actor):
             value = getattr(command, field)
             if value is not None:
                 changes[field] = value
-        updated = self._store.update(
-            command.id, changes, command.set_metadata, command.remove_metadata
+        updated = edits.update(
+            self._store, command.id, changes, command.set_metadata, command.remove_metadata
         )
         # What recall has yet to take in is the message as it is now (as a reload
         # rebuilds it from the snapshot); what it took in already stays as it was.

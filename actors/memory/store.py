@@ -1,32 +1,23 @@
 """An agent's messages: the append-only original history and the working view.
 
 Dual storage, as in AutoContextMemory: the *original history* is append-only and
-nothing rewrites it; the *working view* is what the agent sees, and prune, update
-(and the compressor) rewrite it. An update changes the working-view message in
-place (same id) and appends an *edit record* to the history: the message as
-edited, under the id ``<id>.edit<n>``, its metadata holding ``edit_of`` (the
-original's id) and ``edited_at``; the original stays in the history untouched.
-Every message's tokens are counted once, when it comes in (an edited one again),
+nothing rewrites it; the *working view* is what the agent sees, and prune, the
+caller's edits (:mod:`~actormem.actors.memory.edits`) and the compressor rewrite
+it. Every message's tokens are counted once, when it comes in (an edited one again),
 and the working view's total is kept up to date as it changes, so budgets never
 need a recount.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
-from typing import Any
 
-import msgspec
-
-from actormem.actors.compression.offload import offload_hint
 from actormem.actors.config import MemoryConfig
 from actormem.actors.conversation import group_units, leading_system_count
 from actormem.actors.errors import MemoryInputError
 from actormem.actors.memory.commands import EXPORT_VERSION, MemoryExport, PruneResult
 from actormem.actors.messages import MAX_TIMESTAMP, Message, admit, count_tokens, message_chars
 from actormem.runtime import TokenCounter
-from actormem.runtime.ids import new_id
 
 __all__ = ("MessageStore",)
 
@@ -245,109 +236,6 @@ class MessageStore:
                 )
         self.set_working([m for pos, m in enumerate(self.working) if pos not in doomed])
         return len(doomed)
-
-    def update(
-        self,
-        id: str,
-        changes: dict[str, Any],
-        set_metadata: dict[str, Any],
-        remove_metadata: Sequence[str],
-    ) -> Message:
-        """Change the working-view message ``id`` (``changes``: new field values;
-        then ``set_metadata`` and ``remove_metadata`` applied to its metadata),
-        record the edit in the history and return the message as updated.
-
-        Raises:
-            MemoryInputError: no message ``id`` in the working view, or the edited
-                message breaks the message rules or the size limit (nothing changes).
-        """
-        pos = next((i for i, m in enumerate(self.working) if m.id == id), None)
-        if pos is None:
-            raise MemoryInputError(f"update: no message with id {id!r} in the working view")
-        old = self.working[pos]
-        metadata = dict(changes.get("metadata", old.metadata))
-        metadata.update(set_metadata)
-        for key in remove_metadata:
-            metadata.pop(key, None)
-        fields = {**msgspec.structs.asdict(old), **changes, "metadata": metadata, "tokens": -1}
-        try:
-            edited = Message(**fields)  # through __post_init__: the field checks
-        except (TypeError, ValueError, MemoryInputError) as exc:
-            raise MemoryInputError(f"update: {exc}") from None
-        (new,) = self.counted([edited], "update")
-        serial = 1
-        while f"{id}.edit{serial}" in self.history_ids:
-            serial += 1
-        record = msgspec.structs.replace(
-            new,
-            id=f"{id}.edit{serial}",
-            metadata={**new.metadata, "edit_of": id, "edited_at": time.time()},
-        )
-        working = list(self.working)
-        working[pos] = new
-        self.set_working(working)
-        self.append_history([record])
-        self.edited.add(id)
-        self.note_peak()
-        return new
-
-    def set_summary(self, text: str, replaces: Sequence[str]) -> Message:
-        """Replace the working-view messages ``replaces`` by one summary message at
-        the place of the first of them; keep them as an offload (reloadable by the
-        summary's ``reload_id``) and return the summary.
-
-        Raises:
-            MemoryInputError: no ids, an id twice or not in the working view, ids
-                that would split a tool call from its result (named), or a summary
-                over the size limit (nothing changes).
-        """
-        if not replaces:
-            raise MemoryInputError("set_summary: replaces must name at least one message")
-        wanted = set(replaces)
-        if len(wanted) != len(replaces):
-            twice = next(i for i in replaces if replaces.count(i) > 1)
-            raise MemoryInputError(f"set_summary: message id {twice!r} appears twice")
-        working = self.working
-        positions = [pos for pos, m in enumerate(working) if m.id in wanted]
-        if len(positions) != len(wanted):
-            missing = sorted(wanted - {working[pos].id for pos in positions})
-            raise MemoryInputError(
-                f"set_summary: no message with id {missing[0]!r} in the working view"
-                + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
-            )
-        for unit in group_units(working):
-            ids = [m.id for m in unit.messages]
-            inside = [i for i in ids if i in wanted]
-            if inside and len(inside) != len(ids):
-                outside = [i for i in ids if i not in wanted]
-                raise MemoryInputError(
-                    f"set_summary: replacing {inside} would split a tool call from its "
-                    f"result; replace {outside} with them, or neither"
-                )
-        originals = [working[pos] for pos in positions]
-        offload_id = new_id()
-        weights = [m.importance for m in originals if m.importance is not None]
-        summary = Message(
-            role="assistant",
-            content=f"{text}\n{offload_hint(offload_id, f'{len(originals)} messages')}",
-            metadata={
-                "compressed": "manual",
-                "strategy": "set_summary",
-                "reload_id": offload_id,
-                "summarized_ids": [m.id for m in originals],
-            },
-            importance=max(weights) if weights else None,
-            timestamp=originals[-1].timestamp,
-        )
-        (summary,) = self.counted([summary], "set_summary")
-        first = positions[0]
-        doomed = set(positions)
-        view = [m for pos, m in enumerate(working) if pos not in doomed]
-        view.insert(first, summary)
-        self.set_working(view)
-        self.offloaded[offload_id] = originals
-        self.note_peak()
-        return summary
 
     def clear(self, history: bool) -> int:
         """Empty the working view (and the history and offloads with ``history``);

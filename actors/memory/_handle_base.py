@@ -1,0 +1,85 @@
+"""The part of a memory handle every other part builds on: the agent, its
+addresses, and asking its memory actor (or the pool) a checked command.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TypeVar
+
+from actormem.actors.errors import MemoryInputError
+from actormem.actors.memory.commands import (
+    Vouch,
+)
+from actormem.actors.memory.inputs import check_command, shown
+from actormem.actors.pool.commands import (
+    AgentCommand,
+)
+from actormem.runtime import Command, Runtime
+
+__all__ = ("HandleBase",)
+
+
+R = TypeVar("R")
+A = TypeVar("A", bound=AgentCommand)
+
+
+class HandleBase:
+    """What every part of a :class:`~actormem.actors.memory.handle.MemoryHandle` uses:
+    the agent, its addresses, and how a command is checked and asked.
+
+    Args:
+        runtime: the runtime hosting (or reaching) the memory actors.
+        agent: the agent's name.
+        timeout: seconds each call waits for the actor (the runtime's default).
+    """
+
+    __slots__ = ("address", "agent", "pool", "runtime", "timeout")
+
+    def __init__(self, runtime: Runtime, agent: str, timeout: float | None = None) -> None:
+        if not isinstance(agent, str) or not agent.strip():
+            raise MemoryInputError("an agent name is a non-empty string")
+        if len(agent) > 256 or any(ord(c) < 32 for c in agent):
+            raise MemoryInputError(
+                f"invalid agent name {agent[:40]!r}: at most 256 printable characters"
+            )
+        if timeout is not None and (
+            not isinstance(timeout, int | float)
+            or isinstance(timeout, bool)
+            or not 0 < timeout < math.inf
+        ):
+            raise MemoryInputError(
+                f"timeout must be a positive number of seconds or None, got {shown(timeout)}"
+            )
+        self.runtime = runtime
+        self.agent = agent
+        self.address = f"memory/{agent}"
+        self.timeout = timeout
+        #: The insight pool this agent shares with.
+        self.pool = "pool/main"
+
+    def __repr__(self) -> str:
+        return f"MemoryHandle({self.agent!r})"
+
+    async def _ask(self, command: Command[R]) -> R:
+        check_command(command)
+        return await self.runtime.ask(self.address, command, self.timeout)
+
+    async def _ask_pool(self, command: Command[R]) -> R:
+        check_command(command)
+        return await self.runtime.ask(self.pool, command, self.timeout)
+
+    async def _vouched(self, command: A) -> A:
+        """``command`` as this agent's memory vouched for it, to send to the pool.
+
+        The pool takes a command that acts for an agent only from that agent's
+        memory actor (see :mod:`actormem.actors.pool.vouch`), so nobody can share as, or
+        subscribe, another agent.
+        """
+        vouched = await self._ask(Vouch(command=command))
+        if not isinstance(vouched, type(command)):
+            raise TypeError(
+                f"memory/{self.agent} vouched a {type(vouched).__name__} "
+                f"for a {type(command).__name__}"
+            )
+        return vouched

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from hypothesis import strategies as st
 
 from actormem.actors.compression import (
     CompressionConfig,
@@ -149,3 +150,15 @@ def compress_offline(view: list[Message], config: CompressionConfig) -> Compress
         )
 
     return anyio.run(go)
+
+
+#: Tokens a summary may need at its smallest (summary_min_tokens, label, hint).
+SUMMARY_FLOOR = 200
+
+
+@st.composite
+def texts(draw: st.DrawFn, words: Sequence[str], sizes: Sequence[int], max_words: int) -> str:
+    """A text of one of ``sizes`` words, repeating up to ``max_words`` of ``words``."""
+    chosen = draw(st.lists(st.sampled_from(words), min_size=1, max_size=max_words))
+    size = draw(st.sampled_from(sizes))
+    return " ".join(chosen[i % len(chosen)] for i in range(size))

@@ -17,12 +17,16 @@ from actormem.actors.conversation import check_openai_messages
 from actormem.actors.messages import Message, ToolCall
 from actormem.runtime.tokens import get_counter
 from tests.actors.compression._build import (
+    SUMMARY_FLOOR,
     assert_valid,
     compress_offline,
     counted,
     reachable_text,
     tokens,
     town_small,
+)
+from tests.actors.compression._build import (
+    texts as build_texts,
 )
 from tests.support import examples
 
@@ -34,15 +38,9 @@ FATES = ("now", "now", "now", "late", "missing", "twice")
 #: Big examples are the point here.
 SLOW = (HealthCheck.too_slow, HealthCheck.data_too_large)
 
-#: Tokens a summary may need at its smallest (summary_min_tokens, label, hint).
-SUMMARY_FLOOR = 200
 
-
-@st.composite
-def texts(draw: st.DrawFn) -> str:
-    words = draw(st.lists(st.sampled_from(WORDS), min_size=1, max_size=4))
-    size = draw(st.sampled_from(SIZES))
-    return " ".join(words[i % len(words)] for i in range(size))
+def texts() -> st.SearchStrategy[str]:
+    return build_texts(WORDS, SIZES, 4)
 
 
 class Conversation(list[Message]):

@@ -13,7 +13,14 @@ from actormem.actors.compression import (
 )
 from actormem.actors.messages import Message, ToolCall, count_tokens
 from actormem.runtime.tokens import get_counter
-from tests.actors.compression._build import assert_valid, compress_offline, counted, reachable_text
+from tests.actors.compression._build import (
+    SUMMARY_FLOOR,
+    assert_valid,
+    compress_offline,
+    counted,
+    reachable_text,
+)
+from tests.actors.compression._build import texts as build_texts
 from tests.support import examples
 
 WORDS = (
@@ -47,15 +54,9 @@ WORDS = (
 )
 SIZES = (3, 30, 200, 800, 2500)
 
-#: Tokens a summary may need at its smallest (summary_min_tokens, label, hint).
-SUMMARY_FLOOR = 200
 
-
-@st.composite
-def texts(draw: st.DrawFn) -> str:
-    words = draw(st.lists(st.sampled_from(WORDS), min_size=1, max_size=6))
-    size = draw(st.sampled_from(SIZES))
-    return " ".join(words[i % len(words)] for i in range(size))
+def texts() -> st.SearchStrategy[str]:
+    return build_texts(WORDS, SIZES, 6)
 
 
 @st.composite

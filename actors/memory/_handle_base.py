@@ -15,7 +15,7 @@ from actormem.actors.memory.inputs import check_command, shown
 from actormem.actors.pool.commands import (
     AgentCommand,
 )
-from actormem.runtime import Command, Runtime
+from actormem.runtime import Command, MessageTooLargeError, Runtime
 
 __all__ = ("HandleBase",)
 
@@ -62,12 +62,19 @@ class HandleBase:
         return f"MemoryHandle({self.agent!r})"
 
     async def _ask(self, command: Command[R]) -> R:
-        check_command(command)
-        return await self.runtime.ask(self.address, command, self.timeout)
+        return await self._checked_ask(self.address, command)
 
     async def _ask_pool(self, command: Command[R]) -> R:
+        return await self._checked_ask(self.pool, command)
+
+    async def _checked_ask(self, address: str, command: Command[R]) -> R:
         check_command(command)
-        return await self.runtime.ask(self.pool, command, self.timeout)
+        try:
+            return await self.runtime.ask(address, command, self.timeout)
+        except MessageTooLargeError as e:
+            # Valid for the memory, but too big for the transport to carry: still the
+            # caller's input, refused before anything was sent.
+            raise MemoryInputError(f"{e}; send less per call") from e
 
     async def _vouched(self, command: A) -> A:
         """``command`` as this agent's memory vouched for it, to send to the pool.

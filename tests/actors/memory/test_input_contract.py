@@ -46,9 +46,10 @@ from actormem.actors.memory.handle import MemoryHandle
 from actormem.actors.messages import ROLES
 from actormem.actors.pool.commands import QueryInsights, Share, Subscribe
 from actormem.runtime import LocalTransport
-from actormem.runtime.redis import RedisTransport
+from actormem.runtime.redis import RedisConfig, RedisTransport
 from tests.actors.memory.test_memory import chat
 from tests.support import examples
+from tests.support.redis import prefixed_client
 
 pytestmark = pytest.mark.anyio
 
@@ -247,6 +248,20 @@ async def test_the_size_limit_covers_the_whole_message(
         with pytest.raises(MemoryInputError, match="the limit is 100"):
             await alice.add(message)
         assert (await alice.stats()).history_size == 0
+
+
+async def test_a_message_too_big_for_the_transport_is_the_callers_input_error(
+    redis_config: RedisConfig,
+) -> None:
+    # Within the memory's own limit, but over what the Redis transport carries.
+    config = msgspec.structs.replace(redis_config, max_message_bytes=2_000)
+    transport = RedisTransport(config.url, config)
+    async with prefixed_client(config), MemoryRuntime(AppConfig(), transport=transport) as rt:
+        alice = rt.memory("alice")
+        await alice.add({"role": "user", "content": "kept"})
+        with pytest.raises(MemoryInputError, match="max_message_bytes=2000"):
+            await alice.add({"role": "user", "content": "x" * 5_000})
+        assert [m.content for m in await alice.get()] == ["kept"]
 
 
 def test_tool_call_checks_are_the_same_on_both_routes() -> None:

@@ -8,13 +8,15 @@ XADDs its requests in pipelines of whatever is queued, and reads its replies wit
 a blocking XREAD. That is the least any ask over Redis streams costs: two stream
 writes and two blocking reads, each batched the way actormem batches them.
 
-Run the responder as ``python -m actormem.benchmarks._raw_echo URL REQUESTS REPLIES``; it
-answers until it is terminated.
+Run the responder as ``python -m actormem.benchmarks._raw_echo REQUESTS REPLIES`` with the
+Redis URL in ``ACTORMEM_RAW_ECHO_URL`` (the environment, so that a password in it stays
+off the command line); it answers until it is terminated.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
 import subprocess
 import sys
@@ -27,6 +29,9 @@ import anyio
 import anyio.abc
 
 from actormem.runtime.redis import RedisConfig, connect
+
+#: The environment variable that gives the responder process its Redis URL.
+URL_ENV = "ACTORMEM_RAW_ECHO_URL"
 
 __all__ = ("RawAsker", "raw_responder")
 
@@ -110,7 +115,8 @@ async def raw_responder(url: str) -> AsyncIterator[RawAsker]:
     requests, replies = f"rawask:{tag}:requests", f"rawask:{tag}:replies"
     client: Any = connect(RedisConfig(url=url))
     process = await anyio.open_process(
-        [sys.executable, "-m", "actormem.benchmarks._raw_echo", url, requests, replies],
+        [sys.executable, "-m", "actormem.benchmarks._raw_echo", requests, replies],
+        env={**os.environ, URL_ENV: url},
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=None,
@@ -137,7 +143,8 @@ async def raw_responder(url: str) -> AsyncIterator[RawAsker]:
 
 
 def main(argv: list[str]) -> None:
-    url, requests, replies = argv
+    requests, replies = argv
+    url = os.environ[URL_ENV]
     with suppress(KeyboardInterrupt):
         anyio.run(respond, url, requests, replies)
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Final, Literal, TypeVar
+from typing import Any, ClassVar, Final, Literal, TypeVar
+from urllib.parse import urlsplit
 
 import msgspec
 
@@ -23,12 +24,15 @@ __all__ = (
     "DEFAULT_DRAIN_TIMEOUT",
     "DEFAULT_MAILBOX_SIZE",
     "DEFAULT_THROUGHPUT",
+    "REDACTED",
     "LoggingConfig",
     "RuntimeConfig",
     "SupervisionConfig",
     "TransportName",
     "decode_config",
     "load_toml",
+    "redact_url",
+    "redacted",
 )
 
 DEFAULT_MAILBOX_SIZE: Final = 1_000
@@ -40,6 +44,9 @@ DEFAULT_GC_THRESHOLD: Final = 10_000
 DEFAULT_MAX_RESTARTS: Final = 3
 DEFAULT_RESTART_PERIOD: Final = 5.0
 
+#: What a secret is shown as wherever a config is printed, logged or repr'd.
+REDACTED: Final = "***"
+
 T = TypeVar("T")
 
 RestartStrategy = Literal["resume", "reset", "stop"]
@@ -49,12 +56,73 @@ RestartStrategy = Literal["resume", "reset", "stop"]
 TransportName = Literal["local", "redis", "memory"]
 
 
+_QUERY_PASSWORD: Final = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
+
+
+def redact_url(url: str) -> str:
+    """Return ``url`` with its password replaced by ``***``.
+
+    Both places a URL can carry one are covered: the user info
+    (``redis://user:secret@host``) and a ``password`` query parameter
+    (``redis://host?password=secret``). Anything else is returned as it is.
+    """
+    try:
+        has_password = urlsplit(url).password is not None
+    except ValueError:  # not a URL at all (an invalid port, say): nothing to find
+        has_password = False
+    if has_password:
+        scheme, sep, rest = url.partition("://")
+        # The user info ends at the last "@" of the authority (a password may hold "@").
+        end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+        userinfo, _, host = rest[:end].rpartition("@")
+        user = userinfo.partition(":")[0]
+        url = f"{scheme}{sep}{user}:{REDACTED}@{host}{rest[end:]}"
+    return _QUERY_PASSWORD.sub(rf"\g<1>{REDACTED}", url)
+
+
+def _shown(section: msgspec.Struct, name: str) -> Any:
+    """A section's field as it may be shown: secrets hidden, passwords cut from URLs."""
+    value = getattr(section, name)
+    if not isinstance(value, str) or not value:
+        return value
+    if name in getattr(section, "__secret_fields__", ()):
+        return REDACTED
+    if name.endswith("url"):
+        return redact_url(value)
+    return value
+
+
+def redacted(config: msgspec.Struct) -> dict[str, Any]:
+    """A config as JSON-able data for printing, every secret shown as ``***``.
+
+    Secrets are the fields a section names in ``__secret_fields__`` (the pool's
+    ``hmac_key``) and the passwords in fields whose names end in ``url``; nested
+    sections are redacted the same way.
+    """
+    out: dict[str, Any] = {}
+    for name in config.__struct_fields__:
+        value = getattr(config, name)
+        if isinstance(value, msgspec.Struct):
+            out[name] = redacted(value)
+        else:
+            out[name] = msgspec.to_builtins(_shown(config, name))
+    return out
+
+
 class _Section(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """Base of every config section: frozen, unknown keys are errors.
 
     ``__post_init__`` checks use the range helpers below; the ValueError they raise
-    becomes a ConfigError naming the file and the section.
+    becomes a ConfigError naming the file and the section. The repr (and so ``str``)
+    hides secrets as :func:`redacted` does.
     """
+
+    #: Fields holding a secret, shown as ``***`` when set.
+    __secret_fields__: ClassVar[tuple[str, ...]] = ()
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={_shown(self, name)!r}" for name in self.__struct_fields__)
+        return f"{type(self).__name__}({fields})"
 
     def _at_least(self, minimum: float, *keys: str) -> None:
         for key in keys:

@@ -21,7 +21,7 @@ from actormem.actors.app.simulation import SimulationReport, report_dict, run_si
 from actormem.actors.app.wiring import CONFIG_ENV, MemoryRuntime
 from actormem.actors.config import AppConfig, load_app_config
 from actormem.actors.pool.vouch import VOUCHER_KEY_ENV
-from actormem.runtime.config import LoggingConfig, decode_config
+from actormem.runtime.config import LoggingConfig, decode_config, redacted
 from actormem.runtime.errors import ConfigError
 from actormem.runtime.logging import configure_logging
 from actormem.runtime.redis import EmbeddedRedis
@@ -134,7 +134,8 @@ def _worker(args: argparse.Namespace) -> int:
 
 def _show_config(args: argparse.Namespace) -> int:
     config = _load(args)
-    sys.stdout.write(msgspec.json.format(msgspec.json.encode(config)).decode() + "\n")
+    shown = msgspec.json.encode(redacted(config))
+    sys.stdout.write(msgspec.json.format(shown).decode() + "\n")
     return 0
 
 

@@ -27,6 +27,7 @@ from actormem.actors.compression.offload import render_transcript
 from actormem.actors.compression.summarizers import OfflineSummarizer, Purpose, RunUsage
 from actormem.actors.messages import Message
 from actormem.runtime._closing import AsyncClosing
+from actormem.runtime.config import redact_url
 from actormem.runtime.tokens import TokenCounter
 
 if TYPE_CHECKING:
@@ -166,7 +167,8 @@ class LLMSummarizer(AsyncClosing):
             log.warning("summarizer_no_api_key", env=config.api_key_env)
 
     def __repr__(self) -> str:
-        return f"LLMSummarizer(model={self.config.model!r}, base_url={self.config.base_url!r})"
+        base_url = redact_url(self.config.base_url) if self.config.base_url else None
+        return f"LLMSummarizer(model={self.config.model!r}, base_url={base_url!r})"
 
     async def __aenter__(self) -> LLMSummarizer:
         return self

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Final
+from typing import ClassVar, Final
 
 from actormem.actors.pool.insights import DEFAULT_MAX_INSIGHT_CHARS, InsightSigner
 from actormem.actors.pool.vouch import AgentVoucher
@@ -34,9 +34,12 @@ class PoolConfig(_Section, frozen=True):
             past it a delivery fails (counted and logged, never silent).
         applied_ids_window: command ids remembered so a redelivered Share is not
             applied twice.
-        hmac_key: secret for the provenance HMAC ("" = no signing); never printed.
+        hmac_key: secret for the provenance HMAC ("" = no signing); shown as ``***``
+            wherever the config is printed or repr'd.
         hmac_key_env: name of an environment variable holding the key instead.
     """
+
+    __secret_fields__: ClassVar[tuple[str, ...]] = ("hmac_key",)
 
     max_insight_chars: int = DEFAULT_MAX_INSIGHT_CHARS
     near_duplicate_threshold: float = DEFAULT_NEAR_DUPLICATE_THRESHOLD
@@ -68,15 +71,6 @@ class PoolConfig(_Section, frozen=True):
             raise ValueError(f"max_insight_chars must be >= 16, got {self.max_insight_chars}")
         if self.hmac_key and len(self.hmac_key.encode()) < 16:
             raise ValueError("hmac_key must be at least 16 bytes long")
-
-    def __repr__(self) -> str:
-        key = "***" if self.hmac_key else "''"
-        return (
-            f"PoolConfig(per_topic_limit={self.per_topic_limit}, "
-            f"near_duplicate_threshold={self.near_duplicate_threshold}, "
-            f"memory_kind={self.memory_kind!r}, hmac_key={key}, "
-            f"hmac_key_env={self.hmac_key_env!r})"
-        )
 
     def _key(self) -> str:
         key = self.hmac_key

@@ -11,6 +11,7 @@ import math
 from collections.abc import Sequence
 from typing import Any, Final, Protocol
 
+from actormem.runtime.config import redact_url
 from actormem.runtime.errors import ActormemError
 
 __all__ = ("Embedder", "EmbeddingError", "OpenAIEmbedder", "cosine")
@@ -61,7 +62,8 @@ class OpenAIEmbedder:
         )
 
     def __repr__(self) -> str:
-        return f"OpenAIEmbedder(base_url={str(self._client.base_url)!r}, model={self.model!r})"
+        base_url = redact_url(str(self._client.base_url))
+        return f"OpenAIEmbedder(base_url={base_url!r}, model={self.model!r})"
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """Return one vector per text.

@@ -32,6 +32,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 
+from actormem.runtime.config import redact_url
 from actormem.runtime.errors import TransportError, TransportUnavailableError
 from actormem.runtime.redis._server import EmbeddedRedis
 from actormem.runtime.redis.config import RedisConfig
@@ -123,7 +124,9 @@ def connect(
         raise ValueError("no Redis URL: pass one, or use open_client() for an embedded server")
     if config.use_tls:
         if target.startswith("unix:"):
-            raise ValueError(f"redis.tls needs a redis:// or rediss:// url, not {target}")
+            raise ValueError(
+                f"redis.tls needs a redis:// or rediss:// url, not {redact_url(target)}"
+            )
         # The scheme is what makes redis-py's pools and cluster client use TLS.
         target = "rediss:" + target.partition(":")[2]
     timeout = config.socket_timeout + config.block_ms / 1000 + _BLOCK_MARGIN

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -40,8 +39,6 @@ DEFAULT_PASSWORD_ENV: Final = "ACTORMEM_REDIS_PASSWORD"
 DEFAULT_RETRY_FOR: Final = 30.0
 DEFAULT_OUTBOX_SIZE: Final = 10_000
 
-_URL_PASSWORD: Final = re.compile(r"(://[^:/@]*:)[^@]*@")
-
 #: Whether the client checks the server's certificate (``none`` is for tests only).
 TlsVerify = Literal["required", "none"]
 #: The TLS keys that name files, checked to be readable when the config is built.
@@ -56,7 +53,8 @@ class RedisConfig(_Section, frozen=True):
             embedded ``redis-server`` on a Unix socket in a temp dir.
         cluster: ``url`` names a node of a Redis Cluster.
         password_env: the environment variable holding the password (never put a
-            password in a config file; one in ``url`` is hidden from reprs).
+            password in a config file; one in ``url`` is shown as ``***`` wherever
+            the config is printed, logged or repr'd).
         username: the Redis ACL user to log in as (None: the ``default`` user,
             which is what a bare ``requirepass`` password is for).
         tls: speak TLS to the server (a ``rediss://`` url does too).
@@ -196,15 +194,6 @@ class RedisConfig(_Section, frozen=True):
             "ssl_cert_reqs": self.tls_verify,
             "ssl_check_hostname": self.tls_check_hostname and self.tls_verify == "required",
         }
-
-    def __repr__(self) -> str:
-        fields = []
-        for name in self.__struct_fields__:
-            value = getattr(self, name)
-            if name == "url" and isinstance(value, str):
-                value = _URL_PASSWORD.sub(r"\1***@", value)
-            fields.append(f"{name}={value!r}")
-        return f"RedisConfig({', '.join(fields)})"
 
     def user(self) -> str:
         """The ACL user the client logs in as, for messages."""

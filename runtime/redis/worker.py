@@ -36,10 +36,12 @@ from actormem.runtime.redis.config import RedisConfig
 from actormem.runtime.redis.keys import Keys
 from actormem.runtime.redis.transport import RedisTransport
 
-__all__ = ("WorkerProcesses", "load_register", "run_worker")
+__all__ = ("REDIS_JSON_ENV", "WorkerProcesses", "load_register", "run_worker")
 
 log = structlog.get_logger("actormem.worker")
 
+#: The environment variable that gives a worker subprocess its ``[redis]`` section (JSON).
+REDIS_JSON_ENV: Final = "ACTORMEM_WORKER_REDIS_JSON"
 #: How long a launched worker may take to register itself as live.
 _READY_TIMEOUT: Final = 30.0
 #: How long a worker may take to stop after SIGTERM before it is killed.
@@ -187,8 +189,6 @@ class WorkerProcesses(AsyncClosing):
             self.register,
             "--worker-id",
             self.ids[index],
-            "--redis-json",
-            msgspec.json.encode(self.redis).decode(),
             "--runtime-json",
             msgspec.json.encode(self.runtime).decode(),
             "--log-level",
@@ -200,7 +200,7 @@ class WorkerProcesses(AsyncClosing):
                 stdin=subprocess.DEVNULL,
                 stdout=logfile,
                 stderr=subprocess.STDOUT,
-                env=self.env,
+                env={**self.env, REDIS_JSON_ENV: msgspec.json.encode(self.redis).decode()},
             )
 
     async def wait_ready(self, indexes: Sequence[int] | None = None) -> None:
@@ -281,14 +281,23 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m actormem.runtime.redis.worker")
     parser.add_argument("--register", required=True, help="module:function")
-    parser.add_argument("--redis-json", required=True)
+    parser.add_argument(
+        "--redis-json",
+        default=None,
+        help=f"the [redis] section as JSON (default: ${REDIS_JSON_ENV}; the environment "
+        "keeps a password in its url off the command line)",
+    )
     parser.add_argument("--runtime-json", default="{}")
     parser.add_argument("--worker-id", default=None)
     parser.add_argument("--log-level", default="info")
     args = parser.parse_args(argv)
+    # Read once and dropped, so the worker's own subprocesses do not inherit it.
+    redis_json = args.redis_json or os.environ.pop(REDIS_JSON_ENV, None)
+    if not redis_json:
+        parser.error(f"the [redis] section is needed: set ${REDIS_JSON_ENV} or --redis-json")
     configure_logging("json", args.log_level)
     try:
-        redis = msgspec.json.decode(args.redis_json, type=RedisConfig)
+        redis = msgspec.json.decode(redis_json, type=RedisConfig)
         runtime = msgspec.json.decode(args.runtime_json, type=RuntimeConfig)
         register = load_register(args.register)
         anyio.run(lambda: run_worker(redis, register, runtime=runtime, worker_id=args.worker_id))

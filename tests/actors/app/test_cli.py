@@ -112,6 +112,25 @@ def test_config_command_prints_the_full_config(capsys: pytest.CaptureFixture[str
     assert data["memory"]["max_tokens"] == 131072
 
 
+def test_config_command_never_prints_a_secret(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    password, key = "s3cret-Pa55word", "inline-hmac-key-0123456789"
+    path = tmp_path / "secret.toml"
+    path.write_text(
+        f'[redis]\nurl = "redis://worker:{password}@example:6379/0"\n'
+        f'[pool]\nhmac_key = "{key}"\n'
+        f'[compression.llm]\nbase_url = "https://u:{password}@llm.example/v1"\n'
+    )
+    assert main(["config", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert password not in out and key not in out
+    data = json.loads(out)
+    assert data["redis"]["url"] == "redis://worker:***@example:6379/0"
+    assert data["pool"]["hmac_key"] == "***"
+    assert data["compression"]["llm"]["base_url"] == "https://u:***@llm.example/v1"
+
+
 @pytest.mark.parametrize("name", ["local", "memory"])
 def test_transport_local_and_its_older_name_run_in_process(tmp_path: Path, name: str) -> None:
     out = tmp_path / "report.json"

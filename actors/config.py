@@ -19,6 +19,7 @@ from actormem.actors.retention import RetentionConfig
 from actormem.runtime.config import LoggingConfig, RuntimeConfig, _Section, load_toml
 from actormem.runtime.errors import ConfigError
 from actormem.runtime.redis import RedisConfig
+from actormem.runtime.redis.config import check_namespace
 from actormem.runtime.tokens import DEFAULT_ENCODING, ENCODINGS, encoding_for_model
 
 __all__ = ("AppConfig", "MemoryConfig", "SimulationConfig", "load_app_config")
@@ -100,6 +101,9 @@ class SimulationConfig(_Section, frozen=True):
             facts have been told (topic: the fact's place).
         gossip_rate: the share of turns in which an agent passes on an insight
             it received (the pool drops these as duplicates).
+        run_id: the run's id, which namespaces its keys on Redis (``""``: a new
+            id for every run; an earlier run's id resumes that run, its memories
+            and all).
     """
 
     agents: int = 50
@@ -112,9 +116,12 @@ class SimulationConfig(_Section, frozen=True):
     concurrency: int = 50
     share_facts: int = 2
     gossip_rate: float = 0.1
+    run_id: str = ""
 
     def __post_init__(self) -> None:
         self._at_least(1, "agents", "steps", "facts_per_agent", "fact_steps", "concurrency")
+        if self.run_id:
+            check_namespace(self.run_id, "run_id")
         if self.share_facts < 0:
             raise ValueError(f"share_facts must be >= 0, got {self.share_facts}")
         self._within(0.0, 1.0, "tool_call_rate", "gossip_rate")

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from actormem.actors.app.runs import for_run, new_run_id, open_run
 from actormem.actors.app.simulation import SimulationReport, report_dict, run_simulation
 from actormem.actors.app.wiring import CONFIG_ENV, MemoryRuntime
 from actormem.actors.config import AppConfig, load_app_config
@@ -25,6 +26,7 @@ from actormem.runtime.config import LoggingConfig, decode_config, redacted
 from actormem.runtime.errors import ConfigError
 from actormem.runtime.logging import configure_logging
 from actormem.runtime.redis import EmbeddedRedis
+from actormem.runtime.redis.config import check_namespace
 from actormem.runtime.redis.transport import RedisTransport
 from actormem.runtime.redis.worker import WorkerProcesses
 
@@ -53,6 +55,18 @@ def add_commands(subs: Any) -> None:
         "--workers",
         type=_positive,
         help="run the agents in N worker processes against one Redis (implies redis)",
+    )
+    sim.add_argument(
+        "--run-id",
+        type=_run_id,
+        metavar="ID",
+        help="resume the run ID: its agents' memories on a configured Redis (default: a new "
+        "run id, printed at start; overrides simulation.run_id)",
+    )
+    sim.add_argument(
+        "--fresh",
+        action="store_true",
+        help="clear the run's own keys on the configured Redis first (its namespace only)",
     )
     sim.add_argument("--json", metavar="PATH", help="also write the report as JSON to PATH")
     sim.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -85,10 +99,17 @@ def _positive(text: str) -> int:
     return value
 
 
+def _run_id(text: str) -> str:
+    try:
+        return check_namespace(text, "a run id")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _load(args: argparse.Namespace) -> AppConfig:
     config = load_app_config(args.config)
     overrides: dict[str, dict[str, Any]] = {}
-    for key in ("agents", "steps", "seed"):
+    for key in ("agents", "steps", "seed", "run_id"):
         value = getattr(args, key, None)
         if value is not None:
             overrides.setdefault("simulation", {})[key] = value
@@ -139,8 +160,22 @@ def _show_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def _start_run(config: AppConfig, fresh: bool) -> AppConfig:
+    """Give the run its id and namespace and say so in one line (one more if the run
+    finds data of its own on the configured Redis, or clears it)."""
+    config = for_run(config, config.simulation.run_id or new_run_id())
+    notice = anyio.run(lambda: open_run(config, fresh=fresh))
+    where = ""
+    if config.runtime.transport == "redis" and config.redis.url:
+        where = f" (Redis keys under {config.redis.prefix}:*)"
+    print(f"actormem: run {config.simulation.run_id}{where}", file=sys.stderr)
+    if notice:
+        print(f"actormem: {notice}", file=sys.stderr)
+    return config
+
+
 def _simulate(args: argparse.Namespace) -> int:
-    config = _load(args)
+    config = _start_run(_load(args), args.fresh)
     err = Console(stderr=True)
     show = not args.no_progress and err.is_terminal
     progress = Progress(
@@ -254,6 +289,7 @@ def _print_report(report: SimulationReport) -> None:
     table.add_column("what", style="bold")
     table.add_column("value", justify="right")
     rows = [
+        ("run id", report.run_id),
         ("agents x steps", f"{report.agents} x {report.steps} (seed {report.seed})"),
         ("transport", report.transport),
         ("messages processed", f"{report.messages_processed:,}"),

@@ -21,6 +21,7 @@ import anyio
 import msgspec
 import structlog
 
+from actormem.actors.app.runs import for_run, new_run_id
 from actormem.actors.app.wiring import MemoryRuntime
 from actormem.actors.config import AppConfig
 from actormem.actors.memory.handle import MemoryHandle
@@ -119,6 +120,7 @@ class SimulationReport(msgspec.Struct, frozen=True, kw_only=True):
     facts_known_after_sharing: float
     runtime: RuntimeStats
     per_agent: list[AgentReport]
+    run_id: str = ""
 
 
 def agent_names(n: int) -> list[str]:
@@ -208,14 +210,27 @@ async def run_simulation(
 ) -> SimulationReport:
     """Run the simulation ``config.simulation`` describes and return its report.
 
+    Every run has a run id: ``config.simulation.run_id``, else a new one. Opening
+    its own runtime, the run keeps its Redis keys in the run's namespace
+    (:func:`actormem.actors.app.runs.for_run`), so runs never see each other's
+    messages and the same id resumes a run.
+
     Args:
         config: the app config (runtime, memory and simulation sections).
         on_step: called after each step with the step number (progress bars).
-        runtime: an open runtime to use instead of opening one from ``config``.
+        runtime: an open runtime to use instead of opening one from ``config``
+            (its keys are where its maker put them: ``for_run`` makes the config of
+            a run's runtime).
     """
     if runtime is None:
+        config = for_run(config, config.simulation.run_id or new_run_id())
         async with MemoryRuntime(config) as rt:
             return await _run(config, rt, on_step)
+    if not config.simulation.run_id:
+        run_id = runtime.namespace or new_run_id()
+        config = msgspec.structs.replace(
+            config, simulation=msgspec.structs.replace(config.simulation, run_id=run_id)
+        )
     return await _run(config, runtime, on_step)
 
 
@@ -312,7 +327,9 @@ async def _run(
             )
             await add(me, [Message(role="user", name=partner, content=answer)])
 
-    log.info("simulation_started", agents=sim.agents, steps=sim.steps, seed=sim.seed)
+    log.info(
+        "simulation_started", run=sim.run_id, agents=sim.agents, steps=sim.steps, seed=sim.seed
+    )
     known_before: dict[str, float] = {}
     started = time.perf_counter()
     for step in range(sim.steps):
@@ -399,6 +416,7 @@ async def _run(
         facts_known_after_sharing=_mean(a.known_after_sharing for a in per_agent),
         runtime=rt.stats(),
         per_agent=per_agent,
+        run_id=sim.run_id,
     )
 
 

@@ -148,6 +148,16 @@ class MemoryRuntime(Runtime):
         transport: how envelopes travel; by default the config's
             ``runtime.transport`` (in-process, or Redis streams with this process
             as a worker; an embedded Redis when ``[redis] url`` is unset).
+        namespace: over Redis, keep every key of this runtime under
+            ``<prefix>:<namespace>`` (see :meth:`RedisConfig.namespaced`), so
+            runtimes of different namespaces on one server never see each other's
+            agents, messages or workers; the same namespace later finds its data
+            again. Workers serving it need the same (``[redis] prefix =
+            "<prefix>:<namespace>"``). Ignored by the in-process transport.
+
+    Raises:
+        ValueError: ``namespace`` is not a valid name, or is given together with
+            a ``transport`` (build that one from ``config.redis.namespaced(...)``).
 
     Example::
 
@@ -156,8 +166,24 @@ class MemoryRuntime(Runtime):
             await alice.add({"role": "user", "content": "hi"})
     """
 
-    def __init__(self, config: AppConfig | None = None, *, transport: Transport | None = None):
-        self.app_config = config or AppConfig()
+    def __init__(
+        self,
+        config: AppConfig | None = None,
+        *,
+        transport: Transport | None = None,
+        namespace: str | None = None,
+    ):
+        config = config or AppConfig()
+        if namespace is not None:
+            if transport is not None:
+                raise ValueError(
+                    "namespace applies to the transport the runtime makes: pass a transport "
+                    "built from config.redis.namespaced(namespace) instead"
+                )
+            config = msgspec.structs.replace(config, redis=config.redis.namespaced(namespace))
+        self.app_config = config
+        #: The namespace this runtime's keys live in (None: the config's prefix as is).
+        self.namespace = namespace
         if self.app_config.logging is not None:
             configure_logging(self.app_config.logging.format, self.app_config.logging.level)
         super().__init__(

@@ -16,6 +16,7 @@ from actormem.runtime.redis.codec import (
 )
 from actormem.runtime.redis.config import RedisConfig
 from actormem.runtime.redis.keys import CONSUMER_GROUP, DEFAULT_PREFIX, Keys, shard_of
+from actormem.runtime.redis.namespaces import clear_prefix, count_prefix
 from actormem.runtime.redis.transport import RedisTransport, RedisTransportStats
 
 __all__ = (
@@ -28,7 +29,9 @@ __all__ = (
     "RedisTransport",
     "RedisTransportStats",
     "check_server",
+    "clear_prefix",
     "connect",
+    "count_prefix",
     "default_codec",
     "find_redis_server",
     "free_port",

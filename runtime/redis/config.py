@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -21,6 +22,7 @@ __all__ = (
     "DEFAULT_STREAM_LIMIT",
     "DEFAULT_STREAM_MAXLEN",
     "RedisConfig",
+    "check_namespace",
 )
 
 DEFAULT_SHARDS: Final = 16
@@ -38,6 +40,26 @@ DEFAULT_APPLIED_KEEP: Final = 1_000
 DEFAULT_PASSWORD_ENV: Final = "ACTORMEM_REDIS_PASSWORD"
 DEFAULT_RETRY_FOR: Final = 30.0
 DEFAULT_OUTBOX_SIZE: Final = 10_000
+
+#: A namespace (a simulation's run id, say): letters, digits, ``_``, ``.`` and ``-``.
+_NAMESPACE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def check_namespace(name: str, what: str = "namespace") -> str:
+    """Return ``name`` if it may name a namespace; ``what`` names it in the error.
+
+    Raises:
+        ValueError: ``name`` is empty, longer than 64 characters, or holds a
+            character other than a letter, a digit, ``_``, ``.`` or ``-`` (a ``:``
+            would let one namespace's keys match another's pattern).
+    """
+    if not isinstance(name, str) or not _NAMESPACE.fullmatch(name):
+        raise ValueError(
+            f"{what} must be 1-64 letters, digits, '_', '.' or '-' (starting with a "
+            f"letter or digit), got {name!r}"
+        )
+    return name
+
 
 #: Whether the client checks the server's certificate (``none`` is for tests only).
 TlsVerify = Literal["required", "none"]
@@ -202,6 +224,19 @@ class RedisConfig(_Section, frozen=True):
     def password(self) -> str | None:
         """The password from the ``password_env`` environment variable, if set."""
         return os.environ.get(self.password_env) or None
+
+    def namespaced(self, namespace: str) -> RedisConfig:
+        """Return a copy whose keys live in ``namespace``: under ``<prefix>:<namespace>``.
+
+        Keys of different namespaces never meet (no shard, lease, stream or state
+        is shared), and SCANning ``<prefix>:<namespace>:*`` finds one namespace's
+        keys alone: another namespace's, and the un-namespaced prefix's
+        (``<prefix>:{...}``), never match it.
+
+        Raises:
+            ValueError: ``namespace`` is not a valid name (see :func:`check_namespace`).
+        """
+        return self.replace(prefix=f"{self.prefix}:{check_namespace(namespace)}")
 
     def replace(self, **changes: object) -> RedisConfig:
         """Return a copy with some fields changed (validated again)."""

@@ -25,12 +25,14 @@ layout, which a new name would leave unreadable.
 
 from __future__ import annotations
 
+import re
 import zlib
 from typing import Final
 
 __all__ = ("CONSUMER_GROUP", "DEFAULT_PREFIX", "Keys", "shard_of")
 
 DEFAULT_PREFIX: Final = "am"
+_GLOB: Final = re.compile(r"[\\*?\[\]]")
 #: The consumer group every shard stream is read through.
 CONSUMER_GROUP: Final = "workers"
 
@@ -123,5 +125,6 @@ class Keys:
         return f"{self.prefix}:{{r:{client}}}:replies"
 
     def pattern(self) -> str:
-        """A SCAN pattern matching every key under this prefix."""
-        return f"{self.prefix}:*"
+        """A SCAN pattern matching every key under this prefix (and nothing else: the
+        prefix's own glob characters are escaped)."""
+        return _GLOB.sub(r"\\\g<0>", self.prefix) + ":*"

@@ -31,6 +31,13 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
+def _after_run_line(stderr: str) -> str:
+    """``stderr`` without the line naming the run, which every simulation prints first."""
+    first, _, rest = stderr.partition("\n")
+    assert first.startswith("actormem: run "), stderr
+    return rest
+
+
 def test_default_simulation_runs_with_no_redis_server_on_path() -> None:
     proc = subprocess.run(
         _SIMULATE,
@@ -63,8 +70,9 @@ def test_no_redis_server_anywhere_is_one_line() -> None:
     )
     assert proc.returncode == 2
     assert proc.stdout == ""
-    assert proc.stderr.startswith("actormem: error: no redis-server found: install Redis")
-    assert proc.stderr.count("\n") == 1
+    err = _after_run_line(proc.stderr)
+    assert err.startswith("actormem: error: no redis-server found: install Redis")
+    assert err.count("\n") == 1
 
 
 def _children(pid: int) -> list[int]:
@@ -137,6 +145,6 @@ def test_a_signal_stops_the_simulation_promptly(
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
-    assert (proc.returncode, err, out) == (status, line, "")
+    assert (proc.returncode, _after_run_line(err), out) == (status, line, "")
     assert took < 15, f"took {took:.1f}s to stop"
     assert not [p for p in servers if _alive(p)], "redis-server left running"

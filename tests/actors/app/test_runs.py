@@ -8,6 +8,8 @@ namespace and nothing else. The Redis is the tests' private server.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +26,7 @@ from actormem.runtime import ConfigError, RuntimeConfig
 from actormem.runtime.cli import main
 from actormem.runtime.redis import RedisConfig
 from actormem.runtime.redis.transport import RedisTransport
+from tests.support import ROOT
 
 SMALL = SimulationConfig(agents=3, steps=4, facts_per_agent=2, fact_steps=2, concurrency=3)
 
@@ -191,3 +194,51 @@ def test_fresh_clears_the_runs_own_namespace_and_nothing_else(
 
     _, said = simulate()  # a new run: a new id, an empty namespace, one line
     assert len(said) == 1 and "town-1" not in said[0]
+
+
+@pytest.mark.slow
+def test_two_simulate_processes_at_once_keep_to_their_runs(
+    tmp_path: Path, redis_config: RedisConfig, sync_client: redis.Redis
+) -> None:
+    """As users run them: two ``actormem simulate`` on one configured Redis at once,
+    the same seed, one of them with worker processes."""
+    prefix = redis_config.prefix
+    path = tmp_path / "shared-redis.toml"
+    path.write_text(
+        f'[runtime]\ntransport = "redis"\n'
+        f'[redis]\nurl = "{redis_config.url}"\nprefix = "{prefix}"\nshards = 4\n'
+        "block_ms = 100\nlease_ms = 1000\n"
+    )
+    base = [sys.executable, "-m", "actormem", "simulate", str(path), "--agents", "4"]
+    runs = {"here": [], "workers": ["--workers", "2"]}
+    procs = {
+        name: subprocess.Popen(
+            [
+                *base,
+                "--steps",
+                "5",
+                "--no-progress",
+                "--json",
+                str(tmp_path / f"{name}.json"),
+                *extra,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+        )
+        for name, extra in runs.items()
+    }
+    reports = {}
+    for name, proc in procs.items():
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+        reports[name] = json.loads((tmp_path / f"{name}.json").read_text())
+        assert err.startswith(f"actormem: run {reports[name]['run_id']} (Redis keys under ")
+    assert reports["here"]["run_id"] != reports["workers"]["run_id"]
+    for report in reports.values():
+        held = sum(a["messages"] for a in report["per_agent"])
+        assert held == report["messages_processed"]
+    # Every key either run made is in its own namespace (the workers' too).
+    keys = [k.decode() for k in sync_client.scan_iter(match=f"{prefix}:*")]
+    assert {k.split(":")[1] for k in keys} == {r["run_id"] for r in reports.values()}

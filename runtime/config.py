@@ -114,7 +114,7 @@ class _Section(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=
 
     ``__post_init__`` checks use the range helpers below; the ValueError they raise
     becomes a ConfigError naming the file and the section. The repr (and so ``str``)
-    hides secrets as :func:`redacted` does.
+    hides secrets as :func:`redacted` does, and so does rich's pretty printer.
     """
 
     #: Fields holding a secret, shown as ``***`` when set.
@@ -123,6 +123,10 @@ class _Section(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=
     def __repr__(self) -> str:
         fields = ", ".join(f"{name}={_shown(self, name)!r}" for name in self.__struct_fields__)
         return f"{type(self).__name__}({fields})"
+
+    def __rich_repr__(self) -> list[tuple[str, Any]]:
+        """The fields as rich's pretty printer shows them, secrets hidden too."""
+        return [(name, _shown(self, name)) for name in self.__struct_fields__]
 
     def _at_least(self, minimum: float, *keys: str) -> None:
         for key in keys:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from rich.pretty import pretty_repr
 
 from actormem.actors import AppConfig, PoolConfig
 from actormem.actors.compression import CompressionConfig
@@ -47,7 +48,7 @@ def _configs() -> list[object]:
 
 @pytest.mark.parametrize("config", _configs(), ids=lambda c: type(c).__name__)
 def test_no_repr_or_str_of_a_config_shows_a_secret(config: object) -> None:
-    for text in (repr(config), str(config), f"{config}", str([config])):
+    for text in (repr(config), str(config), f"{config}", str([config]), pretty_repr(config)):
         assert SECRET not in text and KEY not in text
         assert REDACTED in text
     assert repr(config).startswith(type(config).__name__ + "(")

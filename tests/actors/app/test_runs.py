@@ -38,6 +38,17 @@ def redis_app(redis_config: RedisConfig, seed: int = 7, run_id: str = "") -> App
     )
 
 
+def shared_redis_toml(directory: Path, redis_config: RedisConfig) -> Path:
+    """A config file naming the test's Redis and prefix, as a user's shared server."""
+    path = directory / "shared-redis.toml"
+    path.write_text(
+        f'[runtime]\ntransport = "redis"\n'
+        f'[redis]\nurl = "{redis_config.url}"\nprefix = "{redis_config.prefix}"\n'
+        "shards = 4\nblock_ms = 100\nlease_ms = 1000\n"
+    )
+    return path
+
+
 def seen(report: SimulationReport) -> int:
     """Messages in the run's agents' memories (no compression at this size)."""
     return sum(a.messages for a in report.per_agent)
@@ -158,12 +169,7 @@ def test_fresh_clears_the_runs_own_namespace_and_nothing_else(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     prefix = redis_config.prefix
-    path = tmp_path / "shared-redis.toml"
-    path.write_text(
-        f'[runtime]\ntransport = "redis"\n'
-        f'[redis]\nurl = "{redis_config.url}"\nprefix = "{prefix}"\nshards = 4\n'
-        "block_ms = 100\nlease_ms = 1000\n"
-    )
+    path = shared_redis_toml(tmp_path, redis_config)
     base = ["simulate", str(path), "--agents", "3", "--steps", "4", "--no-progress"]
 
     def simulate(*extra: str) -> tuple[dict[str, object], list[str]]:
@@ -203,12 +209,7 @@ def test_two_simulate_processes_at_once_keep_to_their_runs(
     """As users run them: two ``actormem simulate`` on one configured Redis at once,
     the same seed, one of them with worker processes."""
     prefix = redis_config.prefix
-    path = tmp_path / "shared-redis.toml"
-    path.write_text(
-        f'[runtime]\ntransport = "redis"\n'
-        f'[redis]\nurl = "{redis_config.url}"\nprefix = "{prefix}"\nshards = 4\n'
-        "block_ms = 100\nlease_ms = 1000\n"
-    )
+    path = shared_redis_toml(tmp_path, redis_config)
     base = [sys.executable, "-m", "actormem", "simulate", str(path), "--agents", "4"]
     runs = {"here": [], "workers": ["--workers", "2"]}
     procs = {

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, overload
 
 from actormem.runtime._envelope import Command
 from actormem.runtime.errors import ActormemError
+from actormem.runtime.ids import split_address
 
 if TYPE_CHECKING:
     from actormem.runtime._runtime import Runtime
@@ -15,18 +16,6 @@ __all__ = ("Actor", "ActorContext", "ActorRef", "split_address")
 
 R = TypeVar("R")
 T = TypeVar("T")
-
-
-def split_address(address: str) -> tuple[str, str]:
-    """Split ``"kind/key"`` into its kind and key.
-
-    Raises:
-        ValueError: the address has no ``/``, or an empty kind or key.
-    """
-    kind, sep, key = address.partition("/")
-    if not sep or not kind or not key:
-        raise ValueError(f"an actor address is 'kind/key', got {address!r}")
-    return kind, key
 
 
 class ActorContext:

@@ -10,6 +10,12 @@ one actor never runs two messages at once.
 The tells a handler sends while it handles a command with an id get ids derived
 from it (``<id>.<n>``), so a command delivered again sends the same ids again and
 their recipients skip what they already applied.
+
+A message that cannot reach an actor for a reason of its own (an address that is
+not ``kind/key``, a kind not registered, a factory that refuses the address, an
+actor stopped and in its back-off) is *refused*: its asker gets the error, the
+transport hears of it (``Transport.undeliverable``: over Redis the entry is
+dead-lettered with the reason), and nothing counts against any actor.
 """
 
 from __future__ import annotations
@@ -26,17 +32,18 @@ import anyio.abc
 import anyio.lowlevel
 import structlog
 
-from actormem.runtime._actor import Actor, ActorContext, split_address
+from actormem.runtime._actor import Actor, ActorContext
 from actormem.runtime._asks import Asks
 from actormem.runtime._cell import Cell, Kind
 from actormem.runtime._envelope import Envelope, Reply
-from actormem.runtime._supervision import Supervisor, call_stop_hook, handler_error
+from actormem.runtime._supervision import Stopped, Supervisor, call_stop_hook, handler_error
 from actormem.runtime.errors import (
+    ActorError,
     ActorNotFoundError,
-    ActorStoppedError,
     MailboxFullError,
     RuntimeClosedError,
 )
+from actormem.runtime.ids import split_address
 
 if TYPE_CHECKING:
     from actormem.runtime._runtime import Runtime
@@ -111,8 +118,10 @@ class Dispatcher:
         ready: cells with mail, waiting for a dispatcher.
         busy: dispatchers running a cell now.
         processed: messages taken from mailboxes (handled or shed).
-        rejected: messages answered with an expected error.
+        rejected: messages answered with an expected error, or refused.
         expired: asks dropped unhandled because their deadline had passed.
+        stopped: the actors stopped by supervision, by address, while in back-off
+            (their cells are dropped).
     """
 
     __slots__ = (
@@ -128,6 +137,7 @@ class Dispatcher:
         "processed",
         "ready",
         "rejected",
+        "stopped",
     )
 
     def __init__(
@@ -152,31 +162,43 @@ class Dispatcher:
         self.processed = 0
         self.rejected = 0
         self.expired = 0
+        self.stopped: dict[str, Stopped] = {}
 
     # -- mailboxes -------------------------------------------------------------------
 
     def cell(self, address: str) -> Cell:
-        """The cell of ``address``, made on its first message.
+        """The cell of ``address``, made on its first message (or the first after a
+        stopped actor's back-off).
 
         Raises:
+            InvalidAddressError: the address is not ``kind/key``.
             ActorNotFoundError: no kind of that name is registered.
-            ValueError: the address is not ``kind/key``.
+            ActorStoppedError: the actor stopped and its back-off is not over.
         """
         cell = self.cells.get(address)
         if cell is None:
-            kind_name = address.partition("/")[0]
+            kind_name, _ = split_address(address)
             kind = self._kinds.get(kind_name)
             if kind is None:
                 raise ActorNotFoundError(address, f"no actor kind {kind_name!r} is registered")
-            split_address(address)
+            stopped = self.stopped.get(address)
+            if stopped is not None:
+                if stopped.left() > 0:
+                    raise stopped.refusal(address)
+                del self.stopped[address]
+                log.info("actor_back_after_stop", actor=address, reason=stopped.reason)
             cell = self.cells[address] = Cell(address, kind)
         return cell
 
+    def stop_reason(self, address: str) -> str | None:
+        """Why the actor at ``address`` stopped, while its back-off lasts."""
+        stopped = self.stopped.get(address)
+        return stopped.reason if stopped is not None and stopped.left() > 0 else None
+
     def deliver_nowait(self, envelope: Envelope) -> None:
-        """Put ``envelope`` into its mailbox, or raise :class:`MailboxFullError`."""
+        """Put ``envelope`` into its mailbox, or raise :class:`MailboxFullError`
+        (or the :class:`ActorError` that refuses it: see :meth:`cell`)."""
         cell = self.cells.get(envelope.recipient) or self.cell(envelope.recipient)
-        if cell.stopped is not None:
-            raise ActorStoppedError(cell.address, cell.stopped)
         mailbox = cell.mailbox
         if mailbox is None:
             mailbox = cell.mailbox = deque()
@@ -195,7 +217,7 @@ class Dispatcher:
         while True:
             cell = self.cells.get(envelope.recipient) or self.cell(envelope.recipient)
             mailbox = cell.mailbox
-            if mailbox is None or len(mailbox) < cell.kind.mailbox_size or cell.stopped:
+            if mailbox is None or len(mailbox) < cell.kind.mailbox_size:
                 self.deliver_nowait(envelope)
                 return
             if cell.space is None:
@@ -224,8 +246,9 @@ class Dispatcher:
         return True
 
     def census(self) -> Census:
-        """Count live and stopped actors and the mail waiting, in one walk."""
-        depth = deepest = active = stopped = 0
+        """Count live and stopped actors and the mail waiting, in one walk (forgetting
+        the stopped actors whose back-off is over)."""
+        depth = deepest = active = 0
         for cell in self.cells.values():
             if cell.mailbox:
                 n = len(cell.mailbox)
@@ -233,9 +256,10 @@ class Dispatcher:
                 deepest = max(deepest, n)
             if cell.actor is not None:
                 active += 1
-            if cell.stopped is not None:
-                stopped += 1
-        return Census(active, stopped, depth, deepest)
+        for address, stopped in list(self.stopped.items()):
+            if stopped.left() == 0:
+                del self.stopped[address]
+        return Census(active, len(self.stopped), depth, deepest)
 
     async def stop_actors(self) -> None:
         """Run every live actor's ``on_stop`` (shutdown, after the dispatchers ended)."""
@@ -329,22 +353,14 @@ class Dispatcher:
                 if hooked and not await transport.handled(env, actor, True):
                     actor = cell.actor = None
                     continue
-                if env.correlation is not None:
-                    await self._asks.send_reply(env, Reply(env.correlation, error=exc))
-                else:
-                    log.warning(
-                        "actor_rejected_message",
-                        actor=cell.address,
-                        message=type(env.body).__name__,
-                        reason=str(exc),
-                    )
+                await self._answer_error(env, exc, "actor_rejected_message")
                 continue
             except Exception as exc:
                 keep = not hooked or await transport.handled(env, actor, False)
                 again = hooked and await transport.retry(
                     env, self._supervisor.restarts_left(cell) >= 2
                 )
-                await self._supervisor.on_failure(cell, env, exc, answer=not again)
+                await self._failed(cell, env, exc, answer=not again)
                 if not keep:
                     cell.actor = None
                 actor = cell.actor
@@ -368,22 +384,73 @@ class Dispatcher:
         return handled
 
     async def _activate(self, cell: Cell, first: Envelope) -> Actor | None:
-        """Make the actor from its kind and start it; a failure counts as a crash."""
+        """Make the actor from its kind and start it. A factory that raises refuses
+        the address (the message is refused, nothing counts against an actor); a
+        failure to load or start the actor counts as a crash."""
         transport = self._runtime.transport
+        assert cell.mailbox is not None
         try:
             actor = cell.kind.factory(ActorContext(self._runtime, cell.address))
+        except Exception as exc:
+            cell.mailbox.popleft()
+            error = ActorNotFoundError(
+                cell.address,
+                f"the factory of kind {cell.kind.name!r} refused the address: "
+                f"{type(exc).__name__}: {exc}",
+            )
+            await self.refuse(first, error)
+            return None
+        try:
             if self._hooked:
                 await transport.activated(cell.address, actor)
             await actor.on_start()
         except Exception as exc:
-            assert cell.mailbox is not None
             cell.mailbox.popleft()
             if self._hooked:
                 transport.dropped(first)
-            await self._supervisor.on_failure(cell, first, exc)
+            await self._failed(cell, first, exc)
             return None
         cell.actor = actor
         return actor
+
+    async def _failed(
+        self, cell: Cell, env: Envelope, exc: Exception, *, answer: bool = True
+    ) -> None:
+        """A handler (or start) crashed: supervise, and retire the cell if that stopped it."""
+        await self._supervisor.on_failure(cell, env, exc, answer=answer)
+        if cell.stopped is not None:
+            await self._retire(cell, cell.stopped)
+
+    async def _retire(self, cell: Cell, reason: str) -> None:
+        """Drop a stopped actor's cell for its back-off and refuse its mail."""
+        address = cell.address
+        if self.cells.get(address) is cell:
+            del self.cells[address]
+        backoff = cell.kind.supervision.backoff_seconds
+        stopped = self.stopped[address] = Stopped(reason, time.monotonic() + backoff)
+        pending, cell.mailbox = cell.mailbox, None
+        if cell.space is not None:
+            cell.space.set()
+            cell.space = None
+        while pending:
+            await self.refuse(pending.popleft(), stopped.refusal(address))
+
+    async def refuse(self, env: Envelope, error: ActorError) -> None:
+        """Give ``env`` up for a reason of its own: answer its asker with ``error``,
+        and let the transport record it (over Redis: dead-lettered)."""
+        self.rejected += 1
+        if self._hooked:
+            await self._runtime.transport.undeliverable(env, error)
+        await self._answer_error(env, error, "message_refused")
+
+    async def _answer_error(self, env: Envelope, error: BaseException, event: str) -> None:
+        """Fail the ask ``env`` with ``error``; for a tell, nobody waits: log ``event``."""
+        if env.correlation is not None:
+            await self._asks.send_reply(env, Reply(env.correlation, error=error))
+        else:
+            log.warning(
+                event, actor=env.recipient, message=type(env.body).__name__, reason=str(error)
+            )
 
     async def run_inline(self, cell: Cell, actor: Actor, message: object) -> Any:
         """Handle an ask to an idle local actor in the asker's task (see
@@ -395,9 +462,7 @@ class Dispatcher:
             self.rejected += 1
             raise
         except Exception as exc:
-            await self._supervisor.on_failure(
-                cell, Envelope(recipient=cell.address, body=message), exc
-            )
+            await self._failed(cell, Envelope(recipient=cell.address, body=message), exc)
             raise handler_error(cell.address, message, exc) from exc
         finally:
             self.processed += 1

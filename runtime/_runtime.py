@@ -18,7 +18,7 @@ import anyio.lowlevel
 import msgspec
 
 from actormem.runtime import _gc
-from actormem.runtime._actor import ActorRef, split_address
+from actormem.runtime._actor import ActorRef
 from actormem.runtime._asks import Asks
 from actormem.runtime._cell import ActorFactory, Kind
 from actormem.runtime._closing import AsyncClosing
@@ -28,6 +28,7 @@ from actormem.runtime._pipes import Pipes
 from actormem.runtime._supervision import STOP_HOOK_TIMEOUT, Supervisor
 from actormem.runtime.config import RuntimeConfig, SupervisionConfig
 from actormem.runtime.errors import MailboxFullError, RuntimeClosedError
+from actormem.runtime.ids import split_address
 from actormem.runtime.transports.base import Transport
 from actormem.runtime.transports.local import LocalTransport
 
@@ -48,9 +49,9 @@ class RuntimeStats(msgspec.Struct, frozen=True, kw_only=True):
     """A snapshot of the runtime's counters.
 
     Attributes:
-        actors: addresses that have a cell (activated or stopped).
+        actors: addresses that have a cell (activated, or with mail waiting).
         active: actors whose object is alive.
-        stopped: actors stopped by supervision.
+        stopped: actors stopped by supervision whose back-off is not over.
         processed: messages taken from mailboxes since start (handled or shed).
         failures: handler crashes (not counting expected errors).
         rejected: messages answered with an expected error (bad input).
@@ -236,16 +237,26 @@ class Runtime(AsyncClosing):
         """Return a reference to the actor at ``address`` (``"kind/key"``).
 
         Raises:
-            ValueError: the address is not ``kind/key``.
+            InvalidAddressError: (a ``ValueError``) the address is not ``kind/key``.
         """
         split_address(address)
         return ActorRef(self, address)
 
+    def _check_address(self, address: str) -> None:
+        # An address with a cell was checked when the cell was made.
+        if address not in self._cells:
+            split_address(address)
+
     # -- sending -----------------------------------------------------------------
 
     async def tell(self, address: str, message: Any) -> None:
-        """Send ``message`` to ``address``, waiting while its mailbox is full."""
+        """Send ``message`` to ``address``, waiting while its mailbox is full.
+
+        Raises:
+            InvalidAddressError: the address is not ``kind/key`` (nothing is sent).
+        """
         self._check_open()
+        self._check_address(address)
         envelope = Envelope(recipient=address, body=message, id=derived_id())
         if self._inline_ok:  # in process: straight into the mailbox unless it is full
             try:
@@ -269,8 +280,10 @@ class Runtime(AsyncClosing):
             await anyio.lowlevel.checkpoint()
 
     def tell_nowait(self, address: str, message: Any) -> None:
-        """Send ``message`` to ``address`` now, or raise :class:`MailboxFullError`."""
+        """Send ``message`` to ``address`` now, or raise :class:`MailboxFullError`
+        (or :class:`InvalidAddressError`: the address is not ``kind/key``)."""
         self._check_open()
+        self._check_address(address)
         self.transport.send_nowait(Envelope(recipient=address, body=message, id=derived_id()))
 
     @overload
@@ -281,8 +294,12 @@ class Runtime(AsyncClosing):
         """Send ``message`` to ``address`` and return the reply (see :meth:`ActorRef.ask`).
 
         The reply is typed by the command's type argument for a :class:`Command`.
+
+        Raises:
+            InvalidAddressError: the address is not ``kind/key`` (nothing is sent).
         """
         self._check_open()
+        self._check_address(address)
         cell = self._cells.get(address)
         if (
             cell is not None
@@ -307,8 +324,12 @@ class Runtime(AsyncClosing):
         """Run ``work`` in the runtime's task group and tell its outcome to ``to``.
 
         See :meth:`ActorContext.pipe`.
+
+        Raises:
+            InvalidAddressError: ``to`` is not ``kind/key`` (nothing runs).
         """
         self._check_open()
+        split_address(to)
         assert self._tg is not None
         self._tg.start_soon(self._pipes.run, work, to, wrap)
 
@@ -379,6 +400,6 @@ class Runtime(AsyncClosing):
         )
 
     def stop_reason(self, address: str) -> str | None:
-        """Why the actor at ``address`` stopped, or None if it has not."""
-        cell = self._cells.get(address)
-        return cell.stopped if cell is not None else None
+        """Why the actor at ``address`` stopped, while its back-off lasts (after it,
+        the next message brings the actor back); None if it is not stopped."""
+        return self._dispatch.stop_reason(address)

@@ -3,15 +3,18 @@
 The asker gets a :class:`HandlerError`; then the kind's policy resumes the actor
 (state kept), resets it (a fresh one on the next message) or stops it. More than
 ``max_restarts`` failures within ``within_seconds`` stop it too (OTP's restart
-intensity); a stopped actor's mail and every later message fail with
-:class:`ActorStoppedError`.
+intensity). A stopped actor is deactivated: its object is dropped, its mail and
+every message sent to it for ``backoff_seconds`` are refused with
+:class:`ActorStoppedError` (:class:`Stopped` says why and for how long), and the
+first message after that brings it back from its stored state, with a fresh
+restart budget.
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Final
+from typing import Final, NamedTuple
 
 import anyio
 import structlog
@@ -22,7 +25,7 @@ from actormem.runtime._cell import Cell
 from actormem.runtime._envelope import Envelope, Reply
 from actormem.runtime.errors import ActorStoppedError, HandlerError
 
-__all__ = ("STOP_HOOK_TIMEOUT", "Supervisor", "call_stop_hook", "handler_error")
+__all__ = ("STOP_HOOK_TIMEOUT", "Stopped", "Supervisor", "call_stop_hook", "handler_error")
 
 log = structlog.get_logger("actormem.runtime")
 
@@ -46,6 +49,26 @@ def handler_error(address: str, message: object, exc: Exception) -> HandlerError
     error = HandlerError(address, f"{type(message).__name__} failed: {type(exc).__name__}: {exc}")
     error.__cause__ = exc
     return error
+
+
+class Stopped(NamedTuple):
+    """A stopped actor's back-off: why it stopped, and until when it refuses mail."""
+
+    reason: str
+    #: ``time.monotonic()`` at which the back-off ends.
+    until: float
+
+    def left(self) -> float:
+        """Seconds of back-off left (0 once it is over)."""
+        return max(self.until - time.monotonic(), 0.0)
+
+    def refusal(self, address: str) -> ActorStoppedError:
+        """The error a message sent during the back-off is refused with."""
+        return ActorStoppedError(
+            address,
+            f"{self.reason}; it takes no messages for {self.left():.1f}s more, then the "
+            "next one brings it back from its stored state",
+        )
 
 
 class Supervisor:
@@ -118,15 +141,15 @@ class Supervisor:
         return policy.max_restarts - recent
 
     async def stop(self, cell: Cell, reason: str) -> None:
-        """Stop the actor for good: its mail, and every later message, fail."""
+        """Stop the actor: mark its cell stopped and drop the actor object (the
+        dispatcher then retires the cell for the kind's ``backoff_seconds``)."""
         cell.stopped = reason
         actor, cell.actor = cell.actor, None
         if actor is not None:
             await call_stop_hook(cell.address, actor)
-        pending, cell.mailbox = cell.mailbox, None
-        for env in pending or ():
-            self._asks.fail_envelope(env, ActorStoppedError(cell.address, reason))
-        if cell.space is not None:
-            cell.space.set()
-            cell.space = None
-        log.error("actor_stopped", actor=cell.address, reason=reason)
+        log.error(
+            "actor_stopped",
+            actor=cell.address,
+            reason=reason,
+            backoff_seconds=cell.kind.supervision.backoff_seconds,
+        )

@@ -43,6 +43,7 @@ DEFAULT_DRAIN_TIMEOUT: Final = 10.0
 DEFAULT_GC_THRESHOLD: Final = 10_000
 DEFAULT_MAX_RESTARTS: Final = 3
 DEFAULT_RESTART_PERIOD: Final = 5.0
+DEFAULT_STOPPED_BACKOFF: Final = 5.0
 
 #: What a secret is shown as wherever a config is printed, logged or repr'd.
 REDACTED: Final = "***"
@@ -157,17 +158,25 @@ class SupervisionConfig(_Section, frozen=True):
         max_restarts: restarts allowed within ``within_seconds`` (OTP's restart
             intensity); one more stops the actor and fails its pending asks.
         within_seconds: the period of the restart intensity.
+        backoff_seconds: how long a stopped actor stays stopped: it is deactivated
+            (its object dropped), the commands sent to it meanwhile are refused
+            with ``ActorStoppedError`` (over Redis, dead-lettered with the reason,
+            and requeueable), and the first command after it brings the actor back
+            from its stored state with a fresh restart budget.
     """
 
     strategy: RestartStrategy = "resume"
     max_restarts: int = msgspec.field(default=DEFAULT_MAX_RESTARTS)
     within_seconds: float = DEFAULT_RESTART_PERIOD
+    backoff_seconds: float = DEFAULT_STOPPED_BACKOFF
 
     def __post_init__(self) -> None:
         if self.max_restarts < 0:
             raise ValueError(f"max_restarts must be >= 0, got {self.max_restarts}")
         if self.within_seconds <= 0:
             raise ValueError(f"within_seconds must be > 0, got {self.within_seconds}")
+        if not self.backoff_seconds >= 0:
+            raise ValueError(f"backoff_seconds must be >= 0, got {self.backoff_seconds}")
 
 
 class RuntimeConfig(_Section, frozen=True):

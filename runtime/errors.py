@@ -11,10 +11,12 @@ boundary with ``raise ... from exc`` so the cause stays visible.
     ├── ConfigError                  bad TOML, unknown key, wrong type, bad value
     ├── RuntimeClosedError           the runtime is not open, or is shutting down
     ├── ActorError                   something about one actor (carries ``address``)
+    │   ├── InvalidAddressError      not a ``kind/key`` address (also a ValueError)
     │   ├── ActorNotFoundError       no actor kind registered for the address
     │   ├── ActorStoppedError        the actor stopped (restart intensity, shutdown)
     │   ├── MailboxFullError         ``tell_nowait`` on a full mailbox
     │   ├── AskTimeoutError          no reply within the ask timeout
+    │   │   └── NoOwnerError         no worker owns the actor's shard (Redis)
     │   ├── TooManyAsksError         ``max_pending_asks`` asks already wait (not sent)
     │   └── HandlerError             the handler raised while serving this request
     ├── TransportError               a transport cannot carry an envelope
@@ -52,6 +54,26 @@ class ActorError(ActormemError):
         self.address = address
 
 
+class InvalidAddressError(ActorError, ValueError):
+    """An actor address is not ``kind/key`` (a non-empty kind without ``/``, a
+    non-empty key, printable, at most ``MAX_ADDRESS_CHARS`` characters).
+
+    Raised where a message is sent, before anything is queued; a worker that reads
+    such an address from a stream dead-letters the entry with this text.
+    """
+
+    def __init__(self, address: object, problem: str) -> None:
+        shown = repr(address) if isinstance(address, str) else f"of type {type(address).__name__}"
+        if len(shown) > 80:
+            shown = shown[:80] + "..."
+        Exception.__init__(
+            self,
+            f"invalid actor address {shown}: {problem}; an address is 'kind/key' "
+            "with a non-empty kind and key, like 'memory/alice'",
+        )
+        self.address = address if isinstance(address, str) else repr(address)
+
+
 class ActorNotFoundError(ActorError):
     """No actor kind is registered for the address."""
 
@@ -66,6 +88,14 @@ class MailboxFullError(ActorError):
 
 class AskTimeoutError(ActorError, TimeoutError):
     """No reply arrived within the ask timeout."""
+
+
+class NoOwnerError(AskTimeoutError):
+    """No worker owns the shard of the actor asked (Redis): the ask fails early.
+
+    The command stays in the shard's stream; a worker that takes the shard later
+    handles it, as it would an ask that timed out.
+    """
 
 
 class TooManyAsksError(ActorError):

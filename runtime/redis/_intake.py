@@ -2,9 +2,11 @@
 
 A worker reads each shard it owns through the consumer group ``workers``, first
 claiming what earlier owners left pending (XPENDING, XCLAIM), then new entries
-(XREADGROUP). Each entry is checked (size, codec, shard), deduplicated by command
-id against what its actor applied or has in flight, and delivered; what cannot be
-goes to the dead letters. The stream is trimmed, never past a pending entry.
+(XREADGROUP). Each entry is checked (size, codec, address, shard), deduplicated by
+command id against what its actor applied or has in flight, and delivered; what
+cannot be (for a reason of the entry's own: the runtime refuses it too when no
+actor can take it) goes to the dead letters, its asker is answered, and the
+shard is served on. The stream is trimmed, never past a pending entry.
 Broadcasts are fanned out to the local actors of their kind.
 """
 
@@ -20,7 +22,13 @@ import redis.exceptions as rexc
 import structlog
 
 from actormem.runtime._envelope import Envelope, Reply
-from actormem.runtime.errors import ActorError, MessageDecodeError, TransportError
+from actormem.runtime.errors import (
+    ActorError,
+    InvalidAddressError,
+    MessageDecodeError,
+    TransportError,
+)
+from actormem.runtime.ids import split_address
 from actormem.runtime.redis._client import redis_errors
 from actormem.runtime.redis._dead_letters import given_up
 from actormem.runtime.redis._loops import wait_open
@@ -250,6 +258,11 @@ class Intake:
             error = exc
             await dead_letters.answer_asker(data, lambda _: error)
             return
+        try:
+            split_address(env.recipient)
+        except InvalidAddressError as exc:
+            await self._refuse(shard, entry, data, cast(StreamEnvelope, env), exc)
+            return
         expected = shard_of(env.recipient, config.shards)
         if expected != shard.number:
             reason = (
@@ -274,11 +287,28 @@ class Intake:
         record.last_used = time.monotonic()
         try:
             await self._link.host.deliver(delivery)
-        except ActorError as exc:
+        except ActorError as exc:  # no actor can take it: unknown kind, stopped, ...
             self._held.dropped(delivery)
-            await dead_letters.write(shard, entry, data, str(exc))
-            if delivery.correlation is not None:
-                await self._replies.reply(delivery, Reply(delivery.correlation, error=exc))
+            await self._refuse(shard, entry, data, delivery, exc)
+
+    async def _refuse(
+        self, shard: Shard, entry: str, data: bytes, env: StreamEnvelope, error: ActorError
+    ) -> None:
+        """Dead-letter an entry no actor here can take, and answer its asker."""
+        await self._dead_letters.write(shard, entry, data, str(error))
+        if env.correlation is not None:
+            await self._replies.reply(env, Reply(env.correlation, error=error))
+
+    async def undeliverable(self, env: Envelope, error: ActorError) -> None:
+        """The runtime refused a delivered entry (see ``Transport.undeliverable``):
+        dead-letter it, unless the shard is no longer ours (then it stays pending
+        for the next owner, which decides again)."""
+        self._held.dropped(env)
+        if not isinstance(env, StreamEnvelope):
+            return
+        shard = self._held.shards.get(env.shard)
+        if shard is not None and shard.lease == env.lease:
+            await self._dead_letters.write_handled(shard, env, str(error))
 
     async def _record(self, address: str, shard: int) -> ActorRecord:
         """The record of the actor at ``address``, its applied ids loaded from Redis."""

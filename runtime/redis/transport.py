@@ -50,7 +50,12 @@ import structlog
 
 from actormem.runtime._actor import Actor
 from actormem.runtime._envelope import Envelope, Reply
-from actormem.runtime.errors import MailboxFullError, MessageTooLargeError, RuntimeClosedError
+from actormem.runtime.errors import (
+    ActorError,
+    MailboxFullError,
+    MessageTooLargeError,
+    RuntimeClosedError,
+)
 from actormem.runtime.ids import new_id
 from actormem.runtime.redis._client import blocking_twin, check_server, connect, redis_errors
 from actormem.runtime.redis._commits import GroupCommit
@@ -375,6 +380,9 @@ class RedisTransport(Transport):
 
     async def retry(self, envelope: Envelope, allowed: bool) -> bool:
         return await self._intake.retry(envelope, allowed)
+
+    async def undeliverable(self, envelope: Envelope, error: ActorError) -> None:
+        await self._intake.undeliverable(envelope, error)
 
     def dropped(self, envelope: Envelope) -> None:
         self._held.dropped(envelope)

@@ -17,6 +17,7 @@ from actormem.runtime._envelope import Envelope, Reply
 
 if TYPE_CHECKING:
     from actormem.runtime._actor import Actor
+    from actormem.runtime.errors import ActorError
 
 __all__ = ("Transport", "TransportHost")
 
@@ -140,6 +141,12 @@ class Transport(ABC):
             answering its asker yet; False to fail it now (the asker gets the error).
         """
         return False
+
+    async def undeliverable(self, envelope: Envelope, error: ActorError) -> None:  # noqa: B027 (optional hook)
+        """Called when the runtime refuses ``envelope`` for a reason of its own (an
+        address no actor can have, a factory that refuses it, an actor stopped in
+        its back-off); the runtime answers the asker itself. A transport that
+        stores entries dead-letters it with ``error`` as the reason."""
 
     def dropped(self, envelope: Envelope) -> None:  # noqa: B027 (optional hook)
         """Called when the runtime fails ``envelope`` without handling it

@@ -7,6 +7,7 @@ actormem.runtime.redis.worker`` runs one).
 """
 
 from actormem.runtime.redis._client import check_server, connect, open_client, redis_errors
+from actormem.runtime.redis._dead_letters import requeue_dead_letters
 from actormem.runtime.redis._server import EmbeddedRedis, find_redis_server, free_port
 from actormem.runtime.redis.codec import (
     Codec,
@@ -39,5 +40,6 @@ __all__ = (
     "redis_errors",
     "register_error_types",
     "register_message_types",
+    "requeue_dead_letters",
     "shard_of",
 )

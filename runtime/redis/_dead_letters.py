@@ -10,30 +10,46 @@ does not write it twice.
 Handling that never finished is counted per entry: the runtime reports when it
 starts handling a redelivered entry, and the count is forgotten once handling
 returns, whatever its outcome.
+
+:func:`requeue_dead_letters` puts dead letters back on their shard streams (the
+commands a stopped actor refused during its back-off, say), each with its own
+command id, so it is applied once however often it is requeued.
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 import anyio.lowlevel
+import msgspec
 import structlog
 
 from actormem.runtime._envelope import Envelope, Reply
-from actormem.runtime.errors import HandlerError, RuntimeClosedError, TransportError
+from actormem.runtime.errors import (
+    HandlerError,
+    InvalidAddressError,
+    RuntimeClosedError,
+    TransportError,
+)
+from actormem.runtime.ids import split_address
 from actormem.runtime.redis import _scripts
 from actormem.runtime.redis._client import redis_errors, run_script
 from actormem.runtime.redis._shards import StreamEnvelope
+from actormem.runtime.redis.keys import Keys, shard_of
 
 if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+
     from actormem.runtime.redis._commits import GroupCommit
     from actormem.runtime.redis._replies import Replies
     from actormem.runtime.redis._shards import Link, Shard
+    from actormem.runtime.redis.config import RedisConfig
 
-__all__ = ("DeadLetters", "given_up")
+__all__ = ("DeadLetters", "given_up", "requeue_dead_letters")
 
 log = structlog.get_logger("actormem.redis")
 
@@ -194,3 +210,91 @@ class DeadLetters:
 def given_up(address: str, *, reason: str) -> BaseException:
     """The error an asker gets for an ask that will never be handled."""
     return HandlerError(address, reason)
+
+
+class _Command(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A dead letter's envelope as it is requeued: a tell, its body untouched (the
+    asker of an ask gave up long ago, so its reply address and deadline go)."""
+
+    recipient: str
+    body: msgspec.Raw
+    id: str = ""
+    sender: str | None = None
+
+
+#: Dead letters read per XRANGE page.
+_PAGE: Final = 500
+
+
+async def requeue_dead_letters(
+    client: aioredis.Redis,
+    config: RedisConfig,
+    *,
+    entries: Collection[str] | None = None,
+    recipient: str | None = None,
+    reason: str | None = None,
+) -> list[str]:
+    """Put dead letters back on their shard streams, to be handled like any command.
+
+    Each goes back as a tell with its own command id (one is made from the dead
+    letter's entry if it had none), so the worker's exactly-once check skips it if
+    it was applied after all, and requeueing the same letter twice applies it once.
+    A requeued letter is deleted from the dead-letter stream; one that is not a
+    valid envelope for a valid address stays.
+
+    Args:
+        client: a client of the deployment's Redis.
+        config: the deployment's ``[redis]`` section (prefix and shards).
+        entries: requeue only these dead-letter entry ids.
+        recipient: requeue only letters for this actor address.
+        reason: requeue only letters whose reason contains this text.
+
+    Returns:
+        The ids of the dead-letter entries requeued, oldest first.
+
+    Raises:
+        TransportError: Redis refused or is unreachable (what was requeued stays so).
+    """
+    redis: Any = client  # redis-py's stream replies are loosely typed
+    keys = Keys(config.prefix)
+    stream = keys.dead_letters()
+    wanted = set(entries) if entries is not None else None
+    requeued: list[str] = []
+    start = "-"
+    while True:
+        with redis_errors(f"XRANGE {stream}"):
+            page = await redis.xrange(stream, start, "+", count=_PAGE)
+        for raw_id, fields in page:
+            letter = raw_id.decode()
+            if wanted is not None and letter not in wanted:
+                continue
+            if reason is not None and reason not in fields.get(b"reason", b"").decode(
+                "utf-8", "replace"
+            ):
+                continue
+            command = _requeueable(letter, fields.get(b"e"))
+            if command is None or (recipient is not None and command.recipient != recipient):
+                continue
+            target = keys.stream(shard_of(command.recipient, config.shards))
+            with redis_errors(f"requeueing {letter}"):
+                await redis.xadd(target, {b"e": msgspec.msgpack.encode(command)})
+                await redis.xdel(stream, letter)
+            requeued.append(letter)
+            log.info("dead_letter_requeued", entry=letter, to=command.recipient, msg_id=command.id)
+        if len(page) < _PAGE:
+            return requeued
+        start = "(" + page[-1][0].decode()
+
+
+def _requeueable(letter: str, data: bytes | None) -> _Command | None:
+    """The command a dead letter holds, ready to requeue; None if it holds none."""
+    if data is None:
+        return None
+    try:
+        command = msgspec.msgpack.decode(data, type=_Command)
+        split_address(command.recipient)
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError, InvalidAddressError):
+        return None
+    if not command.id:
+        command.id = hashlib.blake2b(f"dead letter {letter}".encode(), digest_size=16).hexdigest()
+    return command

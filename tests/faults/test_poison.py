@@ -31,7 +31,12 @@ from actormem.runtime.redis.worker import WorkerProcesses
 from tests.faults.report import Recorder, full_size
 from tests.support.actors import Add, Ledger
 from tests.support.history import Applied, History
-from tests.support.streams import client_runtime, eventually, owners, stored_tokens
+from tests.support.streams import (
+    client_runtime,
+    eventually,
+    every_worker_owns_shards,
+    stored_tokens,
+)
 
 pytestmark = [pytest.mark.faults, pytest.mark.anyio]
 
@@ -170,11 +175,7 @@ async def test_poison_envelopes_never_kill_a_worker(
         WorkerProcesses(2, config, REGISTER, log_level="warning") as workers,
         client_runtime(config) as rt,
     ):
-
-        async def shared() -> bool:
-            return await owners(workers)() == set(workers.ids)
-
-        await eventually(shared, "both workers own shards")
+        await every_worker_owns_shards(workers)
         pids = [workers.pid(i) for i in range(2)]
         # The sending side refuses what the workers would have to dead-letter.
         for address in ("memory/", "memory", "pool/"):

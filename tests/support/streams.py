@@ -67,3 +67,12 @@ def owners(workers: WorkerProcesses) -> Callable[[], Awaitable[set[str]]]:
         return set((await lease_holders(workers.redis)).values())
 
     return read
+
+
+async def every_worker_owns_shards(workers: WorkerProcesses) -> None:
+    """Wait until every worker of ``workers`` holds some shard lease."""
+
+    async def shared() -> bool:
+        return await owners(workers)() == set(workers.ids)
+
+    await eventually(shared, "every worker owns some shards")

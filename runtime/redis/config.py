@@ -40,6 +40,7 @@ DEFAULT_APPLIED_KEEP: Final = 1_000
 DEFAULT_PASSWORD_ENV: Final = "ACTORMEM_REDIS_PASSWORD"
 DEFAULT_RETRY_FOR: Final = 30.0
 DEFAULT_OUTBOX_SIZE: Final = 10_000
+DEFAULT_NO_OWNER_TIMEOUT: Final = 2.0
 
 #: A namespace (a simulation's run id, say): letters, digits, ``_``, ``.`` and ``-``.
 _NAMESPACE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
@@ -144,6 +145,7 @@ class RedisConfig(_Section, frozen=True):
     tls_key_file: str | None = None
     tls_verify: TlsVerify = "required"
     tls_check_hostname: bool = True
+    no_owner_timeout: float = DEFAULT_NO_OWNER_TIMEOUT
 
     def __post_init__(self) -> None:
         if self.url is not None:
@@ -166,6 +168,7 @@ class RedisConfig(_Section, frozen=True):
             "outbox_size",
         )
         self._above(0, "socket_timeout", "passivate_after", "retry_for")
+        self._at_least(0, "no_owner_timeout")
         if self.stream_limit <= self.stream_maxlen:
             raise ValueError(
                 f"stream_limit ({self.stream_limit}) must be above stream_maxlen "

@@ -67,6 +67,7 @@ from actormem.runtime.redis._replies import Replies
 from actormem.runtime.redis._retry import forever, retrying
 from actormem.runtime.redis._server import EmbeddedRedis
 from actormem.runtime.redis._shards import Holdings, RedeliveredEnvelope
+from actormem.runtime.redis._unowned import UnownedAsks
 from actormem.runtime.redis.codec import Codec, default_codec
 from actormem.runtime.redis.config import RedisConfig
 from actormem.runtime.redis.keys import Keys, shard_of
@@ -168,6 +169,7 @@ class RedisTransport(Transport):
             lease_fresh=self.lease_fresh,
         )
         self._owner = Owner(self, held=self._held, intake=self._intake, commits=self._commits)
+        self._unowned = UnownedAsks(self)
 
     def __repr__(self) -> str:
         return f"RedisTransport(id={self.id!r}, worker={self.worker}, state={self._state!r})"
@@ -187,6 +189,7 @@ class RedisTransport(Transport):
             host.spawn(self._replies.read)
             host.spawn(self._outbox_loop, self._outbox)
             host.spawn(self._outbox_loop, self._replies.outbox)
+            host.spawn(self._unowned.run)
             if self.worker:
                 await self._owner.start(host)
         except BaseException:
@@ -286,8 +289,9 @@ class RedisTransport(Transport):
                 f"{type(envelope.body).__name__} for {envelope.recipient} encodes to "
                 f"{len(data)} bytes, over max_message_bytes={self.config.max_message_bytes}"
             )
-        stream = self._streams[shard_of(envelope.recipient, self.config.shards)]
-        return stream, data, self._replies.expires(envelope)
+        shard = shard_of(envelope.recipient, self.config.shards)
+        self._unowned.watch(envelope, shard)
+        return self._streams[shard], data, self._replies.expires(envelope)
 
     async def send(self, envelope: Envelope) -> None:
         """Queue ``envelope`` for its shard's stream; wait only while the outbox is full.

@@ -8,9 +8,9 @@ processes collide only if they draw the same 32 random bits and counter value in
 the same nanosecond.
 
 An actor address is ``kind/key``: a non-empty kind without ``/``, a non-empty key
-(which may hold ``/``), no control characters, at most :data:`MAX_ADDRESS_CHARS`
-characters. :func:`split_address` checks one where a message is sent and again
-where a worker takes one in.
+(which may hold ``/``), no control characters (below U+0020), at most
+:data:`MAX_ADDRESS_CHARS` characters. :func:`split_address` checks one where a
+message is sent and again where a worker takes one in.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ __all__ = ("MAX_ADDRESS_CHARS", "id_time", "new_id", "split_address")
 
 #: The longest actor address taken (an address is part of Redis key names).
 MAX_ADDRESS_CHARS: Final = 1024
-_CONTROL: Final = re.compile(r"[\x00-\x1f\x7f]")
+_CONTROL: Final = re.compile(r"[\x00-\x1f]")
 
 _counter = itertools.count()
 _process = os.urandom(4).hex()

@@ -363,7 +363,11 @@ class Intake:
         except MessageDecodeError as exc:
             log.warning("broadcast_undecodable", reason=str(exc))
             return
-        kind = envelope.recipient.partition("/")[0]
+        try:
+            kind, _ = split_address(envelope.recipient)  # "kind/*"
+        except InvalidAddressError as exc:
+            log.warning("broadcast_undeliverable", reason=str(exc))
+            return
         for address in host.local_addresses(kind):
             copy = Envelope(recipient=address, body=envelope.body, id=envelope.id)
             try:

@@ -58,8 +58,6 @@ class UnownedAsks:
         self._poll = min(self._timeout / 8, _MAX_POLL)
         self._asks: dict[int, _Watched] = {}
         self._wake: anyio.Event | None = None  # made in run(), inside the event loop
-        #: Asks failed because no worker owned their shard.
-        self.failed = 0
 
     def watch(self, envelope: Envelope, shard: int) -> None:
         """Watch ``envelope`` if it is an ask made here, bound for ``shard``."""
@@ -87,6 +85,8 @@ class UnownedAsks:
                 # Redis is away: the asks' own timeouts still end them.
                 log.debug("owner_check_failed", reason=str(exc))
                 continue
+            except RuntimeClosedError:
+                return
             self._settle(owned, live)
 
     async def _owned(self, shards: set[int]) -> tuple[set[int], int]:
@@ -115,7 +115,6 @@ class UnownedAsks:
                 del self._asks[correlation]
             elif now - watched.since >= allowed:
                 del self._asks[correlation]
-                self.failed += 1
                 # An ask already answered is not waiting any more: the runtime drops this.
                 host.resolve(Reply(correlation, error=self._error(watched, live, allowed)))
 

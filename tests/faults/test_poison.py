@@ -228,7 +228,7 @@ async def test_poison_envelopes_never_kill_a_worker(
     verdict = history.check({a: [Applied(t) for t in tokens] for a, tokens in stored.items()})
     fault_report.row(
         "poison envelopes",
-        f"2 workers, {len(entries)} fuzzed entries ({len(expected.dead)} dead-lettered, "
+        f"2 workers, {len(entries):,} fuzzed entries ({len(expected.dead):,} dead-lettered, "
         f"{len(expected.applied)} valid), 0 worker deaths",
         verdict,
     )

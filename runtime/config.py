@@ -162,7 +162,9 @@ class SupervisionConfig(_Section, frozen=True):
             (its object dropped), the commands sent to it meanwhile are refused
             with ``ActorStoppedError`` (over Redis, dead-lettered with the reason,
             and requeueable), and the first command after it brings the actor back
-            from its stored state with a fresh restart budget.
+            from its stored state with a fresh restart budget (over Redis, what
+            Redis holds; in process, what its ``on_start`` restores, so an actor
+            that stores nothing comes back fresh).
     """
 
     strategy: RestartStrategy = "resume"

@@ -53,6 +53,9 @@ async def test_bad_addresses_are_dead_lettered_and_the_shard_is_served_on(
     keys = Keys(redis_config.prefix)
     bad = {
         "memory/": "the key (after '/') is empty",
+        # A registered kind: the address that used to kill every worker of its shard.
+        "ledger/": "the key (after '/') is empty",
+        "ledger": "it has no '/'",
         "memory": "it has no '/'",
         "pool/": "the key (after '/') is empty",
         "/x": "the kind (before '/') is empty",

@@ -17,6 +17,7 @@ import zlib
 from collections.abc import Callable
 from typing import Any, Final
 
+import msgspec
 import structlog
 
 from actormem.actors.compression.config import CompressionConfig
@@ -120,6 +121,7 @@ class CompressorActor(Actor):
             summarizer=self._summarizer,
             version=message.version,
         )
+        outcome = msgspec.structs.replace(outcome, agent=message.agent, request=message.request)
         fields = {
             "agent": message.agent,
             "version": message.version,
@@ -166,6 +168,8 @@ class CompressorActor(Actor):
             fell_back=False,
             latency_s=0.0,
             note=note,
+            agent=request.agent,
+            request=request.request,
         )
 
 

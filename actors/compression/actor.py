@@ -13,10 +13,12 @@ is given up on once, not once per actor.
 
 from __future__ import annotations
 
+import functools
 import zlib
 from collections.abc import Callable
 from typing import Any, Final
 
+import anyio
 import msgspec
 import structlog
 
@@ -94,8 +96,17 @@ class CompressorActor(Actor):
         self._summarizer: Summarizer | None = None
 
     async def on_start(self) -> None:
-        """Make the summarizer (the LLM client opens connections lazily)."""
-        self._summarizer = make_summarizer(self.config, self._counter, self._breaker)
+        """Make the summarizer (the LLM client opens connections lazily).
+
+        The LLM one is made in a thread: importing ``openai`` takes about a second of
+        the process, which would otherwise stall every actor (and, over Redis, the
+        lease renewals) of the event loop.
+        """
+        make = functools.partial(make_summarizer, self.config, self._counter, self._breaker)
+        if self.config.summarizer == "openai":
+            self._summarizer = await anyio.to_thread.run_sync(make)
+        else:
+            self._summarizer = make()
 
     async def on_stop(self) -> None:
         """Close the summarizer's connections."""

@@ -9,6 +9,7 @@ in flight for as long as a test needs.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import anyio
 import msgspec
@@ -18,18 +19,25 @@ from structlog.testing import capture_logs
 
 from actormem.actors import AppConfig, MemoryRuntime, Message
 from actormem.actors.compression import (
+    COMPRESSOR_KIND,
+    CircuitBreaker,
     CompressionConfig,
+    CompressionOutcome,
+    CompressorActor,
     CompressRequest,
     LLMConfig,
     compressor_address,
 )
 from actormem.actors.compression._layout import sendable
 from actormem.actors.conversation import check_openai_messages
+from actormem.actors.memory.actor import memory_factory
 from actormem.actors.memory.commands import CompressionDone
+from actormem.actors.memory.compaction import RETRIES
 from actormem.actors.memory.handle import MemoryHandle
 from actormem.actors.memory.snapshot import MemorySnapshot
-from actormem.runtime import RuntimeConfig
+from actormem.runtime import Runtime, RuntimeConfig
 from actormem.runtime.redis import Keys, RedisConfig, shard_of
+from tests.actors.compression._build import town_small
 from tests.support.openai_server import OpenAIStub, serve_keyed
 
 pytestmark = pytest.mark.anyio
@@ -185,3 +193,70 @@ async def test_a_result_for_a_view_rewritten_meanwhile_is_refused_and_redone(
     assert gone.id not in {m.id for m in view}
     assert all(gone.id not in m.metadata.get("summarized_ids", ()) for m in view)
     assert_sound(view, history, config.compression)
+
+
+class Scripted(CompressorActor):
+    """A compressor whose first answers are scripted: ``"fail"`` raises, ``"other"``
+    answers as if to another request; then it compresses."""
+
+    script: list[str] = []
+
+    async def receive(self, message: Any) -> CompressionOutcome:
+        step = Scripted.script.pop(0) if Scripted.script else "compress"
+        if step == "fail":
+            raise RuntimeError("the compressor's worker died")
+        outcome = await super().receive(message)
+        if step == "other":
+            return msgspec.structs.replace(outcome, agent="someone-else", request="r0")
+        return outcome
+
+
+def scripted_runtime(script: list[str]) -> Runtime:
+    """A runtime with agent memories and the :class:`Scripted` compressors."""
+    Scripted.script = list(script)
+    config = AppConfig(compression=town_small())
+    rt = Runtime()
+    rt.register("memory", memory_factory(config))
+    breaker = CircuitBreaker(1000, 1.0)
+    rt.register(COMPRESSOR_KIND, lambda ctx: Scripted(ctx, config.compression, breaker))
+    return rt
+
+
+async def fill_plain(mem: MemoryHandle) -> None:
+    await mem.add({"role": "system", "content": "You are Ana, the miller."})
+    for i in range(60):
+        await mem.add(turn(i))
+        if (await mem.stats()).compressing:
+            return
+    raise AssertionError("no compression started")
+
+
+async def test_an_answer_to_another_request_or_a_failed_ask_is_asked_again() -> None:
+    with capture_logs() as logs:
+        async with scripted_runtime(["other", "fail"]) as rt:
+            mem = MemoryHandle(rt, "ana")
+            await fill_plain(mem)
+            await wait_idle(mem)
+            stats = await mem.stats()
+            view = await mem.get()
+    retried = [e["reason"] for e in logs if e["event"] == "compression_retried"]
+    assert len(retried) == 2 and "another request" in retried[0]
+    assert "RuntimeError" in retried[1]
+    assert "compression_failed" not in [e["event"] for e in logs]
+    assert stats.compressions == 1
+    assert all(m.metadata.get("compressed") != "someone-else" for m in view)
+
+
+async def test_a_round_whose_asks_keep_failing_ends_and_backs_off() -> None:
+    with capture_logs() as logs:
+        async with scripted_runtime(["fail"] * (RETRIES + 1)) as rt:
+            mem = MemoryHandle(rt, "ana")
+            await fill_plain(mem)
+            await wait_idle(mem)
+            stats = await mem.stats()
+            await mem.add(turn(100))  # within the back-off: no new round
+            assert not (await mem.stats()).compressing
+    events = [e["event"] for e in logs]
+    assert events.count("compression_retried") == RETRIES
+    assert events.count("compression_failed") == 1
+    assert stats.compressions == 0

@@ -157,9 +157,10 @@ class Layout:
     async def build(
         cls, view: Sequence[Message], config: CompressionConfig, slicer: TimeSlicer
     ) -> Layout:
-        """The layout of ``view``, letting other tasks run between its two halves."""
+        """The layout of ``view``, letting other tasks run before and between its two halves."""
+        await slicer.before_view_pass(len(view))
         units = unit_indices(view)
-        await slicer.pause()
+        await slicer.before_view_pass(len(view))
         return cls(view, config, units)
 
     def _free(self, lo: int, hi: int) -> list[bool]:

@@ -18,6 +18,9 @@ __all__ = ("SLICE_SECONDS", "Steps", "TimeSlicer", "run_sliced")
 
 #: The longest stretch of CPU work between two pauses (the stall others may see).
 SLICE_SECONDS: Final = 0.005
+#: About what a pass over a whole view costs per message, in the steps that do not
+#: pause (grouping its tool units, laying it out, checking what it sends).
+VIEW_SECONDS_PER_MESSAGE: Final = 1e-6
 
 T = TypeVar("T")
 
@@ -38,11 +41,17 @@ class TimeSlicer:
         self._seconds = seconds
         self._since = time.perf_counter()
 
-    async def pause(self) -> None:
-        """Yield to the event loop if the slice is used up (a cancellation point then)."""
-        if time.perf_counter() - self._since >= self._seconds:
+    async def pause(self, ahead: float = 0.0) -> None:
+        """Yield to the event loop if the slice is used up, or would be by a step of
+        ``ahead`` seconds that does not pause (a cancellation point then)."""
+        if time.perf_counter() - self._since + ahead >= self._seconds:
             await anyio.lowlevel.checkpoint()
             self._since = time.perf_counter()
+
+    async def before_view_pass(self, messages: int) -> None:
+        """Pause unless the slice has room for a pass over a view of ``messages``
+        messages, so the pass does not run the slice over."""
+        await self.pause(messages * VIEW_SECONDS_PER_MESSAGE)
 
 
 async def run_sliced(steps: Steps[T], slicer: TimeSlicer) -> T:

@@ -13,10 +13,13 @@ is given up on once, not once per actor.
 
 from __future__ import annotations
 
+import functools
 import zlib
 from collections.abc import Callable
 from typing import Any, Final
 
+import anyio
+import msgspec
 import structlog
 
 from actormem.actors.compression.config import CompressionConfig
@@ -93,8 +96,17 @@ class CompressorActor(Actor):
         self._summarizer: Summarizer | None = None
 
     async def on_start(self) -> None:
-        """Make the summarizer (the LLM client opens connections lazily)."""
-        self._summarizer = make_summarizer(self.config, self._counter, self._breaker)
+        """Make the summarizer (the LLM client opens connections lazily).
+
+        The LLM one is made in a thread: importing ``openai`` takes about a second of
+        the process, which would otherwise stall every actor (and, over Redis, the
+        lease renewals) of the event loop.
+        """
+        make = functools.partial(make_summarizer, self.config, self._counter, self._breaker)
+        if self.config.summarizer == "openai":
+            self._summarizer = await anyio.to_thread.run_sync(make)
+        else:
+            self._summarizer = make()
 
     async def on_stop(self) -> None:
         """Close the summarizer's connections."""
@@ -120,6 +132,7 @@ class CompressorActor(Actor):
             summarizer=self._summarizer,
             version=message.version,
         )
+        outcome = msgspec.structs.replace(outcome, agent=message.agent, request=message.request)
         fields = {
             "agent": message.agent,
             "version": message.version,
@@ -166,6 +179,8 @@ class CompressorActor(Actor):
             fell_back=False,
             latency_s=0.0,
             note=note,
+            agent=request.agent,
+            request=request.request,
         )
 
 

@@ -59,8 +59,9 @@ def render_problems(view: Sequence[Message]) -> list[str]:
 
 
 async def _problem_kinds(view: Sequence[Message], slicer: TimeSlicer) -> Counter[str]:
+    await slicer.before_view_pass(len(view))
     sent, aside = sent_and_set_aside(view)
-    await slicer.pause()
+    await slicer.before_view_pass(len(sent))
     # Indices shift when a pass merges messages; compare problems without them.
     kinds = Counter(_INDEX_PREFIX.sub("", p) for p in render_problems(sent))
     # A pass may compress calls and results that cannot be sent, never make new ones.

@@ -38,6 +38,8 @@ class CompressionOutcome(msgspec.Struct, frozen=True, kw_only=True, tag=True):
         fell_back: True when an LLM summary failed and the offline one was used.
         latency_s: seconds the compression took.
         note: what happened, in words (why it stopped over budget, say).
+        agent: the request's agent, and
+        request: the request's id: the asker checks the answer is to its own request.
     """
 
     version: int
@@ -54,6 +56,8 @@ class CompressionOutcome(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     fell_back: bool
     latency_s: float
     note: str
+    agent: str = ""
+    request: str = ""
 
     @property
     def tokens_saved(self) -> int:
@@ -68,8 +72,10 @@ class CompressRequest(Command[CompressionOutcome], frozen=True, kw_only=True):
         agent: the agent whose view this is (for logs and pool routing).
         messages: a snapshot of the whole working view, tokens counted.
         version: the memory actor's view version when the snapshot was taken.
+        request: an id for this request, echoed in the outcome.
     """
 
     agent: str
     messages: list[Message]
     version: int
+    request: str = ""

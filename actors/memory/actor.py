@@ -203,6 +203,8 @@ class AgentMemory(Actor):
         return recall
 
     async def on_start(self) -> None:
+        # A compression in flight when the memory was last stored is asked for again.
+        self._compaction.resume()
         if self._recall_config.retention.policy_for(self.agent) == "persistent":
             await self.recall.retention.restore()
 

@@ -1,11 +1,29 @@
 """Compressing an agent's working view: asking the compressor when a threshold is
-crossed, and applying its result to the view it was computed from."""
+crossed, and applying its result to the view it was computed from.
+
+A compression is a *round*: its token (a secret) is recorded in the memory's
+snapshot in the same commit as the command that started it, and the result,
+told back as a :class:`CompressionDone` carrying the token, ends it in the commit
+that applies it. So over Redis a round outlives its worker:
+
+- a memory activated with a round in flight (its worker died, or it was
+  passivated meanwhile) asks the compressor again for that round;
+- whichever result of a round arrives first is applied (to the view as it is
+  then, if its version still holds) and ends the round; a later result of the
+  same round (the one the dead worker sent, or a redelivered one) changes nothing;
+- a result computed from a view that was rewritten meanwhile is refused and a
+  new round starts if the view is still over budget;
+- a round whose ask failed (the compressor's worker died, say) is asked again a
+  few times before the memory backs off.
+"""
 
 from __future__ import annotations
 
+import contextvars
 import secrets
-from typing import Any
+from typing import Any, Final
 
+import msgspec
 import structlog
 
 from actormem.actors.compression import (
@@ -18,14 +36,38 @@ from actormem.actors.errors import MemoryInputError
 from actormem.actors.memory.commands import CompressionDone
 from actormem.actors.memory.store import MessageStore
 from actormem.runtime import ActorContext
+from actormem.runtime.ids import new_id
 
-__all__ = ("Compaction",)
+__all__ = ("Compaction", "CompactionState")
 
 log = structlog.get_logger("actormem.memory")
 
+#: Asks of one round after a failed one, before the memory backs off.
+RETRIES: Final = 2
+#: Tokens of ended rounds remembered, so their late results are known as such.
+_ENDED_KEPT: Final = 4
+
+#: Tokens of the rounds whose ask runs in this process: an actor activated again
+#: while its own ask still runs (passivated meanwhile) does not ask twice.
+_ASKING: set[str] = set()
+
+
+class CompactionState(msgspec.Struct, kw_only=True):
+    """The compressions' part of a memory snapshot. New fields go last, with defaults.
+
+    Attributes:
+        rounds: compressions started so far.
+        pending: the token of the round in flight ("" for none).
+        ended: tokens of the last rounds that ended, newest last.
+    """
+
+    rounds: int = 0
+    pending: str = ""
+    ended: list[str] = []
+
 
 class Compaction:
-    """One agent's compressions: at most one in flight, the memory serving meanwhile.
+    """One agent's compressions: at most one round in flight, the memory serving meanwhile.
 
     Args:
         agent: the agent's name.
@@ -34,20 +76,21 @@ class Compaction:
         ctx: the memory actor's context (it asks the compressor).
 
     Attributes:
-        compressing: a compression is in flight.
         compressions: compressions applied.
         tokens_saved: tokens they saved.
     """
 
     __slots__ = (
+        "_attempts",
         "_config",
         "_ctx",
+        "_ended",
         "_floor",
         "_fruitless",
+        "_rounds",
         "_store",
         "_token",
         "agent",
-        "compressing",
         "compressions",
         "enabled",
         "tokens_saved",
@@ -62,8 +105,12 @@ class Compaction:
         self.enabled = config.enabled
         self._store = store
         self._ctx = ctx
-        self.compressing = False
+        # The round in flight ("" for none), rounds started, and the last ones ended.
         self._token = ""
+        self._rounds = 0
+        self._ended: list[str] = []
+        # Asks of the round in flight so far.
+        self._attempts = 0
         # After a compression that could not get under budget, wait for this many
         # messages before trying again (else every add would ask once more).
         self._floor = 0
@@ -72,45 +119,109 @@ class Compaction:
         self.compressions = 0
         self.tokens_saved = 0
 
+    @property
+    def compressing(self) -> bool:
+        """A compression round is in flight."""
+        return bool(self._token)
+
+    # -- durable state ----------------------------------------------------------------
+
+    def state(self) -> CompactionState:
+        """The rounds as the memory's snapshot keeps them."""
+        return CompactionState(rounds=self._rounds, pending=self._token, ended=list(self._ended))
+
+    def restore(self, state: CompactionState | None) -> None:
+        """Take back what :meth:`state` returned (None: a snapshot from before rounds
+        were kept, with none in flight); :meth:`resume` then asks for a pending round."""
+        if state is not None:
+            self._rounds, self._token, self._ended = state.rounds, state.pending, state.ended
+            self._attempts = 0
+
+    def resume(self) -> None:
+        """Ask the compressor for the round in flight, unless this process asks already."""
+        token = self._token
+        if token and token not in _ASKING:
+            log.info("compression_resumed", agent=self.agent, round=self._rounds)
+            self._ask()
+
+    # -- rounds ------------------------------------------------------------------------
+
     def maybe_compress(self) -> None:
-        """Ask the compressor when a threshold is crossed; keep serving meanwhile."""
+        """Start a round when a threshold is crossed; keep serving meanwhile."""
         cfg = self._config
         store = self._store
         size = len(store.working)
         if (
             not cfg.enabled
-            or self.compressing
+            or self._token
             or size <= self._floor
             or not cfg.over_budget(size, store.working_tokens)
         ):
             return
-        self.compressing = True
-        token = self._token = secrets.token_hex(16)
+        self._token = secrets.token_hex(16)
+        self._rounds += 1
+        self._attempts = 0
+        # The round joins the snapshot stored with the command that started it.
+        store.dirty = True
+        self._ask()
+
+    def _ask(self) -> None:
+        """Ask the compressor about the view as it is now, for the round in flight."""
+        cfg = self._config
+        store = self._store
+        token = self._token
         version = store.version
-        request = CompressRequest(agent=self.agent, messages=list(store.working), version=version)
+        request = CompressRequest(
+            agent=self.agent, messages=list(store.working), version=version, request=new_id()
+        )
         address = compressor_address(self.agent, cfg.concurrency)
         runtime = self._ctx.runtime
+        self._attempts += 1
 
         async def ask() -> Any:
-            return await runtime.ask(address, request, timeout=cfg.timeout + 5)
+            _ASKING.add(token)
+            try:
+                return await runtime.ask(address, request, timeout=cfg.timeout + 5)
+            finally:
+                _ASKING.discard(token)
 
         def done(outcome: Any, error: BaseException | None) -> CompressionDone:
+            if error is None and (outcome.agent, outcome.request) != (self.agent, request.request):
+                # A reply meant for another ask (a late one, to a worker that had the
+                # same name before a restart) is no result of this round.
+                reason = f"the compressor answered another request ({outcome.agent!r})"
+                return CompressionDone(version=version, error=reason, token=token)
             if error is not None:
                 reason = f"{type(error).__name__}: {error}"
                 return CompressionDone(version=version, error=reason, token=token)
             return CompressionDone(version=version, outcome=outcome, token=token)
 
-        self._ctx.pipe(ask, wrap=done)
+        # Outside the handler's context: the result is no send of the command being
+        # handled, so its id must not be derived from that command's (a redelivered
+        # command would otherwise make a result that looks like one already seen).
+        contextvars.Context().run(self._ctx.pipe, ask, None, done)
 
     def done(self, message: CompressionDone) -> None:
-        """Apply a compression to the prefix it was computed from; keep what came after.
+        """End the round the result belongs to: apply it to the prefix it was computed
+        from, keeping what came after; a late result of an ended round changes nothing.
 
         Raises:
-            MemoryInputError: no compression with the message's token is in flight.
+            MemoryInputError: the message's token names no round of this memory.
         """
-        if not self.compressing or not secrets.compare_digest(message.token, self._token):
+        token = message.token
+        if not (self._token and secrets.compare_digest(token, self._token)):
+            if any(secrets.compare_digest(token, t) for t in self._ended):
+                log.info("compression_result_repeated", agent=self.agent)
+                return
             raise MemoryInputError("no compression with that token is in flight")
-        self.compressing = False
+        if message.outcome is None and self._attempts <= RETRIES:
+            log.info(
+                "compression_retried", agent=self.agent, round=self._rounds, reason=message.error
+            )
+            self._ask()
+            return
+        self._ended = [*self._ended, token][-_ENDED_KEPT:]
+        self._token = ""
         self._apply(message.version, message.outcome, message.error)
 
     def _apply(self, version: int, outcome: CompressionOutcome | None, error: str | None) -> None:
@@ -123,7 +234,7 @@ class Compaction:
             return
         if version != store.version or len(store.working) < outcome.messages_before:
             # The view was rewritten meanwhile (delete, prune, clear, load): the
-            # result no longer fits it. The next add asks again if still needed.
+            # result no longer fits it. A new round starts if still needed.
             log.info("compression_discarded", agent=self.agent, reason="view changed")
             self.maybe_compress()
             return

@@ -22,7 +22,7 @@ from actormem.actors.memory.commands import (
     Search,
     Stats,
 )
-from actormem.actors.memory.compaction import Compaction
+from actormem.actors.memory.compaction import Compaction, CompactionState
 from actormem.actors.memory.store import MessageStore
 from actormem.actors.messages import Message, decode_message
 from actormem.actors.recall.agent import AgentRecall
@@ -59,6 +59,8 @@ class MemorySnapshot(msgspec.Struct, kw_only=True):
     unobserved: list[str] | None = None
     # Ids of observed messages recall records at the next reply.
     awaiting_reply: list[str] = []
+    # The compression rounds: the one in flight, resumed on activation.
+    compaction: CompactionState | None = None
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -75,7 +77,7 @@ def encode_snapshot(
 
     Args:
         store: the messages.
-        compaction: the compression counters.
+        compaction: the compression counters and rounds.
         recall: the agent's recall, or None when it has not been made.
         unobserved: messages added before recall was made (only without recall).
     """
@@ -96,6 +98,7 @@ def encode_snapshot(
         log_mark=store.history_skip + len(store.history),
         unobserved=None if recall is not None else [m.id for m in unobserved or ()],
         awaiting_reply=[m.id for m in recall.awaiting_reply] if recall is not None else [],
+        compaction=compaction.state(),
     )
     return _encoder.encode(snapshot)
 
@@ -135,4 +138,5 @@ def restore_store(
     store.note_peak()
     compaction.compressions = state.compressions
     compaction.tokens_saved = state.tokens_saved
+    compaction.restore(state.compaction)
     return by_id, replay

@@ -28,12 +28,14 @@ from __future__ import annotations
 import json
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, Final, Literal
 
-__all__ = ("MODES", "Mode", "OpenAIStub")
+import pytest
+
+__all__ = ("MODES", "Mode", "OpenAIStub", "serve_keyed")
 
 Mode = Literal["normal", "429", "500", "hang", "garbage", "wrong_shape"]
 MODES: Final = ("normal", "429", "500", "hang", "garbage", "wrong_shape")
@@ -245,3 +247,11 @@ def _embeddings(stub: OpenAIStub, body: dict[str, Any]) -> dict[str, Any]:
         "model": body.get("model", "stub"),
         "usage": {"prompt_tokens": 0, "total_tokens": 0},
     }
+
+
+def serve_keyed(monkeypatch: pytest.MonkeyPatch, key_env: str) -> Iterator[OpenAIStub]:
+    """A running stub, with a test API key in the environment variable ``key_env``
+    (for a fixture: ``yield from serve_keyed(monkeypatch, KEY_ENV)``)."""
+    monkeypatch.setenv(key_env, "test-key")
+    with OpenAIStub() as server:
+        yield server

@@ -24,7 +24,7 @@ from actormem.actors.errors import MemoryInputError
 from actormem.actors.messages import Message, count_tokens
 from actormem.runtime import Runtime, get_counter
 from tests.actors.compression._build import assert_valid, assistant, chatter, counted, system, user
-from tests.support.openai_server import OpenAIStub
+from tests.support.openai_server import OpenAIStub, serve_keyed
 
 pytestmark = pytest.mark.anyio
 
@@ -104,9 +104,7 @@ async def test_disabled_compression_returns_the_view_unchanged() -> None:
 
 @pytest.fixture
 def stub(monkeypatch: pytest.MonkeyPatch) -> Iterator[OpenAIStub]:
-    monkeypatch.setenv(KEY_ENV, "test-key")
-    with OpenAIStub() as server:
-        yield server
+    yield from serve_keyed(monkeypatch, KEY_ENV)
 
 
 async def test_one_compressor_answers_while_another_waits_on_the_llm(stub: OpenAIStub) -> None:

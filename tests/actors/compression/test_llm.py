@@ -20,7 +20,7 @@ from actormem.actors.compression import (
 from actormem.actors.messages import Message
 from actormem.runtime.tokens import get_counter
 from tests.actors.compression._build import assert_valid, assistant, chatter, counted, system, user
-from tests.support.openai_server import OpenAIStub
+from tests.support.openai_server import OpenAIStub, serve_keyed
 
 pytestmark = pytest.mark.anyio
 
@@ -29,9 +29,7 @@ KEY_ENV = "ACTORMEM_TEST_LLM_KEY"
 
 @pytest.fixture
 def stub(monkeypatch: pytest.MonkeyPatch) -> Iterator[OpenAIStub]:
-    monkeypatch.setenv(KEY_ENV, "test-key")
-    with OpenAIStub() as server:
-        yield server
+    yield from serve_keyed(monkeypatch, KEY_ENV)
 
 
 def llm_config(stub: OpenAIStub, **kw: Any) -> LLMConfig:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import secrets
 import time
 from typing import Any
 
@@ -73,7 +74,9 @@ class Asks:
         self._config = config
         self._transport = transport
         self._hooked = hooked
-        self._correlation = itertools.count(1)
+        # A random start: a process restarted under the same name (and reply stream)
+        # never takes a late reply to its predecessor's ask for one of its own.
+        self._correlation = itertools.count(secrets.randbits(48) + 1)
         self.pending: dict[int, _Slot] = {}
         self.tg: anyio.abc.TaskGroup | None = None
 

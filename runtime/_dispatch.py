@@ -24,6 +24,8 @@ import asyncio
 import hashlib
 import time
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
@@ -48,7 +50,7 @@ from actormem.runtime.ids import split_address
 if TYPE_CHECKING:
     from actormem.runtime._runtime import Runtime
 
-__all__ = ("Census", "Dispatcher", "derived_id")
+__all__ = ("Census", "Dispatcher", "derived_id", "outside_handling")
 
 log = structlog.get_logger("actormem.runtime")
 
@@ -92,6 +94,17 @@ def derived_id() -> str:
     if len(derived) > _MAX_DERIVED_ID:  # a chain of relays: keep ids short
         derived = hashlib.blake2b(derived.encode(), digest_size=16).hexdigest()
     return derived
+
+
+@contextmanager
+def outside_handling() -> Iterator[None]:
+    """Within it, no command is being handled: a task started here (piped work)
+    sends with ids of its own, not ids derived from the command that started it."""
+    token = _handling.set(None)
+    try:
+        yield
+    finally:
+        _handling.reset(token)
 
 
 class Census(NamedTuple):

@@ -22,7 +22,7 @@ from actormem.runtime._actor import ActorRef
 from actormem.runtime._asks import Asks
 from actormem.runtime._cell import ActorFactory, Kind
 from actormem.runtime._closing import AsyncClosing
-from actormem.runtime._dispatch import Dispatcher, derived_id
+from actormem.runtime._dispatch import Dispatcher, derived_id, outside_handling
 from actormem.runtime._envelope import Command, Envelope, Reply
 from actormem.runtime._pipes import Pipes
 from actormem.runtime._supervision import STOP_HOOK_TIMEOUT, Supervisor
@@ -331,7 +331,9 @@ class Runtime(AsyncClosing):
         self._check_open()
         split_address(to)
         assert self._tg is not None
-        self._tg.start_soon(self._pipes.run, work, to, wrap)
+        # The outcome is no send of the command being handled: its id is its own.
+        with outside_handling():
+            self._tg.start_soon(self._pipes.run, work, to, wrap)
 
     # -- the transport's host side ------------------------------------------------
 

@@ -19,7 +19,6 @@ that applies it. So over Redis a round outlives its worker:
 
 from __future__ import annotations
 
-import contextvars
 import secrets
 from typing import Any, Final
 
@@ -196,10 +195,7 @@ class Compaction:
                 return CompressionDone(version=version, error=reason, token=token)
             return CompressionDone(version=version, outcome=outcome, token=token)
 
-        # Outside the handler's context: the result is no send of the command being
-        # handled, so its id must not be derived from that command's (a redelivered
-        # command would otherwise make a result that looks like one already seen).
-        contextvars.Context().run(self._ctx.pipe, ask, None, done)
+        self._ctx.pipe(ask, None, done)
 
     def done(self, message: CompressionDone) -> None:
         """End the round the result belongs to: apply it to the prefix it was computed

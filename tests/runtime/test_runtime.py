@@ -415,3 +415,31 @@ async def test_a_tight_loop_of_inline_asks_lets_other_tasks_run() -> None:
                 await ref.ask(i)
             assert ticks > 0
             tg.cancel_scope.cancel()
+
+
+async def test_piped_work_sends_with_ids_of_its_own() -> None:
+    # A handler's own tells carry ids derived from its command's (so a redelivered
+    # command repeats them); what it pipes finishes at any later time, so its tell
+    # must not take one of those ids.
+    from actormem.runtime._dispatch import derived_id
+    from actormem.runtime._envelope import Envelope
+
+    seen: list[str] = []
+    piped = anyio.Event()
+
+    class Piper(Actor):
+        async def receive(self, message: Any) -> Any:
+            async def work() -> None:
+                seen.append(derived_id())
+                piped.set()
+
+            seen.append(derived_id())
+            self.ctx.pipe(work)
+            return None
+
+    async with Runtime(RuntimeConfig()) as rt:
+        rt.register("piper", Piper)
+        await rt.deliver(Envelope(recipient="piper/a", body="go", id="cmd1"))
+        with anyio.fail_after(5):
+            await piped.wait()
+    assert seen == ["cmd1.1", ""]

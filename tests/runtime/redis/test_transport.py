@@ -586,3 +586,18 @@ async def test_large_batches_are_split_into_calls_of_bounded_size_in_order(
         assert state.tokens == expected
         log_key = keys.actor_log(shard_of(address, redis_config.shards), address)
         assert [t.decode() for t in await redis_client.lrange(log_key, 0, -1)] == expected
+
+
+async def test_a_client_restarted_under_its_name_never_takes_its_predecessor_s_reply(
+    redis_client: aioredis.Redis, redis_config: RedisConfig
+) -> None:
+    # The first client stops while its ask is being handled; the reply lands on the
+    # reply stream the second client (same id, so the same stream) reads while its
+    # own ask waits.
+    async with worker(redis_client, redis_config):
+        async with worker(redis_client, redis_config, worker=False, worker_id="same") as first:
+            with anyio.move_on_after(0.3):
+                await first.ref("ledger/slow").ask(Add("slow", 100, delay=1.0), timeout=10)
+        async with worker(redis_client, redis_config, worker=False, worker_id="same") as second:
+            total = await second.ref("ledger/other").ask(Add("mine", 1, delay=1.5))
+    assert total == 1

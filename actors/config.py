@@ -104,6 +104,8 @@ class SimulationConfig(_Section, frozen=True):
         run_id: the run's id, which namespaces its keys on Redis (``""``: a new
             id for every run; an earlier run's id resumes that run, its memories
             and all).
+        max_workers: the most worker processes ``--workers`` may ask for
+            (0: four per CPU core).
     """
 
     agents: int = 50
@@ -117,13 +119,15 @@ class SimulationConfig(_Section, frozen=True):
     share_facts: int = 2
     gossip_rate: float = 0.1
     run_id: str = ""
+    max_workers: int = 0
 
     def __post_init__(self) -> None:
         self._at_least(1, "agents", "steps", "facts_per_agent", "fact_steps", "concurrency")
         if self.run_id:
             check_namespace(self.run_id, "run_id")
-        if self.share_facts < 0:
-            raise ValueError(f"share_facts must be >= 0, got {self.share_facts}")
+        for key in ("share_facts", "max_workers"):
+            if getattr(self, key) < 0:
+                raise ValueError(f"{key} must be >= 0, got {getattr(self, key)}")
         self._within(0.0, 1.0, "tool_call_rate", "gossip_rate")
         if self.context_tokens < 64:
             raise ValueError(f"context_tokens must be >= 64, got {self.context_tokens}")

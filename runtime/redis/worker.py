@@ -14,6 +14,7 @@ import argparse
 import importlib
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,6 +29,7 @@ import msgspec
 import structlog
 
 from actormem.runtime._closing import AsyncClosing
+from actormem.runtime._lifetime import die_with_parent, keeper
 from actormem.runtime._runtime import Runtime
 from actormem.runtime.config import RuntimeConfig
 from actormem.runtime.errors import ConfigError, TransportUnavailableError
@@ -36,7 +38,14 @@ from actormem.runtime.redis.config import RedisConfig
 from actormem.runtime.redis.keys import Keys
 from actormem.runtime.redis.transport import RedisTransport
 
-__all__ = ("REDIS_JSON_ENV", "WorkerProcesses", "load_register", "run_worker")
+__all__ = (
+    "REDIS_JSON_ENV",
+    "WORKERS_PER_CPU",
+    "WorkerProcesses",
+    "load_register",
+    "run_worker",
+    "worker_limit",
+)
 
 log = structlog.get_logger("actormem.worker")
 
@@ -46,6 +55,18 @@ REDIS_JSON_ENV: Final = "ACTORMEM_WORKER_REDIS_JSON"
 _READY_TIMEOUT: Final = 30.0
 #: How long a worker may take to stop after SIGTERM before it is killed.
 _STOP_TIMEOUT: Final = 15.0
+#: Worker processes per CPU core that :class:`WorkerProcesses` starts at most by default.
+WORKERS_PER_CPU: Final = 4
+
+
+def worker_limit() -> int:
+    """How many worker processes this machine runs at most by default:
+    :data:`WORKERS_PER_CPU` per CPU core this process may use."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return WORKERS_PER_CPU * max(cpus, 1)
 
 
 async def run_worker(
@@ -55,6 +76,7 @@ async def run_worker(
     runtime: RuntimeConfig | None = None,
     worker_id: str | None = None,
     stop: anyio.Event | None = None,
+    signals: bool = True,
 ) -> None:
     """Run a worker until SIGTERM or SIGINT (or ``stop`` is set), then leave cleanly.
 
@@ -68,6 +90,8 @@ async def run_worker(
         runtime: the runtime section.
         worker_id: this worker's name in leases (unique per process by default).
         stop: set it to stop the worker (instead of a signal).
+        signals: stop on SIGTERM and SIGINT; False leaves the signals to the
+            caller, which sets ``stop``.
 
     Raises:
         TransportUnavailableError: Redis cannot be reached at start.
@@ -77,11 +101,12 @@ async def run_worker(
     async with Runtime(runtime, transport=transport) as rt:
         register(rt)
         log.info("worker_started", worker=transport.id, shards=redis.shards)
-        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        watched = (signal.SIGTERM, signal.SIGINT) if signals else ()
+        with anyio.open_signal_receiver(*watched) as received:
             async with anyio.create_task_group() as tg:
 
                 async def on_signal() -> None:
-                    async for signum in signals:
+                    async for signum in received:
                         log.info("worker_stopping", worker=transport.id, signal=signum)
                         tg.cancel_scope.cancel()
 
@@ -117,6 +142,11 @@ def load_register(spec: str) -> Callable[[Runtime], None]:
 class WorkerProcesses(AsyncClosing):
     """Launches ``count`` worker subprocesses against one Redis; stops them on exit.
 
+    The workers do not outlive this process: each gets SIGTERM when it dies, even
+    by SIGKILL, and a watchdog removes their log dir (see
+    :mod:`actormem.runtime._lifetime`). Each runs in a process group of its own, so
+    a terminal's Ctrl-C reaches only this process, which then stops them in order.
+
     Args:
         count: how many workers.
         redis: the ``[redis]`` section; ``url`` must be set (workers share it).
@@ -125,9 +155,11 @@ class WorkerProcesses(AsyncClosing):
         log_level: the workers' log level (their logs go to files, see ``log_path``).
         env: extra environment variables for the workers (the path of the app's
             config for its register function to read, say).
+        limit: the most workers allowed (default: :func:`worker_limit`).
 
     Raises:
         ValueError: ``count`` < 1 or no Redis URL.
+        ConfigError: ``count`` is over ``limit``.
 
     Example::
 
@@ -144,11 +176,19 @@ class WorkerProcesses(AsyncClosing):
         runtime: RuntimeConfig | None = None,
         log_level: str = "info",
         env: Mapping[str, str] | None = None,
+        limit: int | None = None,
     ) -> None:
         if count < 1:
             raise ValueError(f"count must be >= 1, got {count}")
         if not redis.url:
             raise ValueError("worker processes need a shared Redis: set the config's url")
+        most = worker_limit() if limit is None else limit
+        if count > most:
+            raise ConfigError(
+                f"{count} worker processes is over the limit of {most}"
+                + (f" ({WORKERS_PER_CPU} per CPU core)" if limit is None else "")
+                + ": ask for fewer, or raise the limit"
+            )
         self.count = count
         self.redis = redis
         self.register = register
@@ -158,6 +198,7 @@ class WorkerProcesses(AsyncClosing):
         self.ids = [f"w{i}-{secrets.token_hex(4)}" for i in range(count)]
         self._procs: list[subprocess.Popen[bytes] | None] = [None] * count
         self._dir = Path(tempfile.mkdtemp(prefix="actormem-workers-"))
+        keeper().track_dir(self._dir)
 
     async def __aenter__(self) -> Self:
         try:
@@ -171,7 +212,7 @@ class WorkerProcesses(AsyncClosing):
         return self
 
     def log_path(self, index: int) -> Path:
-        """Where worker ``index`` writes its log."""
+        """Where worker ``index`` writes its log (removed by :meth:`aclose`)."""
         return self._dir / f"{self.ids[index]}.log"
 
     def pid(self, index: int) -> int | None:
@@ -180,7 +221,11 @@ class WorkerProcesses(AsyncClosing):
         return proc.pid if proc is not None and proc.poll() is None else None
 
     def start(self, index: int) -> None:
-        """Start worker ``index`` (again, after it was killed)."""
+        """Start worker ``index`` (again, after it was killed).
+
+        Call it from the thread that runs the event loop: the worker's
+        parent-death signal is tied to the thread that starts it.
+        """
         args = [
             sys.executable,
             "-m",
@@ -195,13 +240,17 @@ class WorkerProcesses(AsyncClosing):
             self.log_level,
         ]
         with self.log_path(index).open("ab") as logfile:
-            self._procs[index] = subprocess.Popen(
+            proc = subprocess.Popen(
                 args,
                 stdin=subprocess.DEVNULL,
                 stdout=logfile,
                 stderr=subprocess.STDOUT,
                 env={**self.env, REDIS_JSON_ENV: msgspec.json.encode(self.redis).decode()},
+                process_group=0,
+                preexec_fn=die_with_parent(),
             )
+        self._procs[index] = proc
+        keeper().track_pid(proc.pid)
 
     async def wait_ready(self, indexes: Sequence[int] | None = None) -> None:
         """Wait until the workers have registered as live in Redis.
@@ -245,6 +294,7 @@ class WorkerProcesses(AsyncClosing):
         if proc is not None and proc.poll() is None:
             proc.kill()
             proc.wait()
+            keeper().untrack_pid(proc.pid)
 
     def signal(self, index: int, signum: int) -> None:
         """Send ``signum`` to worker ``index`` (SIGSTOP/SIGCONT to pause it, say)."""
@@ -257,21 +307,37 @@ class WorkerProcesses(AsyncClosing):
         proc = self._procs[index]
         if proc is None:
             return None
+        self._terminate(proc)
+        code = await anyio.to_thread.run_sync(_wait_or_kill, proc)
+        keeper().untrack_pid(proc.pid)
+        return code
+
+    @staticmethod
+    def _terminate(proc: subprocess.Popen[bytes]) -> None:
         if proc.poll() is None:
             proc.send_signal(signal.SIGCONT)  # a paused worker cannot handle SIGTERM
             proc.terminate()
-            try:
-                await anyio.to_thread.run_sync(proc.wait, _STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                await anyio.to_thread.run_sync(proc.wait)
-        return proc.returncode
 
     async def aclose(self) -> None:
-        """Stop every worker; idempotent."""
+        """Stop every worker at once (each drains and hands its shards back) and
+        remove their log dir; idempotent."""
         with anyio.CancelScope(shield=True):
-            for i in range(self.count):
-                await self.stop(i)
+            for proc in self._procs:
+                if proc is not None:
+                    self._terminate(proc)
+            async with anyio.create_task_group() as tg:
+                for i in range(self.count):
+                    tg.start_soon(self.stop, i)
+            shutil.rmtree(self._dir, ignore_errors=True)
+            keeper().untrack_dir(self._dir)
+
+
+def _wait_or_kill(proc: subprocess.Popen[bytes]) -> int:
+    try:
+        return proc.wait(_STOP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,5 +1,6 @@
 """``actormem simulate`` as a process: it runs anywhere the package is installed, and a
-signal stops it at once, in one line, with its redis-server gone too."""
+signal stops it promptly, in one line, with a partial report and its redis-server
+gone too (with worker processes: test_lifecycle.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,14 @@ from pathlib import Path
 import pytest
 
 from tests.support import ROOT
+from tests.support.processes import (
+    after_run_line,
+    alive,
+    command,
+    family,
+    needs_proc,
+    signal_and_wait,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -29,13 +38,6 @@ def _env(**extra: str) -> dict[str, str]:
     env["PATH"] = _path_without_redis_server()
     env.update(extra)
     return env
-
-
-def _after_run_line(stderr: str) -> str:
-    """``stderr`` without the line naming the run, which every simulation prints first."""
-    first, _, rest = stderr.partition("\n")
-    assert first.startswith("actormem: run "), stderr
-    return rest
 
 
 def test_default_simulation_runs_with_no_redis_server_on_path() -> None:
@@ -70,52 +72,21 @@ def test_no_redis_server_anywhere_is_one_line() -> None:
     )
     assert proc.returncode == 2
     assert proc.stdout == ""
-    err = _after_run_line(proc.stderr)
+    err = after_run_line(proc.stderr)
     assert err.startswith("actormem: error: no redis-server found: install Redis")
     assert err.count("\n") == 1
 
 
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rpartition(")")[2].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            found.append(int(entry.name))
-    return found
-
-
-def _command(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
-    except OSError:
-        return ""
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
-@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+@needs_proc
 @pytest.mark.parametrize(
-    ("signum", "whole_group", "status", "line"),
+    ("signum", "whole_group"),
     [
         # Ctrl-C in a terminal signals the whole foreground process group.
-        (signal.SIGINT, True, 130, "actormem: interrupted\n"),
-        (signal.SIGTERM, False, 143, "actormem: stopped by SIGTERM\n"),
+        (signal.SIGINT, True),
+        (signal.SIGTERM, False),
     ],
 )
-def test_a_signal_stops_the_simulation_promptly(
-    signum: int, whole_group: bool, status: int, line: str
-) -> None:
+def test_a_signal_stops_the_simulation_promptly(signum: int, whole_group: bool) -> None:
     proc = subprocess.Popen(
         [*_SIMULATE, "--steps", "1000"],
         stdout=subprocess.PIPE,
@@ -125,26 +96,24 @@ def test_a_signal_stops_the_simulation_promptly(
         env=_env(),
         start_new_session=True,
     )
-    try:
-        deadline = time.monotonic() + 60
-        servers: list[int] = []
-        while not servers and time.monotonic() < deadline and proc.poll() is None:
-            servers = [p for p in _children(proc.pid) if "redis-server" in _command(p)]
-            time.sleep(0.1)
-        assert servers, "the simulation started no redis-server"
-        time.sleep(2)  # well into the run
-        assert proc.poll() is None
-        if whole_group:
-            os.killpg(proc.pid, signum)
-        else:
-            proc.send_signal(signum)
-        started = time.monotonic()
-        out, err = proc.communicate(timeout=30)
-        took = time.monotonic() - started
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert (proc.returncode, _after_run_line(err), out) == (status, line, "")
+    deadline = time.monotonic() + 60
+    servers: list[int] = []
+    while not servers and time.monotonic() < deadline and proc.poll() is None:
+        servers = [p for p in family(proc.pid) if "redis-server" in command(p)]
+        time.sleep(0.1)
+    if not servers:
+        proc.kill()
+        proc.communicate()
+        pytest.fail("the simulation started no redis-server")
+    time.sleep(2)  # well into the run
+    assert proc.poll() is None
+    out, err, took = signal_and_wait(proc, signum, whole_group=whole_group, timeout=30)
+    name = signal.Signals(signum).name
+    assert proc.returncode == 128 + signum
+    assert after_run_line(err) == (
+        f"actormem: stopping ({name}): finishing the turns in flight, "
+        "writing the partial report...\n"
+    )
+    assert "PARTIAL (stopped)" in out and " of 1000 steps" in out
     assert took < 15, f"took {took:.1f}s to stop"
-    assert not [p for p in servers if _alive(p)], "redis-server left running"
+    assert not [p for p in servers if alive(p)], "redis-server left running"

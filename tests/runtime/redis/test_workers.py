@@ -5,8 +5,11 @@ Kills, restarts and stale owners are in tests/faults/test_process_faults.py.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import anyio
 import msgspec
@@ -25,7 +28,7 @@ from actormem.runtime.redis import (
     shard_of,
 )
 from actormem.runtime.redis.transport import RedisTransport
-from actormem.runtime.redis.worker import WorkerProcesses, load_register
+from actormem.runtime.redis.worker import WorkerProcesses, load_register, worker_limit
 from tests.support.actors import Add, Crash, GetState
 from tests.support.streams import client_runtime, eventually, owners, stored_tokens
 
@@ -159,6 +162,34 @@ async def test_a_worker_that_cannot_start_says_why(redis_config: RedisConfig) ->
 def test_workers_need_a_shared_redis_url() -> None:
     with pytest.raises(ValueError, match="need a shared Redis"):
         WorkerProcesses(2, RedisConfig(url=None), REGISTER)
+
+
+def test_more_workers_than_the_limit_are_refused_before_any_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    config = RedisConfig(url="redis://127.0.0.1:1")
+    with pytest.raises(ConfigError, match=r"^5 worker processes is over the limit of 4: ask"):
+        WorkerProcesses(5, config, REGISTER, limit=4)
+    most = worker_limit()
+    with pytest.raises(ConfigError, match=rf"over the limit of {most} \(4 per CPU core\)"):
+        WorkerProcesses(most + 1, config, REGISTER)
+    assert list(tmp_path.iterdir()) == []  # not even a log dir
+
+
+async def test_closed_workers_leave_no_process_and_no_log_dir(redis_config: RedisConfig) -> None:
+    async with WorkerProcesses(2, redis_config, REGISTER) as workers:
+        pids = [workers.pid(i) for i in range(2)]
+        logs = workers.log_path(0).parent
+        assert logs.is_dir()
+        # Each in a process group of its own: a terminal's Ctrl-C reaches only the
+        # parent, which stops them after its own work is done.
+        assert [os.getpgid(pid) for pid in pids if pid] == pids
+    assert not logs.exists()
+    for pid in pids:
+        assert pid is not None
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
 
 
 async def test_workers_get_the_environment_they_are_given(

@@ -1,0 +1,177 @@
+"""Clean lifecycles, as a user (or Slurm, ``timeout``, ``docker stop``) meets them.
+
+``actormem simulate --workers 2`` stopped by SIGTERM or SIGINT writes a partial
+report and JSON, says in one line what it does, and leaves no process and no temp
+dir behind; SIGKILLed, it leaves none either (parent-death signal and watchdog).
+``actormem worker`` stops the same way. ``--workers`` is bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from actormem.runtime.cli import main
+from actormem.runtime.redis.worker import WORKERS_PER_CPU, worker_limit
+from tests.support import ROOT
+from tests.support.processes import (
+    after_run_line,
+    command,
+    family,
+    needs_proc,
+    signal_and_wait,
+    survivors,
+)
+
+_SIMULATE = [sys.executable, "-m", "actormem", "simulate", "configs/town.toml", "--no-progress"]
+#: tiktoken's download cache, which it keeps in the temp dir on purpose.
+_NOT_OURS = {"data-gym-cache"}
+
+
+def _leftovers(tmp: Path, within: float) -> list[str]:
+    deadline = time.monotonic() + within
+    while True:
+        left = sorted(p.name for p in tmp.iterdir() if p.name not in _NOT_OURS)
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
+
+
+def _env(tmp: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ACTORMEM_", "REDIS_"))}
+    env["TMPDIR"] = str(tmp)
+    return env
+
+
+def _start_with_workers(
+    tmp_path: Path, *extra: str
+) -> tuple[subprocess.Popen[str], dict[int, str]]:
+    """``simulate --workers 2`` (a small town, many steps) once its workers, its
+    redis-server and its watchdog run; the process and its family."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    proc = subprocess.Popen(
+        [*_SIMULATE, "--workers", "2", "--agents", "6", "--steps", "100000", *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=_env(tmp),
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and proc.poll() is None:
+        commands = [command(pid) for pid in family(proc.pid)]
+        workers = sum("actormem.runtime.redis.worker" in c for c in commands)
+        if workers == 2 and any("redis-server" in c for c in commands):
+            break
+        time.sleep(0.1)
+    else:
+        proc.kill()
+        _, err = proc.communicate()
+        pytest.fail(f"the simulation did not start its workers: {err[-2000:]}")
+    time.sleep(3)  # into the run: its workers own the shards and it is taking steps
+    assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+    return proc, family(proc.pid)
+
+
+@pytest.mark.slow
+@needs_proc
+@pytest.mark.parametrize(
+    "signum",
+    [pytest.param(signal.SIGTERM, id="SIGTERM"), pytest.param(signal.SIGINT, id="SIGINT")],
+)
+def test_a_signal_stops_a_run_with_workers_with_a_partial_report_and_leaves_nothing(
+    tmp_path: Path, signum: int
+) -> None:
+    out = tmp_path / "report.json"
+    proc, processes = _start_with_workers(tmp_path, "--json", str(out))
+    assert len(processes) >= 4, processes  # 2 workers, redis-server, the watchdog
+    # Ctrl-C signals the terminal's foreground group: here the simulation's own.
+    stdout, stderr, took = signal_and_wait(proc, signum, whole_group=True)
+    name = signal.Signals(signum).name
+    assert proc.returncode == 128 + signum, stderr
+    stderr = after_run_line(stderr)
+    assert stderr.startswith(f"actormem: stopping ({name}): "), stderr
+    assert stderr.count("\n") == 1 and "draining 2 workers" in stderr, stderr
+    assert "PARTIAL (stopped)" in stdout
+    assert "partial report written to" in stdout
+    report = json.loads(out.read_text())
+    assert report["partial"] is True
+    assert report["agents"] == 6
+    assert 0 <= report["steps_completed"] < report["steps"] == 100_000
+    assert survivors(processes, within=10) == []
+    assert _leftovers(tmp_path / "tmp", within=10) == []
+    # A few seconds: turns in flight, the partial report, and the workers' drain.
+    assert took < 30, f"took {took:.1f}s to stop"
+
+
+@pytest.mark.slow
+@needs_proc
+def test_a_sigkilled_run_leaves_no_process_and_no_temp_dir(tmp_path: Path) -> None:
+    proc, processes = _start_with_workers(tmp_path)
+    assert len(processes) >= 4, processes
+    proc.kill()
+    proc.communicate()
+    # The workers and redis-server get SIGTERM from the kernel; the watchdog waits
+    # for them (SIGKILL after a grace period) and removes their temp dirs.
+    assert survivors(processes, within=30) == []
+    assert _leftovers(tmp_path / "tmp", within=10) == []
+
+
+@pytest.mark.slow
+@needs_proc
+def test_the_worker_command_stops_on_sigterm_in_one_line(redis_url: str, tmp_path: Path) -> None:
+    config = tmp_path / "worker.toml"
+    config.write_text(f'[redis]\nurl = "{redis_url}"\nprefix = "lifecycle{os.getpid()}"\n')
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "actormem", "--log-level", "warning", "worker", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=_env(tmp_path),
+    )
+    time.sleep(3)  # it owns its shards by now
+    assert proc.poll() is None
+    stdout, stderr, _ = signal_and_wait(proc, signal.SIGTERM)
+    assert proc.returncode == 143, stderr
+    assert stderr == (
+        "actormem: stopping (SIGTERM): draining its mailboxes and handing its shards back...\n"
+    )
+    assert stdout == ""
+
+
+def test_more_workers_than_the_limit_is_a_one_line_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    limit = worker_limit()
+    assert limit == WORKERS_PER_CPU * len(os.sched_getaffinity(0))
+    assert main(["simulate", "configs/town.toml", "--workers", "100000"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"actormem: error: --workers 100000 is over the limit of {limit} worker processes "
+        f"({WORKERS_PER_CPU} per CPU core); raise it with --max-workers N or "
+        "[simulation] max_workers\n"
+    )
+    assert main(["simulate", "--workers", "3", "--max-workers", "2"]) == 2
+    assert "--workers 3 is over the limit of 2 worker processes;" in capsys.readouterr().err
+
+
+def test_the_limit_comes_from_the_config_too(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "bounded.toml"
+    config.write_text("[simulation]\nmax_workers = 1\n")
+    assert main(["simulate", str(config), "--workers", "2"]) == 2
+    assert "--workers 2 is over the limit of 1 worker processes;" in capsys.readouterr().err
+    config.write_text("[simulation]\nmax_workers = -1\n")
+    assert main(["simulate", str(config), "--workers", "2"]) == 2
+    assert "max_workers must be >= 0, got -1" in capsys.readouterr().err

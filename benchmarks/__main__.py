@@ -5,6 +5,10 @@
 Each benchmark prints a table of its figures with their raw baselines and ratios,
 writes ``reports/bench/<name>.json``, and with ``--plot`` draws PNGs (needs the
 ``plots`` extra: matplotlib).
+
+SIGINT or SIGTERM stops a benchmark: it says so in one line, stops its worker
+processes and servers, writes its JSON marked ``"partial": true`` (as
+``<name>.partial.json``, keeping the last full result) and exits with 130 or 143.
 """
 
 from __future__ import annotations
@@ -21,9 +25,9 @@ import anyio
 from rich.console import Console
 from rich.table import Table
 
-from actormem.benchmarks._common import BenchResult, machine, write_result
+from actormem.benchmarks._common import BenchResult, Row, machine, write_result
 from actormem.runtime import ActormemError
-from actormem.runtime.cli import OneLineParser
+from actormem.runtime.cli import OneLineParser, StopSignals
 from actormem.runtime.logging import configure_logging
 
 BENCHMARKS = (
@@ -75,7 +79,8 @@ def figure(value: float) -> str:
 
 
 def print_result(result: BenchResult, console: Console) -> None:
-    table = Table(title=f"{result.name}  ({result.command})", title_justify="left")
+    partial = "  PARTIAL (stopped)" if result.partial else ""
+    table = Table(title=f"{result.name}  ({result.command}){partial}", title_justify="left")
     for col in ("measure", "value", "baseline", "ratio", "target"):
         table.add_column(col, justify="left" if col in ("measure", "target") else "right")
     for row in result.rows:
@@ -95,8 +100,12 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     module = importlib.import_module(f"actormem.benchmarks.{args.name}")
     command = f"{prog} " + shlex.join(list(argv if argv is not None else sys.argv[1:]))
     started = time.time()
+    stops = StopSignals(
+        lambda: "stopping its workers and servers, writing a partial result...",
+        prog=f"{prog} {args.name}",
+    )
     try:
-        rows = anyio.run(module.run, args)
+        rows: list[Row] = anyio.run(lambda: stops.run(lambda: module.run(args), cancel_with=list))
     except ActormemError as exc:  # a bad config, a deployment without workers...
         print(f"{prog} {args.name}: error: {exc}", file=sys.stderr)
         return 2
@@ -107,16 +116,13 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         machine=machine(),
         started=started,
         elapsed_s=round(time.time() - started, 2),
+        partial=stops.requested.is_set(),
     )
     console = Console(width=None if sys.stdout.isatty() else 150)
     print_result(result, console)
     path = write_result(result, Path(args.out))
     console.print(f"written: {path}")
-    if args.plot and hasattr(module, "plot"):
+    if args.plot and hasattr(module, "plot") and not result.partial:
         for png in module.plot(result, Path(args.out)):
             console.print(f"plot: {png}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return stops.exit_code

@@ -75,7 +75,8 @@ def compared(
 
 
 class BenchResult(msgspec.Struct, kw_only=True):
-    """A benchmark's rows, how it was run, and where it ran."""
+    """A benchmark's rows, how it was run, and where it ran (``partial``: stopped by
+    a signal before it finished; its rows are then missing)."""
 
     name: str
     command: str
@@ -84,6 +85,7 @@ class BenchResult(msgspec.Struct, kw_only=True):
     started: float
     elapsed_s: float
     series: dict[str, Any] = {}
+    partial: bool = False
 
 
 def at_least(minimum: float, kind: Callable[[str], float] = int) -> Callable[[str], Any]:
@@ -245,9 +247,10 @@ def message_texts(n: int, chars: int = 200, seed: int = 1) -> list[str]:
 
 
 def write_result(result: BenchResult, out_dir: Path) -> Path:
-    """Write ``result`` as ``<out_dir>/<name>.json`` and return the path."""
+    """Write ``result`` as ``<out_dir>/<name>.json`` (a partial one as
+    ``<name>.partial.json``, next to the last full result) and return the path."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{result.name}.json"
+    path = out_dir / f"{result.name}{'.partial' if result.partial else ''}.json"
     path.write_bytes(msgspec.json.format(msgspec.json.encode(result)))
     return path
 

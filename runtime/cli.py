@@ -98,22 +98,39 @@ class StopSignals:
                 self.say(f"{self.prog}: stopping ({name}): {self.doing()}")
                 self.requested.set()
 
-    async def run(self, func: Callable[[], Awaitable[T]]) -> T:
+    async def run(
+        self, func: Callable[[], Awaitable[T]], *, cancel_with: Callable[[], T] | None = None
+    ) -> T:
         """Return ``await func()``, watching for the signals until it returns (so a
-        second signal during its cleanup still ends the process at once)."""
+        second signal during its cleanup still ends the process at once).
+
+        With ``cancel_with``, ``func`` is cancelled once a stop is requested, and
+        ``cancel_with()`` is returned if that ended it; without, ``func`` is expected
+        to wind down by itself when :attr:`requested` is set.
+        """
         done: list[T] = []
         error: Exception | None = None
         async with anyio.create_task_group() as tg:
             await tg.start(self.watch)
             try:
-                done.append(await func())
+                with anyio.CancelScope() as work:
+                    if cancel_with is not None:
+                        tg.start_soon(self._cancel_on_request, work)
+                    done.append(await func())
             except Exception as exc:
                 error = exc  # raised below as itself, not inside the task group's group
             finally:
                 tg.cancel_scope.cancel()
         if error is not None:
             raise error
+        if not done:
+            assert cancel_with is not None  # only then is func cancelled here
+            return cancel_with()
         return done[0]
+
+    async def _cancel_on_request(self, scope: anyio.CancelScope) -> None:
+        await self.requested.wait()
+        scope.cancel()
 
 
 def _say(line: str) -> None:

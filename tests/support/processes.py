@@ -16,10 +16,15 @@ __all__ = (
     "alive",
     "command",
     "family",
+    "leftovers",
     "needs_proc",
     "signal_and_wait",
     "survivors",
+    "wait_for_family",
 )
+
+#: tiktoken's download cache, which it keeps in the temp dir on purpose.
+_NOT_OURS = frozenset({"data-gym-cache"})
 
 needs_proc = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
 
@@ -91,6 +96,35 @@ def survivors(processes: dict[int, str], within: float) -> list[str]:
         left = [pid for pid, started in processes.items() if alive(pid, started)]
         if not left or time.monotonic() > deadline:
             return [command(pid) for pid in left]
+        time.sleep(0.05)
+
+
+def wait_for_family(
+    proc: subprocess.Popen[str], wanted: dict[str, int], within: float = 90
+) -> dict[int, str]:
+    """Wait until ``proc`` has, for each text in ``wanted``, that many processes whose
+    command line holds it; its family then. Fails the test if it does not."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline and proc.poll() is None:
+        found = family(proc.pid)
+        commands = [command(pid) for pid in found]
+        if all(sum(text in c for c in commands) >= n for text, n in wanted.items()):
+            return found
+        time.sleep(0.1)
+    if proc.poll() is None:
+        proc.kill()
+    _, err = proc.communicate()
+    pytest.fail(f"the program did not start {wanted}: {err[-2000:]}")
+
+
+def leftovers(tmp: Path, within: float) -> list[str]:
+    """What is left in the temp dir ``tmp`` after ``within`` seconds ([] as soon as
+    nothing is), tiktoken's cache aside."""
+    deadline = time.monotonic() + within
+    while True:
+        left = sorted(p.name for p in tmp.iterdir() if p.name not in _NOT_OURS)
+        if not left or time.monotonic() > deadline:
+            return left
         time.sleep(0.05)
 
 

@@ -23,25 +23,15 @@ from actormem.runtime.redis.worker import WORKERS_PER_CPU, worker_limit
 from tests.support import ROOT
 from tests.support.processes import (
     after_run_line,
-    command,
     family,
+    leftovers,
     needs_proc,
     signal_and_wait,
     survivors,
+    wait_for_family,
 )
 
 _SIMULATE = [sys.executable, "-m", "actormem", "simulate", "configs/town.toml", "--no-progress"]
-#: tiktoken's download cache, which it keeps in the temp dir on purpose.
-_NOT_OURS = {"data-gym-cache"}
-
-
-def _leftovers(tmp: Path, within: float) -> list[str]:
-    deadline = time.monotonic() + within
-    while True:
-        left = sorted(p.name for p in tmp.iterdir() if p.name not in _NOT_OURS)
-        if not left or time.monotonic() > deadline:
-            return left
-        time.sleep(0.05)
 
 
 def _env(tmp: Path) -> dict[str, str]:
@@ -66,17 +56,7 @@ def _start_with_workers(
         env=_env(tmp),
         start_new_session=True,
     )
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and proc.poll() is None:
-        commands = [command(pid) for pid in family(proc.pid)]
-        workers = sum("actormem.runtime.redis.worker" in c for c in commands)
-        if workers == 2 and any("redis-server" in c for c in commands):
-            break
-        time.sleep(0.1)
-    else:
-        proc.kill()
-        _, err = proc.communicate()
-        pytest.fail(f"the simulation did not start its workers: {err[-2000:]}")
+    wait_for_family(proc, {"actormem.runtime.redis.worker": 2, "redis-server": 1})
     time.sleep(3)  # into the run: its workers own the shards and it is taking steps
     assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
     return proc, family(proc.pid)
@@ -108,7 +88,7 @@ def test_a_signal_stops_a_run_with_workers_with_a_partial_report_and_leaves_noth
     assert report["agents"] == 6
     assert 0 <= report["steps_completed"] < report["steps"] == 100_000
     assert survivors(processes, within=10) == []
-    assert _leftovers(tmp_path / "tmp", within=10) == []
+    assert leftovers(tmp_path / "tmp", within=10) == []
     # A few seconds: turns in flight, the partial report, and the workers' drain.
     assert took < 30, f"took {took:.1f}s to stop"
 
@@ -123,7 +103,7 @@ def test_a_sigkilled_run_leaves_no_process_and_no_temp_dir(tmp_path: Path) -> No
     # The workers and redis-server get SIGTERM from the kernel; the watchdog waits
     # for them (SIGKILL after a grace period) and removes their temp dirs.
     assert survivors(processes, within=30) == []
-    assert _leftovers(tmp_path / "tmp", within=10) == []
+    assert leftovers(tmp_path / "tmp", within=10) == []
 
 
 @pytest.mark.slow

@@ -108,6 +108,25 @@ def test_a_sigkilled_run_leaves_no_process_and_no_temp_dir(tmp_path: Path) -> No
 
 @pytest.mark.slow
 @needs_proc
+def test_a_second_signal_ends_the_run_at_once_and_still_leaves_nothing(tmp_path: Path) -> None:
+    proc, processes = _start_with_workers(tmp_path)
+    assert proc.stderr is not None
+    assert proc.stderr.readline().startswith("actormem: run ")
+    os.killpg(proc.pid, signal.SIGINT)
+    first = proc.stderr.readline()  # the first signal is handled: send the second
+    _, rest, _ = signal_and_wait(proc, signal.SIGINT, whole_group=True)
+    assert proc.returncode == 130, first + rest
+    assert first + rest == (
+        "actormem: stopping (SIGINT): finishing the turns in flight, writing the partial "
+        "report, draining 2 workers, stopping the embedded Redis...\n"
+        "actormem: stopping at once (SIGINT again)\n"
+    )
+    assert survivors(processes, within=30) == []
+    assert leftovers(tmp_path / "tmp", within=10) == []
+
+
+@pytest.mark.slow
+@needs_proc
 def test_the_worker_command_stops_on_sigterm_in_one_line(redis_url: str, tmp_path: Path) -> None:
     config = tmp_path / "worker.toml"
     config.write_text(f'[redis]\nurl = "{redis_url}"\nprefix = "lifecycle{os.getpid()}"\n')

@@ -126,3 +126,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         for png in module.plot(result, Path(args.out)):
             console.print(f"plot: {png}")
     return stops.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

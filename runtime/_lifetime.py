@@ -14,7 +14,9 @@ take over:
   longer need it; when the pipe reaches end of file, which the kernel guarantees
   however this process ended, it stops the children still running (SIGTERM, then
   SIGKILL after :data:`GRACE` seconds) and removes the temp dirs left behind.
-  It runs in a session of its own, so a terminal's Ctrl-C does not reach it.
+  It runs in a session of its own, so a terminal's Ctrl-C does not reach it. A
+  dir may also be left to it on purpose, to outlive the code that made it until
+  this process ends (worker logs, read after the workers stopped).
 """
 
 from __future__ import annotations
@@ -89,13 +91,16 @@ def _running(pid: int, started: str) -> bool:
 class Keeper:
     """This process's side of the watchdog: tells it what to look after.
 
-    Every method is a no-op once the watchdog cannot be reached (it could not be
-    started, or it is gone); the normal cleanup of the caller still runs.
+    A tracked dir is removed when this process ends (at exit, or by the watchdog
+    if it dies), unless it was untracked before. Without a watchdog (it could not
+    be started, or it is gone) the children are left to their parent-death signal
+    and the dirs to the exit handler.
     """
 
     def __init__(self) -> None:
         self.owner = os.getpid()
         self._lock = threading.Lock()
+        self._dirs: set[str] = set()
         self._pipe: IO[str] | None = None
         self._proc: subprocess.Popen[str] | None = None
         try:
@@ -108,8 +113,9 @@ class Keeper:
                 start_new_session=True,
             )
         except OSError:
-            return
-        self._pipe = self._proc.stdin
+            self._proc = None
+        else:
+            self._pipe = self._proc.stdin
         atexit.register(self.close)
 
     def track_pid(self, pid: int) -> None:
@@ -121,11 +127,15 @@ class Keeper:
         self._say(f"unpid {pid}")
 
     def track_dir(self, path: Path) -> None:
-        """Remove ``path`` if this process dies before removing it."""
+        """Remove ``path`` when this process ends, unless it was removed before."""
+        with self._lock:
+            self._dirs.add(str(path))
         self._say(f"dir {path}")
 
     def untrack_dir(self, path: Path) -> None:
         """``path`` has been removed (or is to be kept): leave it alone."""
+        with self._lock:
+            self._dirs.discard(str(path))
         self._say(f"undir {path}")
 
     def _say(self, line: str) -> None:
@@ -139,15 +149,21 @@ class Keeper:
                 self._pipe = None
 
     def close(self) -> None:
-        """End the watchdog (at exit): it stops and removes whatever is still tracked."""
+        """End the watchdog (at exit): it stops and removes whatever is still tracked
+        (the dirs are removed here too, in case there is no watchdog)."""
         with self._lock:
             pipe, self._pipe = self._pipe, None
+            dirs, self._dirs = self._dirs, set()
         if pipe is not None:
             with contextlib.suppress(OSError):
                 pipe.close()
-        if self._proc is not None and self.owner == os.getpid():
+        if self.owner != os.getpid():
+            return
+        if self._proc is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self._proc.wait(GRACE + 2.0)
+        for path in dirs:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 _keeper: Keeper | None = None

@@ -109,7 +109,7 @@ class StopSignals:
         to wind down by itself when :attr:`requested` is set.
         """
         done: list[T] = []
-        error: Exception | None = None
+        error: BaseException | None = None
         async with anyio.create_task_group() as tg:
             await tg.start(self.watch)
             try:
@@ -117,7 +117,7 @@ class StopSignals:
                     if cancel_with is not None:
                         tg.start_soon(self._cancel_on_request, work)
                     done.append(await func())
-            except Exception as exc:
+            except (Exception, SystemExit) as exc:
                 error = exc  # raised below as itself, not inside the task group's group
             finally:
                 tg.cancel_scope.cancel()

@@ -244,7 +244,7 @@ def _stopping(config: AppConfig, workers: int) -> str:
     doing = ["finishing the turns in flight", "writing the partial report"]
     if workers:
         doing.append(f"draining {workers} worker{'s' if workers > 1 else ''}")
-    if config.runtime.transport != "local" and workers and not config.redis.url:
+    if config.runtime.transport == "redis" and not config.redis.url:
         doing.append("stopping the embedded Redis")
     return ", ".join(doing) + "..."
 

@@ -14,7 +14,6 @@ import argparse
 import importlib
 import os
 import secrets
-import shutil
 import signal
 import subprocess
 import sys
@@ -143,9 +142,10 @@ class WorkerProcesses(AsyncClosing):
     """Launches ``count`` worker subprocesses against one Redis; stops them on exit.
 
     The workers do not outlive this process: each gets SIGTERM when it dies, even
-    by SIGKILL, and a watchdog removes their log dir (see
-    :mod:`actormem.runtime._lifetime`). Each runs in a process group of its own, so
-    a terminal's Ctrl-C reaches only this process, which then stops them in order.
+    by SIGKILL (see :mod:`actormem.runtime._lifetime`). Their logs stay readable
+    after :meth:`aclose` and their temp dir is removed when this process ends,
+    however it ends. Each runs in a process group of its own, so a terminal's
+    Ctrl-C reaches only this process, which then stops them in order.
 
     Args:
         count: how many workers.
@@ -212,7 +212,7 @@ class WorkerProcesses(AsyncClosing):
         return self
 
     def log_path(self, index: int) -> Path:
-        """Where worker ``index`` writes its log (removed by :meth:`aclose`)."""
+        """Where worker ``index`` writes its log (removed when this process ends)."""
         return self._dir / f"{self.ids[index]}.log"
 
     def pid(self, index: int) -> int | None:
@@ -319,8 +319,8 @@ class WorkerProcesses(AsyncClosing):
             proc.terminate()
 
     async def aclose(self) -> None:
-        """Stop every worker at once (each drains and hands its shards back) and
-        remove their log dir; idempotent."""
+        """Stop every worker at once (each drains and hands its shards back);
+        idempotent."""
         with anyio.CancelScope(shield=True):
             for proc in self._procs:
                 if proc is not None:
@@ -328,8 +328,6 @@ class WorkerProcesses(AsyncClosing):
             async with anyio.create_task_group() as tg:
                 for i in range(self.count):
                     tg.start_soon(self.stop, i)
-            shutil.rmtree(self._dir, ignore_errors=True)
-            keeper().untrack_dir(self._dir)
 
 
 def _wait_or_kill(proc: subprocess.Popen[bytes]) -> int:

@@ -112,7 +112,7 @@ def test_a_signal_stops_the_simulation_promptly(signum: int, whole_group: bool) 
     assert proc.returncode == 128 + signum
     assert after_run_line(err) == (
         f"actormem: stopping ({name}): finishing the turns in flight, "
-        "writing the partial report...\n"
+        "writing the partial report, stopping the embedded Redis...\n"
     )
     assert "PARTIAL (stopped)" in out and " of 1000 steps" in out
     assert took < 15, f"took {took:.1f}s to stop"

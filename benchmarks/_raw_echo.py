@@ -28,6 +28,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
+from actormem.runtime._lifetime import keeper
 from actormem.runtime.redis import RedisConfig, connect
 
 #: The environment variable that gives the responder process its Redis URL.
@@ -121,6 +122,7 @@ async def raw_responder(url: str) -> AsyncIterator[RawAsker]:
         stdout=subprocess.DEVNULL,
         stderr=None,
     )
+    keeper().track_pid(process.pid)  # stopped even if this process is SIGKILLed
     try:
         asker = RawAsker(client, requests, replies)
         async with anyio.create_task_group() as tg:
@@ -137,6 +139,7 @@ async def raw_responder(url: str) -> AsyncIterator[RawAsker]:
             await process.wait()
         if process.returncode is None:
             process.kill()
+        keeper().untrack_pid(process.pid)
         with anyio.CancelScope(shield=True):
             await client.delete(requests, replies)
             await client.aclose()

@@ -9,15 +9,18 @@ draws its plots when matplotlib is installed and plots were asked for.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import platform
 import statistics
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import anyio
 import msgspec
 
 __all__ = (
@@ -26,6 +29,7 @@ __all__ = (
     "above",
     "at_least",
     "bench_config",
+    "child_json",
     "compared",
     "fraction",
     "machine",
@@ -137,6 +141,26 @@ def bench_config(mailbox_size: int = 1_000, compression: bool = False, shed: boo
         runtime=RuntimeConfig(mailbox_size=mailbox_size, shed_expired_asks=shed),
         compression=CompressionConfig(enabled=compression),
     )
+
+
+async def child_json(argv: Sequence[str], timeout: float) -> dict[str, float]:
+    """Run ``python -m actormem.benchmarks ARGV`` (a measurement in a fresh process)
+    and return the JSON object its last line of output holds. Cancelling it (a
+    signal stopping the benchmark) kills the process.
+
+    Raises:
+        RuntimeError: the process failed (the message holds its last line of stderr).
+        TimeoutError: it took longer than ``timeout`` seconds.
+    """
+    with anyio.fail_after(timeout):
+        proc = await anyio.run_process(
+            [sys.executable, "-m", "actormem.benchmarks", *argv], check=False
+        )
+    if proc.returncode != 0:
+        tail = (proc.stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"{' '.join(argv)}: the measuring process failed: {tail}")
+    result: dict[str, float] = json.loads(proc.stdout.decode().strip().splitlines()[-1])
+    return result
 
 
 async def wait_processed(rt: Any, count: int, poll: float = 0.0005) -> None:

@@ -25,8 +25,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any, cast
@@ -35,7 +33,14 @@ import anyio
 
 from actormem.actors import Message
 from actormem.actors.memory.commands import Add, Context
-from actormem.benchmarks._common import BenchResult, Row, at_least, percentile, rss_bytes
+from actormem.benchmarks._common import (
+    BenchResult,
+    Row,
+    at_least,
+    child_json,
+    percentile,
+    rss_bytes,
+)
 from actormem.benchmarks._plots import memory_plot
 from actormem.benchmarks._redis import (
     agent_keys_memory,
@@ -125,30 +130,9 @@ async def _child(n: int, activations: int, rounds: int) -> dict[str, float]:
             }
 
 
-def _measure(n: int, activations: int, rounds: int) -> dict[str, float]:
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "benchmarks",
-            "redis_scale",
-            "--child",
-            "--n",
-            str(n),
-            "--activations",
-            str(activations),
-            "--rounds",
-            str(rounds),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    if proc.returncode != 0:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise RuntimeError(f"redis_scale child for {n} agents failed: {tail}")
-    result: dict[str, float] = json.loads(proc.stdout.strip().splitlines()[-1])
-    return result
+async def _measure(n: int, activations: int, rounds: int) -> dict[str, float]:
+    argv = ["redis_scale", "--child", "--n", str(n), "--activations", str(activations)]
+    return await child_json([*argv, "--rounds", str(rounds)], timeout=900)
 
 
 async def run(args: argparse.Namespace) -> list[Row]:
@@ -158,7 +142,7 @@ async def run(args: argparse.Namespace) -> list[Row]:
         raise SystemExit(0)
     rows: list[Row] = []
     for n in args.agents:
-        m = await anyio.to_thread.run_sync(_measure, n, args.activations, args.rounds)
+        m = await _measure(n, args.activations, args.rounds)
         per_agent: tuple[tuple[str, str, str | None, dict[str, Any]], ...] = (
             ("passivated agent in Redis (used_memory)", "redis_per_agent", None, {}),
             (

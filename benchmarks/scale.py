@@ -12,8 +12,6 @@ import argparse
 import gc
 import json
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -27,6 +25,7 @@ from actormem.benchmarks._common import (
     Row,
     at_least,
     bench_config,
+    child_json,
     compared,
     rss_bytes,
     wait_processed,
@@ -94,16 +93,8 @@ async def _child_anyio(n: int) -> dict[str, float]:
     return {"per_agent": per}
 
 
-def _measure(kind: str, n: int) -> dict[str, float]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "scale", "--child", kind, "--n", str(n)],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=600,
-    )
-    result: dict[str, float] = json.loads(proc.stdout.strip().splitlines()[-1])
-    return result
+async def _measure(kind: str, n: int) -> dict[str, float]:
+    return await child_json(["scale", "--child", kind, "--n", str(n)], timeout=600)
 
 
 async def run(args: argparse.Namespace) -> list[Row]:
@@ -115,8 +106,8 @@ async def run(args: argparse.Namespace) -> list[Row]:
         raise SystemExit(0)
     rows = []
     for n in args.agents:
-        raw = _measure("anyio", n)["per_agent"]
-        measured = _measure("actormem", n)
+        raw = (await _measure("anyio", n))["per_agent"]
+        measured = await _measure("actormem", n)
         ours = measured["per_agent"]
         rows.append(
             Row(
@@ -137,7 +128,7 @@ async def run(args: argparse.Namespace) -> list[Row]:
                 extra={"agents": n},
             )
         )
-        unfrozen = _measure("actormem-nofreeze", n) if n == max(args.agents) else None
+        unfrozen = await _measure("actormem-nofreeze", n) if n == max(args.agents) else None
         rows.append(
             Row(
                 name=f"full gc.collect() pause, {n:,} idle agents",

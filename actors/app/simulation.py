@@ -362,9 +362,6 @@ async def _run(
             )
             await add(me, [Message(role="user", name=partner, content=answer)])
 
-    log.info(
-        "simulation_started", run=sim.run_id, agents=sim.agents, steps=sim.steps, seed=sim.seed
-    )
     known_before: dict[str, float] = {}
     started = time.perf_counter()
     done = 0
@@ -373,6 +370,14 @@ async def _run(
             watch.start_soon(_cancel_when_set, stop, stepping, DRAIN_S)
             for name in names:
                 await introduce(name)
+            log.info(
+                "simulation_started",
+                run=sim.run_id,
+                agents=sim.agents,
+                steps=sim.steps,
+                seed=sim.seed,
+            )
+            started = time.perf_counter()
             for step in range(sim.steps):
                 if stop.is_set():
                     break

@@ -28,7 +28,7 @@ from actormem.runtime.logging import configure_logging
 from actormem.runtime.redis import EmbeddedRedis
 from actormem.runtime.redis.config import check_namespace
 from actormem.runtime.redis.transport import RedisTransport
-from actormem.runtime.redis.worker import WorkerProcesses
+from actormem.runtime.redis.worker import WorkerProcesses, check_worker_id
 
 __all__ = ("add_commands",)
 
@@ -79,6 +79,13 @@ def add_commands(subs: Any) -> None:
     )
     worker.add_argument("config", nargs="?", default=None, help="a TOML config with [redis] url")
     worker.add_argument("--config", dest="config_opt", default=None, help=argparse.SUPPRESS)
+    worker.add_argument(
+        "--worker-id",
+        type=_worker_id,
+        help="this worker's name in the shard leases; keep it across restarts (one per "
+        "host or slot) and a restarted worker takes its shards back at once "
+        "(default: a new one per process)",
+    )
     worker.set_defaults(func=_worker)
 
     cfg = subs.add_parser(
@@ -103,6 +110,13 @@ def _run_id(text: str) -> str:
     try:
         return check_namespace(text, "a run id")
     except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _worker_id(text: str) -> str:
+    try:
+        return check_worker_id(text)
+    except ConfigError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
@@ -147,7 +161,10 @@ def _worker(args: argparse.Namespace) -> int:
 
     anyio.run(
         lambda: run_worker(
-            config.redis, lambda rt: register_actors(rt, config), runtime=config.runtime
+            config.redis,
+            lambda rt: register_actors(rt, config),
+            runtime=config.runtime,
+            worker_id=args.worker_id,
         )
     )
     return 0

@@ -8,7 +8,9 @@ the shard's ``INCR`` fencing counter (one Lua call), so every owner of a shard h
 a larger token than the one before, and a write that names an old token is
 refused. A worker started again under the same id takes back, in its first
 round, the leases its previous run left, with new tokens: its shards wait for
-its restart, not for those leases to expire.
+its restart, not for those leases to expire. A worker id started more than
+twice within a lease (a crash loop) takes nothing back, so the leases expire and
+live workers take its shards.
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ log = structlog.get_logger("actormem.redis")
 
 #: Longest a lease may be renewed late before it is treated as lost locally.
 _SAFETY: Final = 0.8
+#: Starts under one worker id within a lease that take back its previous run's
+#: leases; a later start within that lease lets them expire.
+TAKE_BACK_STARTS: Final = 2
 
 
 class LeaseManager:
@@ -112,7 +117,6 @@ class LeaseManager:
             survey = await self._survey()
             if self._reclaim:
                 await self._take_back(survey)
-                self._reclaim = False
             await self._renew_all()
             await self._give_back(survey)
             if acquire:
@@ -147,10 +151,23 @@ class LeaseManager:
         )
 
     async def _take_back(self, survey: Survey) -> None:
-        """Take back, with new tokens, the leases a previous run under this id left."""
-        for shard, value in sorted(survey.leases.items()):
-            if holder_of(value) == self.worker and shard not in self.owned:
-                await self._lease(shard, previous=value)
+        """Take back, with new tokens, the leases a previous run under this id left;
+        unless this id keeps restarting (a crash loop must not hold its shards:
+        then they expire, and any worker takes them)."""
+        key = self._keys.worker_starts(self.worker)
+        with redis_errors("counting the worker's starts"):
+            starts = int(await self._client.incr(key))
+            if starts == 1:
+                await self._client.pexpire(key, self._lease_ms)
+        self._reclaim = False
+        left = [s for s, v in survey.leases.items() if holder_of(v) == self.worker]
+        if starts > TAKE_BACK_STARTS:
+            if left:
+                log.warning("worker_restarting_in_a_loop", worker=self.worker, starts=starts)
+            return
+        for shard in sorted(left):
+            if shard not in self.owned:
+                await self._lease(shard, previous=survey.leases[shard])
 
     async def _renew_all(self) -> None:
         """Renew every held lease in one round trip (a pipeline): under load a round

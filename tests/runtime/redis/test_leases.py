@@ -9,6 +9,7 @@ import time
 import msgspec
 import pytest
 import redis.asyncio as aioredis
+from structlog.testing import capture_logs
 
 from actormem.runtime.redis import Keys, RedisConfig, shard_of
 from actormem.runtime.redis._balance import Survey
@@ -155,6 +156,23 @@ async def test_a_worker_started_again_under_its_id_takes_its_leases_back_with_ne
     stranger = other.manager(redis_client, keys, "w2")
     await stranger.heartbeat(acquire=False)
     assert stranger.owned == {}
+
+
+async def test_a_worker_id_started_a_third_time_within_a_lease_takes_nothing_back(
+    redis_client: aioredis.Redis, redis_config: RedisConfig
+) -> None:
+    # A crash loop must not hold its shards: its third start lets the leases expire.
+    keys = Keys(redis_config.prefix)
+    runs = [Changes().manager(redis_client, keys, "w1") for _ in range(3)]
+    await runs[0].heartbeat()
+    await runs[1].heartbeat(acquire=False)
+    assert sorted(runs[1].owned) == list(range(SHARDS))
+    left = {s: await redis_client.get(keys.lease(s)) for s in range(SHARDS)}
+    with capture_logs() as logs:
+        await runs[2].heartbeat(acquire=False)
+    assert runs[2].owned == {}
+    assert {s: await redis_client.get(keys.lease(s)) for s in range(SHARDS)} == left
+    assert [e["starts"] for e in logs if e["event"] == "worker_restarting_in_a_loop"] == [3]
 
 
 def survey(registered: dict[str, float], leases: dict[int, str]) -> Survey:

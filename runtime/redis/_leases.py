@@ -9,8 +9,8 @@ a larger token than the one before, and a write that names an old token is
 refused. A worker started again under the same id takes back, in its first
 round, the leases its previous run left, with new tokens: its shards wait for
 its restart, not for those leases to expire. A worker id started more than
-twice within a lease (a crash loop) takes nothing back, so the leases expire and
-live workers take its shards.
+twice within a lease (a crash loop) gives those leases back instead and sits out
+for a lease, so the live workers take its shards.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ log = structlog.get_logger("actormem.redis")
 #: Longest a lease may be renewed late before it is treated as lost locally.
 _SAFETY: Final = 0.8
 #: Starts under one worker id within a lease that take back its previous run's
-#: leases; a later start within that lease lets them expire.
+#: leases; a later start within that lease gives them back and sits out a lease.
 TAKE_BACK_STARTS: Final = 2
 
 
@@ -80,6 +80,8 @@ class LeaseManager:
         self._release = client.register_script(_scripts.RELEASE)
         # The first round takes back what a previous run under this id left.
         self._reclaim = True
+        # A worker restarting in a loop takes no shards until then (monotonic s).
+        self._sit_out_until = 0.0
         # Each worker tries free shards from its own starting point, so workers
         # that start together do not all race for shard 0 first.
         self._offset = zlib.crc32(worker.encode()) % shards
@@ -113,10 +115,15 @@ class LeaseManager:
                 longer than ``lease_ms`` since their last renewal are dropped
                 locally first).
         """
+        idle = self._sit_out_until - time.monotonic()
+        if idle > 0:
+            return min(idle, self.interval)
         try:
             survey = await self._survey()
             if self._reclaim:
                 await self._take_back(survey)
+                if self._sit_out_until:
+                    return self.interval
             await self._renew_all()
             await self._give_back(survey)
             if acquire:
@@ -151,23 +158,31 @@ class LeaseManager:
         )
 
     async def _take_back(self, survey: Survey) -> None:
-        """Take back, with new tokens, the leases a previous run under this id left;
-        unless this id keeps restarting (a crash loop must not hold its shards:
-        then they expire, and any worker takes them)."""
+        """Take back, with new tokens, the leases a previous run under this id left.
+
+        Unless this id keeps restarting: a crash loop must not hold its shards, so
+        its third start within a lease gives those leases back instead, leaves the
+        registry and sits out for a lease (taking no shards), and the live workers
+        take its shards in their next round.
+        """
         key = self._keys.worker_starts(self.worker)
         with redis_errors("counting the worker's starts"):
             starts = int(await self._client.incr(key))
             if starts == 1:
                 await self._client.pexpire(key, self._lease_ms)
         self._reclaim = False
-        left = [s for s, v in survey.leases.items() if holder_of(v) == self.worker]
-        if starts > TAKE_BACK_STARTS:
-            if left:
-                log.warning("worker_restarting_in_a_loop", worker=self.worker, starts=starts)
+        left = {s: v for s, v in survey.leases.items() if holder_of(v) == self.worker}
+        if starts <= TAKE_BACK_STARTS:
+            for shard, value in sorted(left.items()):
+                if shard not in self.owned:
+                    await self._lease(shard, previous=value)
             return
-        for shard in sorted(left):
-            if shard not in self.owned:
-                await self._lease(shard, previous=survey.leases[shard])
+        log.warning("worker_restarting_in_a_loop", worker=self.worker, starts=starts)
+        self._sit_out_until = time.monotonic() + self._lease_ms / 1000
+        with redis_errors("giving back the previous run's leases"):
+            for shard, value in left.items():
+                await self._release(keys=[self._keys.lease(shard)], args=[value])
+            await self._client.zrem(self._keys.workers(), self.worker)
 
     async def _renew_all(self) -> None:
         """Renew every held lease in one round trip (a pipeline): under load a round

@@ -195,7 +195,7 @@ async def test_restarts_under_the_default_lease_leave_no_shard_unowned_past_a_le
             for start in (1, 2):  # each start takes the leases back...
                 await kill(1)
                 await logged(1, "shard_taken_back", start)
-            await kill(1)  # ...but the third within a lease lets them expire
+            await kill(1)  # ...but the third within a lease frees them and sits out
             await logged(1, "worker_restarting_in_a_loop", 1)
             await ownership.settled()
             figures["looping"] = ownership.worst()

@@ -158,21 +158,26 @@ async def test_a_worker_started_again_under_its_id_takes_its_leases_back_with_ne
     assert stranger.owned == {}
 
 
-async def test_a_worker_id_started_a_third_time_within_a_lease_takes_nothing_back(
+async def test_a_worker_id_started_a_third_time_within_a_lease_sits_out_and_frees_its_shards(
     redis_client: aioredis.Redis, redis_config: RedisConfig
 ) -> None:
-    # A crash loop must not hold its shards: its third start lets the leases expire.
+    # A crash loop must not hold its shards: its third start gives them back.
     keys = Keys(redis_config.prefix)
     runs = [Changes().manager(redis_client, keys, "w1") for _ in range(3)]
     await runs[0].heartbeat()
     await runs[1].heartbeat(acquire=False)
     assert sorted(runs[1].owned) == list(range(SHARDS))
-    left = {s: await redis_client.get(keys.lease(s)) for s in range(SHARDS)}
     with capture_logs() as logs:
         await runs[2].heartbeat(acquire=False)
-    assert runs[2].owned == {}
-    assert {s: await redis_client.get(keys.lease(s)) for s in range(SHARDS)} == left
     assert [e["starts"] for e in logs if e["event"] == "worker_restarting_in_a_loop"] == [3]
+    assert [await redis_client.get(keys.lease(s)) for s in range(SHARDS)] == [None] * SHARDS
+    assert await redis_client.zscore(keys.workers(), "w1") is None
+    # It takes nothing for a lease; a live worker takes every shard at once.
+    assert await runs[2].heartbeat() > 0
+    assert runs[2].owned == {}
+    other = Changes().manager(redis_client, keys, "w2")
+    await other.heartbeat()
+    assert sorted(other.owned) == list(range(SHARDS))
 
 
 def survey(registered: dict[str, float], leases: dict[int, str]) -> Survey:

@@ -166,8 +166,10 @@ class LeaseManager:
         take its shards in their next round.
         """
         key = self._keys.worker_starts(self.worker)
+        client: Any = self._client
         with redis_errors("counting the worker's starts"):
-            starts = int(await self._client.incr(key))
+            # INCR itself: redis-py's incr() sends INCRBY, which a worker's ACL denies.
+            starts = int(await client.execute_command("INCR", key))
             if starts == 1:
                 await self._client.pexpire(key, self._lease_ms)
         self._reclaim = False

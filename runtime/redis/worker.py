@@ -32,11 +32,11 @@ from actormem.runtime._runtime import Runtime
 from actormem.runtime.config import RuntimeConfig
 from actormem.runtime.errors import ConfigError, TransportUnavailableError
 from actormem.runtime.redis._client import connect, redis_errors
-from actormem.runtime.redis.config import RedisConfig
+from actormem.runtime.redis.config import RedisConfig, check_namespace
 from actormem.runtime.redis.keys import Keys
 from actormem.runtime.redis.transport import RedisTransport
 
-__all__ = ("REDIS_JSON_ENV", "WorkerProcesses", "check_worker_id", "load_register", "run_worker")
+__all__ = ("REDIS_JSON_ENV", "WorkerProcesses", "load_register", "run_worker")
 
 log = structlog.get_logger("actormem.worker")
 
@@ -46,30 +46,6 @@ REDIS_JSON_ENV: Final = "ACTORMEM_WORKER_REDIS_JSON"
 _READY_TIMEOUT: Final = 30.0
 #: How long a worker may take to stop after SIGTERM before it is killed.
 _STOP_TIMEOUT: Final = 15.0
-#: The longest worker id.
-_MAX_ID: Final = 200
-
-
-def check_worker_id(worker_id: str) -> str:
-    """Return ``worker_id`` if it can name a worker in shard leases.
-
-    A worker started again under the id of one that died takes that one's leases
-    back at once (with new fencing tokens); two live workers must never share one.
-
-    Raises:
-        ConfigError: it is empty, longer than 200 characters, or holds a space or
-            an unprintable character.
-    """
-    if (
-        not worker_id
-        or len(worker_id) > _MAX_ID
-        or not worker_id.isprintable()
-        or any(c.isspace() for c in worker_id)
-    ):
-        raise ConfigError(
-            f"a worker id is 1 to {_MAX_ID} printable characters without spaces, got {worker_id!r}"
-        )
-    return worker_id
 
 
 async def run_worker(
@@ -90,9 +66,10 @@ async def run_worker(
         redis: where Redis is (None ``url`` = an embedded server, for one process).
         register: registers the actor kinds on the runtime.
         runtime: the runtime section.
-        worker_id: this worker's name in leases, kept across its restarts so that
-            it takes its shards back at once (see :func:`check_worker_id`; by
-            default a new one per process: host, pid and a random part).
+        worker_id: this worker's name in leases (1-64 letters, digits, ``_``,
+            ``.`` or ``-``), kept across its restarts so that it takes its shards
+            back at once; two live workers must never share one (by default a new
+            one per process: host, pid and a random part).
         stop: set it to stop the worker (instead of a signal).
 
     Raises:
@@ -101,7 +78,10 @@ async def run_worker(
         TransportError: Redis is not suitable (it may evict keys).
     """
     if worker_id is not None:
-        check_worker_id(worker_id)
+        try:
+            check_namespace(worker_id, "a worker id")
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
     transport = RedisTransport(None, redis, worker=True, worker_id=worker_id)
     async with Runtime(runtime, transport=transport) as rt:
         register(rt)

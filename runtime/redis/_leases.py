@@ -108,7 +108,8 @@ class LeaseManager:
 
         Returns:
             Seconds until the next round (a heartbeat's interval, or less for a
-            worker below its share that expects a shard to free up sooner).
+            worker below its share that expects a shard to free up sooner). A
+            worker restarting in a loop sits out: its rounds do nothing for a lease.
 
         Raises:
             TransportUnavailableError: Redis did not answer (leases held for

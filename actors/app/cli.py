@@ -58,7 +58,7 @@ def add_commands(subs: Any) -> None:
     )
     sim.add_argument(
         "--run-id",
-        type=_run_id,
+        type=_name("a run id"),
         metavar="ID",
         help="resume the run ID: its agents' memories on a configured Redis (default: a new "
         "run id, printed at start; overrides simulation.run_id)",
@@ -86,6 +86,13 @@ def add_commands(subs: Any) -> None:
     )
     worker.add_argument("config", nargs="?", default=None, help="a TOML config with [redis] url")
     worker.add_argument("--config", dest="config_opt", default=None, help=argparse.SUPPRESS)
+    worker.add_argument(
+        "--worker-id",
+        type=_name("a worker id"),
+        help="this worker's name in the shard leases; keep it across restarts (one per "
+        "host or slot) and a restarted worker takes its shards back at once "
+        "(default: a new one per process)",
+    )
     worker.set_defaults(func=_worker)
 
     cfg = subs.add_parser(
@@ -106,11 +113,16 @@ def _positive(text: str) -> int:
     return value
 
 
-def _run_id(text: str) -> str:
-    try:
-        return check_namespace(text, "a run id")
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+def _name(what: str) -> Callable[[str], str]:
+    """An argument type: a name checked like a namespace, ``what`` naming it."""
+
+    def check(text: str) -> str:
+        try:
+            return check_namespace(text, what)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return check
 
 
 def _load(args: argparse.Namespace) -> AppConfig:
@@ -159,6 +171,7 @@ def _worker(args: argparse.Namespace) -> int:
             config.redis,
             lambda rt: register_actors(rt, config),
             runtime=config.runtime,
+            worker_id=args.worker_id,
             stop=stops.requested,
             signals=False,
         ),

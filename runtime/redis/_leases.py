@@ -1,16 +1,20 @@
 """Shard leases: which worker owns which shard, with fencing tokens.
 
-Every heartbeat (a third of ``lease_ms``) a worker registers itself as live,
-renews the leases it holds, gives back shards beyond its fair share
-(``ceil(shards / live workers)``) and takes free shards up to it. A lease is
-``SET lease "<token>:<worker>" NX PX lease_ms`` where the token comes from the
-shard's ``INCR`` fencing counter (one Lua call), so every owner of a shard has a
-larger token than the one before, and a write that names an old token is refused.
+Every round a worker registers itself as live, reads every shard's lease, renews
+the leases it holds, gives back shards beyond its fair share and takes free
+shards up to it (how many, and when the next round comes: see ``_balance``). A
+lease is ``SET lease "<token>:<worker>" PX lease_ms`` where the token comes from
+the shard's ``INCR`` fencing counter (one Lua call), so every owner of a shard has
+a larger token than the one before, and a write that names an old token is
+refused. A worker started again under the same id takes back, in its first
+round, the leases its previous run left, with new tokens: its shards wait for
+its restart, not for those leases to expire. A worker id started more than
+twice within a lease (a crash loop) gives those leases back instead and sits out
+for a lease, so the live workers take its shards.
 """
 
 from __future__ import annotations
 
-import math
 import time
 import zlib
 from collections.abc import Awaitable, Callable
@@ -21,6 +25,7 @@ import structlog
 
 from actormem.runtime.errors import TransportUnavailableError
 from actormem.runtime.redis import _scripts
+from actormem.runtime.redis._balance import Survey, holder_of
 from actormem.runtime.redis._client import eval_pipelined, redis_errors
 from actormem.runtime.redis.keys import Keys
 
@@ -30,6 +35,9 @@ log = structlog.get_logger("actormem.redis")
 
 #: Longest a lease may be renewed late before it is treated as lost locally.
 _SAFETY: Final = 0.8
+#: Starts under one worker id within a lease that take back its previous run's
+#: leases; a later start within that lease gives them back and sits out a lease.
+TAKE_BACK_STARTS: Final = 2
 
 
 class LeaseManager:
@@ -70,6 +78,10 @@ class LeaseManager:
         self._renewed: dict[int, float] = {}
         self._acquire = client.register_script(_scripts.ACQUIRE)
         self._release = client.register_script(_scripts.RELEASE)
+        # The first round takes back what a previous run under this id left.
+        self._reclaim = True
+        # A worker restarting in a loop takes no shards until then (monotonic s).
+        self._sit_out_until = 0.0
         # Each worker tries free shards from its own starting point, so workers
         # that start together do not all race for shard 0 first.
         self._offset = zlib.crc32(worker.encode()) % shards
@@ -86,40 +98,94 @@ class LeaseManager:
             return False
         return time.monotonic() - renewed < self._lease_ms / 1000 * _SAFETY
 
-    async def heartbeat(self, *, acquire: bool = True) -> None:
+    async def heartbeat(self, *, acquire: bool = True) -> float:
         """Register as live, renew, rebalance and acquire (one round).
 
         Args:
-            acquire: take free shards (a worker's first round only registers,
-                so workers that start together see each other before sharing).
+            acquire: take free shards (a worker's first round only registers and
+                takes back its previous run's leases, so workers that start
+                together see each other before sharing).
+
+        Returns:
+            Seconds until the next round (a heartbeat's interval, or less for a
+            worker below its share that expects a shard to free up sooner). A
+            worker restarting in a loop sits out: its rounds do nothing for a lease.
 
         Raises:
             TransportUnavailableError: Redis did not answer (leases held for
                 longer than ``lease_ms`` since their last renewal are dropped
                 locally first).
         """
+        idle = self._sit_out_until - time.monotonic()
+        if idle > 0:
+            return min(idle, self.interval)
         try:
-            live = await self._register()
+            survey = await self._survey()
+            if self._reclaim:
+                await self._take_back(survey)
+                if self._sit_out_until:
+                    return self.interval
             await self._renew_all()
-            share = math.ceil(self._shards / max(live, 1))
-            await self._give_back(share)
+            await self._give_back(survey)
             if acquire:
-                await self._take(share)
+                await self._take(survey)
         except TransportUnavailableError:
             await self._expire_unrenewed()
             raise
+        return survey.next_round(self.worker, len(self.owned))
 
-    async def _register(self) -> int:
+    async def _survey(self) -> Survey:
+        """Register, and read the registry and every shard's lease."""
         now_ms = int(time.time() * 1000)
         key = self._keys.workers()
         with redis_errors("registering the worker"):
             async with self._client.pipeline(transaction=False) as pipe:
                 pipe.zadd(key, {self.worker: now_ms + self._lease_ms})
                 pipe.zremrangebyscore(key, "-inf", now_ms)
-                pipe.zcard(key)
+                pipe.zrange(key, 0, -1, withscores=True)
                 pipe.pexpire(key, self._lease_ms * 10)
                 result = await pipe.execute()
-        return int(result[2])
+        with redis_errors("reading the shard leases"):
+            async with self._client.pipeline(transaction=False) as pipe:
+                for shard in range(self._shards):
+                    pipe.get(self._keys.lease(shard))
+                values = await pipe.execute()
+        return Survey(
+            now_ms=now_ms,
+            lease_ms=self._lease_ms,
+            registered={w.decode(): int(score) for w, score in result[2]},
+            leases={s: v.decode() for s, v in enumerate(values) if v is not None},
+            shards=self._shards,
+        )
+
+    async def _take_back(self, survey: Survey) -> None:
+        """Take back, with new tokens, the leases a previous run under this id left.
+
+        Unless this id keeps restarting: a crash loop must not hold its shards, so
+        its third start within a lease gives those leases back instead, leaves the
+        registry and sits out for a lease (taking no shards), and the live workers
+        take its shards in their next round.
+        """
+        key = self._keys.worker_starts(self.worker)
+        client: Any = self._client
+        with redis_errors("counting the worker's starts"):
+            # INCR itself: redis-py's incr() sends INCRBY, which a worker's ACL denies.
+            starts = int(await client.execute_command("INCR", key))
+            if starts == 1:
+                await self._client.pexpire(key, self._lease_ms)
+        self._reclaim = False
+        left = {s: v for s, v in survey.leases.items() if holder_of(v) == self.worker}
+        if starts <= TAKE_BACK_STARTS:
+            for shard, value in sorted(left.items()):
+                if shard not in self.owned:
+                    await self._lease(shard, previous=value)
+            return
+        log.warning("worker_restarting_in_a_loop", worker=self.worker, starts=starts)
+        self._sit_out_until = time.monotonic() + self._lease_ms / 1000
+        with redis_errors("giving back the previous run's leases"):
+            for shard, value in left.items():
+                await self._release(keys=[self._keys.lease(shard)], args=[value])
+            await self._client.zrem(self._keys.workers(), self.worker)
 
     async def _renew_all(self) -> None:
         """Renew every held lease in one round trip (a pipeline): under load a round
@@ -153,32 +219,38 @@ class LeaseManager:
                 log.warning("shard_lease_expired_unrenewed", shard=shard, worker=self.worker)
                 await self._drop([shard], released=False)
 
-    async def _give_back(self, share: int) -> None:
-        extra = len(self.owned) - share
+    async def _give_back(self, survey: Survey) -> None:
+        extra = survey.surplus(len(self.owned))
         if extra > 0:
             await self.release(sorted(self.owned, reverse=True)[:extra])
 
-    async def _take(self, share: int) -> None:
-        if len(self.owned) >= share:
-            return
+    async def _take(self, survey: Survey) -> None:
+        share = survey.share()
+        free = set(survey.free())
         for i in range(self._shards):
-            shard = (self._offset + i) % self._shards
-            if shard in self.owned:
-                continue
-            with redis_errors("acquiring a shard lease"):
-                token = await self._acquire(
-                    keys=[self._keys.lease(shard), self._keys.fence(shard)],
-                    args=[self.worker, self._lease_ms],
-                )
-            if token is None:
-                continue
-            value = f"{int(token)}:{self.worker}"
-            self.owned[shard] = value
-            self._renewed[shard] = time.monotonic()
-            log.info("shard_acquired", shard=shard, token=int(token), worker=self.worker)
-            await self._gained(shard, value)
             if len(self.owned) >= share:
                 return
+            shard = (self._offset + i) % self._shards
+            if shard in free and shard not in self.owned:
+                await self._lease(shard)
+
+    async def _lease(self, shard: int, *, previous: str | None = None) -> None:
+        """Take ``shard``'s lease if it is free (or still holds ``previous``)."""
+        args: list[str | int] = [self.worker, self._lease_ms]
+        if previous is not None:
+            args.append(previous)
+        with redis_errors("acquiring a shard lease"):
+            token = await self._acquire(
+                keys=[self._keys.lease(shard), self._keys.fence(shard)], args=args
+            )
+        if token is None:
+            return
+        value = f"{int(token)}:{self.worker}"
+        self.owned[shard] = value
+        self._renewed[shard] = time.monotonic()
+        event = "shard_acquired" if previous is None else "shard_taken_back"
+        log.info(event, shard=shard, token=int(token), worker=self.worker)
+        await self._gained(shard, value)
 
     async def release(self, shards: list[int]) -> None:
         """Stop using ``shards`` and give their leases back (those still ours)."""

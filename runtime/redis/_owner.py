@@ -123,14 +123,14 @@ class Owner:
         pause = min(leases.interval, _FIRST_ROUND_PAUSE)
         while True:
             try:
-                await leases.heartbeat(acquire=registered)
+                wait = await leases.heartbeat(acquire=registered)
             except TransportUnavailableError as exc:
                 log.warning("lease_heartbeat_failed", reason=str(exc))
                 await anyio.sleep(leases.interval if registered else pause)
                 continue
             first_round = not registered
             registered = True
-            await anyio.sleep(pause if first_round else leases.interval)
+            await anyio.sleep(pause if first_round else wait)
 
     async def _gained(self, number: int, lease: str) -> None:
         shard = self._held.shards[number] = Shard(number, lease)

@@ -11,10 +11,16 @@ from typing import Final
 
 __all__ = ("ACK", "ACQUIRE", "COMMIT", "DEAD_LETTER", "RELEASE", "RENEW", "XADD_MANY")
 
-#: KEYS: lease, fence. ARGV: worker id, lease ms. Returns the new token, or nil
-#: if the shard is owned.
+#: KEYS: lease, fence. ARGV: worker id, lease ms, and optionally the value of a
+#: lease this worker's previous run left (taken back with a new token). Returns the
+#: new token, or nil if the shard is owned (by another value than the one given).
 ACQUIRE: Final = """
-if redis.call('EXISTS', KEYS[1]) == 1 then return false end
+local current = redis.call('GET', KEYS[1])
+if ARGV[3] then
+  if current ~= ARGV[3] then return false end
+elseif current then
+  return false
+end
 local token = redis.call('INCR', KEYS[2])
 redis.call('SET', KEYS[1], token .. ':' .. ARGV[1], 'PX', ARGV[2])
 return token

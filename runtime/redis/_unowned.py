@@ -97,10 +97,11 @@ class UnownedAsks:
             async with self._link.client.pipeline(transaction=False) as pipe:
                 for shard in order:
                     pipe.exists(keys.lease(shard))
-                pipe.zcount(keys.workers(), int(time.time() * 1000), "+inf")
+                # ZRANGE BYSCORE, not ZCOUNT: a worker's ACL allows the one, not the other.
+                pipe.zrange(keys.workers(), int(time.time() * 1000), "+inf", byscore=True)
                 found: list[Any] = await pipe.execute()
         owned = {shard for shard, leased in zip(order, found, strict=False) if leased}
-        return owned, int(found[-1])
+        return owned, len(found[-1])
 
     def _settle(self, owned: set[int], live: int) -> None:
         """Let go of the asks whose shard is owned; fail those unowned too long."""

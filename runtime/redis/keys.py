@@ -17,6 +17,7 @@ Layout (prefix ``am``)::
     am:{bcast}:stream            the broadcast stream every worker reads
     am:{dlq}:stream              dead letters, with the reason
     am:{workers}                 live workers (zset: worker id -> expiry ms)
+    am:{workers}:starts:<worker> starts under one worker id within the last lease
     am:{r:<client>}:replies      one client's reply stream
 
 The ``agent`` segment names the state of any actor: it is part of the stored
@@ -119,6 +120,10 @@ class Keys:
     def workers(self) -> str:
         """The registry of live workers."""
         return f"{self.prefix}:{{workers}}"
+
+    def worker_starts(self, worker: str) -> str:
+        """How often a worker id was started within the last lease (an expiring counter)."""
+        return f"{self.workers()}:starts:{worker}"
 
     def replies(self, client: str) -> str:
         """One client's reply stream."""

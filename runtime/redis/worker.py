@@ -33,7 +33,7 @@ from actormem.runtime._runtime import Runtime
 from actormem.runtime.config import RuntimeConfig
 from actormem.runtime.errors import ConfigError, TransportUnavailableError
 from actormem.runtime.redis._client import connect, redis_errors
-from actormem.runtime.redis.config import RedisConfig
+from actormem.runtime.redis.config import RedisConfig, check_namespace
 from actormem.runtime.redis.keys import Keys
 from actormem.runtime.redis.transport import RedisTransport
 
@@ -87,15 +87,24 @@ async def run_worker(
         redis: where Redis is (None ``url`` = an embedded server, for one process).
         register: registers the actor kinds on the runtime.
         runtime: the runtime section.
-        worker_id: this worker's name in leases (unique per process by default).
+        worker_id: this worker's name in leases (1-64 letters, digits, ``_``,
+            ``.`` or ``-``), kept across its restarts so that it takes its shards
+            back at once; two live workers must never share one (by default a new
+            one per process: host, pid and a random part).
         stop: set it to stop the worker (instead of a signal).
         signals: stop on SIGTERM and SIGINT; False leaves the signals to the
             caller, which sets ``stop``.
 
     Raises:
+        ConfigError: ``worker_id`` cannot name a worker.
         TransportUnavailableError: Redis cannot be reached at start.
         TransportError: Redis is not suitable (it may evict keys).
     """
+    if worker_id is not None:
+        try:
+            check_namespace(worker_id, "a worker id")
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
     transport = RedisTransport(None, redis, worker=True, worker_id=worker_id)
     async with Runtime(runtime, transport=transport) as rt:
         register(rt)
@@ -195,6 +204,8 @@ class WorkerProcesses(AsyncClosing):
         self.runtime = runtime or RuntimeConfig()
         self.log_level = log_level
         self.env = {**os.environ, **(env or {})}
+        # One id per slot, kept when a worker is started again in it: the new
+        # process takes the dead one's shards back at once.
         self.ids = [f"w{i}-{secrets.token_hex(4)}" for i in range(count)]
         self._procs: list[subprocess.Popen[bytes] | None] = [None] * count
         self._dir = Path(tempfile.mkdtemp(prefix="actormem-workers-"))
@@ -221,7 +232,9 @@ class WorkerProcesses(AsyncClosing):
         return proc.pid if proc is not None and proc.poll() is None else None
 
     def start(self, index: int) -> None:
-        """Start worker ``index`` (again, after it was killed).
+        """Start worker ``index`` (again, after it was killed: under the same id, so it
+        takes back the shards its previous process held without waiting for their
+        leases to expire).
 
         Call it from the thread that runs the event loop: the worker's
         parent-death signal is tied to the thread that starts it.

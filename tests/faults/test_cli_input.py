@@ -43,6 +43,7 @@ CASES: dict[tuple[str, ...], str] = {
     ("config", "missing.toml"): "missing.toml: config file not found",
     ("config", "."): "cannot read config file",
     ("worker",): "a worker needs [redis] url",
+    ("worker", "--worker-id", "w 1"): "a worker id must be 1-64 letters, digits",
     ("simulate", "--agents", "zero"): "argument --agents: expected a whole number, got 'zero'",
     ("simulate", "--steps", "0"): "argument --steps: expected a number >= 1, got 0",
     ("simulate", "--bogus"): "unrecognized arguments: --bogus",

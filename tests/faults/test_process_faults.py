@@ -67,6 +67,43 @@ async def send(
         await rt.ref(agent).tell(Add(token))
 
 
+async def send_paced(
+    rt: Runtime,
+    history: History,
+    agents: list[str],
+    count: int,
+    rate: float,
+    *,
+    prefix: str,
+    sent: Counter[str] | None = None,
+) -> None:
+    """Tell ``count`` Adds round-robin over ``agents`` at ``rate`` a second, recording
+    each (and counting them per agent in ``sent``), then flush the outbox."""
+    started = time.monotonic()
+    for i in range(count):
+        agent, token = agents[i % len(agents)], f"{prefix}{i}"
+        history.sent(token, agent, token)
+        if sent is not None:
+            sent[agent] += 1
+        await rt.ref(agent).tell(Add(token))
+        if i % 100 == 99:
+            ahead = (i + 1) / rate - (time.monotonic() - started)
+            if ahead > 0:
+                await anyio.sleep(ahead)
+    await rt.transport.flush()  # type: ignore[attr-defined]
+
+
+async def all_applied(
+    client: aioredis.Redis, config: RedisConfig, agents: list[str], count: int
+) -> None:
+    """Wait until ``count`` commands are applied to ``agents``."""
+
+    async def applied() -> bool:
+        return await applied_count(client, config, agents) >= count
+
+    await eventually(applied, "every command applied", limit=600.0)
+
+
 # -- the kill storm ------------------------------------------------------------------
 
 
@@ -121,18 +158,6 @@ async def test_a_kill_storm_across_three_workers_loses_and_repeats_nothing(
         await eventually(shared, "every worker owns some shards")
         assert len(per_shard) == config.shards
 
-        async def produce() -> None:
-            started = time.monotonic()
-            for i in range(total):
-                agent, token = agents[i % len(agents)], f"k{i}"
-                history.sent(token, agent, token)
-                await rt.ref(agent).tell(Add(token))
-                if i % 100 == 99:
-                    ahead = (i + 1) / rate - (time.monotonic() - started)
-                    if ahead > 0:
-                        await anyio.sleep(ahead)
-            await rt.transport.flush()  # type: ignore[attr-defined]
-
         async def recovery(victim: str, killed_at: float, before: dict[int, int]) -> None:
             # The victim's shards, each until it applies a command again (or is done).
             held = {s for s, w in (await lease_holders(config)).items() if w == victim}
@@ -162,12 +187,8 @@ async def test_a_kill_storm_across_three_workers_loses_and_repeats_nothing(
         done = anyio.Event()
         async with anyio.create_task_group() as tg:
             tg.start_soon(storm, done)
-            await produce()
-
-            async def all_applied() -> bool:
-                return await applied_count(redis_client, config, agents) >= total
-
-            await eventually(all_applied, "every command applied", limit=600.0)
+            await send_paced(rt, history, agents, total, rate, prefix="k")
+            await all_applied(redis_client, config, agents, total)
             done.set()
         await anyio.sleep(1.0)  # a late duplicate would land now
         stored = await stored_tokens(redis_client, config, agents)

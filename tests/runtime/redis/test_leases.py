@@ -1,14 +1,24 @@
-"""Shard leases: one worker's heartbeat renews what it holds and drops what it lost."""
+"""Shard leases: a worker's heartbeat renews what it holds and drops what it lost,
+counts only live workers in the fair share, takes back its previous run's leases,
+and a new worker starts serving soon after it starts."""
 
 from __future__ import annotations
+
+import time
 
 import msgspec
 import pytest
 import redis.asyncio as aioredis
+from structlog.testing import capture_logs
 
-from actormem.runtime.redis import Keys, RedisConfig
+from actormem.runtime.redis import Keys, RedisConfig, shard_of
+from actormem.runtime.redis._balance import Survey
 from actormem.runtime.redis._leases import LeaseManager
+from actormem.runtime.redis.config import DEFAULT_LEASE_MS
+from tests.runtime.redis.test_transport import worker
+from tests.support.actors import Add
 from tests.support.redis import prefixed_client
+from tests.support.streams import client_runtime, eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -55,3 +65,174 @@ async def _renews_all_but_the_lost(redis_client: aioredis.Redis, keys: Keys) -> 
         assert await redis_client.pttl(keys.lease(shard)) > 1_000
     assert await redis_client.get(keys.lease(3)) == b"999:someone-else"
     assert not leases.fresh(3)
+
+
+class Changes:
+    """What a lease manager reports: shards gained, and shards lost or given back."""
+
+    def __init__(self) -> None:
+        self.gained: list[tuple[int, str]] = []
+        self.lost: list[tuple[list[int], bool]] = []
+
+    async def on_gained(self, shard: int, lease: str) -> None:
+        self.gained.append((shard, lease))
+
+    async def on_lost(self, numbers: list[int], released: bool) -> None:
+        self.lost.append((numbers, released))
+
+    def manager(self, client: aioredis.Redis, keys: Keys, worker: str) -> LeaseManager:
+        return LeaseManager(client, keys, worker, SHARDS, LEASE_MS, self.on_gained, self.on_lost)
+
+
+SHARDS, LEASE_MS = 8, 9_000
+
+
+async def register(client: aioredis.Redis, keys: Keys, worker: str, beat_ago_ms: float) -> None:
+    """Put ``worker`` in the registry as if its last heartbeat was ``beat_ago_ms`` ago."""
+    last = time.time() * 1000 - beat_ago_ms
+    await client.zadd(keys.workers(), {worker: int(last + LEASE_MS)})
+
+
+async def test_a_worker_silent_for_two_heartbeats_does_not_shrink_the_share(
+    redis_client: aioredis.Redis, redis_config: RedisConfig
+) -> None:
+    keys = Keys(redis_config.prefix)
+    changes = Changes()
+    # A worker that died 2.5 heartbeats ago is still registered (for a lease).
+    await register(redis_client, keys, "dead", beat_ago_ms=2.5 * LEASE_MS / 3)
+    # One that beat half a heartbeat ago counts: the two share the shards.
+    await register(redis_client, keys, "alive", beat_ago_ms=LEASE_MS / 6)
+    leases = changes.manager(redis_client, keys, "w1")
+    await leases.heartbeat()
+    assert len(leases.owned) == SHARDS // 2
+    await redis_client.zrem(keys.workers(), "alive")
+    await leases.heartbeat()
+    assert sorted(leases.owned) == list(range(SHARDS))
+    assert changes.lost == []
+
+
+async def test_a_worker_gives_back_shards_beyond_its_share_when_a_live_worker_joins(
+    redis_client: aioredis.Redis, redis_config: RedisConfig
+) -> None:
+    keys = Keys(redis_config.prefix)
+    one, two = Changes(), Changes()
+    first = one.manager(redis_client, keys, "w1")
+    await first.heartbeat()
+    assert len(first.owned) == SHARDS
+    second = two.manager(redis_client, keys, "w2")
+    await second.heartbeat(acquire=False)  # registered, nothing to take yet
+    await first.heartbeat()
+    assert [released for _, released in one.lost] == [True]
+    assert len(first.owned) == SHARDS // 2
+    await second.heartbeat()
+    assert sorted([*first.owned, *second.owned]) == list(range(SHARDS))
+
+
+async def test_a_worker_started_again_under_its_id_takes_its_leases_back_with_new_tokens(
+    redis_client: aioredis.Redis, redis_config: RedisConfig
+) -> None:
+    keys = Keys(redis_config.prefix)
+    before, after, other = Changes(), Changes(), Changes()
+    previous = before.manager(redis_client, keys, "w1")
+    await previous.heartbeat()
+    old = dict(previous.owned)
+    # The process dies without a word; its successor under the same id takes the
+    # leases back in its first round, before they could expire.
+    successor = after.manager(redis_client, keys, "w1")
+    await successor.heartbeat(acquire=False)
+    assert sorted(successor.owned) == sorted(old)
+    for shard, value in successor.owned.items():
+        token, _, worker = value.partition(":")
+        assert worker == "w1"
+        assert int(token) > int(old[shard].partition(":")[0])
+        assert await redis_client.get(keys.lease(shard)) == value.encode()
+    # The old values are fenced off: the previous run cannot renew them.
+    await previous.heartbeat()
+    assert previous.owned == {}
+    assert [(sorted(shards), released) for shards, released in before.lost] == [
+        (sorted(old), False)
+    ]
+    # Another worker's leases are never taken back, only its own.
+    stranger = other.manager(redis_client, keys, "w2")
+    await stranger.heartbeat(acquire=False)
+    assert stranger.owned == {}
+
+
+async def test_a_worker_id_started_a_third_time_within_a_lease_sits_out_and_frees_its_shards(
+    redis_client: aioredis.Redis, redis_config: RedisConfig
+) -> None:
+    # A crash loop must not hold its shards: its third start gives them back.
+    keys = Keys(redis_config.prefix)
+    runs = [Changes().manager(redis_client, keys, "w1") for _ in range(3)]
+    await runs[0].heartbeat()
+    await runs[1].heartbeat(acquire=False)
+    assert sorted(runs[1].owned) == list(range(SHARDS))
+    with capture_logs() as logs:
+        await runs[2].heartbeat(acquire=False)
+    assert [e["starts"] for e in logs if e["event"] == "worker_restarting_in_a_loop"] == [3]
+    assert [await redis_client.get(keys.lease(s)) for s in range(SHARDS)] == [None] * SHARDS
+    assert await redis_client.zscore(keys.workers(), "w1") is None
+    # It takes nothing for a lease; a live worker takes every shard at once.
+    assert await runs[2].heartbeat() > 0
+    assert runs[2].owned == {}
+    other = Changes().manager(redis_client, keys, "w2")
+    await other.heartbeat()
+    assert sorted(other.owned) == list(range(SHARDS))
+
+
+def survey(registered: dict[str, float], leases: dict[int, str]) -> Survey:
+    """A survey at time 0 with workers whose last heartbeats were at the given times."""
+    return Survey(
+        now_ms=0,
+        lease_ms=LEASE_MS,
+        registered={w: int(beat + LEASE_MS) for w, beat in registered.items()},
+        leases=leases,
+        shards=SHARDS,
+    )
+
+
+def test_the_share_counts_only_workers_whose_heartbeat_is_recent() -> None:
+    beat = LEASE_MS / 3
+    seen = survey({"a": 0, "b": -1.9 * beat, "c": -2.1 * beat}, {})
+    assert sorted(seen.live()) == ["a", "b"]
+    assert seen.share() == SHARDS // 2
+    assert seen.surplus(6) == 2
+    assert seen.surplus(3) == 0
+
+
+def test_a_worker_below_its_share_looks_again_when_a_shard_should_free_up() -> None:
+    beat = LEASE_MS / 3
+    # "b" holds 6 of 8 (over its share of 4), last beat a third of a heartbeat ago:
+    # it gives shards back at its next heartbeat, two thirds of one from now.
+    over = survey({"a": 0, "b": -beat / 3}, {s: "1:b" for s in range(6)})
+    assert over.next_round("a", 0) == pytest.approx((2 * beat / 3 + 100) / 1000)
+    # A worker at or above its share waits a heartbeat.
+    assert over.next_round("b", 6) == pytest.approx(beat / 1000)
+    # "b" went silent two and a half heartbeats ago: its leases expire in half a one.
+    silent = survey({"a": 0, "b": -2.5 * beat}, {s: "1:b" for s in range(4, 8)})
+    assert silent.next_round("a", 4) == pytest.approx((beat / 2 + 100) / 1000)
+    # A holder gone from the registry: its leases expire any moment.
+    gone = survey({"a": 0}, {0: "1:gone"})
+    assert gone.next_round("a", 0) == pytest.approx(0.1)
+
+
+async def test_a_new_worker_handles_its_first_command_soon_after_it_starts(
+    redis_client: aioredis.Redis, redis_config: RedisConfig
+) -> None:
+    # With the default lease (a heartbeat is 3.3 s) the first shards are taken after
+    # the short first pause, not a heartbeat: the bound is generous, not a benchmark.
+    config = msgspec.structs.replace(redis_config, lease_ms=DEFAULT_LEASE_MS)
+    address = "ledger/early"
+    log = Keys(config.prefix).actor_log(shard_of(address, config.shards), address)
+    async with client_runtime(config) as client:
+        await client.ref(address).tell(Add("t0"))
+        await client.transport.flush()  # type: ignore[attr-defined]
+
+        async def handled() -> bool:
+            return await redis_client.llen(log) == 1  # type: ignore[no-any-return,misc]
+
+        started = time.monotonic()
+        async with worker(redis_client, config):
+            await eventually(handled, "the new worker handles the waiting command")
+            took = time.monotonic() - started
+    assert took < 3.0, f"first command handled {took:.2f}s after the worker started"

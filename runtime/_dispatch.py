@@ -258,6 +258,28 @@ class Dispatcher:
             await call_stop_hook(address, actor)
         return True
 
+    def discard(self, address: str) -> int:
+        """Forget the actor at ``address`` now, busy or not (see :meth:`Runtime.discard`).
+
+        Returns:
+            How many messages waiting in its mailbox were dropped.
+        """
+        cell = self.cells.pop(address, None)
+        if cell is None:
+            return 0
+        mailbox = cell.mailbox
+        dropped = 0
+        if mailbox is not None:
+            # Emptied in place: a dispatcher running the cell now holds this deque
+            # and stops after the message in hand.
+            dropped = len(mailbox)
+            mailbox.clear()
+        cell.actor = None
+        space, cell.space = cell.space, None
+        if space is not None:
+            space.set()  # senders waiting for room go to a new cell
+        return dropped
+
     def census(self) -> Census:
         """Count live and stopped actors and the mail waiting, in one walk (forgetting
         the stopped actors whose back-off is over)."""

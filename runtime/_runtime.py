@@ -354,6 +354,18 @@ class Runtime(AsyncClosing):
         """
         return await self._dispatch.passivate(address)
 
+    def discard(self, address: str) -> int:
+        """Forget the actor at ``address`` at once, even with mail or a handler running:
+        for a transport whose right to the actor's stored state has gone (a lost
+        lease). Its waiting mail is dropped (the transport delivers it again), a
+        handler running finishes against an actor nobody reaches any more, and the
+        next message makes a new actor from what is stored.
+
+        Returns:
+            How many waiting messages were dropped.
+        """
+        return self._dispatch.discard(address)
+
     def spawn(self, func: Callable[..., Awaitable[Any]], *args: Any) -> None:
         """Run ``func(*args)`` as a task of the runtime's task group.
 

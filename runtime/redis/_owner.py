@@ -159,8 +159,12 @@ class Owner:
         for address, record in list(held.actors.items()):
             if record.shard in numbers:
                 del held.actors[address]
-                if host is not None:
-                    await host.passivate(address)
+                if host is not None and not await host.passivate(address):
+                    # Busy: its state may hold changes that were never stored (the
+                    # commit was fenced off). Were it kept, this worker taking the
+                    # shard again would apply the redelivered commands on top.
+                    dropped = host.discard(address)
+                    log.info("actor_discarded", actor=address, shard=record.shard, mail=dropped)
 
     async def _passivate_loop(self) -> None:
         after = self._config.passivate_after

@@ -45,6 +45,10 @@ class TransportHost(Protocol):
     async def passivate(self, address: str) -> bool:
         """Drop an idle actor from memory (its state is stored); False if it is busy."""
 
+    def discard(self, address: str) -> int:
+        """Forget an actor at once, busy or not, dropping its waiting mail; returns
+        how many messages were dropped."""
+
     def local_addresses(self, kind: str) -> list[str]:
         """Addresses of the actors of ``kind`` active in this runtime."""
 

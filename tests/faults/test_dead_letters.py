@@ -17,8 +17,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from actormem.actors import AppConfig, MemoryRuntime, Message
+from actormem.actors.errors import MemoryInputError
 from actormem.actors.memory.commands import Get
-from actormem.runtime import MessageTooLargeError
 from actormem.runtime._envelope import Envelope
 from actormem.runtime.errors import MessageDecodeError
 from actormem.runtime.redis import Keys, RedisConfig, _scripts, default_codec, shard_of
@@ -161,7 +161,7 @@ async def test_every_bad_frame_is_dead_lettered_with_its_reason(
 async def test_an_oversized_message_is_refused_at_the_producer(
     rt: MemoryRuntime, config: RedisConfig, redis_client: aioredis.Redis
 ) -> None:
-    with pytest.raises(MessageTooLargeError, match=f"max_message_bytes={MAX_BYTES}"):
+    with pytest.raises(MemoryInputError, match=f"max_message_bytes={MAX_BYTES}"):
         await rt.memory("alice").add({"role": "user", "content": "x" * MAX_BYTES})
     stream = Keys(config.prefix).stream(shard_of("memory/alice", config.shards))
     assert await redis_client.xlen(stream) == 0

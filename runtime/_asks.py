@@ -63,12 +63,17 @@ class Asks:
         transport: carries the asks out and remote replies back.
         hooked: the transport takes the per-message hooks (``dropped``).
 
+    An ask over a transport that can lose a reply is sent again, unchanged, every
+    ``transport.resend_after()`` seconds until its reply or its deadline: the same
+    command id, so the copy is never applied twice, and the same correlation, so
+    whichever reply comes first answers it.
+
     Attributes:
         pending: the slots of the asks waiting, by correlation number.
         tg: the runtime's task group while it is open (replies sent in the background).
     """
 
-    __slots__ = ("_config", "_correlation", "_hooked", "_transport", "pending", "tg")
+    __slots__ = ("_config", "_correlation", "_hooked", "_transport", "pending", "resent", "tg")
 
     def __init__(self, config: RuntimeConfig, transport: Transport, hooked: bool) -> None:
         self._config = config
@@ -78,10 +83,13 @@ class Asks:
         # never takes a late reply to its predecessor's ask for one of its own.
         self._correlation = itertools.count(secrets.randbits(48) + 1)
         self.pending: dict[int, _Slot] = {}
+        #: Asks sent again because no reply came in time (see ``Transport.resend_after``).
+        self.resent = 0
         self.tg: anyio.abc.TaskGroup | None = None
 
     async def ask(self, address: str, message: object, timeout: float | None) -> Any:
-        """Send ``message`` to ``address`` through the transport and wait for the reply.
+        """Send ``message`` to ``address`` through the transport and wait for the reply
+        (sending it again, unchanged, while none comes, if the transport asks for it).
 
         Raises:
             TooManyAsksError: ``max_pending_asks`` asks already wait; nothing was sent.
@@ -99,15 +107,12 @@ class Asks:
                 f"wait for replies (runtime.max_pending_asks={bound})",
             )
         correlation = next(self._correlation)
+        sends = 0
         loop = asyncio.get_running_loop()
         slot = _Slot(loop.create_future())
         pending[correlation] = slot
-        env = Envelope(
-            recipient=address,
-            body=message,
-            correlation=correlation,
-            deadline=time.time() + limit,
-        )
+        deadline = time.time() + limit
+        env = Envelope(recipient=address, body=message, correlation=correlation, deadline=deadline)
         timer = loop.call_later(limit, _expire, slot.future)
         try:
             sent = False
@@ -119,10 +124,21 @@ class Asks:
             if not sent:
                 with anyio.fail_after(limit):
                     await self._transport.send(env)
+            sends = 1
+            resend = self._transport.resend_after()
+            if resend is not None:
+                # Until the reply or the deadline: a reply lost with the worker that
+                # applied the command comes again from the copy (kept with its effect).
+                while not (await asyncio.wait((slot.future,), timeout=resend))[0]:
+                    with anyio.move_on_after(max(deadline - time.time(), 0.0)):
+                        await self._transport.resend(env)
+                        sends += 1
+                        self.resent += 1
             await slot.future
         except TimeoutError:
+            times = f" (sent {sends} times)" if sends > 1 else ""
             raise AskTimeoutError(
-                address, f"no reply to {type(message).__name__} within {limit:g}s"
+                address, f"no reply to {type(message).__name__} within {limit:g}s{times}"
             ) from None
         finally:
             timer.cancel()

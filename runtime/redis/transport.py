@@ -95,6 +95,8 @@ class RedisTransportStats(msgspec.Struct, frozen=True, kw_only=True):
         redelivered: entries delivered again (after a failure or a worker's death).
         duplicates: commands skipped because their id was already applied.
         dead_lettered: entries moved to the dead-letter stream.
+        asks_resent: asks sent again, unchanged, because no reply came in time.
+        answered_again: duplicate asks answered with the reply kept with their commit.
     """
 
     worker: str
@@ -106,6 +108,8 @@ class RedisTransportStats(msgspec.Struct, frozen=True, kw_only=True):
     redelivered: int
     duplicates: int
     dead_lettered: int
+    asks_resent: int = 0
+    answered_again: int = 0
 
 
 class RedisTransport(Transport):
@@ -156,6 +160,7 @@ class RedisTransport(Transport):
         # (stream, data) waiting for XADD: one queue, so a sender's messages
         # reach the streams in the order they were sent.
         self._outbox = Outbox(lambda: self.client, config.outbox_size, config.stream_limit)
+        self._asks_resent = 0
         self._held = Holdings()
         self._replies = Replies(self)
         self._commits = GroupCommit(self, held=self._held, replies=self._replies)
@@ -325,6 +330,21 @@ class RedisTransport(Transport):
         self._require_host()
         self._outbox.put_nowait(item)
 
+    def resend_after(self) -> float:
+        """Half a lease: an ask with no reply by then is sent again, unchanged (see
+        ``Transport.resend_after``). A worker that dies after storing a command
+        took its reply with it; the copy waits in the stream for the shard's next
+        owner (within a lease), which answers it with the reply kept with the
+        command's effect. A slow but live worker skips the copies (their command
+        id is in flight or applied) and its own reply answers the ask."""
+        return self.config.lease_ms / 2000
+
+    async def resend(self, envelope: Envelope) -> None:
+        """Send ``envelope`` again, unchanged (the outbox may drop it once its
+        deadline passed)."""
+        self._asks_resent += 1
+        await self.send(envelope)
+
     async def flush(self) -> None:
         """Wait until every envelope queued so far is in Redis."""
         await self._outbox.flush()
@@ -414,4 +434,6 @@ class RedisTransport(Transport):
             redelivered=self._intake.redelivered,
             duplicates=self._intake.duplicates,
             dead_lettered=self._dead_letters.written,
+            asks_resent=self._asks_resent,
+            answered_again=self._intake.answered_again,
         )

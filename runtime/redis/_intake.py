@@ -328,7 +328,7 @@ class Intake:
         )
         if answered:
             self.answered_again += 1
-        await self._commits.ack(shard, [entry])
+        shard.acks.append(entry)  # acked with the read's batch
 
     async def _record(self, address: str, shard: int) -> ActorRecord:
         """The record of the actor at ``address``, its applied ids loaded from Redis."""

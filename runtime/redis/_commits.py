@@ -4,8 +4,9 @@ A durable actor's changes join its shard's next *group commit*: one fenced Lua
 call stores every command handled while the previous call was in flight (its
 changes, its id among the applied ones, the reply to it if it was asked, its
 XACK), and the replies to those commands are sent only once their changes are
-stored. A reply kept so (for ``reply_ttl_ms``) answers the same ask sent again,
-even after the worker that applied it died before its reply went out. A command that stores
+stored. A reply kept so (until its ask's deadline, at most ``reply_ttl_ms``)
+answers the same ask sent again, even after the worker that applied it died
+before its reply went out. A command that stores
 nothing (a read, or one to an actor that is not durable) is acked in the next
 batch of acks, one fenced call too. A durable actor's state is loaded from
 Redis when it is activated.
@@ -51,6 +52,8 @@ _COMMIT_BATCH: Final = 256
 _COMMIT_BYTES: Final = 64 << 20
 #: Handled commands waiting for their commit, per shard, before handlers wait.
 _COMMIT_QUEUE: Final = 1024
+#: Seconds a kept reply outlives its ask's deadline.
+_REPLY_SLACK: Final = 1.0
 
 
 class GroupCommit:
@@ -266,9 +269,9 @@ class GroupCommit:
             CONSUMER_GROUP,
             f"{time.time():.6f}",
             self._config.applied_keep,
-            self._config.reply_ttl_ms,
             len(by_actor),
         ]
+        now = time.time()
         reply_keys: list[str] = []
         order: list[int] = []
         for address, indices in by_actor.items():
@@ -292,6 +295,7 @@ class GroupCommit:
                     changes.snapshot or b"",
                     "1" if changes.replace_log else "0",
                     kept or b"",
+                    self._reply_ttl_ms(env, now),
                     len(changes.log_appends),
                     *changes.log_appends,
                 )
@@ -315,6 +319,14 @@ class GroupCommit:
         if pending.kept_reply is None:
             pending.kept_reply = self._replies.encode(env, pending.replies[-1])
         return pending.kept_reply
+
+    def _reply_ttl_ms(self, env: Envelope, now: float) -> int:
+        """How long the reply to ``env`` is kept: until its asker stops waiting (and a
+        second more, for clocks a little apart), at most ``reply_ttl_ms``."""
+        limit = self._config.reply_ttl_ms
+        if env.deadline is None:
+            return limit
+        return max(1, min(limit, int((env.deadline - now + _REPLY_SLACK) * 1000)))
 
     async def flush_acks(self, shard: Shard) -> None:
         """XACK the handled entries of non-durable actors in one fenced call.

@@ -56,18 +56,18 @@ return redis.call('XACK', KEYS[2], ARGV[2], unpack(ARGV, 3))
 #: its commands in the batch.
 #: KEYS: lease, stream, then per actor: log, snapshot, applied; then the reply key
 #: of each command that carries a reply, in order.
-#: ARGV: lease value, group, score, applied ids to keep, reply time to live (ms),
-#: number of actors, then per actor: its number of commands, then per command:
-#: entry id ('' = none), command id ('' = none), has snapshot ('0'/'1'), snapshot,
-#: replace the log ('0'/'1'), encoded reply ('' = none), number of log items, log
-#: items...
+#: ARGV: lease value, group, score, applied ids to keep, number of actors, then per
+#: actor: its number of commands, then per command: entry id ('' = none), command
+#: id ('' = none), has snapshot ('0'/'1'), snapshot, replace the log ('0'/'1'),
+#: encoded reply ('' = none), the reply's time to live (ms), number of log items,
+#: log items...
 #: Returns -1 when fenced off (nothing is changed), else one status per command, in
 #: order: 1 stored, 2 its command id was already applied (only its XACK is done;
 #: the reply kept from the first time stays).
 COMMIT: Final = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
 local group, score, keep = ARGV[2], ARGV[3], tonumber(ARGV[4])
-local reply_ttl, actors = ARGV[5], tonumber(ARGV[6])
+local actors = tonumber(ARGV[5])
 local function chunked(command, key, head, list)
   local i = 1
   while i <= #list do
@@ -81,7 +81,7 @@ local function chunked(command, key, head, list)
   end
 end
 local out, acks = {}, {}
-local a, k, r, n = 7, 3, 3 + 3 * actors, #ARGV
+local a, k, r, n = 6, 3, 3 + 3 * actors, #ARGV
 while a <= n do
   local count = tonumber(ARGV[a])
   a = a + 1
@@ -91,7 +91,8 @@ while a <= n do
   local items, snap, added = {}, false, {}
   for c = 1, count do
     local entry, id, has_snap = ARGV[a], ARGV[a + 1], ARGV[a + 2]
-    local replace, reply, m = ARGV[a + 4], ARGV[a + 5], tonumber(ARGV[a + 6])
+    local replace, reply, ttl = ARGV[a + 4], ARGV[a + 5], ARGV[a + 6]
+    local m = tonumber(ARGV[a + 7])
     local reply_key = false
     if reply ~= '' then
       reply_key = KEYS[r]
@@ -104,18 +105,18 @@ while a <= n do
         redis.call('DEL', log)
         items = {}
       end
-      for i = a + 7, a + 6 + m do items[#items + 1] = ARGV[i] end
+      for i = a + 8, a + 7 + m do items[#items + 1] = ARGV[i] end
       if has_snap == '1' then snap = ARGV[a + 3] end
       if id ~= '' then
         added[#added + 1] = score
         added[#added + 1] = id
         done[id] = true
       end
-      if reply_key then redis.call('SET', reply_key, reply, 'PX', reply_ttl) end
+      if reply_key then redis.call('SET', reply_key, reply, 'PX', ttl) end
       out[#out + 1] = 1
     end
     if entry ~= '' then acks[#acks + 1] = entry end
-    a = a + 7 + m
+    a = a + 8 + m
   end
   chunked('RPUSH', log, false, items)
   if snap then redis.call('SET', snapshot, snap) end

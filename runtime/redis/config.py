@@ -91,9 +91,10 @@ class RedisConfig(_Section, frozen=True):
         tls_verify: ``required`` checks the server's certificate; ``none`` does
             not (encrypted but unauthenticated: for tests, never for production).
         tls_check_hostname: the server's certificate must name the url's host.
-        reply_ttl_ms: how long a worker keeps the reply to an ask it applied, so
-            that the ask sent again (same command id) after its worker died is
-            answered with it; longer than any ask timeout in use.
+        reply_ttl_ms: the longest a worker keeps the reply to an ask it applied
+            (until the ask's deadline and a second more), so that the ask sent
+            again (same command id) after its worker died is answered with it;
+            keep it above any ask timeout in use.
         prefix: the first part of every key.
         shards: command streams; actors map to them by a stable hash. Every
             worker and client of one deployment must use the same number.

@@ -135,7 +135,7 @@ def _group(commands: list[Command], replies: dict[str, bytes] | None = None) -> 
     for entry, command, snapshot, replace, items in commands:
         has = "0" if snapshot is None else "1"
         reply = (replies or {}).get(entry, b"")
-        args += [entry, command, has, snapshot or b"", "1" if replace else "0", reply]
+        args += [entry, command, has, snapshot or b"", "1" if replace else "0", reply, 60_000]
         args += [len(items), *items]
     return args
 
@@ -159,7 +159,7 @@ async def test_the_commit_script_stores_each_agent_s_commands_once_and_in_order(
         ]
 
     def head(actors: int) -> list[Any]:
-        return ["1:w", "g", "1000.5", 100, 60_000, actors]
+        return ["1:w", "g", "1000.5", 100, actors]
 
     reply_a1 = keys.reply(0, "a", "a1")
     first = await commit(

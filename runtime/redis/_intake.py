@@ -277,7 +277,7 @@ class Intake:
         record = self._held.actors.get(env.recipient) or await self._record(
             env.recipient, shard.number
         )
-        if env.id and (env.id in record.applied or env.id in record.inflight):
+        if env.id and (env.resent or env.id in record.applied or env.id in record.inflight):
             await self._duplicate(shard, entry, env, record)
             return
         delivery = cast(StreamEnvelope, env)
@@ -314,13 +314,15 @@ class Intake:
     async def _duplicate(
         self, shard: Shard, entry: str, env: Envelope, record: ActorRecord
     ) -> None:
-        """Skip ``env``, a command this actor applied or is handling: ack it, and
-        answer an ask already applied with the reply its commit kept (the asker
-        sent it again because the first reply never came, say after the worker
-        that applied it died). An ask still in flight is answered when it is done:
-        its copy carries the same correlation."""
+        """Skip ``env``, a command this actor applied or is handling, or a copy of
+        an ask (sent again because no reply came; its first copy came ahead of it):
+        ack it, and answer an ask already applied with the reply its commit kept
+        (say its worker died before the first reply went out). An ask still in
+        flight is answered when it is done: its copy carries the same correlation.
+        A copy is never handled: its command was applied, is in flight, or was
+        given up (dead-lettered, shed, refused) and its asker told so."""
         self.duplicates += 1
-        answered = env.id in record.applied and await self._replies.answer_again(
+        answered = env.id not in record.inflight and await self._replies.answer_again(
             env, self._keys.reply(shard.number, env.recipient, env.id)
         )
         log.info(

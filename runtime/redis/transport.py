@@ -340,9 +340,13 @@ class RedisTransport(Transport):
         return self.config.lease_ms / 2000
 
     async def resend(self, envelope: Envelope) -> None:
-        """Send ``envelope`` again, unchanged (the outbox may drop it once its
-        deadline passed)."""
+        """Send ``envelope`` again, marked as a copy (``resent``): the shard's owner
+        answers it with the reply kept with the command's effect, or skips it; it
+        never handles it, so a command that was given up (dead-lettered, say) or
+        kills its workers does not run again. The outbox drops it once its
+        deadline passed."""
         self._asks_resent += 1
+        envelope.resent = True
         await self.send(envelope)
 
     async def flush(self) -> None:

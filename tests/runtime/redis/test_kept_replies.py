@@ -18,7 +18,8 @@ import redis.asyncio as aioredis
 from actormem.actors import MemoryRuntime
 from actormem.actors.config import AppConfig
 from actormem.actors.memory.commands import Add as AddMessages
-from actormem.runtime import AskTimeoutError, Runtime, RuntimeConfig
+from actormem.runtime import AskTimeoutError, Runtime, RuntimeConfig, new_id
+from actormem.runtime._envelope import Envelope
 from actormem.runtime.redis import Keys, RedisConfig, RedisTransport, shard_of
 from actormem.runtime.transports.local import LocalTransport
 from tests.runtime.redis.test_transport import worker
@@ -152,3 +153,23 @@ async def test_a_memory_add_whose_reply_was_lost_stores_its_messages_once_with_t
         history = await memory.get(scope="history")
         assert [m.id for m in history] == result.ids
         assert transport.stats().answered_again >= 1
+
+
+async def test_a_copy_of_a_command_is_never_handled(
+    redis_client: aioredis.Redis, redis_config: RedisConfig
+) -> None:
+    # A copy comes after its first one, which was handled, is in flight, or was
+    # given up (dead-lettered: a pill that kills its worker must not run again). A
+    # copy whose first one was never seen is skipped too.
+    async with worker(redis_client, redis_config) as rt, client_runtime(redis_config) as asker:
+        ledger = asker.ref("ledger/copied")
+        copy = Envelope(recipient="ledger/copied", body=Add("copy"), id=new_id())
+        await asker.transport.resend(copy)  # type: ignore[attr-defined]
+        await ledger.tell(Add("after"))  # the same stream, behind the copy
+
+        async def after() -> bool:
+            return bool((await ledger.ask(GetState())).tokens)
+
+        await eventually(after, "the tell behind the copy applied")
+        assert (await ledger.ask(GetState())).tokens == ["after"]
+        assert rt.transport.stats().duplicates == 1  # type: ignore[attr-defined]

@@ -322,9 +322,14 @@ class Intake:
         A copy is never handled: its command was applied, is in flight, or was
         given up (dead-lettered, shed, refused) and its asker told so."""
         self.duplicates += 1
-        answered = env.id not in record.inflight and await self._replies.answer_again(
-            env, self._keys.reply(shard.number, env.recipient, env.id)
-        )
+        try:
+            answered = env.id not in record.inflight and await self._replies.answer_again(
+                env, self._keys.reply(shard.number, env.recipient, env.id)
+            )
+        except TransportError as exc:
+            # Left pending: claimed again after claim_idle_ms, and answered then.
+            log.warning("kept_reply_unread", actor=env.recipient, msg_id=env.id, reason=str(exc))
+            return
         log.info(
             "duplicate_skipped", actor=env.recipient, msg_id=env.id, entry=entry, answered=answered
         )

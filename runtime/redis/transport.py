@@ -79,6 +79,8 @@ log = structlog.get_logger("actormem.redis")
 
 #: Entries kept in the broadcast stream, approximately.
 _BROADCAST_MAXLEN: Final = 100_000
+#: Seconds an ask waits at least before it is sent again.
+_MIN_RESEND: Final = 0.1
 
 
 class RedisTransportStats(msgspec.Struct, frozen=True, kw_only=True):
@@ -331,13 +333,13 @@ class RedisTransport(Transport):
         self._outbox.put_nowait(item)
 
     def resend_after(self) -> float:
-        """Half a lease: an ask with no reply by then is sent again, unchanged (see
+        """Half a lease (0.1 s at least): an ask with no reply by then is sent again, unchanged (see
         ``Transport.resend_after``). A worker that dies after storing a command
         took its reply with it; the copy waits in the stream for the shard's next
         owner (within a lease), which answers it with the reply kept with the
         command's effect. A slow but live worker skips the copies (their command
         id is in flight or applied) and its own reply answers the ask."""
-        return self.config.lease_ms / 2000
+        return max(self.config.lease_ms / 2000, _MIN_RESEND)
 
     async def resend(self, envelope: Envelope) -> None:
         """Send ``envelope`` again, marked as a copy (``resent``): the shard's owner

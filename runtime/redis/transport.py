@@ -297,7 +297,8 @@ class RedisTransport(Transport):
                 f"{len(data)} bytes, over max_message_bytes={self.config.max_message_bytes}"
             )
         shard = shard_of(envelope.recipient, self.config.shards)
-        self._unowned.watch(envelope, shard)
+        if not envelope.resent:  # a copy: its ask is watched since it was first sent
+            self._unowned.watch(envelope, shard)
         return self._streams[shard], data, self._replies.expires(envelope)
 
     async def send(self, envelope: Envelope) -> None:

@@ -173,3 +173,17 @@ async def test_a_copy_of_a_command_is_never_handled(
         await eventually(after, "the tell behind the copy applied")
         assert (await ledger.ask(GetState())).tokens == ["after"]
         assert rt.transport.stats().duplicates == 1  # type: ignore[attr-defined]
+
+
+async def test_an_unanswered_ask_is_resent_until_its_timeout_and_no_more(
+    redis_config: RedisConfig,
+) -> None:
+    # No worker (and no early NoOwnerError): every copy waits in the stream.
+    config = redis_config.replace(no_owner_timeout=0.0)
+    async with client_runtime(config) as asker:
+        with pytest.raises(AskTimeoutError, match=r"within 2s \(sent \d+ times\)"):
+            await asker.ref("ledger/nobody").ask(Add("lonely"), timeout=2)
+        resent = asker.transport.stats().asks_resent  # type: ignore[attr-defined]
+        assert resent >= 1
+        await anyio.sleep(1.0)  # two more resend periods (lease_ms / 2 = 0.5 s)
+        assert asker.transport.stats().asks_resent == resent  # type: ignore[attr-defined]

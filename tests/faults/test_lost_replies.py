@@ -2,7 +2,9 @@
 sending its reply.
 
 Askers ask ledgers one command at a time while a random one of three workers is
-killed with SIGKILL and started again. A worker killed after its group commit
+killed with SIGKILL and started again: under its id (it takes its shards back at
+once) or, every second kill, replaced under a new id (its shards wait for their
+leases to expire, then go to whoever takes them first). A worker killed after its group commit
 took the reply with it; the ask, sent again unchanged while no reply comes, is
 answered by the shard's next owner with the reply kept with the commit. Each row
 counts the asks that timed out although their command was applied (the target
@@ -48,6 +50,7 @@ class Storm:
     answered: int = 0
     timed_out: set[str] = field(default_factory=set)
     kills: int = 0
+    replaced: int = 0
     resent: int = 0
     slowest: float = 0.0
 
@@ -57,7 +60,8 @@ async def ask_storm(
 ) -> Storm:
     """``askers`` tasks ask 4 ledgers each, one command at a time, while a random
     worker of three is SIGKILLed and started again every ``every`` s, ``kills``
-    times; then the askers finish the asks they are waiting on."""
+    times (every second one under a new id); then the askers finish the asks they
+    are waiting on."""
     storm = Storm()
     rng = random.Random(23)
     stop = anyio.Event()
@@ -96,6 +100,9 @@ async def ask_storm(
                 victim = rng.randrange(3)
                 workers.kill(victim)
                 storm.kills += 1
+                if storm.kills % 2 == 0:
+                    storm.replaced += 1
+                    workers.ids[victim] = f"r{storm.kills}-{workers.ids[victim]}"[:64]
                 workers.start(victim)
             await anyio.sleep(every)
             stop.set()
@@ -135,7 +142,7 @@ async def test_asks_in_a_kill_storm_are_answered_or_not_applied(
     lease = "default " if lease_ms == DEFAULT_LEASE_MS else ""
     fault_report.row(
         f"asks while a worker is SIGKILLed every {every:g} s ({lease}{lease_ms / 1000:g} s lease)",
-        f"3 workers, {askers} askers, {storm.kills} kills, "
+        f"3 workers, {askers} askers, {storm.kills} kills ({storm.replaced} replaced), "
         f"{len(storm.timed_out - applied)} timed out unapplied, {storm.resent} asks resent, "
         f"slowest ask {storm.slowest:.1f} s",
         verdict,

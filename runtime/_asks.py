@@ -22,6 +22,7 @@ import structlog
 from actormem.runtime._envelope import Envelope, Reply
 from actormem.runtime.config import RuntimeConfig
 from actormem.runtime.errors import (
+    ActormemError,
     AskTimeoutError,
     MailboxFullError,
     RuntimeClosedError,
@@ -38,11 +39,13 @@ class _Slot:
     """Where an ask's reply lands: an asyncio future (cheaper than an anyio Event
     and a cancel scope per ask; redis-py ties the runtime to asyncio anyway)."""
 
-    __slots__ = ("future", "reply")
+    __slots__ = ("future", "reply", "sends")
 
     def __init__(self, future: asyncio.Future[None]) -> None:
         self.future = future
         self.reply: Reply | None = None
+        #: Times the ask was sent (resends included).
+        self.sends = 0
 
     def fill(self, reply: Reply) -> None:
         self.reply = reply
@@ -63,12 +66,17 @@ class Asks:
         transport: carries the asks out and remote replies back.
         hooked: the transport takes the per-message hooks (``dropped``).
 
+    An ask over a transport that can lose a reply is sent again, unchanged, every
+    ``transport.resend_after()`` seconds until its reply or its deadline: the same
+    command id, so the copy is never applied twice, and the same correlation, so
+    whichever reply comes first answers it.
+
     Attributes:
         pending: the slots of the asks waiting, by correlation number.
         tg: the runtime's task group while it is open (replies sent in the background).
     """
 
-    __slots__ = ("_config", "_correlation", "_hooked", "_transport", "pending", "tg")
+    __slots__ = ("_config", "_correlation", "_hooked", "_transport", "pending", "resent", "tg")
 
     def __init__(self, config: RuntimeConfig, transport: Transport, hooked: bool) -> None:
         self._config = config
@@ -78,10 +86,13 @@ class Asks:
         # never takes a late reply to its predecessor's ask for one of its own.
         self._correlation = itertools.count(secrets.randbits(48) + 1)
         self.pending: dict[int, _Slot] = {}
+        #: Asks sent again because no reply came in time (see ``Transport.resend_after``).
+        self.resent = 0
         self.tg: anyio.abc.TaskGroup | None = None
 
     async def ask(self, address: str, message: object, timeout: float | None) -> Any:
-        """Send ``message`` to ``address`` through the transport and wait for the reply.
+        """Send ``message`` to ``address`` through the transport and wait for the reply
+        (sending it again, unchanged, while none comes, if the transport asks for it).
 
         Raises:
             TooManyAsksError: ``max_pending_asks`` asks already wait; nothing was sent.
@@ -102,13 +113,10 @@ class Asks:
         loop = asyncio.get_running_loop()
         slot = _Slot(loop.create_future())
         pending[correlation] = slot
-        env = Envelope(
-            recipient=address,
-            body=message,
-            correlation=correlation,
-            deadline=time.time() + limit,
-        )
+        deadline = time.time() + limit
+        env = Envelope(recipient=address, body=message, correlation=correlation, deadline=deadline)
         timer = loop.call_later(limit, _expire, slot.future)
+        nudge: asyncio.TimerHandle | None = None
         try:
             sent = False
             try:  # enqueue now (mailbox or outbox) unless it is full
@@ -119,13 +127,20 @@ class Asks:
             if not sent:
                 with anyio.fail_after(limit):
                     await self._transport.send(env)
+            slot.sends = 1
+            resend = self._transport.resend_after()
+            if resend is not None:
+                nudge = loop.call_later(resend, self._start_resending, env, slot, resend, deadline)
             await slot.future
         except TimeoutError:
+            times = f" (sent {slot.sends} times)" if slot.sends > 1 else ""
             raise AskTimeoutError(
-                address, f"no reply to {type(message).__name__} within {limit:g}s"
+                address, f"no reply to {type(message).__name__} within {limit:g}s{times}"
             ) from None
         finally:
             timer.cancel()
+            if nudge is not None:
+                nudge.cancel()
             pending.pop(correlation, None)
             future = slot.future
             if future.done() and not future.cancelled():
@@ -137,6 +152,27 @@ class Asks:
         if reply.error is not None:
             raise reply.error
         return reply.value
+
+    def _start_resending(self, env: Envelope, slot: _Slot, every: float, deadline: float) -> None:
+        """An ask had no reply within ``every`` seconds: send it again in the background
+        (the asker only waits for its slot, so an ask answered in time costs one timer)."""
+        if not slot.future.done() and self.tg is not None:
+            self.tg.start_soon(self._resend, env, slot, every, deadline)
+
+    async def _resend(self, env: Envelope, slot: _Slot, every: float, deadline: float) -> None:
+        """Send ``env`` again every ``every`` seconds until its reply or its deadline: a
+        reply lost with the worker that applied the command comes again from the copy
+        (kept with its effect)."""
+        with anyio.move_on_after(max(deadline - time.time(), 0.0)):
+            while not slot.future.done():
+                try:
+                    await self._transport.resend(env)
+                except ActormemError as exc:  # closing, or Redis away: the timeout decides
+                    log.debug("ask_not_resent", to=env.recipient, reason=str(exc))
+                    return
+                slot.sends += 1
+                self.resent += 1
+                await asyncio.wait((slot.future,), timeout=every)
 
     def resolve(self, reply: Reply) -> None:
         """Hand ``reply`` to the ask waiting for it; a late reply is dropped."""

@@ -58,6 +58,9 @@ class Envelope(msgspec.Struct, kw_only=True):
         reply_to: where the reply goes (a client's reply inbox), for asks.
         correlation: matches the reply to the waiting ask.
         deadline: wall-clock time after which nobody waits for the reply any more.
+        resent: a copy of an ask sent again because no reply came: it is only ever
+            answered with the reply kept with its command's effect, never handled
+            (the first copy, ahead of it, is).
     """
 
     recipient: str
@@ -67,6 +70,7 @@ class Envelope(msgspec.Struct, kw_only=True):
     reply_to: str | None = None
     correlation: int | None = None
     deadline: float | None = None
+    resent: bool = False
 
     #: True on envelopes whose transport wants to hear when handling starts
     #: (``Transport.starting``): a Redis entry delivered again after its worker died.

@@ -78,7 +78,12 @@ class AddResult(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Add(Command[AddResult], frozen=True):
-    """Append messages to the working view and to the original history."""
+    """Append messages to the working view and to the original history.
+
+    Each message's id is part of the command (fixed when the message was made), so
+    the command sent again (an ask with no reply yet) stores nothing twice, and a
+    new ``Add`` of a message already stored is refused, naming its id.
+    """
 
     messages: list[Message]
 

@@ -65,9 +65,16 @@ class MemoryHandle(SharingOps, RecallOps):
     ) -> AddResult:
         """Add one message or many (Message values or dicts) to the memory.
 
+        The ids of the messages are fixed here, in the command, before it is sent:
+        the runtime's resends of an ask with no reply carry the same ids and store
+        nothing twice. After an :class:`AskTimeoutError` the add was applied once
+        or not at all; adding the same ``Message`` values again either adds them or
+        raises ``MemoryInputError`` saying an id is already stored (so it was).
+
         Raises:
             MemoryInputError: a message is invalid or its id is already stored;
                 nothing is added then.
+            AskTimeoutError: no reply within the handle's timeout.
         """
         return await self._ask(Add(messages=_batch("add", messages)))
 

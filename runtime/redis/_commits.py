@@ -2,8 +2,11 @@
 
 A durable actor's changes join its shard's next *group commit*: one fenced Lua
 call stores every command handled while the previous call was in flight (its
-changes, its id among the applied ones, its XACK), and the replies to those
-commands are sent only once their changes are stored. A command that stores
+changes, its id among the applied ones, the reply to it if it was asked, its
+XACK), and the replies to those commands are sent only once their changes are
+stored. A reply kept so (until its ask's deadline, at most ``reply_ttl_ms``)
+answers the same ask sent again, even after the worker that applied it died
+before its reply went out. A command that stores
 nothing (a read, or one to an actor that is not durable) is acked in the next
 batch of acks, one fenced call too. A durable actor's state is loaded from
 Redis when it is activated.
@@ -49,6 +52,8 @@ _COMMIT_BATCH: Final = 256
 _COMMIT_BYTES: Final = 64 << 20
 #: Handled commands waiting for their commit, per shard, before handlers wait.
 _COMMIT_QUEUE: Final = 1024
+#: Seconds a kept reply outlives its ask's deadline.
+_REPLY_SLACK: Final = 1.0
 
 
 class GroupCommit:
@@ -216,7 +221,7 @@ class GroupCommit:
                 batch = _next_batch(shard.commits)
                 statuses = await self._store(shard, batch)
                 del shard.commits[: len(batch)]
-                answered: list[tuple[Envelope, Reply]] = []
+                answered: list[tuple[Envelope, Reply, bytes | None]] = []
                 found: list[int | None] = list(statuses) if statuses is not None else []
                 found += [None] * (len(batch) - len(found))
                 for status, pending in zip(found, batch, strict=True):
@@ -234,7 +239,7 @@ class GroupCommit:
         status: int | None,
         pending: PendingCommit,
         stored: bool,
-        answered: list[tuple[Envelope, Reply]],
+        answered: list[tuple[Envelope, Reply, bytes | None]],
     ) -> None:
         env = pending.envelope
         record = self._held.actors.get(env.recipient)
@@ -245,7 +250,8 @@ class GroupCommit:
         if status == 2:
             log.info("commit_already_stored", actor=env.recipient, msg_id=env.id)
         if stored:
-            answered.extend((env, reply) for reply in pending.replies)
+            kept = pending.kept_reply
+            answered.extend((env, reply, kept) for reply in pending.replies)
         if isinstance(env, StreamEnvelope):
             env.commit = None
             self._held.dropped(env)
@@ -263,7 +269,10 @@ class GroupCommit:
             CONSUMER_GROUP,
             f"{time.time():.6f}",
             self._config.applied_keep,
+            len(by_actor),
         ]
+        now = time.time()
+        reply_keys: list[str] = []
         order: list[int] = []
         for address, indices in by_actor.items():
             names += (
@@ -274,16 +283,23 @@ class GroupCommit:
             args.append(len(indices))
             order += indices
             for i in indices:
-                env, changes = batch[i].envelope, batch[i].changes
+                pending = batch[i]
+                env, changes = pending.envelope, pending.changes
+                kept = self._kept_reply(pending)
+                if kept is not None:
+                    reply_keys.append(keys.reply(number, address, env.id))
                 args += (
                     env.entry if isinstance(env, StreamEnvelope) else "",
                     env.id,
                     "0" if changes.snapshot is None else "1",
                     changes.snapshot or b"",
                     "1" if changes.replace_log else "0",
+                    kept or b"",
+                    self._reply_ttl_ms(env, now),
                     len(changes.log_appends),
                     *changes.log_appends,
                 )
+        names += reply_keys
         with redis_errors(f"storing the state of {len(batch)} commands of shard {number}"):
             result = await run_script(self._link.client, _scripts.COMMIT, names, args)
         if result == -1:
@@ -293,6 +309,24 @@ class GroupCommit:
         for i, status in zip(order, result, strict=True):
             statuses[i] = int(status)
         return statuses
+
+    def _kept_reply(self, pending: PendingCommit) -> bytes | None:
+        """The encoded reply the commit keeps for ``pending`` (an ask with an id that
+        was answered), so that the ask sent again is answered with it; else None."""
+        env = pending.envelope
+        if not (env.id and env.correlation is not None and pending.replies):
+            return None
+        if pending.kept_reply is None:
+            pending.kept_reply = self._replies.encode(env, pending.replies[-1])
+        return pending.kept_reply
+
+    def _reply_ttl_ms(self, env: Envelope, now: float) -> int:
+        """How long the reply to ``env`` is kept: until its asker stops waiting (and a
+        second more, for clocks a little apart), at most ``reply_ttl_ms``."""
+        limit = self._config.reply_ttl_ms
+        if env.deadline is None:
+            return limit
+        return max(1, min(limit, int((env.deadline - now + _REPLY_SLACK) * 1000)))
 
     async def flush_acks(self, shard: Shard) -> None:
         """XACK the handled entries of non-durable actors in one fenced call.

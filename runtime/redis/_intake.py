@@ -3,10 +3,11 @@
 A worker reads each shard it owns through the consumer group ``workers``, first
 claiming what earlier owners left pending (XPENDING, XCLAIM), then new entries
 (XREADGROUP). Each entry is checked (size, codec, address, shard), deduplicated by
-command id against what its actor applied or has in flight, and delivered; what
-cannot be (for a reason of the entry's own: the runtime refuses it too when no
-actor can take it) goes to the dead letters, its asker is answered, and the
-shard is served on. The stream is trimmed, never past a pending entry.
+command id against what its actor applied or has in flight (an ask applied already
+is answered with the reply kept with its commit), and delivered; what cannot be
+(for a reason of the entry's own: the runtime refuses it too when no actor can
+take it) goes to the dead letters, its asker is answered, and the shard is served
+on. The stream is trimmed, never past a pending entry.
 Broadcasts are fanned out to the local actors of their kind.
 """
 
@@ -86,6 +87,8 @@ class Intake:
         self.redelivered = 0
         #: Commands skipped because their id was already applied.
         self.duplicates = 0
+        #: Of those, asks answered again with the reply their commit kept.
+        self.answered_again = 0
 
     async def consume(self, shard: Shard) -> None:
         """Serve ``shard`` until cancelled: claim what earlier owners left, then read."""
@@ -274,10 +277,8 @@ class Intake:
         record = self._held.actors.get(env.recipient) or await self._record(
             env.recipient, shard.number
         )
-        if env.id and (env.id in record.applied or env.id in record.inflight):
-            self.duplicates += 1
-            log.info("duplicate_skipped", actor=env.recipient, msg_id=env.id, entry=entry)
-            await self._commits.ack(shard, [entry])
+        if env.id and (env.resent or env.id in record.applied or env.id in record.inflight):
+            await self._duplicate(shard, entry, env, record)
             return
         delivery = cast(StreamEnvelope, env)
         shard.inflight.add(entry)
@@ -309,6 +310,32 @@ class Intake:
         shard = self._held.shards.get(env.shard)
         if shard is not None and shard.lease == env.lease:
             await self._dead_letters.write_handled(shard, env, str(error))
+
+    async def _duplicate(
+        self, shard: Shard, entry: str, env: Envelope, record: ActorRecord
+    ) -> None:
+        """Skip ``env``, a command this actor applied or is handling, or a copy of
+        an ask (sent again because no reply came; its first copy came ahead of it):
+        ack it, and answer an ask already applied with the reply its commit kept
+        (say its worker died before the first reply went out). An ask still in
+        flight is answered when it is done: its copy carries the same correlation.
+        A copy is never handled: its command was applied, is in flight, or was
+        given up (dead-lettered, shed, refused) and its asker told so."""
+        self.duplicates += 1
+        try:
+            answered = env.id not in record.inflight and await self._replies.answer_again(
+                env, self._keys.reply(shard.number, env.recipient, env.id)
+            )
+        except TransportError as exc:
+            # Left pending: claimed again after claim_idle_ms, and answered then.
+            log.warning("kept_reply_unread", actor=env.recipient, msg_id=env.id, reason=str(exc))
+            return
+        log.info(
+            "duplicate_skipped", actor=env.recipient, msg_id=env.id, entry=entry, answered=answered
+        )
+        if answered:
+            self.answered_again += 1
+        shard.acks.append(entry)  # acked with the read's batch
 
     async def _record(self, address: str, shard: int) -> ActorRecord:
         """The record of the actor at ``address``, its applied ids loaded from Redis."""

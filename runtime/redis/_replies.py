@@ -102,30 +102,70 @@ class Replies:
         if isinstance(envelope, StreamEnvelope) and envelope.commit is not None:
             envelope.commit.replies.append(reply)
             return
-        await self.send([(envelope, reply)])
+        await self.send([(envelope, reply, None)])
 
-    async def send(self, replies: list[tuple[Envelope, Reply]]) -> None:
-        """Queue ``replies`` (each to whoever asked its envelope) for the reply writer,
-        which sends what gathered in one pipeline (waits only while it is full)."""
-        for envelope, reply in replies:
+    def encode(self, envelope: Envelope, reply: Reply) -> bytes:
+        """``reply`` to ``envelope`` as it goes on a reply stream (a reply over
+        ``max_message_bytes`` becomes a :class:`MessageTooLargeError` saying so)."""
+        data = self._codec.encode_reply(reply)
+        if len(data) > self._config.max_message_bytes:
+            error = MessageTooLargeError(
+                f"the reply to {type(envelope.body).__name__} is {len(data)} bytes, "
+                f"over max_message_bytes={self._config.max_message_bytes}"
+            )
+            data = self._codec.encode_reply(Reply(reply.correlation, error=error))
+        return data
+
+    async def send(self, replies: list[tuple[Envelope, Reply, bytes | None]]) -> None:
+        """Queue ``replies`` (each to whoever asked its envelope, with its encoding if
+        made already) for the reply writer, which sends what gathered in one pipeline
+        (waits only while it is full)."""
+        for envelope, reply, data in replies:
             if envelope.reply_to is None or envelope.reply_to == self.stream:
                 self._asks.pop(reply.correlation, None)
                 self._link.host.resolve(reply)
                 continue
-            stream = envelope.reply_to
-            if not self._reply_stream.fullmatch(stream):
-                # A frame could name any key here (an actor's history, say): only
-                # reply streams under our prefix may be written to.
-                log.warning("reply_to_refused", reply_to=stream[:200], recipient=envelope.recipient)
-                continue
-            data = self._codec.encode_reply(reply)
-            if len(data) > self._config.max_message_bytes:
-                error = MessageTooLargeError(
-                    f"the reply to {type(envelope.body).__name__} is {len(data)} bytes, "
-                    f"over max_message_bytes={self._config.max_message_bytes}"
-                )
-                data = self._codec.encode_reply(Reply(reply.correlation, error=error))
-            await self.outbox.put((stream, data, self.expires(envelope)))
+            stream = self._writable(envelope)
+            if stream is not None:
+                encoded = self.encode(envelope, reply) if data is None else data
+                await self.outbox.put((stream, encoded, self.expires(envelope)))
+
+    def _writable(self, envelope: Envelope) -> str | None:
+        """The reply stream ``envelope`` names, if it is one a reply may go to."""
+        stream = envelope.reply_to
+        if stream is None or not self._reply_stream.fullmatch(stream):
+            # A frame could name any key here (an actor's history, say): only
+            # reply streams under our prefix may be written to.
+            log.warning(
+                "reply_to_refused", reply_to=(stream or "")[:200], recipient=envelope.recipient
+            )
+            return None
+        return stream
+
+    async def answer_again(self, envelope: Envelope, key: str) -> bool:
+        """Answer ``envelope``, an ask whose command was applied already, with the
+        reply its commit kept under ``key``; False when none is kept (the command
+        stored nothing, was told, or its reply expired) or nobody waits any more.
+
+        Raises:
+            TransportError: Redis failed.
+        """
+        if envelope.correlation is None or envelope.reply_to is None:
+            return False
+        if envelope.deadline is not None and envelope.deadline < time.time():
+            return False
+        with redis_errors("reading a kept reply"):
+            data: bytes | None = await self._link.client.get(key)  # type: ignore[assignment]
+        if data is None:
+            return False
+        if envelope.reply_to == self.stream:  # asked through this transport
+            await self._accept(data)
+            return True
+        stream = self._writable(envelope)
+        if stream is None:
+            return False
+        await self.outbox.put((stream, data, self.expires(envelope)))
+        return True
 
     async def read(self) -> None:
         """Read this transport's reply stream for ever (it is new: all of it)."""

@@ -49,19 +49,25 @@ return redis.call('XACK', KEYS[2], ARGV[2], unpack(ARGV, 3))
 """
 
 #: Stores the changes of a batch of handled commands, of any actors of one shard,
-#: and XACKs their entries: one call per batch (group commit). The commands come
-#: grouped by actor, so that each actor's log grows by one RPUSH and its applied
-#: ids by one ZADD, whatever the number of its commands in the batch.
-#: KEYS: lease, stream, then per actor: log, snapshot, applied.
-#: ARGV: lease value, group, score, applied ids to keep, then per actor: its number
-#: of commands, then per command: entry id ('' = none), command id ('' = none), has
-#: snapshot ('0'/'1'), snapshot, replace the log ('0'/'1'), number of log items,
+#: keeps the replies to the asks among them, and XACKs their entries: one call per
+#: batch (group commit), so a command's effect, its reply and its ack are stored
+#: together or not at all. The commands come grouped by actor, so that each actor's
+#: log grows by one RPUSH and its applied ids by one ZADD, whatever the number of
+#: its commands in the batch.
+#: KEYS: lease, stream, then per actor: log, snapshot, applied; then the reply key
+#: of each command that carries a reply, in order.
+#: ARGV: lease value, group, score, applied ids to keep, number of actors, then per
+#: actor: its number of commands, then per command: entry id ('' = none), command
+#: id ('' = none), has snapshot ('0'/'1'), snapshot, replace the log ('0'/'1'),
+#: encoded reply ('' = none), the reply's time to live (ms), number of log items,
 #: log items...
 #: Returns -1 when fenced off (nothing is changed), else one status per command, in
-#: order: 1 stored, 2 its command id was already applied (only its XACK is done).
+#: order: 1 stored, 2 its command id was already applied (only its XACK is done;
+#: the reply kept from the first time stays).
 COMMIT: Final = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
 local group, score, keep = ARGV[2], ARGV[3], tonumber(ARGV[4])
+local actors = tonumber(ARGV[5])
 local function chunked(command, key, head, list)
   local i = 1
   while i <= #list do
@@ -75,7 +81,7 @@ local function chunked(command, key, head, list)
   end
 end
 local out, acks = {}, {}
-local a, k, n = 5, 3, #ARGV
+local a, k, r, n = 6, 3, 3 + 3 * actors, #ARGV
 while a <= n do
   local count = tonumber(ARGV[a])
   a = a + 1
@@ -85,7 +91,13 @@ while a <= n do
   local items, snap, added = {}, false, {}
   for c = 1, count do
     local entry, id, has_snap = ARGV[a], ARGV[a + 1], ARGV[a + 2]
-    local replace, m = ARGV[a + 4], tonumber(ARGV[a + 5])
+    local replace, reply, ttl = ARGV[a + 4], ARGV[a + 5], ARGV[a + 6]
+    local m = tonumber(ARGV[a + 7])
+    local reply_key = false
+    if reply ~= '' then
+      reply_key = KEYS[r]
+      r = r + 1
+    end
     if id ~= '' and (done[id] or redis.call('ZSCORE', applied, id)) then
       out[#out + 1] = 2
     else
@@ -93,17 +105,18 @@ while a <= n do
         redis.call('DEL', log)
         items = {}
       end
-      for i = a + 6, a + 5 + m do items[#items + 1] = ARGV[i] end
+      for i = a + 8, a + 7 + m do items[#items + 1] = ARGV[i] end
       if has_snap == '1' then snap = ARGV[a + 3] end
       if id ~= '' then
         added[#added + 1] = score
         added[#added + 1] = id
         done[id] = true
       end
+      if reply_key then redis.call('SET', reply_key, reply, 'PX', ttl) end
       out[#out + 1] = 1
     end
     if entry ~= '' then acks[#acks + 1] = entry end
-    a = a + 6 + m
+    a = a + 8 + m
   end
   chunked('RPUSH', log, false, items)
   if snap then redis.call('SET', snapshot, snap) end

@@ -86,14 +86,16 @@ class RedeliveredEnvelope(StreamEnvelope, kw_only=True):
 
 class PendingCommit:
     """A handled command's changes, waiting for the shard's next group commit; the
-    replies to it are sent only once it is stored."""
+    replies to it are sent only once it is stored (the encoded reply is stored with
+    it: ``kept_reply``)."""
 
-    __slots__ = ("changes", "envelope", "replies")
+    __slots__ = ("changes", "envelope", "kept_reply", "replies")
 
     def __init__(self, envelope: Envelope, changes: DurableChanges) -> None:
         self.envelope = envelope
         self.changes = changes
         self.replies: list[Reply] = []
+        self.kept_reply: bytes | None = None
 
 
 class Shard:

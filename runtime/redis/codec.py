@@ -57,6 +57,7 @@ class _WireEnvelope(msgspec.Struct, kw_only=True):
     reply_to: str | None = None
     correlation: int | None = None
     deadline: float | None = None
+    resent: bool = False
 
 
 #: msgspec's validation message: "Expected `int`, got `str` - at `$.max_tokens`".
@@ -202,6 +203,7 @@ class Codec:
             reply_to=wire.reply_to,
             correlation=wire.correlation,
             deadline=wire.deadline,
+            resent=wire.resent,
             **extra,
         )
 

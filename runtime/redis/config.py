@@ -18,6 +18,7 @@ __all__ = (
     "DEFAULT_LEASE_MS",
     "DEFAULT_MAX_DELIVERIES",
     "DEFAULT_MAX_MESSAGE_BYTES",
+    "DEFAULT_REPLY_TTL_MS",
     "DEFAULT_SHARDS",
     "DEFAULT_STREAM_LIMIT",
     "DEFAULT_STREAM_MAXLEN",
@@ -37,6 +38,7 @@ DEFAULT_POOL_SIZE: Final = 32
 DEFAULT_SOCKET_TIMEOUT: Final = 5.0
 DEFAULT_PASSIVATE_AFTER: Final = 300.0
 DEFAULT_APPLIED_KEEP: Final = 1_000
+DEFAULT_REPLY_TTL_MS: Final = 120_000
 DEFAULT_PASSWORD_ENV: Final = "ACTORMEM_REDIS_PASSWORD"
 DEFAULT_RETRY_FOR: Final = 30.0
 DEFAULT_OUTBOX_SIZE: Final = 10_000
@@ -89,6 +91,10 @@ class RedisConfig(_Section, frozen=True):
         tls_verify: ``required`` checks the server's certificate; ``none`` does
             not (encrypted but unauthenticated: for tests, never for production).
         tls_check_hostname: the server's certificate must name the url's host.
+        reply_ttl_ms: the longest a worker keeps the reply to an ask it applied
+            (until the ask's deadline and a second more), so that the ask sent
+            again (same command id) after its worker died is answered with it;
+            keep it above any ask timeout in use.
         prefix: the first part of every key.
         shards: command streams; actors map to them by a stable hash. Every
             worker and client of one deployment must use the same number.
@@ -146,6 +152,7 @@ class RedisConfig(_Section, frozen=True):
     tls_verify: TlsVerify = "required"
     tls_check_hostname: bool = True
     no_owner_timeout: float = DEFAULT_NO_OWNER_TIMEOUT
+    reply_ttl_ms: int = DEFAULT_REPLY_TTL_MS
 
     def __post_init__(self) -> None:
         if self.url is not None:
@@ -166,6 +173,7 @@ class RedisConfig(_Section, frozen=True):
             "pool_size",
             "applied_keep",
             "outbox_size",
+            "reply_ttl_ms",
         )
         self._above(0, "socket_timeout", "passivate_after", "retry_for")
         self._at_least(0, "no_owner_timeout")

@@ -14,6 +14,7 @@ Layout (prefix ``am``)::
     am:{s17}:agent:<addr>:log    an actor's append-only log (a list)
     am:{s17}:agent:<addr>:snap   the rest of an actor's state (a string)
     am:{s17}:agent:<addr>:done   command ids the actor applied (zset by time)
+    am:{s17}:agent:<addr>:reply:<id>  the reply to an ask it applied (with a TTL)
     am:{bcast}:stream            the broadcast stream every worker reads
     am:{dlq}:stream              dead letters, with the reason
     am:{workers}                 live workers (zset: worker id -> expiry ms)
@@ -99,6 +100,10 @@ class Keys:
     def actor_applied(self, shard: int, address: str) -> str:
         """Command ids an actor has applied (zset scored by the id's time)."""
         return f"{self.tag(shard)}:agent:{address}:done"
+
+    def reply(self, shard: int, address: str, command: str) -> str:
+        """The reply kept for command ``command`` applied by the actor at ``address``."""
+        return f"{self.tag(shard)}:agent:{address}:reply:{command}"
 
     def attempts(self, shard: int, entry: str) -> str:
         """How often handling a redelivered entry started (expiring counter)."""

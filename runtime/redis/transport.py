@@ -79,6 +79,8 @@ log = structlog.get_logger("actormem.redis")
 
 #: Entries kept in the broadcast stream, approximately.
 _BROADCAST_MAXLEN: Final = 100_000
+#: Seconds an ask waits at least before it is sent again.
+_MIN_RESEND: Final = 0.1
 
 
 class RedisTransportStats(msgspec.Struct, frozen=True, kw_only=True):
@@ -95,6 +97,8 @@ class RedisTransportStats(msgspec.Struct, frozen=True, kw_only=True):
         redelivered: entries delivered again (after a failure or a worker's death).
         duplicates: commands skipped because their id was already applied.
         dead_lettered: entries moved to the dead-letter stream.
+        asks_resent: asks sent again, unchanged, because no reply came in time.
+        answered_again: duplicate asks answered with the reply kept with their commit.
     """
 
     worker: str
@@ -106,6 +110,8 @@ class RedisTransportStats(msgspec.Struct, frozen=True, kw_only=True):
     redelivered: int
     duplicates: int
     dead_lettered: int
+    asks_resent: int = 0
+    answered_again: int = 0
 
 
 class RedisTransport(Transport):
@@ -156,6 +162,7 @@ class RedisTransport(Transport):
         # (stream, data) waiting for XADD: one queue, so a sender's messages
         # reach the streams in the order they were sent.
         self._outbox = Outbox(lambda: self.client, config.outbox_size, config.stream_limit)
+        self._asks_resent = 0
         self._held = Holdings()
         self._replies = Replies(self)
         self._commits = GroupCommit(self, held=self._held, replies=self._replies)
@@ -290,7 +297,8 @@ class RedisTransport(Transport):
                 f"{len(data)} bytes, over max_message_bytes={self.config.max_message_bytes}"
             )
         shard = shard_of(envelope.recipient, self.config.shards)
-        self._unowned.watch(envelope, shard)
+        if not envelope.resent:  # a copy: its ask is watched since it was first sent
+            self._unowned.watch(envelope, shard)
         return self._streams[shard], data, self._replies.expires(envelope)
 
     async def send(self, envelope: Envelope) -> None:
@@ -324,6 +332,25 @@ class RedisTransport(Transport):
         item = self._prepare(envelope)
         self._require_host()
         self._outbox.put_nowait(item)
+
+    def resend_after(self) -> float:
+        """Half a lease (0.1 s at least): an ask with no reply by then is sent again, unchanged (see
+        ``Transport.resend_after``). A worker that dies after storing a command
+        took its reply with it; the copy waits in the stream for the shard's next
+        owner (within a lease), which answers it with the reply kept with the
+        command's effect. A slow but live worker skips the copies (their command
+        id is in flight or applied) and its own reply answers the ask."""
+        return max(self.config.lease_ms / 2000, _MIN_RESEND)
+
+    async def resend(self, envelope: Envelope) -> None:
+        """Send ``envelope`` again, marked as a copy (``resent``): the shard's owner
+        answers it with the reply kept with the command's effect, or skips it; it
+        never handles it, so a command that was given up (dead-lettered, say) or
+        kills its workers does not run again. The outbox drops it once its
+        deadline passed."""
+        self._asks_resent += 1
+        envelope.resent = True
+        await self.send(envelope)
 
     async def flush(self) -> None:
         """Wait until every envelope queued so far is in Redis."""
@@ -414,4 +441,6 @@ class RedisTransport(Transport):
             redelivered=self._intake.redelivered,
             duplicates=self._intake.duplicates,
             dead_lettered=self._dead_letters.written,
+            asks_resent=self._asks_resent,
+            answered_again=self._intake.answered_again,
         )

@@ -97,6 +97,21 @@ class Transport(ABC):
             TransportError: the envelope cannot be carried without waiting.
         """
 
+    def resend_after(self) -> float | None:
+        """Seconds an ask waits for its reply before its envelope is sent again,
+        unchanged (the same command id and correlation), or None to send it once.
+
+        A transport that can lose a reply (a worker dies after storing a command's
+        effect and before its reply went out) resends: the copy is deduplicated by
+        its command id and answered with the reply kept with the effect. In process
+        nothing is lost on the way, so the in-process transport sends once.
+        """
+        return None
+
+    async def resend(self, envelope: Envelope) -> None:
+        """Send ``envelope`` again, unchanged (see :meth:`resend_after`)."""
+        await self.send(envelope)
+
     @abstractmethod
     async def reply(self, envelope: Envelope, reply: Reply) -> None:
         """Carry ``reply`` back to whoever asked ``envelope``."""

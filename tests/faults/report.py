@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import pytest
 
@@ -42,6 +43,8 @@ class Row:
     recovery_s: float | None
     passed: bool
     test: str
+    #: Asks that timed out although their command was applied (None: not measured).
+    applied_timed_out: int | None = None
 
 
 class FaultReport:
@@ -57,10 +60,13 @@ class FaultReport:
         verdict: Verdict,
         *,
         recovery_s: float | None = None,
+        applied_timed_out: int | None = None,
         test: str = "",
     ) -> None:
         """Record one fault's outcome (call it before asserting on the verdict, so a
-        failing row is in the table too)."""
+        failing row is in the table too); ``applied_timed_out``: the asks that timed
+        out although their command was applied, for a row that counts them (a row
+        with any fails)."""
         self.rows.append(
             Row(
                 fault=fault,
@@ -70,21 +76,26 @@ class FaultReport:
                 duplicated=verdict.duplicated,
                 reordered=verdict.reordered,
                 recovery_s=None if recovery_s is None else round(recovery_s, 2),
-                passed=verdict.ok,
+                passed=verdict.ok and not applied_timed_out,
                 test=test,
+                applied_timed_out=applied_timed_out,
             )
         )
 
     def table(self) -> list[str]:
         """The rows as a Markdown table, the way docs/reliability.md shows them."""
-        head = "| fault | load held | sent | lost | duplicated | reordered | recovery |"
-        lines = [head, "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+        head = (
+            "| fault | load held | sent | lost | duplicated | reordered "
+            "| applied but timed out | recovery |"
+        )
+        lines = [head, "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for r in self.rows:
             recovery = "-" if r.recovery_s is None else f"{r.recovery_s:.1f} s"
+            timed_out = "-" if r.applied_timed_out is None else str(r.applied_timed_out)
             mark = "" if r.passed else " **FAILED**"
             lines.append(
                 f"| {r.fault}{mark} | {r.load} | {r.sent:,} | {r.lost} | {r.duplicated} "
-                f"| {r.reordered} | {recovery} |"
+                f"| {r.reordered} | {timed_out} | {recovery} |"
             )
         return lines
 
@@ -98,11 +109,10 @@ class Recorder:
     def __init__(self, report: FaultReport, test: str) -> None:
         self._report, self._test = report, test
 
-    def row(
-        self, fault: str, load: str, verdict: Verdict, *, recovery_s: float | None = None
-    ) -> None:
-        """See :meth:`FaultReport.row`."""
-        self._report.row(fault, load, verdict, recovery_s=recovery_s, test=self._test)
+    def row(self, fault: str, load: str, verdict: Verdict, **measured: Any) -> None:
+        """See :meth:`FaultReport.row` (``measured``: ``recovery_s``,
+        ``applied_timed_out``)."""
+        self._report.row(fault, load, verdict, test=self._test, **measured)
 
 
 @pytest.fixture

@@ -125,12 +125,18 @@ async def test_commands_handled_while_a_commit_is_in_flight_share_the_next_one(
         await client.aclose()
 
 
-def _group(commands: list[tuple[str, str, bytes | None, bool, list[bytes]]]) -> list[Any]:
-    """One agent's part of the commit script's ARGV: (entry, id, snapshot, replace, items)."""
+Command = tuple[str, str, bytes | None, bool, list[bytes]]
+
+
+def _group(commands: list[Command], replies: dict[str, bytes] | None = None) -> list[Any]:
+    """One agent's part of the commit script's ARGV: (entry, id, snapshot, replace,
+    items) per command, and the reply of the commands named in ``replies``."""
     args: list[Any] = [len(commands)]
     for entry, command, snapshot, replace, items in commands:
         has = "0" if snapshot is None else "1"
-        args += [entry, command, has, snapshot or b"", "1" if replace else "0", len(items), *items]
+        reply = (replies or {}).get(entry, b"")
+        args += [entry, command, has, snapshot or b"", "1" if replace else "0", reply, 60_000]
+        args += [len(items), *items]
     return args
 
 
@@ -152,24 +158,31 @@ async def test_the_commit_script_stores_each_agent_s_commands_once_and_in_order(
             keys.actor_applied(0, address),
         ]
 
-    head = ["1:w", "g", "1000.5", 100]
+    def head(actors: int) -> list[Any]:
+        return ["1:w", "g", "1000.5", 100, actors]
+
+    reply_a1 = keys.reply(0, "a", "a1")
     first = await commit(
-        keys=[lease, stream, *agent_keys("a")],
-        args=[*head, *_group([(entries[0], "a1", None, False, [b"x1"])])],
+        keys=[lease, stream, *agent_keys("a"), reply_a1],
+        args=[*head(1), *_group([(entries[0], "a1", None, False, [b"x1"])], {entries[0]: b"R1"})],
     )
     assert first == [1]
+    # The reply is kept with the effect, for a bounded time.
+    assert await redis_client.get(reply_a1) == b"R1"
+    assert 0 < await redis_client.pttl(reply_a1) <= 60_000
     # The same command again (a commit whose reply was lost), with new ones of the
     # same agent behind it; another agent replaces its log mid-batch.
     second = await commit(
-        keys=[lease, stream, *agent_keys("a"), *agent_keys("c")],
+        keys=[lease, stream, *agent_keys("a"), *agent_keys("c"), reply_a1],
         args=[
-            *head,
+            *head(2),
             *_group(
                 [
                     (entries[0], "a1", None, False, [b"x1"]),
                     (entries[1], "a2", None, False, [b"x2", b"x3"]),
                     (entries[2], "", None, False, [b"x4"]),
-                ]
+                ],
+                {entries[0]: b"R1 again"},
             ),
             *_group(
                 [
@@ -182,6 +195,7 @@ async def test_the_commit_script_stores_each_agent_s_commands_once_and_in_order(
         ],
     )
     assert second == [2, 1, 1, 1, 1, 1, 2]
+    assert await redis_client.get(reply_a1) == b"R1"  # the first reply stays
     assert await redis_client.lrange(keys.actor_log(0, "a"), 0, -1) == [b"x1", b"x2", b"x3", b"x4"]
     assert await redis_client.lrange(keys.actor_log(0, "c"), 0, -1) == [b"q1", b"q2"]
     assert await redis_client.get(keys.actor_snapshot(0, "c")) == b"S2"
@@ -193,7 +207,7 @@ async def test_the_commit_script_stores_each_agent_s_commands_once_and_in_order(
     await redis_client.set(lease, "2:other")
     fenced = await commit(
         keys=[lease, stream, *agent_keys("a")],
-        args=[*head, *_group([("", "a9", None, False, [b"late"])])],
+        args=[*head(1), *_group([("", "a9", None, False, [b"late"])])],
     )
     assert fenced == -1
     assert await redis_client.llen(keys.actor_log(0, "a")) == 4

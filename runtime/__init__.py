@@ -3,7 +3,7 @@
 ``runtime`` knows nothing of memory semantics; the domain actors live in ``actors``.
 """
 
-from actormem.runtime._actor import Actor, ActorContext, ActorRef, split_address
+from actormem.runtime._actor import Actor, ActorContext, ActorRef, Forward, split_address
 from actormem.runtime._envelope import Command, Envelope, Reply
 from actormem.runtime._runtime import ActorFactory, Runtime, RuntimeStats
 from actormem.runtime.config import LoggingConfig, RuntimeConfig, SupervisionConfig, load_toml
@@ -43,6 +43,7 @@ __all__ = (
     "Durable",
     "DurableChanges",
     "Envelope",
+    "Forward",
     "HandlerError",
     "InvalidAddressError",
     "LocalTransport",

@@ -12,28 +12,74 @@ from actormem.runtime.ids import split_address
 if TYPE_CHECKING:
     from actormem.runtime._runtime import Runtime
 
-__all__ = ("Actor", "ActorContext", "ActorRef", "split_address")
+__all__ = ("Actor", "ActorContext", "ActorRef", "Forward", "split_address")
 
 R = TypeVar("R")
 T = TypeVar("T")
 
 
+class Forward:
+    """What a handler returns to hand the message it is handling on to another actor.
+
+    Made by :meth:`ActorContext.forward`. The runtime sends ``message`` to
+    ``address`` with this actor as its sender; an ask is answered by that actor,
+    straight to the asker, and the forwarding actor goes on with its mailbox.
+    """
+
+    __slots__ = ("address", "message")
+
+    def __init__(self, address: str, message: Any) -> None:
+        self.address = address
+        self.message = message
+
+    def __repr__(self) -> str:
+        return f"Forward({self.address!r}, {type(self.message).__name__})"
+
+
 class ActorContext:
-    """What an actor knows of the world: its address and its runtime.
+    """What an actor knows of the world: its address, its runtime, and who sent the
+    message it is handling.
 
     Attributes:
         address: ``"kind/key"``.
         kind: the registered kind (``memory``, ``pool``, ...).
         key: the actor's key within its kind (``alice`` in ``memory/alice``).
         runtime: the runtime hosting the actor.
+        sender: the address of the actor that sent the message being handled (the
+            runtime's record of it, the envelope's sender), or None when it was
+            sent from outside any actor (``rt.tell``, ``rt.ask``, a handle).
     """
 
-    __slots__ = ("address", "key", "kind", "runtime")
+    __slots__ = ("address", "key", "kind", "runtime", "sender")
 
     def __init__(self, runtime: Runtime, address: str) -> None:
         self.runtime = runtime
         self.address = address
         self.kind, self.key = split_address(address)
+        self.sender: str | None = None
+
+    async def tell(self, address: str, message: Any) -> None:
+        """Send ``message`` to ``address`` as this actor (its recipient sees this
+        actor's address as the sender); waits while the mailbox is full.
+
+        Raises:
+            ActorStoppedError, ActorNotFoundError, RuntimeClosedError.
+        """
+        await self.runtime._tell_as(self.address, address, message)
+
+    def tell_nowait(self, address: str, message: Any) -> None:
+        """Send ``message`` to ``address`` as this actor now, or raise; never waits.
+
+        Raises:
+            MailboxFullError: the mailbox is full; nothing was enqueued.
+            ActorStoppedError, ActorNotFoundError, RuntimeClosedError.
+        """
+        self.runtime._tell_as_nowait(self.address, address, message)
+
+    def forward(self, address: str, message: Any) -> Forward:
+        """Return what ``receive`` returns to hand ``message`` on to ``address``
+        as this actor: the recipient answers the original asker (see :class:`Forward`)."""
+        return Forward(address, message)
 
     def ref(self, address: str) -> ActorRef[Any]:
         """Return a reference to another actor."""
@@ -51,7 +97,7 @@ class ActorContext:
         turns ``(result, error)`` into the message that is sent; without it the
         result itself is sent and an error is only logged.
         """
-        self.runtime.pipe(work, to or self.address, wrap)
+        self.runtime.pipe(work, to or self.address, wrap, sender=self.address)
 
 
 class Actor:

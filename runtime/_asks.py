@@ -90,9 +90,12 @@ class Asks:
         self.resent = 0
         self.tg: anyio.abc.TaskGroup | None = None
 
-    async def ask(self, address: str, message: object, timeout: float | None) -> Any:
+    async def ask(
+        self, address: str, message: object, timeout: float | None, sender: str | None = None
+    ) -> Any:
         """Send ``message`` to ``address`` through the transport and wait for the reply
-        (sending it again, unchanged, while none comes, if the transport asks for it).
+        (sending it again, unchanged, while none comes, if the transport asks for it;
+        ``sender``: the actor it is sent as, if any).
 
         Raises:
             TooManyAsksError: ``max_pending_asks`` asks already wait; nothing was sent.
@@ -114,7 +117,13 @@ class Asks:
         slot = _Slot(loop.create_future())
         pending[correlation] = slot
         deadline = time.time() + limit
-        env = Envelope(recipient=address, body=message, correlation=correlation, deadline=deadline)
+        env = Envelope(
+            recipient=address,
+            body=message,
+            correlation=correlation,
+            deadline=deadline,
+            sender=sender,
+        )
         timer = loop.call_later(limit, _expire, slot.future)
         nudge: asyncio.TimerHandle | None = None
         try:

@@ -34,7 +34,7 @@ import anyio.abc
 import anyio.lowlevel
 import structlog
 
-from actormem.runtime._actor import Actor, ActorContext
+from actormem.runtime._actor import Actor, ActorContext, Forward
 from actormem.runtime._asks import Asks
 from actormem.runtime._cell import Cell, Kind
 from actormem.runtime._envelope import Envelope, Reply
@@ -376,6 +376,7 @@ class Dispatcher:
                 if hooked and not await transport.handled(env, actor, True):
                     actor = cell.actor = None
                 continue
+            actor.ctx.sender = env.sender
             try:
                 if env.track_start:
                     await transport.starting(env)
@@ -407,7 +408,9 @@ class Dispatcher:
             if hooked and not await transport.handled(env, actor, True):
                 actor = cell.actor = None
                 continue
-            if env.correlation is not None:
+            if type(value) is Forward:
+                await self._forward(cell.address, env, value)
+            elif env.correlation is not None:
                 await self._asks.send_reply(env, Reply(env.correlation, value))
         self.processed += handled
         if cell.stopped is None and cell.mailbox:
@@ -417,6 +420,29 @@ class Dispatcher:
             if not cell.mailbox:
                 cell.mailbox = None
         return handled
+
+    async def _forward(self, address: str, env: Envelope, forward: Forward) -> None:
+        """Send ``forward``'s message on as ``address``, answered straight to ``env``'s asker.
+
+        Its id is derived from ``env``'s, so a command delivered again forwards the
+        same id and the recipient skips the copy.
+        """
+        onward = Envelope(
+            recipient=forward.address,
+            body=forward.message,
+            id=f"{env.id}.fwd" if env.id else "",
+            sender=address,
+            reply_to=env.reply_to,
+            correlation=env.correlation,
+            deadline=env.deadline,
+        )
+        try:
+            await self._runtime.transport.send(onward)
+        except Exception as exc:  # the asker hears why; nothing else may stop a dispatcher
+            if env.correlation is None:
+                log.warning("forward_failed", actor=address, to=forward.address, reason=str(exc))
+            else:
+                await self._asks.send_reply(env, Reply(env.correlation, error=exc))
 
     async def _activate(self, cell: Cell, first: Envelope) -> Actor | None:
         """Make the actor from its kind and start it. A factory that raises refuses
@@ -491,6 +517,7 @@ class Dispatcher:
         """Handle an ask to an idle local actor in the asker's task (see
         ``Actor.inline_asks``); mail that arrives meanwhile queues behind it."""
         cell.scheduled = True
+        actor.ctx.sender = None
         try:
             return await actor.receive(message)
         except actor.expected_errors:

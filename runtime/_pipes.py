@@ -18,7 +18,7 @@ class Pipes:
     """Runs piped work (see :meth:`ActorContext.pipe`) and counts what still runs.
 
     Args:
-        tell: sends the outcome (the runtime's ``tell``).
+        tell: sends the outcome as its sender (the runtime's ``tell_as``).
 
     Attributes:
         running: pipes not finished yet (shutdown waits for them while it drains).
@@ -26,7 +26,7 @@ class Pipes:
 
     __slots__ = ("_tell", "running")
 
-    def __init__(self, tell: Callable[[str, Any], Awaitable[None]]) -> None:
+    def __init__(self, tell: Callable[[str | None, str, Any], Awaitable[None]]) -> None:
         self._tell = tell
         self.running = 0
 
@@ -35,9 +35,10 @@ class Pipes:
         work: Callable[[], Awaitable[Any]],
         to: str,
         wrap: Callable[[Any, BaseException | None], Any] | None,
+        sender: str | None = None,
     ) -> None:
         """Await ``work`` and tell ``to`` its result, or what ``wrap`` makes of
-        ``(result, error)``; without ``wrap`` an error is only logged."""
+        ``(result, error)``, as ``sender``; without ``wrap`` an error is only logged."""
         self.running += 1
         try:
             result: Any = None
@@ -55,7 +56,7 @@ class Pipes:
                 message = result
             if message is not None:
                 try:
-                    await self._tell(to, message)
+                    await self._tell(sender, to, message)
                 except (ActorError, RuntimeClosedError) as exc:
                     log.warning("pipe_undelivered", to=to, reason=str(exc))
         finally:

@@ -18,7 +18,7 @@ import anyio.lowlevel
 import msgspec
 
 from actormem.runtime import _gc
-from actormem.runtime._actor import ActorRef
+from actormem.runtime._actor import ActorRef, Forward
 from actormem.runtime._asks import Asks
 from actormem.runtime._cell import ActorFactory, Kind
 from actormem.runtime._closing import AsyncClosing
@@ -112,7 +112,7 @@ class Runtime(AsyncClosing):
         # Inline asks need the actor to live here, which only the local transport promises.
         self._inline_ok = type(self.transport) is LocalTransport
         self._tg: anyio.abc.TaskGroup | None = None
-        self._pipes = Pipes(self.tell)
+        self._pipes = Pipes(self._tell_as)
         self._unyielded = 0
         self._gc_held = False
 
@@ -257,7 +257,23 @@ class Runtime(AsyncClosing):
         """
         self._check_open()
         self._check_address(address)
-        envelope = Envelope(recipient=address, body=message, id=derived_id())
+        await self._send(Envelope(recipient=address, body=message, id=derived_id()))
+
+    async def _tell_as(self, sender: str | None, address: str, message: Any) -> None:
+        """:meth:`tell` with ``sender`` as the envelope's sender (:meth:`ActorContext.tell`)."""
+        self._check_open()
+        self._check_address(address)
+        await self._send(Envelope(recipient=address, body=message, id=derived_id(), sender=sender))
+
+    def _tell_as_nowait(self, sender: str | None, address: str, message: Any) -> None:
+        """:meth:`tell_nowait` with ``sender`` as the envelope's sender."""
+        self._check_open()
+        self._check_address(address)
+        self.transport.send_nowait(
+            Envelope(recipient=address, body=message, id=derived_id(), sender=sender)
+        )
+
+    async def _send(self, envelope: Envelope) -> None:
         if self._inline_ok:  # in process: straight into the mailbox unless it is full
             try:
                 self.transport.send_nowait(envelope)
@@ -310,9 +326,13 @@ class Runtime(AsyncClosing):
             and cell.actor.inline_asks
         ):
             try:
-                return await self._dispatch.run_inline(cell, cell.actor, message)
+                value = await self._dispatch.run_inline(cell, cell.actor, message)
             finally:
                 await self._yield_now_and_then()
+            if type(value) is Forward:  # handed on: its recipient answers
+                self._check_address(value.address)
+                return await self._asks.ask(value.address, value.message, timeout, sender=address)
+            return value
         return await self._asks.ask(address, message, timeout)
 
     def pipe(
@@ -320,8 +340,11 @@ class Runtime(AsyncClosing):
         work: Callable[[], Awaitable[Any]],
         to: str,
         wrap: Callable[[Any, BaseException | None], Any] | None = None,
+        *,
+        sender: str | None = None,
     ) -> None:
-        """Run ``work`` in the runtime's task group and tell its outcome to ``to``.
+        """Run ``work`` in the runtime's task group and tell its outcome to ``to``
+        (as ``sender``: the actor that piped it).
 
         See :meth:`ActorContext.pipe`.
 
@@ -333,7 +356,7 @@ class Runtime(AsyncClosing):
         assert self._tg is not None
         # The outcome is no send of the command being handled: its id is its own.
         with outside_handling():
-            self._tg.start_soon(self._pipes.run, work, to, wrap)
+            self._tg.start_soon(self._pipes.run, work, to, wrap, sender)
 
     # -- the transport's host side ------------------------------------------------
 

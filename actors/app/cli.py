@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import secrets
 import sys
 from collections.abc import Callable
 from contextlib import AsyncExitStack
@@ -20,7 +19,6 @@ from actormem.actors.app.runs import for_run, new_run_id, open_run
 from actormem.actors.app.simulation import SimulationReport, report_dict, run_simulation
 from actormem.actors.app.wiring import CONFIG_ENV, MemoryRuntime
 from actormem.actors.config import AppConfig, load_app_config
-from actormem.actors.pool.vouch import VOUCHER_KEY_ENV
 from actormem.runtime.cli import StopSignals
 from actormem.runtime.config import LoggingConfig, decode_config, redacted
 from actormem.runtime.errors import ConfigError
@@ -294,8 +292,6 @@ async def _open(
             server = await stack.enter_async_context(EmbeddedRedis())
             redis = msgspec.structs.replace(redis, url=server.url)
         env = {CONFIG_ENV: path} if path else {}
-        # The workers vouch for and check agents' pool commands with one key.
-        env[VOUCHER_KEY_ENV] = secrets.token_hex(32)
         await stack.enter_async_context(
             WorkerProcesses(
                 workers,

@@ -79,15 +79,12 @@ register_error_types(
 
 def register_actors(runtime: Runtime, config: AppConfig) -> None:
     """Register every domain actor kind on ``runtime`` (workers call this too)."""
-    # Over Redis, every process of the deployment vouches with one key by default.
-    transport = runtime.transport
-    deployment = transport.keys.prefix if isinstance(transport, RedisTransport) else ""
-    runtime.register("memory", memory_factory(config, deployment))
+    runtime.register("memory", memory_factory(config))
     runtime.register(
         COMPRESSOR_KIND, compressor_factory(config.compression, config.memory.encoding)
     )
     store = config.retention.store() if config.retention.policy == "persistent" else None
-    runtime.register("pool", PoolActor.factory(config.pool, store, deployment))
+    runtime.register("pool", PoolActor.factory(config.pool, store))
 
 
 def worker_env(config: AppConfig) -> dict[str, str]:

@@ -7,12 +7,15 @@ from __future__ import annotations
 import math
 from typing import TypeVar
 
+import msgspec
+
 from actormem.actors.errors import MemoryInputError
 from actormem.actors.memory.commands import (
-    Vouch,
+    ToPool,
 )
 from actormem.actors.memory.inputs import check_command, shown
 from actormem.actors.pool.commands import (
+    POOL_ADDRESS,
     AgentCommand,
 )
 from actormem.runtime import Command, MessageTooLargeError, Runtime
@@ -21,7 +24,6 @@ __all__ = ("HandleBase",)
 
 
 R = TypeVar("R")
-A = TypeVar("A", bound=AgentCommand)
 
 
 class HandleBase:
@@ -56,7 +58,7 @@ class HandleBase:
         self.address = f"memory/{agent}"
         self.timeout = timeout
         #: The insight pool this agent shares with.
-        self.pool = "pool/main"
+        self.pool = POOL_ADDRESS
 
     def __repr__(self) -> str:
         return f"MemoryHandle({self.agent!r})"
@@ -76,17 +78,19 @@ class HandleBase:
             # caller's input, refused before anything was sent.
             raise MemoryInputError(f"{e}; send less per call") from e
 
-    async def _vouched(self, command: A) -> A:
-        """``command`` as this agent's memory vouched for it, to send to the pool.
+    async def _as_agent(self, command: Command[R]) -> R:
+        """Send ``command`` (one that acts for this agent) to the pool through this
+        agent's memory actor, and return the pool's answer.
 
         The pool takes a command that acts for an agent only from that agent's
-        memory actor (see :mod:`actormem.actors.pool.vouch`), so nobody can share as, or
-        subscribe, another agent.
+        memory actor (the envelope's sender), so nobody can share as, subscribe,
+        or forget another agent.
         """
-        vouched = await self._ask(Vouch(command=command))
-        if not isinstance(vouched, type(command)):
-            raise TypeError(
-                f"memory/{self.agent} vouched a {type(vouched).__name__} "
-                f"for a {type(command).__name__}"
-            )
-        return vouched
+        check_command(command)
+        assert isinstance(command, AgentCommand)
+        value = await self._ask(ToPool(command=command))
+        reply_type = type(command).reply_type
+        # Over Redis the answer of a ToPool arrives as plain values.
+        if isinstance(reply_type, type) and not isinstance(value, reply_type):
+            return msgspec.convert(value, reply_type)
+        return value  # type: ignore[no-any-return]

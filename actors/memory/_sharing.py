@@ -1,5 +1,6 @@
 """A memory handle's insight-pool operations: share, register facts, subscribe,
-and read the insights held; the memory actor vouches for each pool command.
+and read the insights held; each pool command that acts for the agent goes
+through its memory actor, which the pool trusts as the sender.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from actormem.actors.memory.commands import (
     HeldInsights,
 )
 from actormem.actors.pool.commands import (
+    ForgetSource,
     QueryInsights,
     RegisterFact,
     Share,
@@ -39,10 +41,10 @@ class SharingOps(HandleBase):
     ) -> ShareResult:
         """Share what this agent learned; the pool sends it to the topic's subscribers.
 
-        The pool records this agent as the source (vouched for by its memory
-        actor), drops exact and near duplicates and keeps per-topic limits.
+        The pool records this agent as the source (its memory actor sends the
+        share), drops exact and near duplicates and keeps per-topic limits.
         """
-        vouched = await self._vouched(
+        return await self._as_agent(
             Share(
                 text=insight,
                 source=self.agent,
@@ -55,24 +57,26 @@ class SharingOps(HandleBase):
                 ),
             )
         )
-        return await self._ask_pool(vouched)
 
     async def register_fact(self, fact: str, importance: float = 1.0) -> ShareResult:
         """Register a fact every agent the pool knows receives (MARSYS's coordinated facts)."""
-        vouched = await self._vouched(
+        return await self._as_agent(
             RegisterFact(text=fact, source=self.agent, importance=importance)
         )
-        return await self._ask_pool(vouched)
 
     async def subscribe(self, *topics: str) -> SubscriptionState:
         """Receive the pool's insights on these topics (``*``, the default, is every topic)."""
-        vouched = await self._vouched(Subscribe(agent=self.agent, topics=topics or ("*",)))
-        return await self._ask_pool(vouched)
+        return await self._as_agent(Subscribe(agent=self.agent, topics=topics or ("*",)))
 
     async def unsubscribe(self, *topics: str) -> SubscriptionState:
         """Stop receiving these topics (``*``, the default, is all of them)."""
-        vouched = await self._vouched(Unsubscribe(agent=self.agent, topics=topics or ("*",)))
-        return await self._ask_pool(vouched)
+        return await self._as_agent(Unsubscribe(agent=self.agent, topics=topics or ("*",)))
+
+    async def forget_shares(self) -> int:
+        """Remove from the pool the text of every insight this agent shared (their
+        provenance stays), and its subscriptions and delivery cursor; return how
+        many insights lost their text."""
+        return await self._as_agent(ForgetSource(source=self.agent))
 
     async def insights(self, topic: str = "*", k: int = 5) -> list[Insight]:
         """The pool's most important insights on ``topic`` (every topic by default)."""

@@ -8,10 +8,10 @@ history plus a snapshot of the rest (:mod:`.snapshot`).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
-import msgspec
 import structlog
 
 from actormem.actors.compression import CONTEXT_RELOAD_TOOL, RELOAD_TOOL_NAME, reload_tool_result
@@ -44,8 +44,8 @@ from actormem.actors.memory.commands import (
     StartEpisode,
     Stats,
     SummarizeEpisodes,
+    ToPool,
     Update,
-    Vouch,
 )
 from actormem.actors.memory.compaction import Compaction
 from actormem.actors.memory.inputs import check_command
@@ -59,11 +59,24 @@ from actormem.actors.memory.snapshot import (
 from actormem.actors.memory.store import MessageStore
 from actormem.actors.memory.window import context_window
 from actormem.actors.messages import Message, encode_message
-from actormem.actors.pool.commands import AgentCommand, RegisterFact, Share
-from actormem.actors.pool.insights import InsightDelivery
-from actormem.actors.pool.vouch import AgentVoucher
+from actormem.actors.pool.commands import (
+    POOL_ADDRESS,
+    POOL_KIND,
+    AgentCommand,
+    DeliveryAck,
+    Subscribe,
+    Unsubscribe,
+)
+from actormem.actors.pool.insights import InsightDelivery, InsightSignatureError
 from actormem.actors.recall.agent import AgentRecall, RecallConfig
-from actormem.runtime import Actor, ActorContext, TokenCounter, get_counter
+from actormem.runtime import (
+    Actor,
+    ActorContext,
+    Forward,
+    MailboxFullError,
+    TokenCounter,
+    get_counter,
+)
 from actormem.runtime.state import DurableChanges, SnapshotState
 
 __all__ = ("AgentMemory", "memory_factory")
@@ -88,7 +101,6 @@ class AgentMemory(Actor):
         "_saved_edits",
         "_store",
         "_unobserved",
-        "_voucher",
         "agent",
     )
 
@@ -98,11 +110,9 @@ class AgentMemory(Actor):
         config: AppConfig,
         recall: RecallConfig,
         counter: TokenCounter,
-        voucher: AgentVoucher | None = None,
     ) -> None:
         super().__init__(ctx)
         self.agent = ctx.key
-        self._voucher = voucher or config.pool.voucher()
         self._config = config.memory
         self._counter = counter
         self._store = MessageStore(config.memory, counter)
@@ -148,8 +158,8 @@ class AgentMemory(Actor):
                 return store.prune(max_tokens, preserve_system)
             case Reload(offload_id=offload_id):
                 return self._queries.reload(offload_id)
-            case InsightDelivery(insight=insight):
-                return self.recall.accept_insight(insight)
+            case InsightDelivery():
+                return self._delivered(message)
             case HeldInsights(query=query, k=k):
                 return self.recall.inbox.relevant(query, k)
             case Record(messages=messages):
@@ -185,8 +195,8 @@ class AgentMemory(Actor):
                 self.recall.changed()
                 await self.recall.retention.end_run()
                 return None
-            case Vouch(command=command):
-                return self._vouch(command)
+            case ToPool(command=command):
+                return self._to_pool(command)
         raise MemoryInputError(f"an agent memory does not serve {type(message).__name__}")
 
     @property
@@ -286,18 +296,39 @@ class AgentMemory(Actor):
         self._compaction.maybe_compress()
         return loaded
 
-    def _vouch(self, command: AgentCommand) -> AgentCommand:
-        """Make ``command`` act for this agent, whatever agent it named, and vouch for it."""
-        if not isinstance(command, AgentCommand):
-            raise MemoryInputError(
-                f"vouch takes Share, RegisterFact, Subscribe or Unsubscribe, "
-                f"not {type(command).__name__}"
+    def _to_pool(self, command: AgentCommand) -> Forward:
+        """Hand ``command`` on to the pool as this agent (the pool answers the asker)."""
+        named = command.agent if isinstance(command, Subscribe | Unsubscribe) else command.source
+        if named != self.agent:
+            raise InsightSignatureError(
+                f"{type(command).__name__} names agent {str(named)[:64]!r}, but this is the "
+                f"memory of {self.agent!r}: an agent acts in the pool only for itself"
             )
-        if isinstance(command, Share | RegisterFact):
-            mine: AgentCommand = msgspec.structs.replace(command, source=self.agent)
-        else:
-            mine = msgspec.structs.replace(command, agent=self.agent)
-        return self._voucher.vouch(mine)
+        return self.ctx.forward(POOL_ADDRESS, command)
+
+    def _delivered(self, delivery: InsightDelivery) -> bool:
+        """Take an insight the pool delivered; refuse one from anybody else.
+
+        Returns True when it is new here. Confirms how far the delivery chain got
+        when the pool asks, or when one before this delivery is missing (then the
+        pool sends again what follows).
+        """
+        sender = self.ctx.sender
+        if sender is None or sender.partition("/")[0] != POOL_KIND:
+            who = repr(sender[:80]) if sender else "code outside any actor"
+            raise InsightSignatureError(
+                f"an agent memory takes insights only from the pool; this "
+                f"InsightDelivery (source {str(delivery.insight.source)[:64]!r}) came from {who}"
+            )
+        inbox = self.recall.inbox
+        applied, through, missing = inbox.deliver(sender, delivery)
+        if applied:
+            self.recall.changed()
+        if delivery.ack or missing:
+            # With the pool's mailbox full, the pool asks again with a later delivery.
+            with contextlib.suppress(MailboxFullError):
+                self.ctx.tell_nowait(sender, DeliveryAck(through=through, resend=missing))
+        return applied
 
     # -- reads ----------------------------------------------------------------------
 
@@ -391,11 +422,8 @@ class _Conversation(SnapshotState[MemoryExport]):
         self._memory._clear(history=True)
 
 
-def memory_factory(
-    config: AppConfig, deployment: str = ""
-) -> Callable[[ActorContext], AgentMemory]:
-    """Return the factory the runtime calls to activate an agent's memory actor
-    (``deployment``: see :class:`~actormem.actors.pool.vouch.AgentVoucher`)."""
+def memory_factory(config: AppConfig) -> Callable[[ActorContext], AgentMemory]:
+    """Return the factory the runtime calls to activate an agent's memory actor."""
     counter = get_counter(config.memory.encoding)
     recall = RecallConfig(
         pool=config.pool,
@@ -406,10 +434,9 @@ def memory_factory(
     # Embeddings make retrieval await the network, so receive may suspend: asks
     # must then go through the mailbox instead of running inline.
     cls = AgentMemory if not config.longterm.embedding_base_url else _SuspendingAgentMemory
-    voucher = config.pool.voucher(deployment)
 
     def make(ctx: ActorContext) -> AgentMemory:
-        return cls(ctx, config, recall, counter, voucher)
+        return cls(ctx, config, recall, counter)
 
     return make
 

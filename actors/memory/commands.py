@@ -50,8 +50,8 @@ __all__ = (
     "StartEpisode",
     "Stats",
     "SummarizeEpisodes",
+    "ToPool",
     "Update",
-    "Vouch",
 )
 
 #: The version of the export format written by ``Export`` and read by ``Load``.
@@ -332,14 +332,15 @@ class CompressionDone(Command[None], frozen=True):
     token: str = ""
 
 
-class Vouch(Command[AgentCommand], frozen=True):
-    """Return ``command`` acting for this agent, vouched for, to send to the pool.
+class ToPool(Command[Any], frozen=True):
+    """Send ``command`` to the insight pool as this agent.
 
-    The memory actor sets the command's agent (``source`` of a share or fact,
-    ``agent`` of a subscription) to its own agent, whatever it was, and adds its
-    voucher: the pool takes commands that act for an agent only so (see
-    :mod:`actormem.actors.pool.vouch`). The handle's ``share``, ``register_fact``,
-    ``subscribe`` and ``unsubscribe`` do this for you.
+    The memory actor refuses a command that names another agent (the ``source``
+    of a share or fact, the ``agent`` of a subscription) and hands the rest on to
+    the pool (``pool/main``) as itself: the pool takes commands that act for an
+    agent only from that agent's memory actor (the envelope's sender), and answers
+    the asker directly. The handle's ``share``, ``register_fact``, ``subscribe``
+    and ``unsubscribe`` send this for you. Replies the pool's answer to ``command``.
     """
 
     command: AgentCommand
@@ -373,7 +374,7 @@ MemoryCommand = (
     | HeldInsights
     | EndRun
     | CompressionDone
-    | Vouch
+    | ToPool
 )
 
 # A command over Redis may come from any client: one whose fields fail validation

@@ -33,11 +33,14 @@ from actormem.actors.memory.commands import (
     Search,
     SetSummary,
     StartEpisode,
+    ToPool,
     Update,
-    Vouch,
 )
 from actormem.actors.messages import ROLES, ToolCall
 from actormem.actors.pool.commands import (
+    AgentCommand,
+    DeliveryAck,
+    ForgetSource,
     QueryInsights,
     RegisterFact,
     Share,
@@ -262,14 +265,24 @@ def _topics(what: str) -> Callable[[Any], None]:
     return check
 
 
-def _vouched(c: Any) -> None:
+def _to_pool(c: Any) -> None:
     inner = c.command
     check = _CHECKS.get(type(inner))
-    if check is None:
+    if not isinstance(inner, AgentCommand) or check is None:
         raise MemoryInputError(
-            f"vouch takes Share, RegisterFact, Subscribe or Unsubscribe, not {type(inner).__name__}"
+            "to_pool takes Share, RegisterFact, Subscribe, Unsubscribe or ForgetSource, "
+            f"not {type(inner).__name__}"
         )
     check(inner)
+
+
+def _forget_source(c: ForgetSource) -> None:
+    _check_text("forget_source", "source", c.source, empty=False)
+
+
+def _delivery_ack(c: DeliveryAck) -> None:
+    _check_int("delivery_ack", "through", c.through, 0)
+    _check_bool("delivery_ack", "resend", c.resend)
 
 
 def _prune(c: Prune) -> None:
@@ -334,7 +347,9 @@ _CHECKS: Final[dict[type, Callable[[Any], None]]] = {
     RegisterFact: _fact,
     Subscribe: _topics("subscribe"),
     Unsubscribe: _topics("unsubscribe"),
-    Vouch: _vouched,
+    ForgetSource: _forget_source,
+    DeliveryAck: _delivery_ack,
+    ToPool: _to_pool,
     QueryInsights: _query_insights,
 }
 

@@ -10,24 +10,30 @@ The rules (:func:`context_window`):
   tokens that smallest valid context needs;
 - the recall blocks (core memory, insights, recalled long-term memories) take at
   most a quarter of what the system prompt leaves, never the newest unit's room,
-  and only the tokens they actually use;
+  and only the tokens they actually use. The agent's own (core memory, long-term
+  memories) go in one system message; the insights other agents shared go in a
+  *user* message of their own, quoted as data with their sources: another agent
+  never speaks with system authority;
 - the rest goes to the conversation, newest unit first, back to the first unit
   that does not fit.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from actormem.actors.conversation import leading_system_count
 from actormem.actors.errors import ContextBudgetError, MemoryInputError
 from actormem.actors.memory.store import MessageStore
 from actormem.actors.messages import Message
 from actormem.actors.recall.agent import BLOCK_FRAMING, BLOCK_SHARE, AgentRecall
+from actormem.actors.recall.inbox import INSIGHTS_TAG
 from actormem.runtime import TokenCounter
 from actormem.runtime.tokens import REPLY_PRIMING_TOKENS
 
 __all__ = ("context_window", "latest_query")
+
+_INSIGHTS_OPEN: Final = f"<{INSIGHTS_TAG}>"
 
 
 async def context_window(
@@ -75,14 +81,30 @@ async def context_window(
     if recall is not None:
         # The blocks never take the newest unit's room, nor more than a share.
         cap = min(int(remaining * BLOCK_SHARE), remaining - newest)
-        if cap > BLOCK_FRAMING:
-            block, picked = await _with_blocks(
+        if cap > _FRAMING:
+            blocks, picked = await _with_blocks(
                 store, budget, query, recall, counter, cap, remaining, picked
             )
-            if block is not None:
-                out.append(block)
+            out.extend(blocks)
     for unit in reversed(picked):
         out.extend(m.to_openai() for m in unit)
+    return out
+
+
+#: The chat framing of the recall messages: the system one and the insights' user one.
+_FRAMING: Final = 2 * BLOCK_FRAMING
+
+
+def _messages(blocks: list[str]) -> list[dict[str, Any]]:
+    """The recall blocks as messages: the agent's own in a system message, the
+    insights other agents shared in a user message (quoted data, never system)."""
+    own = [b for b in blocks if not b.startswith(_INSIGHTS_OPEN)]
+    shared = [b for b in blocks if b.startswith(_INSIGHTS_OPEN)]
+    out: list[dict[str, Any]] = []
+    if own:
+        out.append({"role": "system", "content": "\n\n".join(own)})
+    if shared:
+        out.append({"role": "user", "content": "\n\n".join(shared)})
     return out
 
 
@@ -95,42 +117,42 @@ async def _with_blocks(
     cap: int,
     remaining: int,
     picked: list[list[Message]],
-) -> tuple[dict[str, Any] | None, list[list[Message]]]:
-    """Add the recall block to the widest window ``picked``: return the block (None:
-    nothing to show) and the units left for the conversation.
+) -> tuple[list[dict[str, Any]], list[list[Message]]]:
+    """Add the recall blocks to the widest window ``picked``: return their messages
+    (none: nothing to show) and the units left for the conversation.
 
     The blocks are first asked for what the widest window leaves out; the window
-    then gives up only the block's actual size. Should that push a core memory
-    message out, the block is rendered again (in the same room) so it can quote it.
+    then gives up only the blocks' actual size. Should that push a core memory
+    message out, the blocks are rendered again (in the same room) so they can quote it.
     """
     working = store.working
     text = latest_query(working) if query is None else query
     blocks = await recall.blocks(
         text,
-        cap - BLOCK_FRAMING,
+        cap - _FRAMING,
         counter,
         {m.id for unit in picked for m in unit},
         # The widest window is fixed by the view (its version and length) and budget.
         exclude_key=(store.version, len(working), budget),
     )
     if not blocks:
-        return None, picked
-    block = {"role": "system", "content": "\n\n".join(blocks)}
-    cost = counter.count_message(block)
+        return [], picked
+    messages = _messages(blocks)
+    cost = sum(counter.count_message(m) for m in messages)
     if cost > cap:
-        return None, picked
+        return [], picked
     kept = _first_units(picked, remaining - cost)
     if len(kept) < len(picked):
         core = {m.id for m in recall.episodes.core()}
         if any(m.id in core for unit in picked[len(kept) :] for m in unit):
             again = await recall.blocks(
-                text, cost - BLOCK_FRAMING, counter, {m.id for unit in kept for m in unit}
+                text, cost - _FRAMING, counter, {m.id for unit in kept for m in unit}
             )
             if again:
-                redone = {"role": "system", "content": "\n\n".join(again)}
-                if counter.count_message(redone) <= cost:
-                    block = redone
-    return block, kept
+                redone = _messages(again)
+                if sum(counter.count_message(m) for m in redone) <= cost:
+                    messages = redone
+    return messages, kept
 
 
 def _first_units(units: list[list[Message]], room: int) -> list[list[Message]]:

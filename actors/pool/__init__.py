@@ -1,1 +1,1 @@
-"""The insight pool actor: shared insights, subscriptions, and agent vouchers."""
+"""The insight pool actor: shared insights, subscriptions and delivery cursors."""

@@ -14,9 +14,21 @@ One pool actor (``pool/main`` by convention) holds every shared insight, by topi
 - :class:`RegisterFact` shares on the facts topic, which reaches every agent the
   pool knows whatever it subscribes to (MARSYS's coordinated facts: a fact one
   agent registers is visible to all);
-- :class:`QueryInsights` returns the best insights of a topic, or of all.
-- :class:`QueryInsights` returns the best insights of a topic, or of all.
+- :class:`QueryInsights` returns the best insights of a topic, or of all;
+- :class:`ForgetSource` removes the text of what an agent shared and drops its
+  subscriptions and delivery cursors.
 
+**Trust comes from the envelope.** The commands that act for an agent (share,
+fact, subscribe, unsubscribe, forget) are taken only from that agent's memory
+actor, as the runtime recorded the sender (:attr:`ActorContext.sender`); the
+agent named in a field must be that one. A memory takes deliveries only from the
+pool, the same way.
+
+**Durable.** The pool's state (insights, subscriptions, the ids of the shares it
+applied and every agent's delivery cursor, see :mod:`actormem.actors.pool.cursors`)
+is :class:`~actormem.runtime.state.Durable`: over Redis it is stored with every
+command that changed it, so it survives its worker being killed or restarted,
+and a restarted pool sends again what its subscribers may not have received.
 Delivery never blocks the pool on a full mailbox (see
 :mod:`actormem.actors.pool.delivery`).
 """
@@ -31,10 +43,14 @@ from typing import Any, Final
 import msgspec
 import structlog
 
+from actormem.actors.errors import MemoryInputError
+from actormem.actors.memory.inputs import check_command
 from actormem.actors.pool.commands import (
     WILDCARD,
     AgentCommand,
+    DeliveryAck,
     DeliveryOutcome,
+    ForgetSource,
     GetPoolStats,
     PoolStats,
     QueryInsights,
@@ -46,10 +62,10 @@ from actormem.actors.pool.commands import (
     Unsubscribe,
 )
 from actormem.actors.pool.config import PoolConfig
+from actormem.actors.pool.cursors import Cursor, Cursors
 from actormem.actors.pool.delivery import Deliveries
 from actormem.actors.pool.insights import (
     Insight,
-    InsightDelivery,
     InsightError,
     InsightSignatureError,
 )
@@ -59,21 +75,34 @@ from actormem.actors.pool.topics import MAX_ID_CHARS, Topics, check_importance, 
 from actormem.actors.retention import SessionStore
 from actormem.actors.text.duplicates import words
 from actormem.runtime import Actor, ActorContext
-from actormem.runtime.state import SnapshotState
+from actormem.runtime.state import DurableChanges, SnapshotState
 
-__all__ = ("PoolActor", "PoolState")
+__all__ = ("AppliedShare", "PoolActor", "PoolState")
 
 log = structlog.get_logger("actormem.pool")
 
 MAX_QUERY_K: Final = 1_000
 
+_encoder = msgspec.msgpack.Encoder()
+
+
+class AppliedShare(msgspec.Struct, frozen=True, kw_only=True):
+    """A share the pool applied, by command id: a repeat of it gets this result."""
+
+    id: str
+    result: ShareResult
+
 
 class PoolState(msgspec.Struct, frozen=True, kw_only=True):
-    """What the pool saves: its insights and subscriptions."""
+    """What the pool stores: its insights, subscriptions, the shares it applied and
+    every agent's delivery cursor with the pool-wide delivery number."""
 
     version: int = 1
     insights: list[Insight] = msgspec.field(default_factory=list)
     subscriptions: list[SubscriptionState] = msgspec.field(default_factory=list)
+    applied: list[AppliedShare] = msgspec.field(default_factory=list)
+    cursors: list[Cursor] = msgspec.field(default_factory=list)
+    delivery_number: int = 0
 
 
 class PoolActor(Actor):
@@ -82,8 +111,9 @@ class PoolActor(Actor):
     Args:
         ctx: the actor's context.
         config: the pool's config (defaults if omitted).
-        store: when given, the pool's insights and subscriptions are loaded from
-            it on start and saved to it on stop (persistent retention).
+        store: when given, the pool's state is loaded from it on start and saved to
+            it on stop (persistent retention with the local transport; over Redis the
+            transport stores it at every command).
     """
 
     def __init__(
@@ -91,59 +121,86 @@ class PoolActor(Actor):
         ctx: ActorContext,
         config: PoolConfig | None = None,
         store: SessionStore | None = None,
-        deployment: str = "",
     ) -> None:
         super().__init__(ctx)
         self.config = config or PoolConfig()
         self.store = store
         self.signer = self.config.signer()
-        self.voucher = self.config.voucher(deployment)
         self.facts_topic = self.config.facts_topic.casefold()
         self._topics = Topics(self.config, self.signer)
         self._subs = Subscriptions()
-        self._deliveries = Deliveries(ctx, self.config, self.voucher)
+        self._cursors = Cursors()
+        self._deliveries = Deliveries(ctx, self.config)
         self._applied: OrderedDict[str, ShareResult] = OrderedDict()
         self._rejected = 0
+        self._dirty = False
 
     @classmethod
     def factory(
-        cls,
-        config: PoolConfig | None = None,
-        store: SessionStore | None = None,
-        deployment: str = "",
+        cls, config: PoolConfig | None = None, store: SessionStore | None = None
     ) -> Callable[[ActorContext], PoolActor]:
-        """Return an actor factory for ``rt.register("pool", ...)`` (``deployment``:
-        see :class:`~actormem.actors.pool.vouch.AgentVoucher`)."""
-        return functools.partial(cls, config=config, store=store, deployment=deployment)
+        """Return an actor factory for ``rt.register("pool", ...)``."""
+        return functools.partial(cls, config=config, store=store)
 
     async def on_start(self) -> None:
-        if self.store is None:
-            return
-        await self.store.restore_parts(self.ctx.address, {"pool": _Saved(self)})
+        if self.store is not None:
+            await self.store.restore_parts(self.ctx.address, {"pool": _Saved(self)})
+        # Restored (here or by the transport): ask every agent whose deliveries are
+        # not all confirmed how far it got; what is missing is sent again.
+        for agent, probe in list(self._cursors.probes()):
+            self._deliveries.deliver(agent, probe)
 
     async def on_stop(self) -> None:
         if self.store is not None:
             await self.store.save_parts(self.ctx.address, {"pool": _Saved(self)})
 
     def export_state(self) -> PoolState:
-        """Return the insights and subscriptions as a serialisable state."""
+        """Return the pool's state as a serialisable value."""
         return PoolState(
             insights=self._topics.insights(),
             subscriptions=self._subs.export(),
+            applied=[AppliedShare(id=k, result=v) for k, v in self._applied.items()],
+            cursors=self._cursors.export(),
+            delivery_number=self._cursors.number,
         )
 
     def load_state(self, state: PoolState) -> None:
-        """Replace the insights and subscriptions with ``state``'s.
+        """Replace the pool's state with ``state``.
 
         Saved insights are checked against the configured HMAC key (when there is
         one); one that fails is dropped and logged, not loaded.
         """
         self._topics.load(state.insights)
         self._subs.load(state.subscriptions)
+        self._applied = OrderedDict((a.id, a.result) for a in state.applied)
+        self._cursors.load(state.delivery_number, state.cursors)
+
+    # -- durable state (the protocol of actormem.runtime.state) -------------------------
+
+    def durable_changes(self) -> DurableChanges:
+        """The whole state as the snapshot after a command that changed it; nothing
+        after one that did not (a query), so reads store nothing."""
+        if not self._dirty:
+            return DurableChanges([])
+        self._dirty = False
+        return DurableChanges([], _encoder.encode(self.export_state()))
+
+    def durable_restore(self, snapshot: bytes | None, log: list[bytes]) -> None:
+        """Load the state the transport stored (on activation)."""
+        if snapshot is not None:
+            self.load_state(msgspec.msgpack.decode(snapshot, type=PoolState))
+
+    # -- commands -------------------------------------------------------------------
 
     async def receive(self, message: Any) -> Any:
-        if isinstance(message, AgentCommand | DeliveryOutcome):
-            self._check_voucher(message)
+        # Before anything changes: a raw command may bypass the handle's checks.
+        try:
+            check_command(message)
+        except MemoryInputError:
+            self._rejected += 1
+            raise
+        if isinstance(message, AgentCommand):
+            self._check_sender(message)
         match message:
             case Share():
                 return self._share_command(message, message.topic)
@@ -153,34 +210,41 @@ class PoolActor(Actor):
                 return self._subscribe(message)
             case Unsubscribe():
                 return self._unsubscribe(message)
+            case ForgetSource():
+                return self._forget(message.source)
             case QueryInsights():
                 return self._query(message)
             case GetPoolStats():
                 return self.stats()
+            case DeliveryAck():
+                self._acked(message)
+                return None
             case DeliveryOutcome():
+                if self.ctx.sender != self.ctx.address:
+                    self._refuse("DeliveryOutcome", "-", "the pool's own note to itself")
                 self._deliveries.drained(message)
                 return None
             case _:
                 raise InsightError(f"the pool does not handle {type(message).__name__}")
 
-    def _check_voucher(self, cmd: AgentCommand | DeliveryOutcome) -> None:
-        """Refuse a command that acts for an agent unless that agent's memory vouched
-        for it, and a DeliveryOutcome the pool did not make (vouch for) itself."""
-        if self.voucher.check(cmd):
-            return
+    def _check_sender(self, cmd: AgentCommand) -> None:
+        """Refuse a command that acts for an agent unless that agent's memory sent it."""
+        agent = cmd.agent if isinstance(cmd, Subscribe | Unsubscribe) else cmd.source
+        expected = f"{self.config.memory_kind}/{agent}"
+        if self.ctx.sender != expected:
+            self._refuse(type(cmd).__name__, str(agent), expected)
+
+    def _refuse(self, name: str, agent: str, expected: str) -> None:
         self._rejected += 1
-        agent = cmd.source if isinstance(cmd, Share | RegisterFact) else cmd.agent
-        name = type(cmd).__name__
-        why = "no voucher" if cmd.voucher is None else "a voucher that does not match"
-        log.warning("pool_command_refused", command=name, agent=str(agent)[:64], reason=why)
-        if isinstance(cmd, DeliveryOutcome):
-            raise InsightSignatureError(
-                f"DeliveryOutcome is the pool's note to itself; this one carries {why}"
-            )
+        sender = self.ctx.sender
+        who = repr(sender[:80]) if sender else "code outside any actor"
+        log.warning("pool_command_refused", command=name, agent=agent[:64], sender=who)
+        if name == "DeliveryOutcome":
+            raise InsightSignatureError(f"DeliveryOutcome is {expected}; this one came from {who}")
         raise InsightSignatureError(
-            f"{name} acts for agent {str(agent)[:64]!r} but carries {why} from its memory "
-            f"actor: send it through the agent's handle (rt.memory(name).{_VERB[name]}(...)); "
-            "across worker processes, set pool.hmac_key (or ACTORMEM_VOUCHER_KEY) on every one"
+            f"{name} acts for agent {agent[:64]!r} but was sent by {who}: the pool takes it "
+            f"only from {expected[:80]} (send it through the agent's handle, "
+            f"rt.memory({agent[:64]!r}).{_VERB.get(name, 'share')}(...))"
         )
 
     # -- sharing ------------------------------------------------------------------
@@ -198,6 +262,7 @@ class PoolActor(Actor):
         self._applied[cmd.id] = result
         if len(self._applied) > self.config.applied_ids_window:
             self._applied.popitem(last=False)
+        self._dirty = True
         return result
 
     def _share(self, cmd: Share | RegisterFact, raw_topic: str) -> ShareResult:
@@ -210,13 +275,17 @@ class PoolActor(Actor):
         source = clean_label(cmd.source, "source", MAX_ID_CHARS)
         importance = check_importance(cmd.importance)
         message_ids = check_message_ids(cmd.source_message_ids)
-        status, insight, similarity = self._topics.put(text, topic, source, importance, message_ids)
+        held = self._topics.find(cmd.id)
+        if held is not None:  # shared before under this id (its result since forgotten)
+            return ShareResult(status="duplicate", insight=held)
+        status, insight, similarity = self._topics.put(
+            text, topic, source, importance, message_ids, insight_id=cmd.id
+        )
         if status != "new":
             return ShareResult(status=status, insight=insight, similarity=similarity)
         recipients = self._recipients(topic, exclude=source)
-        delivery = InsightDelivery(insight)
         for agent in recipients:
-            self._deliveries.deliver(agent, delivery)
+            self._deliver(agent, insight)
         log.info(
             "insight_shared",
             insight=insight.id,
@@ -225,6 +294,20 @@ class PoolActor(Actor):
             recipients=len(recipients),
         )
         return ShareResult(status="new", insight=insight, recipients=len(recipients))
+
+    def _deliver(self, agent: str, insight: Insight) -> None:
+        self._deliveries.deliver(agent, self._cursors.next(agent, insight))
+
+    def _acked(self, ack: DeliveryAck) -> None:
+        sender = self.ctx.sender or ""
+        kind, _, agent = sender.partition("/")
+        if kind != self.config.memory_kind or not agent:
+            self._refuse("DeliveryAck", "-", f"{self.config.memory_kind}/<agent>")
+        self._cursors.acked(agent, ack.through)
+        if ack.resend:
+            for delivery in self._cursors.resend(agent, ack.through):
+                self._deliveries.deliver(agent, delivery)
+        self._dirty = True
 
     # -- recipients -------------------------------------------------------------------
 
@@ -255,15 +338,34 @@ class PoolActor(Actor):
             wanted = None if WILDCARD in topics else topics
             for insight in self._topics.best(wanted, None, cmd.backfill):
                 if insight.source != agent:
-                    self._deliveries.deliver(agent, InsightDelivery(insight))
+                    self._deliver(agent, insight)
+        self._dirty = True
         log.info("pool_subscribed", agent=agent, topics=topics)
         return state
 
     def _unsubscribe(self, cmd: Unsubscribe) -> SubscriptionState:
         topics = self._topics_of(cmd.topics)
         state = self._subs.unsubscribe(cmd.agent, topics)
+        self._dirty = True
         log.info("pool_unsubscribed", agent=cmd.agent, topics=topics)
         return state
+
+    # -- forgetting ---------------------------------------------------------------------
+
+    def _forget(self, source: str) -> int:
+        """Remove the text of everything ``source`` shared (provenance stays), and its
+        subscriptions and delivery cursor; return how many insights lost their text."""
+        erased = self._topics.erase_source(source)
+        self._cursors.erase(erased)
+        for key, result in self._applied.items():
+            if result.insight.source == source and not result.insight.erased:
+                blank = self._topics.erased(result.insight)
+                self._applied[key] = msgspec.structs.replace(result, insight=blank)
+        self._subs.remove(source)
+        self._cursors.drop(source)
+        self._dirty = True
+        log.info("pool_source_forgotten", source=source[:64], insights=len(erased))
+        return len(erased)
 
     # -- queries ------------------------------------------------------------------------
 
@@ -280,21 +382,18 @@ class PoolActor(Actor):
             deduplicated=self._topics.deduplicated,
             near_duplicates=self._topics.near,
             delivered=self._deliveries.delivered,
-            failed_deliveries=self._deliveries.failed,
+            failed_deliveries=self._deliveries.failed + self._cursors.given_up,
             rejected=self._rejected,
             evicted=self._topics.evicted,
             insights=self._topics.count(),
             topics=len(self._topics),
             agents=len(self._subs),
+            pending_deliveries=self._cursors.pending(),
         )
 
 
 class _Saved(SnapshotState[PoolState]):
-    """The pool's insights and subscriptions as the part its session file keeps.
-
-    The pool itself does not implement :class:`~actormem.runtime.state.Durable`, so
-    the Redis transport does not store its state at every command.
-    """
+    """The pool's state as the part its session file keeps."""
 
     __slots__ = ("_pool",)
 
@@ -310,10 +409,11 @@ class _Saved(SnapshotState[PoolState]):
         self._pool.load_state(state)
 
 
-#: The handle method that sends each command vouched for (for error messages).
+#: The handle method that sends each command (for error messages).
 _VERB: Final = {
     "Share": "share",
     "RegisterFact": "register_fact",
     "Subscribe": "subscribe",
     "Unsubscribe": "unsubscribe",
+    "ForgetSource": "forget",
 }

@@ -19,9 +19,13 @@ from actormem.runtime.ids import new_id
 
 __all__ = (
     "DEFAULT_QUERY_K",
+    "POOL_ADDRESS",
+    "POOL_KIND",
     "WILDCARD",
     "AgentCommand",
+    "DeliveryAck",
     "DeliveryOutcome",
+    "ForgetSource",
     "GetPoolStats",
     "PoolCommand",
     "PoolStats",
@@ -36,6 +40,10 @@ __all__ = (
 
 #: In Subscribe / Unsubscribe / QueryInsights: every topic.
 WILDCARD: Final = "*"
+#: The actor kind the pool is registered as: a memory takes insights only from it.
+POOL_KIND: Final = "pool"
+#: The pool agents share with.
+POOL_ADDRESS: Final = "pool/main"
 DEFAULT_QUERY_K: Final = 5
 
 
@@ -80,12 +88,13 @@ class PoolStats(msgspec.Struct, frozen=True, kw_only=True):
         near_duplicates: of those, the near (not exact) ones.
         delivered: deliveries that reached a memory actor's mailbox.
         failed_deliveries: deliveries that could not be made (logged each).
-        rejected: shares refused as invalid, and commands refused for want of
-            a valid voucher.
+        rejected: shares refused as invalid, and commands refused because they
+            did not come from the agent they act for.
         evicted: insights dropped by per-topic limits.
         insights: insights held now.
         topics: topics held now.
         agents: agents the pool knows (ever subscribed).
+        pending_deliveries: deliveries their memories have not confirmed yet.
     """
 
     shared: int
@@ -98,6 +107,7 @@ class PoolStats(msgspec.Struct, frozen=True, kw_only=True):
     insights: int
     topics: int
     agents: int
+    pending_deliveries: int = 0
 
 
 class Share(Command[ShareResult], frozen=True, kw_only=True):
@@ -109,9 +119,11 @@ class Share(Command[ShareResult], frozen=True, kw_only=True):
         topic: the topic (case-insensitive; not ``*``).
         importance: 0..1.
         source_message_ids: ids of the messages it came from.
-        id: the command's id; a redelivered command returns its first result.
-        voucher: set by ``memory/<source>`` (:class:`~actormem.actors.memory.commands.Vouch`);
-            the pool refuses the command without a valid one.
+        id: the command's id; a redelivered command returns its first result,
+            and a new insight takes it as its own id.
+
+    The pool takes it only from ``memory/<source>`` (the envelope's sender, see
+    :class:`~actormem.actors.memory.commands.ToPool`): the handle sends it so.
     """
 
     text: str
@@ -120,13 +132,12 @@ class Share(Command[ShareResult], frozen=True, kw_only=True):
     importance: float = 0.5
     source_message_ids: tuple[str, ...] = ()
     id: str = msgspec.field(default_factory=new_id)
-    voucher: str | None = None
 
 
 class RegisterFact(Command[ShareResult], frozen=True, kw_only=True):
     """Register a fact that every known agent receives (the facts topic).
 
-    Replies :class:`ShareResult`. Vouched for like :class:`Share`.
+    Replies :class:`ShareResult`. Taken only from ``memory/<source>``, like :class:`Share`.
     """
 
     text: str
@@ -134,7 +145,6 @@ class RegisterFact(Command[ShareResult], frozen=True, kw_only=True):
     importance: float = 1.0
     source_message_ids: tuple[str, ...] = ()
     id: str = msgspec.field(default_factory=new_id)
-    voucher: str | None = None
 
 
 class Subscribe(Command[SubscriptionState], frozen=True, kw_only=True):
@@ -144,25 +154,23 @@ class Subscribe(Command[SubscriptionState], frozen=True, kw_only=True):
 
     An empty ``topics`` only makes the agent known (it then gets facts).
     ``backfill`` > 0 also delivers up to that many of the best insights already
-    held on the new topics. Vouched for by ``memory/<agent>`` like :class:`Share`.
+    held on the new topics. Taken only from ``memory/<agent>``, like :class:`Share`.
     """
 
     agent: str
     topics: tuple[str, ...] = (WILDCARD,)
     backfill: int = 0
-    voucher: str | None = None
 
 
 class Unsubscribe(Command[SubscriptionState], frozen=True, kw_only=True):
     """Unsubscribe ``agent`` from topics; ``*`` (the default) drops every subscription.
 
     Unsubscribing a named topic while subscribed to ``*`` excludes that topic.
-    Replies :class:`SubscriptionState`. Vouched for like :class:`Subscribe`.
+    Replies :class:`SubscriptionState`. Taken only from ``memory/<agent>``.
     """
 
     agent: str
     topics: tuple[str, ...] = (WILDCARD,)
-    voucher: str | None = None
 
 
 class QueryInsights(Command[tuple[Insight, ...]], frozen=True, kw_only=True):
@@ -192,22 +200,53 @@ class DeliveryOutcome(Command[None], frozen=True, kw_only=True):
     """Internal: a background drain of an agent's deferred deliveries ended.
 
     The pool tells itself this. ``delivered`` reached the mailbox; ``error``
-    says why the drain stopped early, if it did. The pool vouches for it and
-    refuses one it did not make.
+    says why the drain stopped early, if it did. The pool refuses one it did not
+    send itself (the envelope's sender).
     """
 
     agent: str
     delivered: int
     error: str | None = None
-    voucher: str | None = None
 
 
-#: The commands that act for an agent: the pool takes them only vouched for by
-#: that agent's memory actor (see :mod:`actormem.actors.pool.vouch`).
-AgentCommand = Share | RegisterFact | Subscribe | Unsubscribe
+class ForgetSource(Command[int], frozen=True, kw_only=True):
+    """Forget what ``source`` shared: the text of each of its insights is removed
+    (id, source, topic, importance and time stay, marked ``erased``), its
+    subscriptions and delivery cursors are dropped, and that is stored.
+
+    Replies how many insights lost their text. Taken only from ``memory/<source>``.
+    """
+
+    source: str
+
+
+class DeliveryAck(Command[None], frozen=True, kw_only=True):
+    """``memory/<agent>`` → pool: it holds every delivery of its chain up to
+    ``through`` (see :class:`~actormem.actors.pool.insights.InsightDelivery`).
+
+    ``resend``: it got one it could not apply yet (one before it is missing): the
+    pool sends again what it has after ``through``. Taken only from the memory
+    actor whose agent it names (the envelope's sender).
+    """
+
+    through: int
+    resend: bool = False
+
+
+#: The commands that act for an agent: the pool takes them only from that agent's
+#: memory actor (the envelope's sender; see :class:`~actormem.actors.memory.commands.ToPool`).
+AgentCommand = Share | RegisterFact | Subscribe | Unsubscribe | ForgetSource
 
 PoolCommand = (
-    Share | RegisterFact | Subscribe | Unsubscribe | QueryInsights | GetPoolStats | DeliveryOutcome
+    Share
+    | RegisterFact
+    | Subscribe
+    | Unsubscribe
+    | ForgetSource
+    | QueryInsights
+    | GetPoolStats
+    | DeliveryOutcome
+    | DeliveryAck
 )
 
 # A command over Redis may come from any client: one whose fields fail validation

@@ -6,7 +6,6 @@ import os
 from typing import ClassVar, Final
 
 from actormem.actors.pool.insights import DEFAULT_MAX_INSIGHT_CHARS, InsightSigner
-from actormem.actors.pool.vouch import AgentVoucher
 from actormem.actors.text.duplicates import DEFAULT_NEAR_DUPLICATE_THRESHOLD, DEFAULT_SHINGLE_SIZE
 from actormem.runtime.config import _Section
 
@@ -88,14 +87,3 @@ class PoolConfig(_Section, frozen=True):
         """
         key = self._key()
         return InsightSigner(key) if key else None
-
-    def voucher(self, deployment: str = "") -> AgentVoucher:
-        """Return what makes and checks agent vouchers (see :mod:`actormem.actors.pool.vouch`).
-
-        Keyed by the configured HMAC key, else by ``ACTORMEM_VOUCHER_KEY``, else by
-        this process's random key.
-
-        Raises:
-            ValueError: ``hmac_key_env`` names a variable that is unset.
-        """
-        return AgentVoucher(self._key(), deployment)

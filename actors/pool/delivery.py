@@ -3,7 +3,7 @@
 A memory actor may be asking the pool at the very moment the pool tells it an
 insight, so the pool never waits on a full mailbox: an agent whose mailbox is
 full gets its deliveries, in order, from a background task, and the outcome
-comes back to the pool (a vouched :class:`DeliveryOutcome`) for its counters.
+comes back to the pool (a :class:`DeliveryOutcome` it sends itself) for its counters.
 Past ``max_deferred_deliveries`` waiting at once, a delivery fails, counted and
 logged.
 """
@@ -18,7 +18,6 @@ import structlog
 from actormem.actors.pool.commands import DeliveryOutcome
 from actormem.actors.pool.config import PoolConfig
 from actormem.actors.pool.insights import InsightDelivery
-from actormem.actors.pool.vouch import AgentVoucher
 from actormem.runtime import ActorContext
 from actormem.runtime.errors import ActorError, MailboxFullError, RuntimeClosedError
 
@@ -33,7 +32,6 @@ class Deliveries:
     Args:
         ctx: the pool actor's context.
         config: the memory kind and the most deliveries deferred at once.
-        voucher: vouches for the pool's own :class:`DeliveryOutcome` notes.
 
     Attributes:
         delivered: deliveries told.
@@ -41,12 +39,11 @@ class Deliveries:
         deferred: deliveries waiting on full mailboxes now.
     """
 
-    __slots__ = ("_backlog", "_config", "_ctx", "_voucher", "deferred", "delivered", "failed")
+    __slots__ = ("_backlog", "_config", "_ctx", "deferred", "delivered", "failed")
 
-    def __init__(self, ctx: ActorContext, config: PoolConfig, voucher: AgentVoucher) -> None:
+    def __init__(self, ctx: ActorContext, config: PoolConfig) -> None:
         self._ctx = ctx
         self._config = config
-        self._voucher = voucher
         self._backlog: dict[str, deque[InsightDelivery]] = {}
         self.deferred = 0
         self.delivered = 0
@@ -60,7 +57,8 @@ class Deliveries:
             self._defer(agent, backlog, delivery)
             return
         try:
-            self._ctx.runtime.tell_nowait(f"{self._config.memory_kind}/{agent}", delivery)
+            # As the pool: a memory takes insights from nobody else.
+            self._ctx.tell_nowait(f"{self._config.memory_kind}/{agent}", delivery)
         except MailboxFullError:
             backlog = self._backlog[agent] = deque()
             self._defer(agent, backlog, delivery)
@@ -96,21 +94,20 @@ class Deliveries:
         is left behind between the drain's end and the outcome.
         """
         address = f"{self._config.memory_kind}/{agent}"
-        runtime = self._ctx.runtime
+        ctx = self._ctx
         sent = [0]
 
         async def drain() -> None:
             while backlog:
-                await runtime.tell(address, backlog[0])
+                await ctx.tell(address, backlog[0])
                 backlog.popleft()
                 sent[0] += 1
 
         def outcome(_: Any, error: BaseException | None) -> DeliveryOutcome:
-            # Vouched for, so that nobody else can make the pool drop a backlog.
-            return self._voucher.vouch(
-                DeliveryOutcome(
-                    agent=agent, delivered=sent[0], error=None if error is None else str(error)
-                )
+            # Told as the pool (a pipe's sender is its actor): the pool takes it
+            # from nobody else, so nobody else can make it drop a backlog.
+            return DeliveryOutcome(
+                agent=agent, delivered=sent[0], error=None if error is None else str(error)
             )
 
         self._ctx.pipe(drain, wrap=outcome)

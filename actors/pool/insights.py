@@ -44,7 +44,7 @@ class InsightError(MemoryInputError):
 
 class InsightSignatureError(InsightError):
     """A provenance HMAC is missing or does not match (forged or altered): an insight's
-    signature, or the voucher of a pool command that acts for an agent."""
+    signature (forged or altered), or a pool command or delivery from the wrong sender."""
 
 
 class Insight(msgspec.Struct, frozen=True, kw_only=True):
@@ -60,6 +60,7 @@ class Insight(msgspec.Struct, frozen=True, kw_only=True):
         source_message_ids: ids of the messages it was drawn from.
         signature: ``v1:<hex HMAC-SHA256>`` of the fields above, or None when the
             pool has no key.
+        erased: its source was forgotten: ``text`` is empty, the provenance stays.
     """
 
     id: str
@@ -70,16 +71,29 @@ class Insight(msgspec.Struct, frozen=True, kw_only=True):
     created: float
     source_message_ids: tuple[str, ...] = ()
     signature: str | None = None
+    erased: bool = False
 
 
 class InsightDelivery(Command[None], frozen=True):
     """Pool → ``memory/<agent>``: an insight on a topic the agent subscribes to.
 
-    Told, never asked; the memory actor keeps it in its
+    Told, never asked; the memory actor takes it only from the pool (the
+    envelope's sender) and keeps it in its
     :class:`~actormem.actors.recall.inbox.InsightInbox`.
+
+    Deliveries to one agent form a chain: ``number`` is the delivery's place in
+    the pool's numbering (increasing, never reused), ``after`` the number of the
+    delivery before it to this agent (0: none). The memory applies a delivery only
+    when it holds everything up to ``after`` and not this one, so a delivery sent
+    again is applied once and in order; ``ack`` asks it to confirm how far it got
+    (:class:`~actormem.actors.pool.commands.DeliveryAck`). ``number`` 0 is a
+    delivery outside any chain (applied unless held already).
     """
 
     insight: Insight
+    number: int = 0
+    after: int = 0
+    ack: bool = False
 
 
 class InsightSigner:

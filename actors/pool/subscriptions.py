@@ -79,6 +79,11 @@ class Subscriptions:
                     sub.excluded[t] = None
         return self._state(agent, sub)
 
+    def remove(self, agent: str) -> None:
+        """Forget ``agent`` and every subscription it has."""
+        self.unsubscribe(agent, [WILDCARD])
+        self._agents.pop(agent, None)
+
     def recipients(self, topic: str, exclude: str | None = None) -> list[str]:
         """Return the agents subscribed to ``topic`` (wildcard ones first), but ``exclude``."""
         agents = [a for a in self._wildcard if topic not in self._agents[a].excluded]

@@ -6,6 +6,7 @@ import math
 import time
 from typing import ClassVar, Final, Literal
 
+import msgspec
 import structlog
 
 from actormem.actors.pool.config import PoolConfig
@@ -125,7 +126,8 @@ class Topics:
             if bucket is None:
                 bucket = self._topics[insight.topic] = _Topic(self._config)
             bucket.insights[insight.id] = insight
-            bucket.index.add(insight.id, insight.text)
+            if not insight.erased:
+                bucket.index.add(insight.id, insight.text)
 
     def put(
         self,
@@ -134,12 +136,15 @@ class Topics:
         source: str,
         importance: float,
         message_ids: tuple[str, ...],
+        insight_id: str | None = None,
     ) -> tuple[Literal["new", "duplicate", "near_duplicate"], Insight, float]:
         """Store a new insight on ``topic``, unless it duplicates one held there.
 
         Args:
             text, topic, source: sanitized already.
             importance, message_ids: checked already.
+            insight_id: the new insight's id (the share's command id, so that a
+                share handled again makes the same insight); a fresh id if None.
 
         Returns:
             The status, the insight stored or duplicated, and the similarity to it
@@ -167,7 +172,7 @@ class Topics:
             log.debug("insight_deduplicated", topic=topic, of=key, similarity=similarity)
             return status, bucket.insights[key], similarity
         insight = Insight(
-            id=new_id(),
+            id=insight_id or new_id(),
             text=text,
             topic=topic,
             importance=importance,
@@ -191,13 +196,46 @@ class Topics:
             self.evicted += 1
             log.debug("insight_evicted", topic=topic, insight=victim.id)
 
+    def find(self, insight_id: str) -> Insight | None:
+        """The held insight with this id, if any."""
+        for bucket in self._topics.values():
+            found = bucket.insights.get(insight_id)
+            if found is not None:
+                return found
+        return None
+
+    def erase_source(self, source: str) -> list[Insight]:
+        """Remove the text of every insight ``source`` shared, keeping its provenance
+        (id, source, topic, importance, time); return the erased insights."""
+        erased: list[Insight] = []
+        for bucket in self._topics.values():
+            for key, insight in list(bucket.insights.items()):
+                if insight.source != source or insight.erased:
+                    continue
+                blank = self.erased(insight)
+                bucket.insights[key] = blank
+                bucket.index.remove(key)
+                erased.append(blank)
+        return erased
+
+    def erased(self, insight: Insight) -> Insight:
+        """``insight`` without its text (signed again when a key is configured)."""
+        blank = msgspec.structs.replace(insight, text="", erased=True, signature=None)
+        return self._signer.sign(blank) if self._signer is not None else blank
+
     def best(self, topics: list[str] | None, query: str | None, k: int) -> list[Insight]:
         """The ``k`` best insights of ``topics`` (None: all): by BM25 relevance to
-        ``query`` when it has words, else by importance, then newest first."""
+        ``query`` when it has words, else by importance, then newest first. Erased
+        insights (no text) are not among them."""
         if topics is None:
-            pool = self.insights()
+            pool = [i for i in self.insights() if not i.erased]
         else:
-            pool = [i for t in topics for i in self._topics.get(t, _EMPTY).insights.values()]
+            pool = [
+                i
+                for t in topics
+                for i in self._topics.get(t, _EMPTY).insights.values()
+                if not i.erased
+            ]
         if query and tokenize(query):
             scores = BM25([i.text for i in pool]).scores(query)
             ranked = sorted(

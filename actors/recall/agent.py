@@ -16,7 +16,6 @@ import msgspec
 
 from actormem.actors.messages import Message
 from actormem.actors.pool.config import PoolConfig
-from actormem.actors.pool.insights import Insight
 from actormem.actors.recall.episodes import EpisodeConfig, EpisodicMemory
 from actormem.actors.recall.inbox import InsightInbox
 from actormem.actors.recall.longterm import (
@@ -117,12 +116,6 @@ class AgentRecall:
     @awaiting_reply.setter
     def awaiting_reply(self, messages: list[Message]) -> None:
         self._since_reply = list(messages)
-
-    def accept_insight(self, insight: Insight) -> bool:
-        """Keep an insight the pool delivered (see :meth:`InsightInbox.accept`)."""
-        self._generation += 1
-        self._edits += 1
-        return self.inbox.accept(insight)
 
     @property
     def edits(self) -> int:

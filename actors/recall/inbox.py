@@ -15,6 +15,7 @@ import structlog
 from actormem.actors.pool.insights import (
     DEFAULT_MAX_INSIGHT_CHARS,
     Insight,
+    InsightDelivery,
     InsightError,
     InsightSignatureError,
     InsightSigner,
@@ -85,10 +86,12 @@ def render_insights_block(
 
 
 class InboxState(msgspec.Struct, frozen=True, kw_only=True):
-    """What an :class:`InsightInbox` saves (for retention)."""
+    """What an :class:`InsightInbox` saves: the insights held, and how far each
+    pool's delivery chain got (by the pool's address)."""
 
     version: int = 1
     insights: list[Insight] = msgspec.field(default_factory=list)
+    cursors: dict[str, int] = msgspec.field(default_factory=dict)
 
 
 class InsightInbox(SnapshotState[InboxState]):
@@ -118,6 +121,10 @@ class InsightInbox(SnapshotState[InboxState]):
         self.max_chars = max_chars
         self._held: dict[str, Insight] = {}
         self._texts: dict[str, str] = {}
+        # Per pool: the number of the newest delivery applied from its chain.
+        self._cursors: dict[str, int] = {}
+        # Per pool: where the chain stood when a missing delivery was last reported.
+        self._reported: dict[str, int] = {}
         self.rejected = 0
         # BM25 over the held texts, appended to on accept, rebuilt after a removal.
         self._index: BM25 | None = None
@@ -157,6 +164,32 @@ class InsightInbox(SnapshotState[InboxState]):
             victim = min(self._held.values(), key=lambda i: (i.importance, i.created))
             self._forget(victim)
         return True
+
+    def deliver(self, pool: str, delivery: InsightDelivery) -> tuple[bool, int, bool]:
+        """Apply a delivery from ``pool``'s chain, once and in order.
+
+        Returns whether it was applied (the chain moved on), the number the chain
+        stands at now, and whether to tell the pool that a delivery before this one
+        is missing (reported once per place in the chain, unless the pool asks).
+        An erased insight moves the chain on and is not held.
+
+        Raises:
+            InsightSignatureError: a key is configured and the HMAC is missing or
+                wrong (the chain moves on past it).
+        """
+        through = self._cursors.get(pool, 0)
+        if delivery.number == 0:  # outside any chain
+            return self.accept(delivery.insight), through, False
+        if delivery.number <= through:  # applied before: a copy sent again
+            return False, through, False
+        if delivery.after > through:
+            report = delivery.ack or self._reported.get(pool) != through
+            self._reported[pool] = through
+            return False, through, report
+        self._cursors[pool] = delivery.number
+        if not delivery.insight.erased:
+            self.accept(delivery.insight)
+        return True, delivery.number, False
 
     def _forget(self, insight: Insight) -> None:
         self._index = None
@@ -199,21 +232,24 @@ class InsightInbox(SnapshotState[InboxState]):
         )
 
     def export_state(self) -> InboxState:
-        """Return the held insights as a serialisable state."""
-        return InboxState(insights=list(self._held.values()))
+        """Return the held insights and the delivery cursors as a serialisable state."""
+        return InboxState(insights=list(self._held.values()), cursors=dict(self._cursors))
 
     def load_state(self, state: InboxState) -> None:
-        """Replace the held insights with ``state``'s (signatures are checked again).
+        """Replace the held insights and cursors with ``state``'s (signatures are
+        checked again).
 
         Raises:
             InsightSignatureError: a key is configured and a saved insight fails it.
         """
         self.clear()
+        self._cursors = dict(state.cursors)
         for insight in state.insights:
             self.accept(insight)
 
     def clear(self) -> None:
-        """Forget every held insight."""
+        """Forget every held insight. The delivery cursors stay: they say which
+        deliveries were applied, so one sent again is still not applied twice."""
         self._held.clear()
         self._texts.clear()
         self._index = None

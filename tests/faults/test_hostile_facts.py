@@ -35,7 +35,8 @@ async def test_a_hostile_fact_reaches_other_agents_only_as_quoted_data(
 
     context = await victim.context(3000)
     assert check_openai_messages(context) == []
-    assert [m["role"] for m in context] == ["system", "system", "user"]
+    # The system prompt, the quoted insights (a user message), the question.
+    assert [m["role"] for m in context] == ["system", "user", "user"]
     assert context[0]["content"] == "You are the victim."
     assert not any("tool_calls" in m for m in context)
     block = recall_block(context)

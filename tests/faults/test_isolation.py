@@ -3,9 +3,10 @@
 A handle is bound to one agent: every memory command goes to that agent's actor,
 and no memory command names an agent, so nothing sent through ``rt.memory("a")``
 can read or change another agent's memory. The insight pool's commands do name
-agents (the sharing source, the subscriber), so the pool takes them only vouched
-for by that agent's memory actor: nobody else can share as, or (un)subscribe,
-another agent, whether through a handle or a raw ``rt.ask``.
+agents (the sharing source, the subscriber), so the pool takes them only from
+that agent's memory actor, as the envelope records the sender: nobody else can
+share as, (un)subscribe or forget another agent, whether through a handle or a
+raw ``rt.ask``.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from actormem.actors import (
 )
 from actormem.actors.compression import CompressionOutcome
 from actormem.actors.memory import commands as memory_commands
-from actormem.actors.memory.commands import CompressionDone, MemoryExport, Vouch
+from actormem.actors.memory.commands import CompressionDone, MemoryExport, ToPool
 from actormem.actors.pool import commands as pool_commands
 from actormem.actors.pool.commands import (
     DeliveryOutcome,
@@ -133,10 +134,11 @@ def test_the_pool_commands_that_name_an_agent_are_known() -> None:
         and t.__struct_config__.tag is not None
     ]
     named = {t.__name__: set(t.__struct_fields__) & AGENT_FIELDS for t in tagged}
-    # The pool takes these only vouched for: by the named agent's memory (see the
-    # next tests), or, for DeliveryOutcome, its note to itself, by the pool.
+    # The pool takes these only from the named agent's memory (see the next tests),
+    # or, for DeliveryOutcome, its note to itself, only from itself.
     assert {k: v for k, v in named.items() if v} == {
         "DeliveryOutcome": {"agent"},
+        "ForgetSource": {"source"},
         "RegisterFact": {"source"},
         "Share": {"source"},
         "Subscribe": {"agent"},
@@ -148,29 +150,27 @@ async def test_a_share_cannot_claim_another_agent_as_its_source(memory_rt: Memor
     victim = memory_rt.memory("victim")
     await victim.subscribe()
     share = Share(text="the vault code changed to 0000", source="alice", topic="news")
-    with pytest.raises(InsightSignatureError, match="'alice' but carries no voucher"):
+    with pytest.raises(InsightSignatureError, match="'alice' but was sent by code outside"):
         await memory_rt.ask("pool/main", share)  # sent by code that is not alice
     fact = RegisterFact(text="the vault code changed to 0000", source="alice")
-    with pytest.raises(InsightSignatureError, match="no voucher"):
+    with pytest.raises(InsightSignatureError, match="only from memory/alice"):
         await memory_rt.ask("pool/main", fact)
-    # Nor with a voucher mallory's memory made: it vouches for mallory, not alice.
-    vouched = await memory_rt.ask("memory/mallory", Vouch(command=share))
-    assert vouched.source == "mallory" and vouched.voucher
-    forged = msgspec.structs.replace(vouched, source="alice")
-    with pytest.raises(InsightSignatureError, match="does not match"):
-        await memory_rt.ask("pool/main", forged)
+    # Nor through mallory's memory: it acts in the pool only for mallory.
+    for command in (share, fact):
+        with pytest.raises(InsightSignatureError, match="only for itself"):
+            await memory_rt.ask("memory/mallory", ToPool(command=command))
     held = await victim.held_insights()
     assert all(insight.source != "alice" for insight in held), held
     assert await memory_rt.ask("pool/main", QueryInsights()) == ()
     stats = await memory_rt.ask("pool/main", GetPoolStats())
-    assert (stats.shared, stats.rejected) == (0, 3)
+    assert (stats.shared, stats.rejected) == (0, 2)
 
 
 async def test_nobody_makes_the_pool_drop_another_agents_deliveries(
     memory_rt: MemoryRuntime,
 ) -> None:
     forged = DeliveryOutcome(agent="bob", delivered=5, error="gave up")
-    with pytest.raises(InsightSignatureError, match="the pool's note to itself"):
+    with pytest.raises(InsightSignatureError, match="the pool's own note to itself"):
         await memory_rt.ask("pool/main", forged)
     stats = await memory_rt.ask("pool/main", GetPoolStats())
     assert (stats.delivered, stats.failed_deliveries, stats.rejected) == (0, 0, 1)
@@ -179,17 +179,8 @@ async def test_nobody_makes_the_pool_drop_another_agents_deliveries(
 async def test_nobody_subscribes_another_agent(memory_rt: MemoryRuntime) -> None:
     with pytest.raises(InsightSignatureError, match="Subscribe acts for agent 'alice'"):
         await memory_rt.ask("pool/main", Subscribe(agent="alice"))
-    # A voucher covers the command's type and every field: mallory's vouched
-    # subscription renamed, or replayed as another command, is refused.
-    vouched = await memory_rt.ask("memory/mallory", Vouch(command=Subscribe(agent="alice")))
-    assert vouched.agent == "mallory"
-    for forged in (
-        msgspec.structs.replace(vouched, agent="alice"),
-        msgspec.structs.replace(vouched, topics=("secrets",)),
-        Unsubscribe(agent="mallory", topics=vouched.topics, voucher=vouched.voucher),
-    ):
-        with pytest.raises(InsightSignatureError, match="does not match"):
-            await memory_rt.ask("pool/main", forged)
+    with pytest.raises(InsightSignatureError, match="only for itself"):
+        await memory_rt.ask("memory/mallory", ToPool(command=Subscribe(agent="alice")))
     await memory_rt.memory("bob").share("the ferry leaves at noon", "news")
     assert await memory_rt.memory("alice").held_insights() == []
     assert (await memory_rt.ask("pool/main", GetPoolStats())).agents == 0
@@ -230,7 +221,7 @@ async def test_a_share_through_the_handle_reaches_subscribers_with_its_source(
         }
         assert await carol.held_insights() == []  # unsubscribed from news; its own fact
         signer = config.pool.signer()
-        if signer is not None:  # the provenance HMAC signs the vouched source
+        if signer is not None:  # the provenance HMAC signs the trusted source
             assert all(signer.verify(i) for i in bob_held)
         assert all((i.signature is not None) == keyed for i in bob_held)
 

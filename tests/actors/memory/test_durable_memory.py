@@ -173,6 +173,8 @@ def test_a_reload_rebuilds_the_state_the_commands_left(script: list[Any]) -> Non
                     memory = fresh(snapshot, stored_log)
                     assert _state(memory) == before
                     continue
+                # Insights come from the pool; everything else from outside any actor.
+                memory.ctx.sender = "pool/main" if isinstance(command, InsightDelivery) else None
                 try:
                     await memory.receive(command)
                 except Exception as exc:  # bad input for this state: nothing changes

@@ -39,8 +39,8 @@ from actormem.actors.memory.commands import (
     Search,
     SetSummary,
     StartEpisode,
+    ToPool,
     Update,
-    Vouch,
 )
 from actormem.actors.memory.handle import MemoryHandle
 from actormem.actors.messages import ROLES
@@ -198,8 +198,8 @@ RAW_COMMANDS = [
     (Get(since=math.nan), "since"),
     (Get(recent_n=-3), "recent_n"),
     (Search(query="x", mode="fuzzy"), "mode"),  # type: ignore[arg-type]
-    (Vouch(command=Subscribe(agent="alice", backfill=-1)), "backfill"),
-    (Vouch(command=Share(text="  ", source="alice")), "insight"),
+    (ToPool(command=Subscribe(agent="alice", backfill=-1)), "backfill"),
+    (ToPool(command=Share(text="  ", source="alice")), "insight"),
 ]
 
 

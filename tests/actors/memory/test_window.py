@@ -157,7 +157,9 @@ async def test_the_recall_block_takes_only_room_the_newest_message_leaves(
     assert await bob.context(needed) == [question]
     roomy = await bob.context(needed + 400)
     assert roomy[-1] == question
-    assert roomy[0]["role"] == "system" and "7:40" in roomy[0]["content"]
+    # Another agent's insight is quoted in a user message, never a system one.
+    assert roomy[0]["role"] == "user" and "7:40" in roomy[0]["content"]
+    assert roomy[0]["content"].startswith("<shared_insights>")
     assert get_counter().count_messages(roomy) <= needed + 400
 
 

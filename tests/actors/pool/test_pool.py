@@ -12,9 +12,13 @@ import msgspec
 import pytest
 import structlog
 
+from actormem.actors.errors import MemoryInputError
 from actormem.actors.pool.actor import PoolActor
 from actormem.actors.pool.commands import (
     AgentCommand,
+    DeliveryAck,
+    DeliveryOutcome,
+    ForgetSource,
     GetPoolStats,
     PoolStats,
     QueryInsights,
@@ -28,7 +32,6 @@ from actormem.actors.pool.config import PoolConfig
 from actormem.actors.pool.insights import (
     Insight,
     InsightDelivery,
-    InsightError,
     InsightSignatureError,
     make_insight,
 )
@@ -54,8 +57,15 @@ class Render(msgspec.Struct, frozen=True, tag=True):
     budget: int
 
 
+class Relay(msgspec.Struct, frozen=True, tag=True):
+    """Ask a recorder to hand a pool command on as its agent (what ``ToPool`` does)."""
+
+    command: Any
+
+
 class Recorder(Actor):
-    """Stands in for the agent memory actor: keeps deliveries in an inbox."""
+    """Stands in for the agent memory actor: keeps deliveries in an inbox, confirms
+    them when the pool asks, and sends pool commands as its agent."""
 
     def __init__(self, ctx: ActorContext, log: dict[str, list[Insight]], signer: Any) -> None:
         super().__init__(ctx)
@@ -66,7 +76,11 @@ class Recorder(Actor):
         if isinstance(message, InsightDelivery):
             self.inbox.accept(message.insight)  # raises on a bad signature
             self.log[self.ctx.key].append(message.insight)
+            if message.ack:
+                self.ctx.tell_nowait("pool/main", DeliveryAck(through=message.number))
             return None
+        if isinstance(message, Relay):
+            return self.ctx.forward("pool/main", message.command)
         if isinstance(message, Count):
             return len(self.log[self.ctx.key])
         if isinstance(message, Render):
@@ -74,17 +88,20 @@ class Recorder(Actor):
         raise TypeError(type(message).__name__)
 
 
-class VouchedPool:
+class AgentsPool:
     """The pool as agents' memory actors reach it: commands acting for an agent are
-    vouched for (what ``Vouch`` does in the memory actor), the rest sent as they are."""
+    sent by that agent's (stand-in) memory actor, the rest sent as they are."""
 
-    def __init__(self, rt: Runtime, config: PoolConfig | None = None) -> None:
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
         self.ref = rt.ref("pool/main")
-        self.voucher = (config or PoolConfig()).voucher()
 
     async def ask(self, message: Any) -> Any:
         if isinstance(message, AgentCommand):
-            message = self.voucher.vouch(message)
+            agent = (
+                message.agent if isinstance(message, Subscribe | Unsubscribe) else message.source
+            )
+            return await self.rt.ref(f"memory/{agent}").ask(Relay(message))
         return await self.ref.ask(message)
 
 
@@ -92,7 +109,7 @@ class Harness:
     def __init__(self, rt: Runtime, log: dict[str, list[Insight]], config: PoolConfig) -> None:
         self.rt = rt
         self.log = log
-        self.pool = VouchedPool(rt, config)
+        self.pool = AgentsPool(rt)
 
     async def share(self, text: str, source: str, topic: str = "news", **kw: Any) -> ShareResult:
         result = await self.pool.ask(Share(text=text, source=source, topic=topic, **kw))
@@ -256,7 +273,7 @@ async def test_query_ranks_by_relevance(h: Harness) -> None:
     assert [i.text for i in best] == ["the baker sells rye bread on mondays"]
     everything = await h.pool.ask(QueryInsights(k=5))
     assert [i.importance for i in everything] == [0.9, 0.5, 0.1]
-    with pytest.raises(InsightError, match="k must be"):
+    with pytest.raises(MemoryInputError, match="k must be"):
         await h.pool.ask(QueryInsights(k=0))
 
 
@@ -267,10 +284,10 @@ async def test_bad_shares_are_rejected_with_a_reason(h: Harness) -> None:
         (Share(text="ok", source="a", topic="*"), "named topic"),
         (Share(text="ok", source="a", importance=1.5), "importance"),
         (Share(text="ok", source="\u200b"), "source is empty"),
-        (Share(text="ok", source="a", source_message_ids="m1"), "not one string"),  # type: ignore[arg-type]
+        (Share(text="ok", source="a", source_message_ids="m1"), "list of strings"),  # type: ignore[arg-type]
     ]
     for cmd, reason in cases:
-        with pytest.raises(InsightError, match=reason):
+        with pytest.raises(MemoryInputError, match=reason):
             await h.pool.ask(cmd)
     assert (await h.stats()).rejected == len(cases)
 
@@ -339,6 +356,8 @@ class Gated(Actor):
         self.crash = crash
 
     async def receive(self, message: Any) -> Any:
+        if isinstance(message, Relay):  # the agent's pool commands pass at once
+            return self.ctx.forward("pool/main", message.command)
         await self.gate.wait()
         if self.crash:
             raise RuntimeError("memory actor crashed")
@@ -361,7 +380,7 @@ async def _share_to_gated(
         rt.register(
             "memory", lambda ctx: Gated(ctx, gate, log, crash), mailbox_size=1, supervision=stop
         )
-        pool = VouchedPool(rt, config)
+        pool = AgentsPool(rt)
         await pool.ask(Subscribe(agent="gated", topics=("*",)))
         for n in range(shares):
             await pool.ask(Share(text=f"fact {n} holds", source="a"))
@@ -402,17 +421,6 @@ async def test_a_memory_actor_that_stops_fails_its_waiting_deliveries() -> None:
     assert failures and "stopped" in failures[0]["reason"]
 
 
-@pytest.mark.anyio
-async def test_delivery_to_a_missing_memory_kind_is_counted_not_lost_silently() -> None:
-    async with Runtime() as rt:
-        rt.register("pool", PoolActor.factory())
-        pool = VouchedPool(rt)
-        await pool.ask(Subscribe(agent="ghost", topics=("*",)))
-        await pool.ask(Share(text="anyone there", source="a"))
-        stats = await pool.ask(GetPoolStats())
-        assert stats.failed_deliveries == 1 and stats.delivered == 0
-
-
 def test_config_hides_the_key_and_checks_values(monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = decode_config({"hmac_key": KEY, "per_topic_limit": 5}, PoolConfig, source="t.toml")
     assert KEY not in repr(cfg)
@@ -435,7 +443,8 @@ async def test_pool_state_survives_a_restart_with_a_store(tmp_path: Path) -> Non
     config = PoolConfig(hmac_key=KEY)
     async with Runtime() as rt:
         rt.register("pool", PoolActor.factory(config, store))
-        pool = VouchedPool(rt, config)
+        rt.register("memory", lambda ctx: Recorder(ctx, defaultdict(list), config.signer()))
+        pool = AgentsPool(rt)
         await pool.ask(Subscribe(agent="bob", topics=("*",)))
         await pool.ask(Unsubscribe(agent="bob", topics=("sports",)))
         first = await pool.ask(Share(text="the lighthouse lamp is lit at dusk", source="a"))
@@ -443,7 +452,7 @@ async def test_pool_state_survives_a_restart_with_a_store(tmp_path: Path) -> Non
     async with Runtime() as rt:
         rt.register("pool", PoolActor.factory(config, store))
         rt.register("memory", lambda ctx: Recorder(ctx, log, config.signer()))
-        pool = VouchedPool(rt, config)
+        pool = AgentsPool(rt)
         kept = await pool.ask(QueryInsights())
         assert kept == (first.insight,)
         again = await pool.ask(Share(text="The lighthouse lamp is lit at dusk!", source="c"))
@@ -451,7 +460,13 @@ async def test_pool_state_survives_a_restart_with_a_store(tmp_path: Path) -> Non
         await pool.ask(Share(text="the home team lost", source="c", topic="sports"))
         await pool.ask(Share(text="fog rolls in at dawn", source="c", topic="weather"))
         await rt.ref("memory/bob").ask(Count())
-        assert [i.text for i in log["bob"]] == ["fog rolls in at dawn"]
+        # Bob had not confirmed the first delivery, so the restarted pool sent it
+        # again (a real memory skips it: its cursor says it has it; this stand-in
+        # kept nothing). Unsubscribed from sports, it got the weather.
+        assert [i.text for i in log["bob"]] == [
+            "the lighthouse lamp is lit at dusk",
+            "fog rolls in at dawn",
+        ]
 
 
 @pytest.mark.anyio
@@ -462,25 +477,35 @@ async def test_insights_in_other_scripts_are_shared_and_deduplicated(h: Harness)
 
 
 @pytest.mark.anyio
-async def test_the_pool_takes_commands_for_an_agent_only_vouched_for_with_its_key() -> None:
-    config = PoolConfig(hmac_key=KEY)
+async def test_the_pool_takes_commands_for_an_agent_only_from_that_agents_memory() -> None:
     commands: list[AgentCommand] = [
         Subscribe(agent="bob"),
         Unsubscribe(agent="bob", topics=("sports",)),
         Share(text="the ferry leaves at noon", source="alice"),
         RegisterFact(text="the bakery closed", source="alice"),
+        ForgetSource(source="alice"),
     ]
-    async for h in _harness(config):
+    async for h in _harness(PoolConfig(hmac_key=KEY)):
         for cmd in commands:
-            with pytest.raises(InsightSignatureError, match="no voucher"):
+            # Sent from outside any actor (a plain rt.ask): no sender at all.
+            with pytest.raises(InsightSignatureError, match="sent by code outside any actor"):
                 await h.pool.ref.ask(cmd)
-            # Vouched for with another key (another process's random key, say).
-            elsewhere = PoolConfig().voucher().vouch(cmd)
-            with pytest.raises(InsightSignatureError, match=r"set pool\.hmac_key"):
-                await h.pool.ref.ask(elsewhere)
-        assert (await h.stats()).rejected == 2 * len(commands)
-        for cmd in commands:  # the same commands, vouched for with the pool's key
+            # Sent by another agent's memory: the envelope names it, whatever the field says.
+            with pytest.raises(InsightSignatureError, match="sent by 'memory/mallory'"):
+                await h.rt.ref("memory/mallory").ask(Relay(cmd))
+        stats = await h.stats()
+        assert (stats.shared, stats.agents, stats.rejected) == (0, 0, 2 * len(commands))
+        for cmd in commands[:4]:  # the same commands, sent by the agent's own memory
             await h.pool.ask(cmd)
         stats = await h.stats()
-        assert (stats.shared, stats.agents, stats.rejected) == (2, 1, 8)
+        assert (stats.shared, stats.agents) == (2, 1)
         assert await h.received("bob") == ["the ferry leaves at noon", "the bakery closed"]
+
+
+@pytest.mark.anyio
+async def test_only_the_pool_itself_ends_a_drain_of_deferred_deliveries(h: Harness) -> None:
+    forged = DeliveryOutcome(agent="bob", delivered=5, error="gave up")
+    with pytest.raises(InsightSignatureError, match="came from code outside any actor"):
+        await h.pool.ref.ask(forged)
+    stats = await h.stats()
+    assert (stats.delivered, stats.failed_deliveries, stats.rejected) == (0, 0, 1)

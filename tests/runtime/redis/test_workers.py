@@ -226,20 +226,16 @@ def test_a_worker_command_with_an_unreachable_redis_prints_one_line() -> None:
     assert last.startswith("actormem worker: error: connecting to Redis: Redis unavailable")
 
 
-async def test_workers_started_apart_agree_on_vouchers_with_no_shared_secret(
+async def test_a_share_sent_by_a_memory_on_one_worker_reaches_the_pool_on_another(
     redis_config: RedisConfig,
 ) -> None:
-    # No pool key and no ACTORMEM_VOUCHER_KEY: over Redis the deployment's key
-    # prefix keys the vouchers, so an agent's memory on one worker vouches for a
-    # share that the pool on another worker accepts.
+    # With no shared secret: the pool trusts the envelope's sender, which travels
+    # with the envelope, so an agent's memory on one worker hands a share on to the
+    # pool on another, and the pool's delivery comes back as the pool's.
     from actormem.actors import AppConfig, MemoryRuntime
-    from actormem.actors.pool.vouch import VOUCHER_KEY_ENV
 
     config = msgspec.structs.replace(redis_config, shards=4)
-    env = {VOUCHER_KEY_ENV: ""}
-    async with WorkerProcesses(
-        2, config, "actormem.actors.app.wiring:worker_register", env=env
-    ) as workers:
+    async with WorkerProcesses(2, config, "actormem.actors.app.wiring:worker_register") as workers:
         read_owners = owners(workers)
 
         async def shared() -> bool:

@@ -134,6 +134,8 @@ class PoolActor(Actor):
         self._applied: OrderedDict[str, ShareResult] = OrderedDict()
         self._rejected = 0
         self._dirty = False
+        # The transport loaded stored state (over Redis): a session file is older.
+        self._restored = False
 
     @classmethod
     def factory(
@@ -143,7 +145,7 @@ class PoolActor(Actor):
         return functools.partial(cls, config=config, store=store)
 
     async def on_start(self) -> None:
-        if self.store is not None:
+        if self.store is not None and not self._restored:
             await self.store.restore_parts(self.ctx.address, {"pool": _Saved(self)})
         # Restored (here or by the transport): ask every agent whose deliveries are
         # not all confirmed how far it got; what is missing is sent again.
@@ -189,6 +191,7 @@ class PoolActor(Actor):
         """Load the state the transport stored (on activation)."""
         if snapshot is not None:
             self.load_state(msgspec.msgpack.decode(snapshot, type=PoolState))
+            self._restored = True
 
     # -- commands -------------------------------------------------------------------
 

@@ -309,9 +309,9 @@ class AgentMemory(Actor):
     def _delivered(self, delivery: InsightDelivery) -> bool:
         """Take an insight the pool delivered; refuse one from anybody else.
 
-        Returns True when it is new here. Confirms how far the delivery chain got
-        when the pool asks, or when one before this delivery is missing (then the
-        pool sends again what follows).
+        Returns True when it was applied (its chain moved on). Confirms how far the
+        chain got when the pool asks, or when one before this delivery is missing
+        (then the pool sends again what follows).
         """
         sender = self.ctx.sender
         if sender is None or sender.partition("/")[0] != POOL_KIND:

@@ -149,8 +149,11 @@ class PoolActor(Actor):
             await self.store.restore_parts(self.ctx.address, {"pool": _Saved(self)})
         # Restored (here or by the transport): ask every agent whose deliveries are
         # not all confirmed how far it got; what is missing is sent again.
-        for agent, probe in list(self._cursors.probes()):
+        probes = list(self._cursors.probes())
+        for agent, probe in probes:
             self._deliveries.deliver(agent, probe)
+        if probes:
+            log.info("pool_deliveries_probed", agents=len(probes))
 
     async def on_stop(self) -> None:
         if self.store is not None:
@@ -308,8 +311,10 @@ class PoolActor(Actor):
             self._refuse("DeliveryAck", "-", f"{self.config.memory_kind}/<agent>")
         self._cursors.acked(agent, ack.through)
         if ack.resend:
-            for delivery in self._cursors.resend(agent, ack.through):
+            again = self._cursors.resend(agent, ack.through)
+            for delivery in again:
                 self._deliveries.deliver(agent, delivery)
+            log.info("insight_deliveries_resent", agent=agent, after=ack.through, count=len(again))
         self._dirty = True
 
     # -- recipients -------------------------------------------------------------------

@@ -141,7 +141,7 @@ async def test_a_kill_storm_while_agents_share_loses_and_repeats_no_insight(
     history = History()
     rng = random.Random(17)
     kills = 0
-    async with WorkerProcesses(3, config, REGISTER, log_level="warning") as workers:
+    async with WorkerProcesses(3, config, REGISTER, log_level="info") as workers:
 
         async def shared() -> bool:
             return await owners(workers)() == set(workers.ids)
@@ -175,10 +175,13 @@ async def test_a_kill_storm_while_agents_share_loses_and_repeats_no_insight(
                 await run_sharers(rt, history, per_sharer, rng, pause=0.1)
                 done.set()
             held = await check_delivered(rt, redis_client, config, history)
+        logs = "".join(workers.log_path(i).read_text() for i in range(3))
     verdict = history.check(held)
+    probed, resent = logs.count("pool_deliveries_probed"), logs.count("insight_deliveries_resent")
     fault_report.row(
         "pool's and agents' workers SIGKILLed every 1.5 s while agents share",
-        f"3 workers, 4 sharers, 6 subscribers, {kills} kills",
+        f"3 workers, 4 sharers, 6 subscribers, {kills} kills, "
+        f"{probed} pool restarts probing subscribers, {resent} resends",
         verdict,
     )
     assert kills >= 2, "the storm killed workers mid-run"

@@ -36,9 +36,10 @@ Delivery never blocks the pool on a full mailbox (see
 from __future__ import annotations
 
 import functools
+import itertools
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import msgspec
 import structlog
@@ -82,15 +83,24 @@ __all__ = ("AppliedShare", "PoolActor", "PoolState")
 log = structlog.get_logger("actormem.pool")
 
 MAX_QUERY_K: Final = 1_000
+#: The applied shares stored with the pool's state: the newest. (A repeat of an
+#: older new share is still found by its insight's id while the insight is held,
+#: and the transport skips a redelivered envelope by its own id.)
+STORED_APPLIED: Final = 1_000
 
 _encoder = msgspec.msgpack.Encoder()
 
 
 class AppliedShare(msgspec.Struct, frozen=True, kw_only=True):
-    """A share the pool applied, by command id: a repeat of it gets this result."""
+    """A share the pool applied, by command id, as stored: a repeat of it gets the
+    same answer. ``insight`` is None when the answer's insight is the held one of
+    the same id (a new share's)."""
 
     id: str
-    result: ShareResult
+    status: Literal["new", "duplicate", "near_duplicate"]
+    similarity: float = 1.0
+    recipients: int = 0
+    insight: Insight | None = None
 
 
 class PoolState(msgspec.Struct, frozen=True, kw_only=True):
@@ -164,7 +174,7 @@ class PoolActor(Actor):
         return PoolState(
             insights=self._topics.insights(),
             subscriptions=self._subs.export(),
-            applied=[AppliedShare(id=k, result=v) for k, v in self._applied.items()],
+            applied=self._stored_applied(),
             cursors=self._cursors.export(),
             delivery_number=self._cursors.number,
         )
@@ -177,8 +187,33 @@ class PoolActor(Actor):
         """
         self._topics.load(state.insights)
         self._subs.load(state.subscriptions)
-        self._applied = OrderedDict((a.id, a.result) for a in state.applied)
+        self._applied = OrderedDict()
+        for a in state.applied:
+            insight = a.insight or self._topics.find(a.id)
+            if insight is not None:
+                self._applied[a.id] = ShareResult(
+                    status=a.status,
+                    insight=insight,
+                    similarity=a.similarity,
+                    recipients=a.recipients,
+                )
         self._cursors.load(state.delivery_number, state.cursors)
+
+    def _stored_applied(self) -> list[AppliedShare]:
+        newest = list(itertools.islice(reversed(self._applied.items()), STORED_APPLIED))
+        out = []
+        for key, result in reversed(newest):
+            held = result.status == "new" and self._topics.find(key) is not None
+            out.append(
+                AppliedShare(
+                    id=key,
+                    status=result.status,
+                    similarity=result.similarity,
+                    recipients=result.recipients,
+                    insight=None if held else result.insight,
+                )
+            )
+        return out
 
     # -- durable state (the protocol of actormem.runtime.state) -------------------------
 

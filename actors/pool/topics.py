@@ -90,12 +90,23 @@ class Topics:
         evicted: insights dropped to keep a topic within its limit.
     """
 
-    __slots__ = ("_config", "_signer", "_topics", "deduplicated", "evicted", "near", "shared")
+    __slots__ = (
+        "_config",
+        "_signer",
+        "_topic_of",
+        "_topics",
+        "deduplicated",
+        "evicted",
+        "near",
+        "shared",
+    )
 
     def __init__(self, config: PoolConfig, signer: InsightSigner | None) -> None:
         self._config = config
         self._signer = signer
         self._topics: dict[str, _Topic] = {}
+        # The topic of every held insight, by id.
+        self._topic_of: dict[str, str] = {}
         self.shared = 0
         self.deduplicated = 0
         self.near = 0
@@ -118,6 +129,7 @@ class Topics:
         An insight that fails the configured HMAC key is dropped and logged.
         """
         self._topics.clear()
+        self._topic_of.clear()
         for insight in sorted(insights, key=lambda i: i.id):
             if self._signer is not None and not self._signer.verify(insight):
                 log.warning("insight_rejected", insight=insight.id, reason="bad saved HMAC")
@@ -126,6 +138,7 @@ class Topics:
             if bucket is None:
                 bucket = self._topics[insight.topic] = _Topic(self._config)
             bucket.insights[insight.id] = insight
+            self._topic_of[insight.id] = insight.topic
             if not insight.erased:
                 bucket.index.add(insight.id, insight.text)
 
@@ -183,6 +196,7 @@ class Topics:
         if self._signer is not None:
             insight = self._signer.sign(insight)
         bucket.insights[insight.id] = insight
+        self._topic_of[insight.id] = topic
         bucket.index.add(insight.id, text)
         self.shared += 1
         self._enforce_limit(topic, bucket)
@@ -192,17 +206,15 @@ class Topics:
         while len(bucket.insights) > self._config.per_topic_limit:
             victim = min(bucket.insights.values(), key=lambda i: (i.importance, i.created))
             del bucket.insights[victim.id]
+            self._topic_of.pop(victim.id, None)
             bucket.index.remove(victim.id)
             self.evicted += 1
             log.debug("insight_evicted", topic=topic, insight=victim.id)
 
     def find(self, insight_id: str) -> Insight | None:
         """The held insight with this id, if any."""
-        for bucket in self._topics.values():
-            found = bucket.insights.get(insight_id)
-            if found is not None:
-                return found
-        return None
+        topic = self._topic_of.get(insight_id)
+        return None if topic is None else self._topics[topic].insights.get(insight_id)
 
     def erase_source(self, source: str) -> list[Insight]:
         """Remove the text of every insight ``source`` shared, keeping its provenance

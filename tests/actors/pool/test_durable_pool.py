@@ -11,11 +11,13 @@ import msgspec
 import pytest
 
 from actormem.actors import AppConfig, MemoryRuntime
-from actormem.actors.pool.actor import PoolState
-from actormem.actors.pool.commands import GetPoolStats, PoolStats
+from actormem.actors.memory.commands import ToPool
+from actormem.actors.pool.actor import STORED_APPLIED, PoolActor, PoolState
+from actormem.actors.pool.commands import GetPoolStats, PoolStats, Share, ShareResult
 from actormem.actors.pool.cursors import ACK_EVERY, Cursor, Cursors, PendingDelivery
 from actormem.actors.pool.insights import Insight, make_insight
 from actormem.actors.recall.inbox import InsightInbox
+from actormem.runtime import ActorContext, Runtime
 from actormem.runtime.redis import Keys, RedisConfig, RedisTransport, shard_of
 from actormem.runtime.redis._client import connect
 
@@ -77,15 +79,21 @@ def test_a_chain_the_pool_gave_up_on_goes_on_from_where_the_memory_stands() -> N
 async def test_the_pool_survives_a_restart_over_redis(
     make_redis_transport: Callable[[], RedisTransport],
 ) -> None:
+    share = Share(text="the bridge closes at nine", source="alice", topic="news")
+    near = Share(text="The bridge closes at nine!", source="carol", topic="news")
     async with MemoryRuntime(AppConfig(), transport=make_redis_transport()) as rt:
         bob = rt.memory("bob")
         await bob.subscribe("news")
-        first = await rt.memory("alice").share("the bridge closes at nine", "news")
+        first = await _as_agent(rt, share)
         await rt.memory("carol").share("the market opens at six", "news")
+        dup = await _as_agent(rt, near)
+        assert (first.status, first.recipients, dup.status) == ("new", 1, "duplicate")
     async with MemoryRuntime(AppConfig(), transport=make_redis_transport()) as rt:
         stats = await rt.ask(POOL, GetPoolStats())
         assert (stats.insights, stats.agents) == (2, 1)
-        # The share's id is remembered: sent again, it is not applied again.
+        # The shares' ids are remembered: sent again, each gets its first answer.
+        assert await _as_agent(rt, share) == first
+        assert await _as_agent(rt, near) == dup
         repeat = await rt.memory("alice").share("the bridge closes at nine", "news")
         assert repeat.status == "duplicate" and repeat.insight.id == first.insight.id
         await rt.memory("dave").share("the ferry is late today", "news")  # bob still subscribed
@@ -95,6 +103,12 @@ async def test_the_pool_survives_a_restart_over_redis(
             "the ferry is late today",
             "the market opens at six",
         ]
+
+
+async def _as_agent(rt: MemoryRuntime, share: Share) -> ShareResult:
+    """Send ``share`` as its source (through its memory), with its own id."""
+    value = await rt.ask(f"memory/{share.source}", ToPool(command=share))
+    return msgspec.convert(value, ShareResult)
 
 
 async def test_a_restarted_pool_sends_again_what_a_subscriber_did_not_get(
@@ -129,3 +143,20 @@ async def test_a_restarted_pool_sends_again_what_a_subscriber_did_not_get(
                 await anyio.sleep(0.02)
         held = await bob.held_insights(k=10)
         assert sorted(i.id for i in held) == sorted(i.id for i in insights)  # each once
+
+
+async def test_the_stored_applied_shares_are_the_newest_and_compact() -> None:
+    pool = PoolActor(ActorContext(Runtime(), POOL))
+    pool.ctx.sender = "memory/a"  # as the pool sees a share alice's memory sent
+    answers = []
+    for n in range(STORED_APPLIED + 5):
+        text = f"w{n} x{n} y{n} z{n}"
+        answers.append(await pool.receive(Share(text=text, source="a", topic=f"t{n % 10}")))
+    answers.append(await pool.receive(Share(text="w7 x7 y7 z7", source="a", topic="t7")))
+    state = pool.export_state()
+    assert len(state.applied) == STORED_APPLIED
+    # A new share's answer names the held insight of its own id: stored without it.
+    assert [a.insight is not None for a in state.applied].count(True) == 1  # the duplicate
+    again = PoolActor(ActorContext(Runtime(), POOL))
+    again.durable_restore(msgspec.msgpack.encode(state), [])
+    assert list(again._applied.values()) == answers[-STORED_APPLIED:]

@@ -73,9 +73,9 @@ class SharingOps(HandleBase):
         return await self._as_agent(Unsubscribe(agent=self.agent, topics=topics or ("*",)))
 
     async def forget_shares(self) -> int:
-        """Remove from the pool the text of every insight this agent shared (their
-        provenance stays), and its subscriptions and delivery cursor; return how
-        many insights lost their text."""
+        """Remove the text of every insight this agent shared from the pool and from
+        the memories it reached (their provenance stays), and drop its subscriptions
+        and delivery cursor; return how many insights lost their text."""
         return await self._as_agent(ForgetSource(source=self.agent))
 
     async def insights(self, topic: str = "*", k: int = 5) -> list[Insight]:

@@ -397,18 +397,28 @@ class PoolActor(Actor):
 
     def _forget(self, source: str) -> int:
         """Remove the text of everything ``source`` shared (provenance stays), and its
-        subscriptions and delivery cursor; return how many insights lost their text."""
-        erased = self._topics.erase_source(source)
-        self._cursors.erase(erased)
+        subscriptions and delivery cursor; return how many insights lost their text.
+
+        Every agent the pool delivers to gets each erased insight, as the next
+        delivery of its chain: its memory drops the copy it holds.
+        """
+        fresh = {i.id: i for i in self._topics.erase_source(source)}
         for key, result in self._applied.items():
-            if result.insight.source == source and not result.insight.erased:
-                blank = self._topics.erased(result.insight)
-                self._applied[key] = msgspec.structs.replace(result, insight=blank)
+            insight = result.insight
+            if insight.source != source or insight.erased:
+                continue
+            blank = fresh.get(insight.id) or self._topics.erased(insight)
+            fresh[blank.id] = blank  # shared, delivered, and no longer held
+            self._applied[key] = msgspec.structs.replace(result, insight=blank)
+        self._cursors.erase(fresh.values())
         self._subs.remove(source)
         self._cursors.drop(source)
+        for agent in self._cursors.agents():
+            for blank in fresh.values():
+                self._deliver(agent, blank)
         self._dirty = True
-        log.info("pool_source_forgotten", source=source[:64], insights=len(erased))
-        return len(erased)
+        log.info("pool_source_forgotten", source=source[:64], insights=len(fresh))
+        return len(fresh)
 
     # -- queries ------------------------------------------------------------------------
 

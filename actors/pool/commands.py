@@ -212,7 +212,9 @@ class DeliveryOutcome(Command[None], frozen=True, kw_only=True):
 class ForgetSource(Command[int], frozen=True, kw_only=True):
     """Forget what ``source`` shared: the text of each of its insights is removed
     (id, source, topic, importance and time stay, marked ``erased``), its
-    subscriptions and delivery cursors are dropped, and that is stored.
+    subscriptions and delivery cursors are dropped, and that is stored. Each erased
+    insight is delivered to every agent the pool delivers to, whose memory drops
+    its copy.
 
     Replies how many insights lost their text. Taken only from ``memory/<source>``.
     """

@@ -81,6 +81,10 @@ class Cursors:
     def __len__(self) -> int:
         return len(self._by_agent)
 
+    def agents(self) -> list[str]:
+        """Every agent with a chain (delivered to, and not forgotten)."""
+        return list(self._by_agent)
+
     def pending(self) -> int:
         """Deliveries not confirmed yet, over every agent."""
         return sum(len(c.pending) for c in self._by_agent.values())

@@ -171,7 +171,8 @@ class InsightInbox(SnapshotState[InboxState]):
         Returns whether it was applied (the chain moved on), the number the chain
         stands at now, and whether to tell the pool that a delivery before this one
         is missing (reported once per place in the chain, unless the pool asks).
-        An erased insight moves the chain on and is not held.
+        An erased insight (its source was forgotten) moves the chain on and drops
+        the copy held of it, if any.
 
         Raises:
             InsightSignatureError: a key is configured and the HMAC is missing or
@@ -187,7 +188,11 @@ class InsightInbox(SnapshotState[InboxState]):
             self._reported[pool] = through
             return False, through, report
         self._cursors[pool] = delivery.number
-        if not delivery.insight.erased:
+        if delivery.insight.erased:
+            held = self._held.get(delivery.insight.id)
+            if held is not None:
+                self._forget(held)
+        else:
             self.accept(delivery.insight)
         return True, delivery.number, False
 

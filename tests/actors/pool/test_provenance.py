@@ -23,7 +23,8 @@ from actormem.actors.pool.commands import (
 )
 from actormem.actors.pool.insights import InsightDelivery, make_insight
 from actormem.runtime import Actor
-from actormem.runtime.redis import register_message_types
+from actormem.runtime.redis import RedisTransport, register_message_types, shard_of
+from tests.support.streams import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -130,8 +131,17 @@ async def test_forgetting_a_source_keeps_provenance_and_drops_its_subscriptions(
     first = await alice.share("the canary sings at dawn over the quarry", "birds")
     second = await alice.share("the canary nests behind the mill", "birds")
     kept = await bob.share("the owl hunts at night", "birds")
+    assert sorted(i.text for i in await carol.held_insights(k=10))[0].startswith("the canary")
     assert await alice.forget_shares() == 2
     assert await alice.forget_shares() == 0  # nothing left to erase
+    # The copies carol's memory held go too (the pool delivers each erased insight).
+
+    async def erased() -> bool:
+        return not any("canary" in i.text for i in await carol.held_insights(k=10))
+
+    await eventually(erased, "the copies carol held are dropped", limit=10.0)
+    assert [i.text for i in await carol.held_insights(k=10)] == [kept.insight.text]
+    await _assert_stored_nowhere(memory_rt, "canary", ["pool/main", "memory/carol"])
     stats = await memory_rt.ask("pool/main", GetPoolStats())
     assert (stats.insights, stats.agents) == (3, 1)  # provenance stays; alice is gone
     assert [i.text for i in await carol.insights()] == [kept.insight.text]
@@ -142,9 +152,26 @@ async def test_forgetting_a_source_keeps_provenance_and_drops_its_subscriptions(
     assert again.insight.source == "alice" and again.insight.topic == "birds"
     # No longer subscribed: bob's next insight does not reach alice.
     await bob.share("the heron fishes at the weir", "birds")
-    assert [i.source for i in await carol.held_insights(k=10)].count("bob") == 2
+    assert [i.text for i in await carol.held_insights(k=10)] == [
+        "the heron fishes at the weir",
+        kept.insight.text,
+    ]
     assert "the heron fishes at the weir" not in [i.text for i in await alice.held_insights()]
     assert second.insight.id != first.insight.id
     # Only alice's memory forgets alice.
     with pytest.raises(InsightSignatureError, match="ForgetSource acts for agent 'bob'"):
         await memory_rt.ask("pool/main", ForgetSource(source="bob"))
+
+
+async def _assert_stored_nowhere(rt: MemoryRuntime, text: str, addresses: list[str]) -> None:
+    """Over Redis: ``text`` is in none of these actors' stored state (snapshot, log)."""
+    transport = rt.transport
+    if not isinstance(transport, RedisTransport):
+        return
+    client, keys, shards = transport.client, transport.keys, transport.config.shards
+    for address in addresses:
+        shard = shard_of(address, shards)
+        snapshot = await client.get(keys.actor_snapshot(shard, address)) or b""
+        log = await client.lrange(keys.actor_log(shard, address), 0, -1)
+        assert snapshot, address  # stored, and without the text
+        assert text.encode() not in snapshot + b"".join(log), address

@@ -11,6 +11,7 @@ whether any was lost, applied twice, or applied out of its sharer's order.
 from __future__ import annotations
 
 import random
+import time
 
 import anyio
 import msgspec
@@ -20,7 +21,13 @@ import redis.asyncio as aioredis
 from actormem.actors import AppConfig, MemoryRuntime
 from actormem.actors.memory.commands import ToPool
 from actormem.actors.memory.snapshot import decode_snapshot
-from actormem.actors.pool.commands import POOL_ADDRESS, GetPoolStats, PoolStats, Share
+from actormem.actors.pool.commands import (
+    POOL_ADDRESS,
+    GetPoolStats,
+    PoolStats,
+    Share,
+    ShareResult,
+)
 from actormem.actors.recall.inbox import InboxState
 from actormem.runtime import AskTimeoutError, RuntimeConfig
 from actormem.runtime.redis import Keys, RedisConfig, RedisTransport, shard_of
@@ -62,17 +69,35 @@ async def held_in_order(
     return out
 
 
-async def share_until_acknowledged(rt: MemoryRuntime, sharer: str, text: str) -> str:
+class Timeouts:
+    """Shares whose ask timed out: all of them, and those the pool had applied (the
+    answer to the share sent again, with the same id, names an insight made before
+    it was sent)."""
+
+    def __init__(self) -> None:
+        self.all = 0
+        self.applied = 0
+
+
+async def share_until_acknowledged(
+    rt: MemoryRuntime, sharer: str, text: str, timeouts: Timeouts
+) -> str:
     """Share ``text`` as ``sharer`` until the pool answers, asking again with the same
     share id (so the pool applies it once); the insight's id."""
     share = Share(text=text, source=sharer, topic="news")
+    timed_out = False
     while True:
+        sent_at = time.time()
         try:
             result = await rt.ask(f"memory/{sharer}", ToPool(command=share), ASK_AGAIN_AFTER)
         except AskTimeoutError:
+            timed_out = True
+            timeouts.all += 1
             continue
-        insight = result["insight"] if isinstance(result, dict) else result.insight
-        assert (insight["id"] if isinstance(insight, dict) else insight.id) == share.id
+        insight = msgspec.convert(result, ShareResult).insight
+        assert insight.id == share.id
+        if timed_out and insight.created < sent_at:
+            timeouts.applied += 1
         return share.id
 
 
@@ -94,7 +119,12 @@ def client(config: RedisConfig) -> MemoryRuntime:
 
 
 async def run_sharers(
-    rt: MemoryRuntime, history: History, per_sharer: int, rng: random.Random, pause: float = 0.0
+    rt: MemoryRuntime,
+    history: History,
+    per_sharer: int,
+    rng: random.Random,
+    timeouts: Timeouts,
+    pause: float = 0.0,
 ) -> None:
     """Every sharer shares ``per_sharer`` insights, one after another (``pause`` s
     apart), recording each acknowledged one for every subscriber."""
@@ -103,7 +133,7 @@ async def run_sharers(
         for n in range(per_sharer):
             await anyio.sleep(pause)
             text = insight_text(rng, name, n)
-            insight = await share_until_acknowledged(rt, name, text)
+            insight = await share_until_acknowledged(rt, name, text, timeouts)
             for agent in SUBSCRIBERS:
                 history.sent(f"{insight}@{agent}", agent, text, producer=name)
 
@@ -140,6 +170,7 @@ async def test_a_kill_storm_while_agents_share_loses_and_repeats_no_insight(
     config = msgspec.structs.replace(redis_config, shards=6)
     history = History()
     rng = random.Random(17)
+    timeouts = Timeouts()
     kills = 0
     async with WorkerProcesses(3, config, REGISTER, log_level="info") as workers:
 
@@ -172,7 +203,7 @@ async def test_a_kill_storm_while_agents_share_loses_and_repeats_no_insight(
             done = anyio.Event()
             async with anyio.create_task_group() as tg:
                 tg.start_soon(storm, done)
-                await run_sharers(rt, history, per_sharer, rng, pause=0.1)
+                await run_sharers(rt, history, per_sharer, rng, timeouts, pause=0.1)
                 done.set()
             held = await check_delivered(rt, redis_client, config, history)
         logs = "".join(workers.log_path(i).read_text() for i in range(3))
@@ -181,8 +212,10 @@ async def test_a_kill_storm_while_agents_share_loses_and_repeats_no_insight(
     fault_report.row(
         "pool's and agents' workers SIGKILLed every 1.5 s while agents share",
         f"3 workers, 4 sharers, 6 subscribers, {kills} kills, "
-        f"{probed} pool restarts probing subscribers, {resent} resends",
+        f"{probed} pool restarts probing subscribers, {resent} resends, "
+        f"{timeouts.all} shares timed out",
         verdict,
+        applied_timed_out=timeouts.applied,
     )
     assert kills >= 2, "the storm killed workers mid-run"
     assert verdict.ok, str(verdict)
@@ -195,13 +228,14 @@ async def test_the_pool_s_worker_restarted_gracefully_keeps_broadcasting(
     # The pool's insights and subscriptions are still there, and broadcast goes on.
     history = History()
     rng = random.Random(3)
+    timeouts = Timeouts()
     async with WorkerProcesses(1, redis_config, REGISTER, log_level="warning") as workers:
         await eventually(owners(workers), "the worker owns the shards")
         async with client(redis_config) as rt:
             for agent in SUBSCRIBERS:
                 await rt.memory(agent).subscribe("news")
             for _ in range(3):
-                await run_sharers(rt, history, 5, rng)
+                await run_sharers(rt, history, 5, rng, timeouts)
                 await workers.stop(0)
                 workers.start(0)
             stats: PoolStats = await rt.ask(POOL_ADDRESS, GetPoolStats())
@@ -209,8 +243,9 @@ async def test_the_pool_s_worker_restarted_gracefully_keeps_broadcasting(
     verdict = history.check(held)
     fault_report.row(
         "pool's worker restarted with SIGTERM (a deploy), 3 times",
-        "1 worker, 4 sharers, 6 subscribers",
+        f"1 worker, 4 sharers, 6 subscribers, {timeouts.all} shares timed out",
         verdict,
+        applied_timed_out=timeouts.applied,
     )
     assert (stats.insights, stats.agents) == (len(history) // len(SUBSCRIBERS), 6)
     assert verdict.ok, str(verdict)

@@ -24,7 +24,7 @@ import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Sequence
-from importlib.metadata import entry_points
+from importlib.metadata import PackageNotFoundError, entry_points, version
 from types import ModuleType
 from typing import NoReturn, TypeVar
 
@@ -34,7 +34,14 @@ from anyio.abc import TaskStatus
 from actormem.runtime.errors import ActormemError
 from actormem.runtime.logging import configure_logging
 
-__all__ = ("OneLineParser", "StopSignals", "main", "parser")
+__all__ = (
+    "OneLineParser",
+    "StopSignals",
+    "main",
+    "package_version",
+    "parser",
+    "positive_int",
+)
 
 #: The entry-point group whose modules add the commands.
 COMMANDS_GROUP = "actormem.commands"
@@ -133,6 +140,17 @@ class StopSignals:
         scope.cancel()
 
 
+def positive_int(text: str) -> int:
+    """An argument type: a whole number >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {value}")
+    return value
+
+
 def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
@@ -143,6 +161,7 @@ def parser() -> argparse.ArgumentParser:
         prog="actormem",
         description="An actor-based memory runtime for multi-agent LLM systems.",
     )
+    top.add_argument("--version", action="version", version=f"actormem {package_version()}")
     top.add_argument(
         "--log-format",
         choices=("console", "json"),
@@ -160,6 +179,14 @@ def parser() -> argparse.ArgumentParser:
     for module in command_modules():
         module.add_commands(subs)
     return top
+
+
+def package_version() -> str:
+    """The installed package's version (``0+unknown`` when it is not installed)."""
+    try:
+        return version("actormem")
+    except PackageNotFoundError:
+        return "0+unknown"
 
 
 def command_modules() -> list[ModuleType]:

@@ -15,11 +15,13 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from actormem.actors.app import ops
 from actormem.actors.app.runs import for_run, new_run_id, open_run
 from actormem.actors.app.simulation import SimulationReport, report_dict, run_simulation
 from actormem.actors.app.wiring import CONFIG_ENV, MemoryRuntime
 from actormem.actors.config import AppConfig, load_app_config
 from actormem.runtime.cli import StopSignals
+from actormem.runtime.cli import positive_int as _positive
 from actormem.runtime.config import LoggingConfig, decode_config, redacted
 from actormem.runtime.errors import ConfigError
 from actormem.runtime.logging import configure_logging
@@ -99,16 +101,7 @@ def add_commands(subs: Any) -> None:
     )
     cfg.add_argument("config", nargs="?", default=None, help="a TOML config")
     cfg.set_defaults(func=_show_config)
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {value}")
-    return value
+    ops.add_commands(subs)
 
 
 def _name(what: str) -> Callable[[str], str]:

@@ -45,6 +45,7 @@ class Survey:
             heartbeat plus ``lease_ms``).
         leases: shard -> lease value, for the shards that have a lease.
         shards: the number of shards.
+        expires_in_ms: shard -> the milliseconds its lease has left, where read.
     """
 
     now_ms: int
@@ -52,6 +53,7 @@ class Survey:
     registered: dict[str, int]
     leases: dict[int, str]
     shards: int
+    expires_in_ms: dict[int, int] = field(default_factory=dict)
     held: Counter[str] = field(init=False)
 
     def __post_init__(self) -> None:

@@ -13,14 +13,17 @@ returns, whatever its outcome.
 
 :func:`requeue_dead_letters` puts dead letters back on their shard streams (the
 commands a stopped actor refused during its back-off, say), each with its own
-command id, so it is applied once however often it is requeued.
+command id, so it is applied once however often it is requeued;
+:func:`read_dead_letters` reads them (nothing else) and :func:`drop_dead_letters`
+deletes them.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio
@@ -49,7 +52,16 @@ if TYPE_CHECKING:
     from actormem.runtime.redis._shards import Link, Shard
     from actormem.runtime.redis.config import RedisConfig
 
-__all__ = ("DeadLetters", "given_up", "requeue_dead_letters")
+__all__ = (
+    "DeadLetter",
+    "DeadLetters",
+    "count_dead_letters",
+    "drop_dead_letters",
+    "given_up",
+    "is_letter_id",
+    "read_dead_letters",
+    "requeue_dead_letters",
+)
 
 log = structlog.get_logger("actormem.redis")
 
@@ -298,3 +310,114 @@ def _requeueable(letter: str, data: bytes | None) -> _Command | None:
     if not command.id:
         command.id = hashlib.blake2b(f"dead letter {letter}".encode(), digest_size=16).hexdigest()
     return command
+
+
+#: A dead letter's id: the dead-letter stream's entry id.
+_LETTER_ID: Final = re.compile(r"^[0-9]{1,20}-[0-9]{1,20}$")
+
+
+def is_letter_id(text: str) -> bool:
+    """Whether ``text`` has the shape of a dead letter's id (``1732560000000-0``)."""
+    return bool(_LETTER_ID.match(text))
+
+
+class DeadLetter(msgspec.Struct, frozen=True, kw_only=True):
+    """One dead letter as it is stored.
+
+    Attributes:
+        id: its entry id in the dead-letter stream (its time, in ms, comes first).
+        reason: why it was given up on.
+        stream: the shard stream it came from.
+        entry: its entry id there.
+        worker: the worker that gave up on it.
+        data: the original envelope as it was read (None if there was none).
+    """
+
+    id: str
+    reason: str
+    stream: str = ""
+    entry: str = ""
+    worker: str = ""
+    data: bytes | None = None
+
+    @property
+    def time(self) -> float:
+        """When it was dead-lettered (Unix time, s)."""
+        return int(self.id.partition("-")[0]) / 1000
+
+
+def _letter(raw_id: bytes, fields: dict[bytes, bytes]) -> DeadLetter:
+    def text(name: bytes) -> str:
+        return fields.get(name, b"").decode("utf-8", "replace")
+
+    return DeadLetter(
+        id=raw_id.decode(),
+        reason=text(b"reason"),
+        stream=text(b"stream"),
+        entry=text(b"entry"),
+        worker=text(b"worker"),
+        data=fields.get(b"e"),
+    )
+
+
+async def read_dead_letters(
+    client: aioredis.Redis,
+    config: RedisConfig,
+    *,
+    ids: Sequence[str] | None = None,
+    limit: int | None = None,
+) -> list[DeadLetter]:
+    """Read dead letters, oldest first (read-only).
+
+    Args:
+        client: a client of the deployment's Redis.
+        config: the deployment's ``[redis]`` section (its prefix).
+        ids: read only these (those that exist, in the order given; ids that are
+            not dead-letter ids are skipped).
+        limit: read at most this many (with no ``ids``).
+
+    Raises:
+        TransportError: Redis refused or is unreachable.
+    """
+    redis: Any = client  # redis-py's stream replies are loosely typed
+    stream = Keys(config.prefix).dead_letters()
+    with redis_errors(f"XRANGE {stream}"):
+        if ids is None:
+            page = await redis.xrange(stream, "-", "+", count=limit)
+            return [_letter(raw_id, fields) for raw_id, fields in page]
+        found: list[DeadLetter] = []
+        for letter in dict.fromkeys(ids):
+            if is_letter_id(letter):
+                found += [_letter(r, f) for r, f in await redis.xrange(stream, letter, letter)]
+        return found
+
+
+async def count_dead_letters(client: aioredis.Redis, config: RedisConfig) -> int:
+    """How many dead letters there are (read-only).
+
+    Raises:
+        TransportError: Redis refused or is unreachable.
+    """
+    stream = Keys(config.prefix).dead_letters()
+    with redis_errors(f"XLEN {stream}"):
+        return int(await client.xlen(stream))
+
+
+async def drop_dead_letters(
+    client: aioredis.Redis, config: RedisConfig, ids: Sequence[str]
+) -> list[str]:
+    """Delete these dead letters; returns the ids of those that existed.
+
+    Raises:
+        TransportError: Redis refused or is unreachable (what was deleted stays so).
+    """
+    stream = Keys(config.prefix).dead_letters()
+    dropped: list[str] = []
+    for letter in dict.fromkeys(ids):
+        if not is_letter_id(letter):
+            continue
+        with redis_errors(f"XDEL {stream}"):
+            if await client.xdel(stream, letter):
+                dropped.append(letter)
+                log.info("dead_letter_dropped", entry=letter)
+    return dropped

@@ -29,7 +29,7 @@ from actormem.runtime.redis._balance import Survey, holder_of
 from actormem.runtime.redis._client import eval_pipelined, redis_errors
 from actormem.runtime.redis.keys import Keys
 
-__all__ = ("LeaseManager",)
+__all__ = ("LeaseManager", "read_survey")
 
 log = structlog.get_logger("actormem.redis")
 
@@ -145,16 +145,12 @@ class LeaseManager:
                 pipe.zrange(key, 0, -1, withscores=True)
                 pipe.pexpire(key, self._lease_ms * 10)
                 result = await pipe.execute()
-        with redis_errors("reading the shard leases"):
-            async with self._client.pipeline(transaction=False) as pipe:
-                for shard in range(self._shards):
-                    pipe.get(self._keys.lease(shard))
-                values = await pipe.execute()
+        leases, _ = await _read_leases(self._client, self._keys, self._shards, ttls=False)
         return Survey(
             now_ms=now_ms,
             lease_ms=self._lease_ms,
             registered={w.decode(): int(score) for w, score in result[2]},
-            leases={s: v.decode() for s, v in enumerate(values) if v is not None},
+            leases=leases,
             shards=self._shards,
         )
 
@@ -274,3 +270,52 @@ class LeaseManager:
             self.owned.pop(shard, None)
             self._renewed.pop(shard, None)
         await self._lost(shards, released)
+
+
+async def read_survey(client: aioredis.Redis, keys: Keys, shards: int, lease_ms: int) -> Survey:
+    """Read the worker registry and every shard's lease, with the time each lease has
+    left (``Survey.expires_in_ms``), without registering: read-only.
+
+    Args:
+        client: a client of the deployment's Redis.
+        keys: its key names.
+        shards: its number of shards.
+        lease_ms: its leases' time to live.
+
+    Raises:
+        TransportUnavailableError: Redis did not answer.
+        TransportError: Redis refused.
+    """
+    now_ms = int(time.time() * 1000)
+    redis: Any = client  # redis-py's zset replies are loosely typed
+    with redis_errors("reading the worker registry"):
+        registered = await redis.zrange(keys.workers(), 0, -1, withscores=True)
+    leases, left = await _read_leases(client, keys, shards, ttls=True)
+    return Survey(
+        now_ms=now_ms,
+        lease_ms=lease_ms,
+        registered={w.decode(): int(score) for w, score in registered},
+        leases=leases,
+        shards=shards,
+        expires_in_ms=left,
+    )
+
+
+async def _read_leases(
+    client: aioredis.Redis, keys: Keys, shards: int, *, ttls: bool
+) -> tuple[dict[int, str], dict[int, int]]:
+    """Every shard's lease value (shards with none left out) and, with ``ttls``, the
+    milliseconds each has left, in one round trip."""
+    with redis_errors("reading the shard leases"):
+        async with client.pipeline(transaction=False) as pipe:
+            for shard in range(shards):
+                pipe.get(keys.lease(shard))
+                if ttls:
+                    pipe.pttl(keys.lease(shard))
+            values = await pipe.execute()
+    step = 2 if ttls else 1
+    leases = {s: v.decode() for s, v in enumerate(values[::step]) if v is not None}
+    left: dict[int, int] = {}
+    if ttls:
+        left = {s: int(t) for s, t in enumerate(values[1::2]) if s in leases and int(t) >= 0}
+    return leases, left

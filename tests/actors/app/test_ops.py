@@ -1,0 +1,283 @@
+"""The operator's commands against real worker processes: ``dead-letters`` and
+``health``, run as a user runs them (``actormem ...`` in a subprocess)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+
+import msgspec
+import pytest
+import redis.asyncio as aioredis
+from anyio import run_process
+
+from actormem.actors import AppConfig, MemoryRuntime
+from actormem.actors.app.wiring import CONFIG_ENV
+from actormem.actors.memory.commands import Add
+from actormem.actors.messages import Message
+from actormem.runtime._envelope import Envelope
+from actormem.runtime.config import RuntimeConfig
+from actormem.runtime.redis import Keys, RedisConfig, default_codec, shard_of
+from actormem.runtime.redis.transport import RedisTransport
+from actormem.runtime.redis.worker import WorkerProcesses
+from tests.support import ROOT
+from tests.support.streams import eventually, every_worker_owns_shards
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+APP = "actormem.actors.app.wiring:worker_register"
+
+
+class Ran(msgspec.Struct):
+    code: int
+    out: str
+    err: str
+
+
+async def cli(*args: str) -> Ran:
+    proc = await run_process(
+        [sys.executable, "-m", "actormem.runtime.cli", *args], check=False, cwd=ROOT
+    )
+    return Ran(proc.returncode, proc.stdout.decode(), proc.stderr.decode())
+
+
+def write_config(path: Path, redis: RedisConfig) -> str:
+    """The deployment's TOML config (as an operator keeps one for its workers)."""
+    path.write_text(
+        '[runtime]\ntransport = "redis"\n\n[redis]\n'
+        f'url = "{redis.url}"\nprefix = "{redis.prefix}"\nshards = {redis.shards}\n'
+        f"lease_ms = {redis.lease_ms}\nclaim_idle_ms = {redis.claim_idle_ms}\n"
+        f"block_ms = {redis.block_ms}\n"
+    )
+    return str(path)
+
+
+@pytest.fixture
+def config_file(tmp_path: Path, redis_config: RedisConfig) -> str:
+    return write_config(tmp_path / "deployment.toml", redis_config)
+
+
+@asynccontextmanager
+async def deployment(
+    redis_config: RedisConfig, config_file: str, workers: int
+) -> AsyncIterator[WorkerProcesses]:
+    async with WorkerProcesses(
+        workers, redis_config, APP, env={CONFIG_ENV: config_file}, log_level="warning"
+    ) as procs:
+        await every_worker_owns_shards(procs)
+        yield procs
+
+
+@asynccontextmanager
+async def app_client(redis_config: RedisConfig) -> AsyncIterator[MemoryRuntime]:
+    config = AppConfig(redis=redis_config, runtime=RuntimeConfig(ask_timeout=30.0))
+    transport = RedisTransport(redis_config.url, redis_config, worker=False)
+    async with MemoryRuntime(config, transport=transport) as rt:
+        yield rt
+
+
+def said(text: str) -> str:
+    return f"said: {text}"
+
+
+async def add_letter(
+    client: aioredis.Redis, config: RedisConfig, data: bytes, reason: str, entry: str = "1-0"
+) -> str:
+    """A dead letter as a worker writes one (the fields of DeadLetters.write)."""
+    stream = Keys(config.prefix).stream(0)
+    fields = {b"reason": reason, b"stream": stream, b"entry": entry, b"worker": "w-x", b"e": data}
+    return (await client.xadd(Keys(config.prefix).dead_letters(), fields)).decode()  # type: ignore[arg-type]
+
+
+async def test_dead_letters_list_show_requeue_drop_against_workers(
+    redis_client: aioredis.Redis, redis_config: RedisConfig, config_file: str
+) -> None:
+    keys = Keys(redis_config.prefix)
+    async with deployment(redis_config, config_file, 2), app_client(redis_config) as rt:
+        alice = rt.memory("alice")
+        await alice.add({"role": "user", "content": said("one")})
+        # The command exactly as it went to the workers, with its command id: a
+        # worker that applied it and died before its ack could have dead-lettered it.
+        shard = shard_of("memory/alice", redis_config.shards)
+        [(_, fields)] = await redis_client.xrange(keys.stream(shard))
+        applied = await add_letter(redis_client, redis_config, fields[b"e"], "lost ack")
+        fresh = Envelope(
+            recipient="memory/alice",
+            body=Add(messages=[Message(role="user", content=said("two"))]),
+            id="fresh-command-1",
+        )
+        unapplied = await add_letter(
+            redis_client, redis_config, default_codec.encode_envelope(fresh), "refused"
+        )
+        # A worker dead-letters a command for a kind nobody registered, by itself.
+        await rt.tell("ghost/x", Add(messages=[Message(role="user", content="boo")]))
+
+        async def three() -> bool:
+            return bool(await redis_client.xlen(keys.dead_letters()) == 3)
+
+        await eventually(three, "the worker dead-letters the ghost's command")
+        await redis_client.xadd(keys.dead_letters(), {b"reason": b"torn", b"e": b"\x93no"})
+
+        listed = await cli("dead-letters", "list", config_file, "--json")
+        assert listed.code == 0, listed.err
+        rows = json.loads(listed.out)
+        assert [r["reason"] for r in rows[:2]] == ["lost ack", "refused"]
+        ghost = rows[2]
+        assert (ghost["recipient"], ghost["command"]) == ("ghost/x", "Add")
+        assert "no actor kind 'ghost' is registered" in ghost["reason"]
+        assert rows[3]["undecodable"].startswith("not a valid envelope")
+        table = await cli("dead-letters", "list", config_file)
+        assert table.code == 0 and "dead letters (4 of 4)" in table.out, table
+        assert "ghost/x" in table.out and "refused" in table.out
+
+        shown = await cli("dead-letters", "show", config_file, unapplied, "--json")
+        assert shown.code == 0, shown.err
+        detail = json.loads(shown.out)
+        assert detail["command_id"] == "fresh-command-1"
+        assert detail["body"]["messages"][0]["content"] == said("two")
+        assert detail["body"]["type"] == "Add"
+        torn = (await cli("dead-letters", "show", config_file, rows[3]["id"])).out
+        assert "cannot be decoded" in torn
+
+        # Both go back; the one applied already is skipped by its command id.
+        requeued = await cli("dead-letters", "requeue", config_file, applied, unapplied)
+        assert requeued.code == 0, requeued.err
+        assert requeued.out.split() == ["requeued", applied, "requeued", unapplied]
+
+        async def two() -> bool:
+            return bool(await alice.size() == 2)
+
+        await eventually(two, "the requeued command is applied")
+        # A requeued letter is gone; the ghost's and the torn one hold no command
+        # that can be handled: the torn one is left in place, with its reason.
+        again = await cli("dead-letters", "requeue", config_file, applied, rows[3]["id"])
+        assert again.code == 1
+        assert again.err.splitlines() == [
+            f"actormem: dead letter {applied}: no such dead letter",
+            f"actormem: dead letter {rows[3]['id']}: holds no command that can be requeued "
+            "(left in place; reason: torn)",
+        ]
+        contents = [m.content for m in await alice.get()]
+        assert contents == [said("one"), said("two")]
+        # A worker handles one more command after the requeued ones: none came twice.
+        await alice.add({"role": "user", "content": said("three")})
+        assert [m.content for m in await alice.get()] == [said(w) for w in ("one", "two", "three")]
+
+        dropped = await cli("dead-letters", "drop", config_file, ghost["id"], "nope", "1-1")
+        assert dropped.code == 1
+        assert dropped.out.split() == ["dropped", ghost["id"]]
+        assert dropped.err.splitlines() == [
+            "actormem: 'nope' is not a dead-letter id (they look like 1732560000000-0; "
+            "see 'actormem dead-letters list')",
+            "actormem: dead letter 1-1: no such dead letter",
+        ]
+        left = json.loads((await cli("dead-letters", "list", config_file, "--json")).out)
+        assert [r["id"] for r in left] == [rows[3]["id"]]
+        unknown = await cli("dead-letters", "show", config_file, ghost["id"])
+        assert (unknown.code, unknown.err.strip()) == (
+            1,
+            f"actormem: dead letter {ghost['id']}: no such dead letter",
+        )
+
+
+async def test_read_only_commands_change_nothing(
+    redis_client: aioredis.Redis, redis_config: RedisConfig, config_file: str
+) -> None:
+    data = default_codec.encode_envelope(Envelope(recipient="memory/bob", body="x", id="c1"))
+    letter = await add_letter(redis_client, redis_config, data, "kept")
+
+    async def snapshot() -> dict[bytes, object]:
+        keys = sorted([k async for k in redis_client.scan_iter(match=f"{redis_config.prefix}:*")])
+        return {k: await redis_client.dump(k) for k in keys}
+
+    before = await snapshot()
+    for args in (
+        ("dead-letters", "list", config_file),
+        ("dead-letters", "list", config_file, "--json"),
+        ("dead-letters", "show", config_file, letter),
+        ("health", config_file),
+    ):
+        await cli(*args)
+    assert await snapshot() == before
+    for command in (("dead-letters", "list"), ("dead-letters", "show"), ("health",)):
+        assert "Read-only: it changes nothing stored." in (await cli(*command, "--help")).out
+
+
+async def test_health_of_a_deployment_and_of_one_whose_worker_was_killed(
+    redis_config: RedisConfig, config_file: str
+) -> None:
+    async with deployment(redis_config, config_file, 2) as workers:
+        healthy = await cli("health", config_file)
+        assert healthy.code == 0, healthy.out + healthy.err
+        assert healthy.out.startswith(f"ok: {redis_config.shards} shards owned, 2 workers live")
+    async with deployment(redis_config, config_file, 1) as workers:
+        assert (await cli("health", config_file)).code == 0
+        workers.kill(0)
+
+        async def stale() -> bool:
+            return (await cli("health", config_file)).code != 0
+
+        await eventually(stale, "the killed worker's leases go stale")
+        sick = await cli("health", config_file)
+        assert sick.code == 1
+        lines = sick.out.splitlines()
+        # Every shard is named: its lease is stale, or gone.
+        named = sorted(
+            int(line.split()[1].rstrip(":")) for line in lines if line.startswith("shard")
+        )
+        assert named == list(range(redis_config.shards)), lines
+        for line in lines:
+            assert line.startswith(("shard", "worker")), line
+            if line.startswith("shard"):
+                assert line.endswith("no owner") or f"lease of {workers.ids[0]}" in line, line
+
+
+@contextmanager
+def silent_port() -> Iterator[int]:
+    """A port that accepts connections and never answers."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(8)
+        yield server.getsockname()[1]
+
+
+@contextmanager
+def closed_port() -> Iterator[int]:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    yield port
+
+
+async def test_health_and_dead_letters_against_an_unreachable_redis_are_one_line() -> None:
+    with closed_port() as port:
+        url = f"redis://:hunter2@127.0.0.1:{port}/0"
+        refused = await cli("health", "--redis-url", url)
+        assert refused.code == 1
+        assert refused.out.startswith("redis: ") and len(refused.out.splitlines()) == 1
+        assert "Redis unavailable" in refused.out
+        listed = await cli("dead-letters", "list", "--redis-url", url)
+        assert listed.code == 2 and listed.out == ""
+        assert len(listed.err.splitlines()) == 1 and "Redis unavailable" in listed.err
+        assert "hunter2" not in refused.out + listed.err
+    with silent_port() as port:
+        url = f"redis://127.0.0.1:{port}"
+        silent = await cli("health", "--redis-url", url, "--timeout", "0.5")
+        assert (silent.code, silent.out) == (1, "redis: no answer within 0.5 s\n")
+
+
+async def test_usage_errors_are_one_line() -> None:
+    none = await cli("health")
+    assert none.code == 2
+    assert none.err == (
+        "actormem: error: no config given: name the deployment's Redis with [redis] url "
+        "or --redis-url\n"
+    )
+    bad = await cli("health", "--redis-url", "redis://x", "--timeout", "0")
+    assert bad.code == 2 and len(bad.err.splitlines()) == 1 and "seconds > 0" in bad.err
+    version = await cli("--version")
+    assert version.code == 0 and version.out.startswith("actormem ")

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import anyio
+from redis.exceptions import RedisError
 from rich.console import Console
 from rich.table import Table
 
@@ -44,6 +45,8 @@ BENCHMARKS = (
     "redis_scale",
 )
 
+#: The optional packages benchmarks import, and the extra that installs each.
+EXTRAS = {"pykka": "bench-peers", "autogen_core": "bench-peers", "matplotlib": "plots"}
 
 #: How the runner is called when run as a module.
 PROG = "python -m actormem.benchmarks"
@@ -94,6 +97,19 @@ def print_result(result: BenchResult, console: Console) -> None:
     console.print(table)
 
 
+def _missing_extra(who: str, module: str) -> bool:
+    """Say in one line which extra installs ``module``; False if none does."""
+    extra = EXTRAS.get(module.partition(".")[0])
+    if extra is None:
+        return False
+    print(
+        f"{who}: error: needs the {extra} extra (no module named {module!r}): "
+        f"pip install 'actormem[{extra}]'",
+        file=sys.stderr,
+    )
+    return True
+
+
 def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     args = build_parser(prog).parse_args(argv)
     configure_logging("console", "warning")
@@ -104,10 +120,24 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         lambda: "stopping its workers and servers, writing a partial result...",
         prog=f"{prog} {args.name}",
     )
+    for needed in getattr(module, "NEEDS", ()):
+        try:
+            importlib.import_module(needed)
+        except ModuleNotFoundError as exc:  # before the run, not halfway through it
+            if _missing_extra(f"{prog} {args.name}", exc.name or needed):
+                return 2
+            raise
     try:
         rows: list[Row] = anyio.run(lambda: stops.run(lambda: module.run(args), cancel_with=list))
     except ActormemError as exc:  # a bad config, a deployment without workers...
         print(f"{prog} {args.name}: error: {exc}", file=sys.stderr)
+        return 2
+    except RedisError as exc:  # a raw baseline's own redis-py client
+        print(f"{prog} {args.name}: error: Redis: {exc}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as exc:
+        if not _missing_extra(f"{prog} {args.name}", exc.name or ""):
+            raise
         return 2
     result = BenchResult(
         name=args.name,

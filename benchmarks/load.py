@@ -54,7 +54,8 @@ from actormem.benchmarks._redis import (
     workers,
 )
 from actormem.runtime import ActormemError, ConfigError
-from actormem.runtime.redis import Keys, connect, shard_of
+from actormem.runtime.config import redact_url
+from actormem.runtime.redis import Keys, check_server, connect, redis_errors, shard_of
 
 NAME = "load"
 
@@ -228,7 +229,8 @@ async def _wait_for_workers(client: Any, config: AppConfig, seconds: float) -> N
             named = ", ".join(map(str, missing[:8])) + (" ..." if len(missing) > 8 else "")
             raise ConfigError(
                 f"no worker owns shard(s) {named} of prefix {config.redis.prefix!r} at "
-                f"{config.redis.url} after {seconds:g} s: start the deployment's workers "
+                f"{redact_url(config.redis.url or '')} after {seconds:g} s: start the "
+                "deployment's workers "
                 "first (actormem worker FILE)"
             )
         await anyio.sleep(0.1)
@@ -272,7 +274,10 @@ async def _deployment(
     config = msgspec.structs.replace(config, runtime=runtime)
     client = connect(config.redis)
     try:
-        await _wait_for_workers(client, config, args.wait_workers)
+        # A closed port, a refused password or a denied prefix: one line, not a traceback.
+        await check_server(client, config.redis)
+        with redis_errors("waiting for the deployment's workers"):
+            await _wait_for_workers(client, config, args.wait_workers)
         try:
             async with client_runtime(config) as (rt, transport):
                 yield rt, _stream_gauges(client, config, transport)

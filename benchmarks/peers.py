@@ -14,6 +14,10 @@ from actormem.runtime import Actor, Runtime
 NAME = "peers"
 
 
+#: What it imports beyond actormem's own dependencies (the ``bench-peers`` extra).
+NEEDS = ("pykka", "autogen_core")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--messages", type=at_least(1), default=20_000, help="messages per workload"

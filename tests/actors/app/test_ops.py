@@ -22,10 +22,11 @@ from actormem.actors.messages import Message
 from actormem.runtime._envelope import Envelope
 from actormem.runtime.config import RuntimeConfig
 from actormem.runtime.redis import Keys, RedisConfig, default_codec, shard_of
+from actormem.runtime.redis.health import check_health
 from actormem.runtime.redis.transport import RedisTransport
 from actormem.runtime.redis.worker import WorkerProcesses
 from tests.support import ROOT
-from tests.support.streams import eventually, every_worker_owns_shards
+from tests.support.streams import eventually, every_worker_owns_shards, lease_holders
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -234,6 +235,42 @@ async def test_health_of_a_deployment_and_of_one_whose_worker_was_killed(
             assert line.startswith(("shard", "worker")), line
             if line.startswith("shard"):
                 assert line.endswith("no owner") or f"lease of {workers.ids[0]}" in line, line
+
+
+async def test_health_names_the_shards_of_a_killed_worker_until_they_are_taken_over(
+    tmp_path: Path, redis_config: RedisConfig
+) -> None:
+    # A lease long enough that the reading falls between the killed worker's going
+    # silent (two heartbeats) and the survivor's taking over (its lease's expiry).
+    config = msgspec.structs.replace(redis_config, lease_ms=6_000, shards=6)
+    path = write_config(tmp_path / "long-lease.toml", config)
+    async with deployment(config, path, 2) as workers:
+        victim = workers.ids[0]
+        held = {s for s, w in (await lease_holders(config)).items() if w == victim}
+        workers.kill(0)
+        seen: list[list[str]] = []
+
+        def named(problems: list[str]) -> set[int]:
+            return {
+                int(line.split()[1].rstrip(":")) for line in problems if line.startswith("shard ")
+            }
+
+        async def all_named() -> bool:
+            health = await check_health(config)
+            seen.append(health.problems)
+            return named(health.problems) == held
+
+        # Its leases were renewed at slightly different moments: each goes stale in turn.
+        await eventually(all_named, "every shard of the killed worker is named")
+        assert all(named(problems) <= held for problems in seen), seen
+        assert f"worker {victim}: last heartbeat" in seen[-1][-1]
+
+        async def healed() -> bool:
+            return (await check_health(config)).healthy
+
+        await eventually(healed, "the survivor takes the shards over")
+        assert set((await lease_holders(config)).values()) == {workers.ids[1]}
+        assert (await cli("health", path)).code == 0
 
 
 @contextmanager

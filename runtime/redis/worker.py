@@ -321,6 +321,13 @@ class WorkerProcesses(AsyncClosing):
         if proc is None:
             return None
         self._terminate(proc)
+        return await self._wait(index)
+
+    async def _wait(self, index: int) -> int | None:
+        """Wait for worker ``index`` to exit (SIGKILL after a while); its exit code."""
+        proc = self._procs[index]
+        if proc is None:
+            return None
         code = await anyio.to_thread.run_sync(_wait_or_kill, proc)
         keeper().untrack_pid(proc.pid)
         return code
@@ -338,9 +345,11 @@ class WorkerProcesses(AsyncClosing):
             for proc in self._procs:
                 if proc is not None:
                     self._terminate(proc)
+            # One SIGTERM each: a second one, once a worker has stopped watching for
+            # signals and gives its leases back, would end it before it has.
             async with anyio.create_task_group() as tg:
                 for i in range(self.count):
-                    tg.start_soon(self.stop, i)
+                    tg.start_soon(self._wait, i)
 
 
 def _wait_or_kill(proc: subprocess.Popen[bytes]) -> int:

@@ -30,7 +30,13 @@ from actormem.runtime.redis import (
 from actormem.runtime.redis.transport import RedisTransport
 from actormem.runtime.redis.worker import WorkerProcesses, load_register, worker_limit
 from tests.support.actors import Add, Crash, GetState
-from tests.support.streams import client_runtime, eventually, owners, stored_tokens
+from tests.support.streams import (
+    client_runtime,
+    eventually,
+    every_worker_owns_shards,
+    owners,
+    stored_tokens,
+)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -300,3 +306,17 @@ async def test_a_bad_app_config_in_the_environment_stops_the_worker_with_the_rea
     with pytest.raises(TransportUnavailableError, match=message):
         async with WorkerProcesses(1, redis_config, spec, env={CONFIG_JSON_ENV: json}):
             pass
+
+
+async def test_workers_stopped_together_give_their_leases_back_and_leave_the_registry(
+    redis_client: aioredis.Redis, redis_config: RedisConfig
+) -> None:
+    # Each gets one SIGTERM: a second, sent while it gives its leases back (it no
+    # longer watches for signals then), ended it before it had, now and then.
+    keys = Keys(redis_config.prefix)
+    for _ in range(5):
+        async with WorkerProcesses(2, redis_config, REGISTER) as workers:
+            await every_worker_owns_shards(workers)
+        assert await redis_client.zrange(keys.workers(), 0, -1) == []
+        leases = [await redis_client.get(keys.lease(s)) for s in range(redis_config.shards)]
+        assert leases == [None] * redis_config.shards

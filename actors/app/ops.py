@@ -1,9 +1,10 @@
-"""The operator's commands against a running deployment: ``dead-letters`` and ``health``.
+"""The operator's commands against a running deployment: ``dead-letters``, ``health``
+and ``inspect``.
 
 Each takes the deployment's config file the way ``actormem worker`` does (its
 ``[redis]`` section: url, prefix, shards, lease time), or ``--redis-url`` (with the
-defaults for the rest, or the config's). ``dead-letters list`` and ``show`` and
-``health`` are read-only: they change nothing stored.
+defaults for the rest, or the config's). ``dead-letters list`` and ``show``,
+``health`` and ``inspect`` are read-only: they change nothing stored.
 
 Exit codes: 0 done (healthy); 1 some of the ids given are no dead letter, or
 could not be requeued (the rest were handled), or the deployment is unhealthy;
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -40,6 +42,7 @@ from actormem.runtime.redis._dead_letters import (
 )
 from actormem.runtime.redis.config import RedisConfig
 from actormem.runtime.redis.health import DEFAULT_HEALTH_TIMEOUT, check_health
+from actormem.runtime.redis.status import DeploymentStatus, read_status
 
 __all__ = ("add_commands", "describe")
 
@@ -50,7 +53,7 @@ _READ_ONLY: Final = "Read-only: it changes nothing stored."
 
 
 def add_commands(subs: Any) -> None:
-    """Add ``dead-letters`` and ``health`` to the CLI's subparsers."""
+    """Add ``dead-letters``, ``health`` and ``inspect`` to the CLI's subparsers."""
     dead = subs.add_parser(
         "dead-letters",
         help="list, show, requeue or drop the commands the workers gave up on",
@@ -116,6 +119,16 @@ def add_commands(subs: Any) -> None:
         help="how long Redis has to answer (default: %(default)s)",
     )
     health.set_defaults(func=_health)
+
+    inspect = subs.add_parser(
+        "inspect",
+        help="show a running deployment's shards and workers (read-only)",
+        description="Show a running deployment: each shard's owner, lease age, stream "
+        "length, pending and lag (entries not yet delivered); each registered worker's "
+        f"last heartbeat and shards; the number of dead letters. {_READ_ONLY}",
+    )
+    _deployment(inspect)
+    inspect.set_defaults(func=_inspect)
 
 
 def _deployment(parser: argparse.ArgumentParser, *, ids: str = "", json: bool = True) -> None:
@@ -395,4 +408,38 @@ def _health(args: argparse.Namespace) -> int:
         f"ok: {health.shards} shards owned, {workers} worker{'s' if workers != 1 else ''} "
         f"live, Redis answered in {1000 * (health.seconds or 0):.0f} ms"
     )
+    return 0
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    status: DeploymentStatus = _run(args, read_status)
+    if args.json:
+        _print_json(dataclasses.asdict(status))
+        return 0
+    out = Console(soft_wrap=False)
+    shards = Table(title="shards", title_justify="left")
+    for column in ("shard", "owner", "lease age", "stream", "pending", "lag"):
+        shards.add_column(column, justify="left" if column == "owner" else "right")
+    for shard in status.shards:
+        shards.add_row(
+            str(shard.shard),
+            Text(shard.owner or "no owner", style="" if shard.owner else "bold red"),
+            f"{shard.lease_age:.1f} s" if shard.lease_age is not None else "-",
+            f"{shard.length:,}",
+            f"{shard.pending:,}",
+            f"{shard.lag:,}" if shard.lag is not None else "?",
+        )
+    out.print(shards)
+    workers = Table(title="workers", title_justify="left")
+    for column in ("worker", "last heartbeat", "live", "shards"):
+        workers.add_column(column, overflow="fold")
+    for worker in status.workers:
+        workers.add_row(
+            Text(worker.worker),
+            f"{worker.heartbeat_age:.1f} s ago",
+            "yes" if worker.live else Text("no", style="bold red"),
+            ", ".join(map(str, worker.shards)) or "-",
+        )
+    out.print(workers if status.workers else "no worker registered")
+    print(f"dead letters: {status.dead_letters:,}")
     return 0

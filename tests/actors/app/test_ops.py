@@ -21,7 +21,7 @@ from actormem.actors.memory.commands import Add
 from actormem.actors.messages import Message
 from actormem.runtime._envelope import Envelope
 from actormem.runtime.config import RuntimeConfig
-from actormem.runtime.redis import Keys, RedisConfig, default_codec, shard_of
+from actormem.runtime.redis import CONSUMER_GROUP, Keys, RedisConfig, default_codec, shard_of
 from actormem.runtime.redis.health import check_health
 from actormem.runtime.redis.transport import RedisTransport
 from actormem.runtime.redis.worker import WorkerProcesses
@@ -201,11 +201,15 @@ async def test_read_only_commands_change_nothing(
         ("dead-letters", "list", config_file, "--json"),
         ("dead-letters", "show", config_file, letter),
         ("health", config_file),
+        ("inspect", config_file),
+        ("inspect", config_file, "--json"),
     ):
         await cli(*args)
     assert await snapshot() == before
-    for command in (("dead-letters", "list"), ("dead-letters", "show"), ("health",)):
-        assert "Read-only: it changes nothing stored." in (await cli(*command, "--help")).out
+    read_only = (("dead-letters", "list"), ("dead-letters", "show"), ("health",), ("inspect",))
+    for command in read_only:
+        shown = " ".join((await cli(*command, "--help")).out.split())
+        assert "Read-only: it changes nothing stored." in shown, command
 
 
 async def test_health_of_a_deployment_and_of_one_whose_worker_was_killed(
@@ -271,6 +275,38 @@ async def test_health_names_the_shards_of_a_killed_worker_until_they_are_taken_o
         await eventually(healed, "the survivor takes the shards over")
         assert set((await lease_holders(config)).values()) == {workers.ids[1]}
         assert (await cli("health", path)).code == 0
+
+
+async def test_inspect_shows_owners_workers_and_backlog(
+    redis_client: aioredis.Redis, redis_config: RedisConfig, config_file: str
+) -> None:
+    keys = Keys(redis_config.prefix)
+    async with deployment(redis_config, config_file, 2) as workers:
+        ran = await cli("inspect", config_file, "--json")
+        assert ran.code == 0, ran.err
+        status = json.loads(ran.out)
+        owners = [shard["owner"] for shard in status["shards"]]
+        assert set(owners) == set(workers.ids)
+        assert [w["worker"] for w in status["workers"]] == sorted(workers.ids)
+        for worker in status["workers"]:
+            assert worker["live"] is True
+            assert worker["shards"] == [s for s, o in enumerate(owners) if o == worker["worker"]]
+        table = await cli("inspect", config_file)
+        assert table.code == 0 and "shards" in table.out and "dead letters: 0" in table.out
+    # The workers stopped and gave their shards back; entries wait in shard 1's stream,
+    # one of them read by a consumer that never acknowledged it.
+    stream = keys.stream(1)
+    for i in range(3):
+        await redis_client.xadd(stream, {b"e": f"entry {i}".encode()})
+    await redis_client.xreadgroup(CONSUMER_GROUP, "gone", {stream: ">"}, count=1)
+    status = json.loads((await cli("inspect", config_file, "--json")).out)
+    assert status["workers"] == []
+    assert {shard["owner"] for shard in status["shards"]} == {None}
+    one = status["shards"][1]
+    assert (one["pending"], one["lag"]) == (1, 2)
+    assert one["length"] >= 3
+    table = (await cli("inspect", config_file)).out
+    assert "no owner" in table and "no worker registered" in table
 
 
 @contextmanager

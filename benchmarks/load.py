@@ -237,21 +237,40 @@ async def _wait_for_workers(client: Any, config: AppConfig, seconds: float) -> N
 
 
 async def _delete_agents(client: Any, config: AppConfig, addresses: list[str]) -> None:
-    """Delete what the deployment stored for ``addresses`` (history, snapshot, applied)."""
+    """Delete what the deployment stored for ``addresses`` (history, snapshot, applied,
+    and the replies kept for their asks)."""
     keys = Keys(config.redis.prefix)
-    for start in range(0, len(addresses), 1_000):
-        names: list[str] = []
-        for address in addresses[start : start + 1_000]:
-            shard = shard_of(address, config.redis.shards)
-            names += (
-                keys.actor_log(shard, address),
-                keys.actor_snapshot(shard, address),
-                keys.actor_applied(shard, address),
-            )
+    names: list[str] = []
+    for address in addresses:
+        shard = shard_of(address, config.redis.shards)
+        names += (
+            keys.actor_log(shard, address),
+            keys.actor_snapshot(shard, address),
+            keys.actor_applied(shard, address),
+        )
+    # A kept reply is named by its command id: found by one SCAN over the run's agents
+    # (their names, ``memory/load-<run>-<n>``, hold no glob character).
+    wanted = set(addresses)
+    pattern = f"{keys.pattern()}:agent:{_common_start(addresses)}*:reply:*"
+    async for found in client.scan_iter(match=pattern, count=1_000):
+        name = found.decode()
+        if name.partition(":agent:")[2].rpartition(":reply:")[0] in wanted:
+            names.append(name)
+    for start in range(0, len(names), 3_000):
         async with client.pipeline(transaction=False) as pipe:
-            for name in names:  # one key per call: on a cluster they live in many slots
+            for name in names[start : start + 3_000]:  # one key per call: many slots
                 pipe.delete(name)
             await pipe.execute()
+
+
+def _common_start(texts: list[str]) -> str:
+    """The longest start every one of ``texts`` shares (character by character)."""
+    if not texts:
+        return ""
+    first, last = min(texts), max(texts)
+    pairs = enumerate(zip(first, last, strict=False))  # first is the shorter if a prefix
+    size = next((i for i, (a, b) in pairs if a != b), min(len(first), len(last)))
+    return first[:size]
 
 
 @asynccontextmanager

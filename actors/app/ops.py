@@ -169,7 +169,10 @@ def _redis_config(args: argparse.Namespace) -> RedisConfig:
         path = None
     config = load_app_config(path).redis
     if args.redis_url:
-        config = config.replace(url=args.redis_url)
+        try:
+            config = config.replace(url=args.redis_url)
+        except ValueError as exc:
+            raise ConfigError(f"--redis-url {redact_url(args.redis_url)}: {exc}") from None
     if not config.url:
         raise ConfigError(
             f"{path or 'no config given'}: name the deployment's Redis with [redis] url "

@@ -352,5 +352,11 @@ async def test_usage_errors_are_one_line() -> None:
     )
     bad = await cli("health", "--redis-url", "redis://x", "--timeout", "0")
     assert bad.code == 2 and len(bad.err.splitlines()) == 1 and "seconds > 0" in bad.err
+    scheme = await cli("inspect", "--redis-url", "ftp://u:hunter2@x")
+    assert scheme.err == (
+        "actormem: error: --redis-url ftp://u:***@x: url must be redis://, rediss:// or "
+        "unix:// (Redis URL must specify one of the following schemes (redis://, rediss://, "
+        "unix://))\n"
+    )
     version = await cli("--version")
     assert version.code == 0 and version.out.startswith("actormem ")

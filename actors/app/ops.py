@@ -32,7 +32,7 @@ from actormem.actors.config import load_app_config
 from actormem.runtime.cli import OneLineParser, positive_int
 from actormem.runtime.config import redact_url
 from actormem.runtime.errors import ConfigError, MessageDecodeError
-from actormem.runtime.redis import default_codec, open_client, requeue_dead_letters
+from actormem.runtime.redis import connect, default_codec, open_client, requeue_dead_letters
 from actormem.runtime.redis._dead_letters import (
     DeadLetter,
     count_dead_letters,
@@ -41,7 +41,7 @@ from actormem.runtime.redis._dead_letters import (
     read_dead_letters,
 )
 from actormem.runtime.redis.config import RedisConfig
-from actormem.runtime.redis.health import DEFAULT_HEALTH_TIMEOUT, check_health
+from actormem.runtime.redis.health import DEFAULT_HEALTH_TIMEOUT, Health, check_health
 from actormem.runtime.redis.status import DeploymentStatus, read_status
 
 __all__ = ("add_commands", "describe")
@@ -186,21 +186,24 @@ def _not_a_file(path: str) -> bool:
 
 
 def _run(args: argparse.Namespace, work: Any) -> Any:
-    """Run ``work(config)`` with the deployment's checked client, as one line on failure."""
+    """Return ``await work(client, config)`` with a checked client of the deployment."""
     config = _redis_config(args)
 
     async def main() -> Any:
-        try:
-            async with open_client(config) as client:
-                return await work(client, config)
-        except ValueError as exc:  # redis-py's word on a URL it cannot use
-            raise _bad_url(config, exc) from exc
+        await _check_url(config)
+        async with open_client(config) as client:
+            return await work(client, config)
 
     return anyio.run(main)
 
 
-def _bad_url(config: RedisConfig, exc: ValueError) -> ConfigError:
-    return ConfigError(f"the Redis url {redact_url(config.url or '')}: {exc}")
+async def _check_url(config: RedisConfig) -> None:
+    """Refuse, as a config error, a url redis-py cannot use (nothing is sent)."""
+    try:
+        client = connect(config)
+    except ValueError as exc:
+        raise ConfigError(f"the Redis url {redact_url(config.url or '')}: {exc}") from None
+    await client.aclose()
 
 
 # -- describing a dead letter --------------------------------------------------------------
@@ -398,10 +401,12 @@ def _unknown(letter: str) -> str:
 
 def _health(args: argparse.Namespace) -> int:
     config = _redis_config(args)
-    try:
-        health = anyio.run(lambda: check_health(config, timeout=args.timeout))
-    except ValueError as exc:  # redis-py's word on a URL it cannot use
-        raise _bad_url(config, exc) from exc
+
+    async def main() -> Health:
+        await _check_url(config)
+        return await check_health(config, timeout=args.timeout)
+
+    health = anyio.run(main)
     for line in health.problems:
         print(line)
     if not health.healthy:

@@ -26,6 +26,7 @@ is never overwritten: a later save first moves it aside as ``*.corrupt-<time>``.
 
 from __future__ import annotations
 
+import glob
 import os
 import tempfile
 import time
@@ -244,6 +245,26 @@ class SessionStore:
         except FileNotFoundError:
             return False
         return True
+
+    def erase(self, agent: str) -> int:
+        """Delete ``agent``'s file and the corrupt copies of it set aside; return how
+        many files went."""
+        path = self.path_for(agent)
+        doomed = [path, *path.parent.glob(f"{glob.escape(path.name)}.corrupt-*")]
+        gone = 0
+        for file in doomed:
+            try:
+                file.unlink()
+            except FileNotFoundError:
+                continue
+            gone += 1
+        if gone:
+            log.info("session_file_erased", agent=agent, files=gone)
+        return gone
+
+    async def adelete(self, agent: str) -> int:
+        """:meth:`erase` in a worker thread."""
+        return await anyio.to_thread.run_sync(self.erase, agent)
 
     async def aload(self, agent: str) -> dict[str, Any] | None:
         """:meth:`load` in a worker thread (file I/O off the event loop)."""

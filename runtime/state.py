@@ -50,11 +50,16 @@ class DurableChanges(NamedTuple):
         replace_log: the log was rewritten (cleared, or loaded over): the stored
             log is replaced by ``log_appends`` instead of extended. Rare by design:
             a history is append-only.
+        erase: what the state held before was erased (a right to be forgotten):
+            a store also removes the copies it keeps elsewhere of what was sent to
+            or by the actor up to this change (stream entries, dead letters). An
+            empty ``snapshot`` with ``erase`` deletes the stored snapshot.
     """
 
     log_appends: list[bytes]
     snapshot: bytes | None = None
     replace_log: bool = False
+    erase: bool = False
 
 
 @runtime_checkable

@@ -28,6 +28,7 @@ from actormem.actors.memory.commands import (
     Delete,
     EndRun,
     Export,
+    Forget,
     Get,
     HeldInsights,
     Load,
@@ -95,6 +96,7 @@ class AgentMemory(Actor):
         "_compaction",
         "_config",
         "_counter",
+        "_forgotten",
         "_queries",
         "_recall",
         "_recall_config",
@@ -124,6 +126,8 @@ class AgentMemory(Actor):
         self._unobserved: list[Message] | None = None
         # recall.edits when the stored snapshot was written.
         self._saved_edits = 0
+        # Forgotten since the last durable change: the stored state is deleted.
+        self._forgotten = False
 
     async def receive(self, message: Any) -> Any:
         # Before anything changes: over Redis a command may come from any client.
@@ -147,7 +151,12 @@ class AgentMemory(Actor):
             case SetSummary(text=text, replaces=replaces):
                 return edits.set_summary(store, text, replaces)
             case Clear(history=history):
-                return self._clear(history)
+                removed = self._clear(history)
+                if history:
+                    await self._erase_session(keep=True)
+                return removed
+            case Forget():
+                return await self._forget()
             case Stats():
                 return self._stats()
             case Export(include_history=include_history):
@@ -291,6 +300,31 @@ class AgentMemory(Actor):
             log.info("memory_history_wiped", agent=self.agent, working_removed=removed)
         return removed
 
+    async def _forget(self) -> int:
+        """Erase everything the agent has, as if it never existed (see :class:`Forget`)."""
+        erased = self._store.forget()
+        self._compaction.compressions = self._compaction.tokens_saved = 0
+        recall, self._recall = self._recall, None
+        self._unobserved = None
+        self._saved_edits = 0
+        self._forgotten = True
+        await self._erase_session(keep=False)
+        if recall is not None:
+            await recall.longterm.aclose()
+        log.info("memory_forgotten", agent=self.agent, history_erased=erased)
+        return erased
+
+    async def _erase_session(self, *, keep: bool) -> None:
+        """Bring the session file (persistent retention) in line with an erasure:
+        rewritten with what is left (``keep``), else deleted."""
+        retention = self._recall_config.retention
+        if retention.policy_for(self.agent) != "persistent":
+            return
+        if keep and self._recall is not None:
+            await self._recall.retention.save()
+        else:
+            await retention.store().adelete(self.agent)
+
     def _load(self, data: MemoryExport, overwrite: bool, stored: bool = False) -> int:
         loaded = self._store.load(data, overwrite, stored=stored)
         self._compaction.maybe_compress()
@@ -371,6 +405,19 @@ class AgentMemory(Actor):
         store = self._store
         appends = [encode_message(m) for m in store.log_pending]
         store.log_pending = []
+        if store.erased:
+            # A wipe: the stored log is replaced, the store erases its other copies;
+            # a forgotten agent's snapshot is deleted (what follows is replayed).
+            store.erased = store.dirty = False
+            forgotten, self._forgotten = self._forgotten, False
+            recall = self._recall
+            self._saved_edits = recall.edits if recall is not None else 0
+            snapshot = (
+                b""
+                if forgotten and not appends
+                else encode_snapshot(store, self._compaction, recall, self._unobserved)
+            )
+            return DurableChanges(appends, snapshot, replace_log=True, erase=True)
         recall = self._recall
         edits = recall.edits if recall is not None else 0
         if not store.dirty and edits == self._saved_edits:

@@ -32,6 +32,7 @@ __all__ = (
     "Delete",
     "EndRun",
     "Export",
+    "Forget",
     "Get",
     "HeldInsights",
     "Load",
@@ -165,9 +166,17 @@ class SetSummary(Command[Message], frozen=True):
 
 
 class Clear(Command[int], frozen=True):
-    """Empty the working view; with ``history`` also wipe the original history."""
+    """Empty the working view; with ``history`` also erase the original history,
+    the offloads, long-term memory, episodes and held insights (and the stored
+    copies of the agent's commands); the reply is how many working messages went."""
 
     history: bool = False
+
+
+class Forget(Command[int], frozen=True):
+    """Erase the agent: everything :class:`Clear` with ``history`` erases, its
+    counters, its stored state and its session file; afterwards it is as if it never
+    existed. The reply is how many history messages were erased."""
 
 
 class MemoryStats(msgspec.Struct, frozen=True, kw_only=True):
@@ -358,6 +367,7 @@ MemoryCommand = (
     | Update
     | SetSummary
     | Clear
+    | Forget
     | Stats
     | Export
     | Load

@@ -31,6 +31,7 @@ from actormem.actors.memory.commands import (
     Context,
     Delete,
     Export,
+    Forget,
     Get,
     Load,
     MemoryExport,
@@ -224,8 +225,23 @@ class MemoryHandle(SharingOps, RecallOps):
         )
 
     async def clear(self, *, history: bool = False) -> int:
-        """Empty the working view (and, with ``history=True``, the original history)."""
+        """Empty the working view; return how many messages went.
+
+        With ``history=True`` also erase the original history, the offloads,
+        long-term memory, episodes and held insights, wherever they are kept (the
+        stored log and snapshot, the session file, the transport's copies of the
+        agent's commands); what the agent shared with the pool stays.
+        """
         return await self._ask(Clear(history=history))
+
+    async def forget(self) -> int:
+        """Erase the agent, as if it never existed (a right to be forgotten); return
+        how many history messages were erased.
+
+        Everything ``clear(history=True)`` erases goes, and the agent's counters,
+        its stored state and its session file too; a later call starts it empty.
+        """
+        return await self._ask(Forget())
 
     async def size(self) -> int:
         """Messages in the working view."""

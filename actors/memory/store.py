@@ -38,7 +38,10 @@ class MessageStore:
         offloaded: offloaded blocks by offload id.
         version: bumped whenever the working view is rewritten (not on append):
             caches and compression results computed on an older view check it.
-        history_skip: stored log entries wiped by a clear (skipped on reload).
+        history_skip: stored log entries a reload skips (snapshots written before
+            a wipe rewrote the stored log).
+        erased: the history was wiped since the last durable change: the stored log
+            is replaced, and the store erases its other copies of it.
         log_pending: history messages not yet handed to the durable log.
         durable: the transport keeps this state (``log_pending`` is tracked).
         dirty: the stored snapshot is out of date beyond what replaying adds restores.
@@ -54,6 +57,7 @@ class MessageStore:
         "dirty",
         "durable",
         "edited",
+        "erased",
         "history",
         "history_ids",
         "history_skip",
@@ -78,6 +82,7 @@ class MessageStore:
         self.offloaded: dict[str, list[Message]] = {}
         self.version = 0
         self.history_skip = 0
+        self.erased = False
         # Durable state (Redis transport): off until the transport restores the actor.
         self.durable = False
         self.log_pending: list[Message] = []
@@ -243,8 +248,9 @@ class MessageStore:
         removed = len(self.working)
         self.set_working([])
         if history:
-            # The stored log is append-only: the wiped entries are skipped on reload.
-            self.history_skip += len(self.history) + len(self.log_pending)
+            # Erased, not skipped: the stored log is replaced by what follows.
+            self.erased = True
+            self.history_skip = 0
             self.log_pending = []
             self.history = []
             self.history_ids = set()
@@ -252,6 +258,15 @@ class MessageStore:
             self.offloaded = {}
             self.edited = set()
         return removed
+
+    def forget(self) -> int:
+        """Erase everything, peaks included, as if the agent never existed; return
+        how many history messages went."""
+        erased = len(self.history)
+        self.clear(history=True)
+        self.peak_tokens = 0
+        self.peak_size = 0
+        return erased
 
     def load(self, data: MemoryExport, overwrite: bool, *, stored: bool = False) -> int:
         """Take in an export (over the working view with ``overwrite``, else after

@@ -31,6 +31,7 @@ from actormem.runtime._envelope import Envelope, Reply
 from actormem.runtime.errors import HandlerError, TransportError
 from actormem.runtime.redis import _scripts
 from actormem.runtime.redis._client import redis_errors, run_script
+from actormem.runtime.redis._erasure import Erasure
 from actormem.runtime.redis._retry import forever, retrying
 from actormem.runtime.redis._shards import PendingCommit, StreamEnvelope
 from actormem.runtime.redis.keys import CONSUMER_GROUP, shard_of
@@ -71,6 +72,7 @@ class GroupCommit:
         self._keys = link.keys
         self._held = held
         self._replies = replies
+        self._erasure = Erasure(link)
 
     async def activated(self, address: str, actor: Actor) -> None:
         """Load a durable actor's state from Redis before its ``on_start``.
@@ -144,7 +146,7 @@ class GroupCommit:
                 return not durable  # not acked: delivered again after claim_idle_ms
             if durable:
                 changes = await self._changes(env, cast(Durable, actor))
-                if changes is None:
+                if changes is None or (changes.erase and not await self._erase(shard, record, env)):
                     return False
                 if _stores_something(changes):
                     # Stored (and acked, and its id remembered) by the group commit.
@@ -178,6 +180,26 @@ class GroupCommit:
                 await self._replies.reply(env, Reply(env.correlation, error=error))
             return None
         return changes
+
+    async def _erase(self, shard: Shard, record: ActorRecord, env: StreamEnvelope) -> bool:
+        """Remove the actor's entries before ``env`` (see :mod:`._erasure`) once the
+        effects of the commands they carried are stored; False when that could not be
+        done (the command is then delivered again, to the state stored before it)."""
+        held = self._held
+        while record.uncommitted and held.shards.get(shard.number) is shard:
+            await shard.committed.wait()
+        if held.shards.get(shard.number) is not shard or shard.lease != env.lease:
+            return False
+        try:
+            await retrying(
+                lambda: self._erasure.erase(env.recipient, env.shard, env.entry),
+                what="erase",
+                retry_for=self._config.retry_for,
+            )
+        except TransportError as exc:
+            log.warning("erase_failed", actor=env.recipient, msg_id=env.id, reason=str(exc))
+            return False
+        return True
 
     async def _queue(
         self, shard: Shard, record: ActorRecord, env: Envelope, changes: DurableChanges
@@ -366,7 +388,12 @@ class GroupCommit:
 def _stores_something(changes: DurableChanges) -> bool:
     """False for a command that changed nothing (a read): it needs no commit, and its
     reply need not wait for one (a NamedTuple is truthy even when empty)."""
-    return bool(changes.log_appends) or changes.snapshot is not None or changes.replace_log
+    return (
+        bool(changes.log_appends)
+        or changes.snapshot is not None
+        or changes.replace_log
+        or changes.erase
+    )
 
 
 def _next_batch(commits: list[PendingCommit]) -> list[PendingCommit]:

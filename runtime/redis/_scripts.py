@@ -61,6 +61,7 @@ return redis.call('XACK', KEYS[2], ARGV[2], unpack(ARGV, 3))
 #: id ('' = none), has snapshot ('0'/'1'), snapshot, replace the log ('0'/'1'),
 #: encoded reply ('' = none), the reply's time to live (ms), number of log items,
 #: log items...
+#: An empty snapshot deletes the stored one (the actor's state was erased).
 #: Returns -1 when fenced off (nothing is changed), else one status per command, in
 #: order: 1 stored, 2 its command id was already applied (only its XACK is done;
 #: the reply kept from the first time stays).
@@ -119,7 +120,11 @@ while a <= n do
     a = a + 8 + m
   end
   chunked('RPUSH', log, false, items)
-  if snap then redis.call('SET', snapshot, snap) end
+  if snap == '' then
+    redis.call('DEL', snapshot)
+  elseif snap then
+    redis.call('SET', snapshot, snap)
+  end
   if #added > 0 then
     chunked('ZADD', applied, false, added)
     redis.call('ZREMRANGEBYRANK', applied, 0, -(keep + 1))

@@ -80,6 +80,37 @@ async def delete_prefix(client: aioredis.Redis, prefix: str) -> None:
         await client.delete(key)
 
 
+async def keys_holding(client: aioredis.Redis, prefix: str, needle: bytes) -> list[str]:
+    """The keys under ``prefix`` whose name or any value holds ``needle``, every type
+    read whole (strings, hashes, lists, sets, sorted sets, streams); SCAN, never KEYS."""
+    found: list[str] = []
+    async for raw in client.scan_iter(match=f"{prefix}:*", count=500):
+        key = raw.decode() if isinstance(raw, bytes) else str(raw)
+        kind = await client.type(key)
+        kind = kind.decode() if isinstance(kind, bytes) else kind
+        values: list[bytes] = [key.encode()]
+        if kind == "string":
+            values.append(await client.get(key) or b"")
+        elif kind == "hash":
+            for field, value in (await client.hgetall(key)).items():
+                values += (field, value)
+        elif kind == "list":
+            values += await client.lrange(key, 0, -1)
+        elif kind == "set":
+            values += await client.smembers(key)
+        elif kind == "zset":
+            values += await client.zrange(key, 0, -1)
+        elif kind == "stream":
+            for _entry, fields in await client.xrange(key):
+                for field, value in fields.items():
+                    values += (field, value)
+        else:
+            raise AssertionError(f"{key}: a key of type {kind} the scan cannot read")
+        if any(needle in value for value in values):
+            found.append(key)
+    return found
+
+
 @contextlib.asynccontextmanager
 async def prefixed_client(config: RedisConfig) -> AsyncIterator[aioredis.Redis]:
     """A client for ``config``'s Redis; the keys under its prefix are deleted afterwards."""

@@ -34,6 +34,7 @@ from actormem.actors.memory.commands import (
 )
 from actormem.actors.pool.insights import Insight, InsightDelivery
 from actormem.runtime import ActorContext
+from tests.actors.memory.stored import StoredState
 from tests.support import examples
 
 ROLES = ("user", "assistant", "system")
@@ -160,17 +161,14 @@ def test_a_reload_rebuilds_the_state_the_commands_left(script: list[Any]) -> Non
                 memory.durable_restore(snapshot, log)  # as the transport does on activation
                 return memory
 
-            stored_log: list[bytes] = []
-            snapshot: bytes | None = None
+            stored = StoredState()
             memory = fresh(None, [])
             for command in script:
                 if command == "reload":
                     before = _state(memory)
                     # Making recall for the comparison is itself no change to store.
-                    appends, snap, _ = memory.durable_changes()
-                    stored_log += appends
-                    snapshot = snap if snap is not None else snapshot
-                    memory = fresh(snapshot, stored_log)
+                    stored.keep(memory)
+                    memory = fresh(stored.snapshot, stored.log)
                     assert _state(memory) == before
                     continue
                 # Insights come from the pool; everything else from outside any actor.
@@ -180,14 +178,10 @@ def test_a_reload_rebuilds_the_state_the_commands_left(script: list[Any]) -> Non
                 except Exception as exc:  # bad input for this state: nothing changes
                     # (ContextBudgetError among them: a budget below the smallest valid context)
                     assert isinstance(exc, MemoryInputError), exc
-                appends, snap, _ = memory.durable_changes()
-                stored_log += appends
-                snapshot = snap if snap is not None else snapshot
+                stored.keep(memory)
             before = _state(memory)
-            appends, snap, _ = memory.durable_changes()
-            stored_log += appends
-            snapshot = snap if snap is not None else snapshot
-            assert _state(fresh(snapshot, stored_log)) == before
+            stored.keep(memory)
+            assert _state(fresh(stored.snapshot, stored.log)) == before
 
     anyio.run(run)
 
@@ -201,9 +195,9 @@ async def test_plain_adds_store_no_snapshot_and_reload_by_replay() -> None:
         log: list[bytes] = []
         for i in range(50):
             await memory.receive(Add(messages=[Message(role="user", content=f"hello {i}")]))
-            appends, snap, _ = memory.durable_changes()
-            assert snap is None  # the commit carries one message, whatever the size
-            log += appends
+            changes = memory.durable_changes()
+            assert changes.snapshot is None  # the commit carries one message, whatever the size
+            log += changes.log_appends
         again = factory(ActorContext(rt, "memory/a"))
         again.durable_restore(None, log)
         assert [m.id for m in again._store.working] == [m.id for m in memory._store.working]

@@ -17,6 +17,7 @@ from actormem.actors import (
     check_openai_messages,
 )
 from actormem.runtime import get_counter
+from tests.actors.memory.stored import StoredState
 
 pytestmark = pytest.mark.anyio
 
@@ -304,15 +305,11 @@ async def test_durable_state_round_trips_through_changes_and_restore(
     factory = memory_factory(memory_rt.app_config)
     first = factory(ActorContext(memory_rt, "memory/durable"))
     first.durable_restore(None, [])  # what the Redis transport does on activation
-    stored_log: list[bytes] = []
-    snapshot: bytes | None = None
+    stored = StoredState()
 
     async def apply(command: object) -> object:
-        nonlocal snapshot
         reply = await first.receive(command)
-        appends, snap, _ = first.durable_changes()
-        stored_log.extend(appends)
-        snapshot = snap if snap is not None else snapshot
+        stored.keep(first)
         return reply
 
     from actormem.actors.memory.commands import Add, Clear, Delete, Search
@@ -321,10 +318,10 @@ async def test_durable_state_round_trips_through_changes_and_restore(
     await apply(Add(messages=msgs[:4]))
     await apply(Add(messages=msgs[4:]))
     await apply(Delete(ids=[msgs[1].id], indices=[]))
-    assert len(stored_log) == 7  # history entries travel once each
+    assert len(stored.log) == 7  # history entries travel once each
 
     second: AgentMemory = factory(ActorContext(memory_rt, "memory/durable"))
-    second.durable_restore(snapshot, stored_log)
+    second.durable_restore(stored.snapshot, stored.log)
     found = await second.receive(Search(query="vault"))
     assert [m.id for m in found] == [m.id for m in msgs if "vault" in m.text()]
     assert [m.id for m in second._store.working] == [m.id for m in first._store.working]
@@ -332,5 +329,6 @@ async def test_durable_state_round_trips_through_changes_and_restore(
 
     await apply(Clear(history=True))
     third = factory(ActorContext(memory_rt, "memory/durable"))
-    third.durable_restore(snapshot, stored_log)
+    third.durable_restore(stored.snapshot, stored.log)
     assert third._stats().history_size == 0
+    assert stored.log == []  # erased, not skipped

@@ -1,0 +1,187 @@
+"""Erasure: removing what was sent to or by an actor from the streams and dead letters.
+
+When an actor's stored state says it erased what it held
+(:attr:`~actormem.runtime.state.DurableChanges.erase`: a forgotten agent, a wiped
+history), the copies the transport keeps of its commands go too:
+
+* every shard stream is trimmed below its lowest pending entry (exactly the
+  entries its consumer group handled and acked, whoever they were for: what
+  trimming past ``stream_maxlen`` removes anyway), so the commands the actor
+  sent to others (a compression request, say) go, as the envelopes do not always
+  name their sender;
+* its own entries in its shard stream before the erasing command: handled, and
+  their effects stored already (the caller waits for that), are deleted (XDEL);
+* the dead letters addressed to it or sent by it are deleted.
+
+Entries still pending then (a command to another actor in flight, or handled and
+not acked yet) are waited for in the background: each such stream is trimmed
+again once the entries pending at the erasure are acked (for at most
+``_SETTLE_WAIT_S``). An erasure is rare, and every stream it scans is bounded.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Final
+
+import anyio
+import msgspec
+import structlog
+
+from actormem.runtime.errors import TransportError
+from actormem.runtime.redis._client import redis_errors
+from actormem.runtime.redis.keys import CONSUMER_GROUP
+
+if TYPE_CHECKING:
+    from actormem.runtime.redis._shards import Link
+
+__all__ = ("Erasure",)
+
+log = structlog.get_logger("actormem.redis")
+
+#: Entries read per XRANGE page.
+_PAGE: Final = 500
+#: How long the background pass waits for the entries pending at an erasure.
+_SETTLE_WAIT_S: Final = 60.0
+
+#: An entry's id as ``(milliseconds, sequence)``: ordered as Redis orders them.
+EntryId = tuple[int, int]
+
+
+class _Parties(msgspec.Struct):
+    """Who an encoded envelope is to and from (its other fields are skipped)."""
+
+    recipient: str = ""
+    sender: str | None = None
+
+
+_parties = msgspec.msgpack.Decoder(_Parties)
+
+
+def _entry_id(entry: str | bytes) -> EntryId:
+    text = entry.decode() if isinstance(entry, bytes) else entry
+    ms, _, seq = text.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def _involves(data: bytes | None, address: str) -> tuple[bool, bool]:
+    """``(to it, from it)`` for an encoded envelope; an unreadable one is neither."""
+    if data is None:
+        return False, False
+    try:
+        parties = _parties.decode(data)
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+        return False, False
+    return parties.recipient == address, parties.sender == address
+
+
+class Erasure:
+    """Removes an actor's entries from the shard streams and the dead letters.
+
+    Args:
+        link: the transport.
+    """
+
+    def __init__(self, link: Link) -> None:
+        self._link = link
+        self._config = link.config
+        self._keys = link.keys
+
+    async def erase(self, address: str, shard: int, before: str) -> int:
+        """Remove what was sent to or by ``address`` (on ``shard``) up to its entry
+        ``before`` (the erasing command, kept); return how many entries went.
+
+        Raises:
+            TransportError: Redis is away or failed (what was removed stays removed;
+                erasing again removes the rest).
+        """
+        removed = 0
+        unsettled: list[str] = []
+        cutoff = _entry_id(before)
+        for number in range(self._config.shards):
+            stream = self._keys.stream(number)
+            with redis_errors(f"erasing {address} from {stream}"):
+                settled = await self._trim_settled(stream)
+                if settled is not None and settled < cutoff:
+                    unsettled.append(stream)
+                if number == shard:
+                    own = await self._find(stream, address, settled or (0, 0), _entry_id(before))
+                    removed += await self._delete(stream, own)
+        dead_letters = self._keys.dead_letters()
+        with redis_errors(f"erasing {address} from {dead_letters}"):
+            found = await self._find(dead_letters, address, (0, 0), None, senders=True)
+            removed += await self._delete(dead_letters, found)
+        if removed:
+            log.info("actor_entries_erased", actor=address, entries=removed)
+        if unsettled:
+            self._link.host.spawn(self._trim_when_settled, unsettled, cutoff)
+        return removed
+
+    async def _trim_when_settled(self, streams: list[str], cutoff: EntryId) -> None:
+        """Trim ``streams`` again once no entry before ``cutoff`` is pending in them."""
+        waiting = list(streams)
+        with anyio.move_on_after(_SETTLE_WAIT_S):
+            while waiting:
+                await anyio.sleep(self._config.block_ms / 1000)
+                for stream in list(waiting):
+                    try:
+                        with redis_errors(f"trimming {stream} after an erasure"):
+                            settled = await self._trim_settled(stream)
+                    except TransportError as exc:
+                        log.warning("erase_trim_failed", stream=stream, reason=str(exc))
+                        continue
+                    if settled is None or settled >= cutoff:
+                        waiting.remove(stream)
+        if waiting:
+            log.info("erase_left_pending", streams=len(waiting))
+
+    async def _find(
+        self,
+        stream: str,
+        address: str,
+        start: EntryId,
+        until: EntryId | None,
+        *,
+        senders: bool = False,
+    ) -> list[bytes]:
+        """The entries of ``stream`` from ``start`` and before ``until`` addressed to
+        ``address`` (or, with ``senders``, sent by it)."""
+        client: Any = self._link.client
+        found: list[bytes] = []
+        first = f"{start[0]}-{start[1]}"
+        while True:
+            page = await client.xrange(stream, first, "+", count=_PAGE)
+            for entry, fields in page:
+                if until is not None and _entry_id(entry) >= until:
+                    return found
+                to_it, from_it = _involves(fields.get(b"e"), address)
+                if to_it or (senders and from_it):
+                    found.append(entry)
+            if len(page) < _PAGE:
+                return found
+            first = "(" + page[-1][0].decode()
+
+    async def _delete(self, stream: str, entries: list[bytes]) -> int:
+        client: Any = self._link.client
+        for i in range(0, len(entries), _PAGE):
+            await client.xdel(stream, *entries[i : i + _PAGE])
+        return len(entries)
+
+    async def _trim_settled(self, stream: str) -> EntryId | None:
+        """Trim ``stream`` below its lowest pending entry (below its last delivered
+        one when none is pending) and return that bound; None when the stream or its
+        group does not exist."""
+        client: Any = self._link.client
+        if not await client.exists(stream):
+            return None
+        groups = await client.xinfo_groups(stream)
+        group = next((g for g in groups if g["name"] == CONSUMER_GROUP.encode()), None)
+        if group is None:
+            return None
+        summary = await client.xpending(stream, CONSUMER_GROUP)
+        if summary["pending"]:
+            bound = _entry_id(summary["min"])
+        else:
+            ms, seq = _entry_id(group["last-delivered-id"])
+            bound = (ms, seq + 1)
+        await client.xtrim(stream, minid=f"{bound[0]}-{bound[1]}", approximate=False)
+        return bound

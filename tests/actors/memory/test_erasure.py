@@ -1,0 +1,190 @@
+"""Real erasure: ``forget()`` and ``clear(history=True)`` leave no trace of the text.
+
+A canary string goes into every kind of place an agent's text lives (messages,
+tool arguments, metadata, long-term records, episodes, offloaded blocks after
+compression, a dead letter, the stream entries of its commands, its session
+file); after the erasure every key under the test's Redis prefix (every type) and
+every file under the session directory is scanned for it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+import msgspec
+import pytest
+import redis.asyncio as aioredis
+
+from actormem.actors import AppConfig, MemoryHandle, MemoryRuntime, Message, ToolCall
+from actormem.actors.compression import CompressionConfig
+from actormem.actors.retention import RetentionConfig
+from actormem.runtime import Transport
+from actormem.runtime.redis import RedisConfig, connect
+from actormem.runtime.redis.keys import Keys, shard_of
+from tests.support.redis import keys_holding
+
+pytestmark = pytest.mark.anyio
+
+CANARY = "zq7-canary-0451"
+
+
+def erasure_config(session_dir: Path) -> AppConfig:
+    """Small compression limits (so the canary is offloaded) and session files."""
+    return AppConfig(
+        compression=CompressionConfig(msg_threshold=20, max_tokens=1200, last_keep=6),
+        retention=RetentionConfig(policy="persistent", session_dir=str(session_dir)),
+    )
+
+
+async def wait_idle(mem: MemoryHandle) -> None:
+    with anyio.fail_after(20):
+        while (await mem.stats()).compressing:  # noqa: ASYNC110
+            await anyio.sleep(0.01)
+
+
+async def plant(mem: MemoryHandle) -> None:
+    """The canary in every place the agent's memory keeps text."""
+    await mem.add({"role": "system", "content": "You are Ana."})
+    await mem.add(
+        Message(role="user", content=f"The vault code is {CANARY}.", metadata={"tag": CANARY})
+    )
+    await mem.add(
+        [
+            Message(
+                role="assistant",
+                tool_calls=[ToolCall(id="call-1", name="lookup", arguments={"q": CANARY})],
+            ),
+            Message(role="tool", tool_call_id="call-1", name="lookup", content="found"),
+            Message(role="assistant", content=f"Noted {CANARY}."),
+        ]
+    )
+    assert await mem.record({"role": "user", "content": f"remember {CANARY} forever"}) == 1
+    assert await mem.start_episode(topic="vault") is not None
+    for i in range(30):
+        await mem.add(
+            [
+                {"role": "user", "content": f"Question {i}: how is the mill at dawn?"},
+                {"role": "assistant", "content": f"Answer {i}: the mill wheel turned {i} times."},
+            ]
+        )
+        await wait_idle(mem)
+    stats = await mem.stats()
+    assert stats.compressions >= 1 and stats.offloaded >= 1
+    offloaded = await mem.get(scope="offloaded")
+    assert any(CANARY in json.dumps(m.to_openai()) for m in offloaded)
+
+
+async def dead_letter(client: aioredis.Redis, config: RedisConfig, agent: str) -> None:
+    """A tell to ``agent`` carrying the canary that fails validation: a dead letter."""
+    keys = Keys(config.prefix)
+    address = f"memory/{agent}"
+    body = {"type": "Add", "messages": f"not a list {CANARY}"}
+    envelope = msgspec.msgpack.encode({"recipient": address, "body": body, "id": "dl-1"})
+    await client.xadd(keys.stream(shard_of(address, config.shards)), {b"e": envelope})
+    with anyio.fail_after(10):
+        while not await client.xlen(keys.dead_letters()):  # noqa: ASYNC110
+            await anyio.sleep(0.02)
+    assert await keys_holding(client, config.prefix, CANARY.encode())
+
+
+async def no_trace_left(client: aioredis.Redis, config: RedisConfig) -> None:
+    """Wait until no key holds the canary: the stream entries of commands still in
+    flight at the erasure (a compression request) go once they are acked."""
+    with anyio.fail_after(20):
+        while await keys_holding(client, config.prefix, CANARY.encode()):  # noqa: ASYNC110
+            await anyio.sleep(0.05)
+
+
+def files_holding(root: Path, needle: str) -> list[Path]:
+    return [p for p in root.rglob("*") if p.is_file() and needle.encode() in p.read_bytes()]
+
+
+async def erase_and_scan(
+    request: pytest.FixtureRequest,
+    make_transport: Callable[[], Transport],
+    tmp_path: Path,
+    erase: Callable[[MemoryHandle], object],
+) -> MemoryHandle:
+    client: aioredis.Redis | None = None
+    config: RedisConfig | None = None
+    if request.node.callspec.params["make_transport"] == "redis":
+        config = request.getfixturevalue("redis_config")
+        client = connect(config)
+    try:
+        return await _erase_and_scan(client, config, make_transport, tmp_path, erase)
+    finally:
+        if client is not None:
+            await client.aclose()
+
+
+async def _erase_and_scan(
+    client: aioredis.Redis | None,
+    config: RedisConfig | None,
+    make_transport: Callable[[], Transport],
+    tmp_path: Path,
+    erase: Callable[[MemoryHandle], object],
+) -> MemoryHandle:
+    async with MemoryRuntime(erasure_config(tmp_path), transport=make_transport()) as rt:
+        mem = rt.memory("ana")
+        bystander = rt.memory("bob")
+        await bystander.add({"role": "user", "content": "Bob keeps his own notes."})
+        await plant(mem)
+        await mem.end_run()  # persistent: the session file holds the canary now
+        assert files_holding(tmp_path, CANARY)
+        if client is not None and config is not None:
+            await dead_letter(client, config, "ana")
+        await erase(mem)  # type: ignore[misc]
+        assert (await mem.get(scope="history")) == []
+        assert (await mem.get(scope="offloaded")) == []
+        # (Queries naming the canary would put it into the stream themselves.)
+        assert await mem.retrieve("vault code forever") == []
+        assert await mem.recall_episode("vault") == []
+        stats = await mem.stats()
+        assert (stats.size, stats.history_size, stats.offloaded) == (0, 0, 0)
+        assert (stats.longterm_entries, stats.episodes, stats.core_messages) == (0, 0, 0)
+        assert [m.content for m in await bystander.get()] == ["Bob keeps his own notes."]
+        if client is not None and config is not None:
+            await no_trace_left(client, config)
+        # A later command finds the agent empty, and stores afresh.
+        await mem.add({"role": "user", "content": "a new start"})
+        assert [m.content for m in await mem.get(scope="history")] == ["a new start"]
+    assert files_holding(tmp_path, CANARY) == []
+    if client is not None and config is not None:
+        assert await keys_holding(client, config.prefix, CANARY.encode()) == []
+    return mem
+
+
+async def test_forget_leaves_no_trace_of_the_agent_anywhere(
+    request: pytest.FixtureRequest, make_transport: Callable[[], Transport], tmp_path: Path
+) -> None:
+    async def forget(mem: MemoryHandle) -> None:
+        assert await mem.forget() > 0
+
+    await erase_and_scan(request, make_transport, tmp_path, forget)
+
+
+async def test_clear_with_history_leaves_no_trace_of_what_it_erases(
+    request: pytest.FixtureRequest, make_transport: Callable[[], Transport], tmp_path: Path
+) -> None:
+    async def clear(mem: MemoryHandle) -> None:
+        assert await mem.clear(history=True) > 0
+
+    await erase_and_scan(request, make_transport, tmp_path, clear)
+
+
+async def test_a_forgotten_agent_starts_empty_after_a_restart(
+    make_transport: Callable[[], Transport], tmp_path: Path
+) -> None:
+    config = erasure_config(tmp_path)
+    async with MemoryRuntime(config, transport=make_transport()) as rt:
+        mem = rt.memory("ana")
+        await mem.add({"role": "user", "content": f"secret {CANARY}"})
+        await mem.record({"role": "user", "content": f"remember {CANARY}"})
+        assert await mem.forget() == 1
+        assert await mem.forget() == 0  # forgetting twice erases nothing more
+    async with MemoryRuntime(config, transport=make_transport()) as rt:
+        stats = await rt.memory("ana").stats()
+        assert (stats.history_size, stats.longterm_entries, stats.peak_size) == (0, 0, 0)

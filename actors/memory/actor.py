@@ -278,16 +278,19 @@ class AgentMemory(Actor):
         updated = edits.update(
             self._store, command.id, changes, command.set_metadata, command.remove_metadata
         )
-        # What recall has yet to take in is the message as it is now (as a reload
-        # rebuilds it from the snapshot); what it took in already stays as it was.
+        # Recall holds the message as it is now: what it has yet to take in, and
+        # what it took in already (long-term memories recorded from it, episodes).
         if self._unobserved:
             self._unobserved = [updated if m.id == updated.id else m for m in self._unobserved]
-        if self._recall is not None and any(
-            m.id == updated.id for m in self._recall.awaiting_reply
-        ):
-            self._recall.awaiting_reply = [
-                updated if m.id == updated.id else m for m in self._recall.awaiting_reply
-            ]
+        recall = self._recall
+        if recall is not None:
+            if any(m.id == updated.id for m in recall.awaiting_reply):
+                recall.awaiting_reply = [
+                    updated if m.id == updated.id else m for m in recall.awaiting_reply
+                ]
+            recall.longterm.revise(updated)
+            recall.episodes.revise(updated)
+            recall.changed()
         self._compaction.maybe_compress()
         return updated
 

@@ -406,6 +406,32 @@ class EpisodicMemory(SnapshotState[EpisodeState]):
         total = sum(len(e.messages) for e in self.episodes())
         self._episodic = max(0, total - len(self._working))
 
+    def revise(self, message: Message) -> bool:
+        """Put the edited ``message`` where its earlier version is (episodes, working
+        and core memory, which it joins or leaves by its new weight); return whether
+        it was anywhere."""
+
+        def swap(messages: Iterable[Message]) -> list[Message]:
+            return [message if m.id == message.id else m for m in messages]
+
+        held = any(m.id == message.id for e in self.episodes() for m in e.messages)
+        if not held:
+            return False
+        self._closed = [
+            msgspec.structs.replace(e, messages=tuple(swap(e.messages)))
+            if any(m.id == message.id for m in e.messages)
+            else e
+            for e in self._closed
+        ]
+        self._current.messages = swap(self._current.messages)
+        self._working = swap(self._working)
+        self._core_lines.pop(message.id, None)
+        self._core.pop(message.id, None)
+        if self._is_core(message):
+            self._core[message.id] = message
+            self._trim_core()
+        return True
+
     def clear(self) -> None:
         """Forget every episode and message; a fresh first episode opens."""
         self._closed.clear()

@@ -325,6 +325,28 @@ class LongTermMemory(SnapshotState[LongTermState]):
             self._bm25.remove(position)
         return True
 
+    def revise(self, message: Message) -> int:
+        """Bring the memories recorded from ``message`` in line with its edited
+        version: its text, and its importance when it has one (a memory whose text
+        is now empty, or another memory's, is forgotten); return how many changed."""
+        text = sanitize_insight_text(message.text(), self.config.max_entry_chars)
+        norm = " ".join(words(text))
+        changed = [e for e in self._entries.values() if message.id in e.source_message_ids]
+        for old in changed:
+            importance = old.importance if message.importance is None else message.importance
+            accessed = self._accessed[old.id]
+            self.forget(old.id)
+            if not norm or norm in self._by_text:
+                continue
+            entry = msgspec.structs.replace(old, text=text, importance=importance)
+            self._entries[entry.id] = entry
+            self._accessed[entry.id] = accessed
+            self._by_text[norm] = entry.id
+            if self._bm25 is not None:
+                self._bm25_pos[entry.id] = self._bm25.add(text)
+                self._bm25_ids.append(entry.id)
+        return len(changed)
+
     def clear(self) -> None:
         """Forget everything."""
         self._entries.clear()

@@ -171,3 +171,34 @@ async def test_edits_survive_a_restart_of_the_runtime(make_transport: Any) -> No
         assert await alice.get(scope="history") == history
         reloaded = await alice.reload(summary.metadata["reload_id"])
         assert [m.id for m in reloaded] == ["m2", "m3"]
+
+
+async def test_an_edit_reaches_long_term_memory_and_episodes(make_transport: Any) -> None:
+    async with MemoryRuntime(AppConfig(), transport=make_transport()) as rt:
+        alice = rt.memory("alice")
+        await alice.add(
+            [
+                Message(id="q", role="user", content="The ferry leaves at nine from pier four."),
+                Message(id="a", role="assistant", content="Noted the ferry time."),
+            ]
+        )  # static control records the turn once the reply is in
+        assert [r.entry.text for r in await alice.retrieve("ferry pier")][:1] == [
+            "The ferry leaves at nine from pier four."
+        ]
+        await alice.update("q", content="The ferry leaves at ten from pier two.", importance=0.9)
+        await alice.mark("a", important=True)
+        recalled = await alice.retrieve("ferry pier")
+        texts = [r.entry.text for r in recalled]
+        assert "The ferry leaves at ten from pier two." in texts
+        assert not any("nine" in t for t in texts)
+        edited = next(r.entry for r in recalled if "ten" in r.entry.text)
+        assert edited.importance == 0.9 and edited.source_message_ids == ("q",)
+        (episode,) = await alice.recall_episode("ferry")
+        assert episode.messages[0].content == "The ferry leaves at ten from pier two."
+        assert (await alice.stats()).core_messages == 2  # both weigh enough for core memory now
+    if isinstance(rt.transport, LocalTransport):
+        return
+    async with MemoryRuntime(AppConfig(), transport=make_transport()) as rt:
+        texts = [r.entry.text for r in await rt.memory("alice").retrieve("ferry pier")]
+        assert "The ferry leaves at ten from pier two." in texts
+        assert not any("nine" in t for t in texts)

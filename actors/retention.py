@@ -79,16 +79,21 @@ class RetentionConfig(_Section, frozen=True):
         per_agent: policies for named agents, overriding the default.
         session_dir: where in-process persistent memory is kept.
         session_id: the session's name (a subdirectory of ``session_dir``).
+        ttl: seconds an agent may stay idle (no command) before it is forgotten,
+            as by ``forget()``; None keeps agents however long they are idle.
     """
 
     policy: RetentionPolicy = "session"
     per_agent: dict[str, RetentionPolicy] = msgspec.field(default_factory=dict)
     session_dir: str = DEFAULT_SESSION_DIR
     session_id: str = "default"
+    ttl: float | None = None
 
     def __post_init__(self) -> None:
         if not self.session_id or "/" in self.session_id or self.session_id in (".", ".."):
             raise ValueError(f"session_id must be a plain name, got {self.session_id!r}")
+        if self.ttl is not None and not 0 < self.ttl < float("inf"):
+            raise ValueError(f"ttl must be a positive number of seconds, got {self.ttl}")
 
     def policy_for(self, agent: str) -> RetentionPolicy:
         """Return ``agent``'s policy."""

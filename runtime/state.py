@@ -54,12 +54,15 @@ class DurableChanges(NamedTuple):
             a store also removes the copies it keeps elsewhere of what was sent to
             or by the actor up to this change (stream entries, dead letters). An
             empty ``snapshot`` with ``erase`` deletes the stored snapshot.
+        expire_after: seconds after which a store may drop the stored state if no
+            later change came (the state expires); None keeps it.
     """
 
     log_appends: list[bytes]
     snapshot: bytes | None = None
     replace_log: bool = False
     erase: bool = False
+    expire_after: float | None = None
 
 
 @runtime_checkable

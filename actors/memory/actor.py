@@ -9,6 +9,7 @@ history plus a snapshot of the rest (:mod:`.snapshot`).
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +28,7 @@ from actormem.actors.memory.commands import (
     Context,
     Delete,
     EndRun,
+    Expire,
     Export,
     Forget,
     Get,
@@ -49,6 +51,7 @@ from actormem.actors.memory.commands import (
     Update,
 )
 from actormem.actors.memory.compaction import Compaction
+from actormem.actors.memory.expiry import IdleClock, IdleSweeper
 from actormem.actors.memory.inputs import check_command
 from actormem.actors.memory.queries import MessageQueries
 from actormem.actors.memory.snapshot import (
@@ -84,6 +87,9 @@ __all__ = ("AgentMemory", "memory_factory")
 
 log = structlog.get_logger("actormem.memory")
 
+#: Commands that do not make an agent active (retention.ttl): the runtime's own.
+_NOT_ACTIVITY: frozenset[type] = frozenset({Expire, CompressionDone, InsightDelivery})
+
 
 class AgentMemory(Actor):
     """One agent's memory (see the module doc). Served through :class:`MemoryHandle`."""
@@ -97,6 +103,7 @@ class AgentMemory(Actor):
         "_config",
         "_counter",
         "_forgotten",
+        "_idle",
         "_queries",
         "_recall",
         "_recall_config",
@@ -112,6 +119,7 @@ class AgentMemory(Actor):
         config: AppConfig,
         recall: RecallConfig,
         counter: TokenCounter,
+        sweeper: IdleSweeper | None = None,
     ) -> None:
         super().__init__(ctx)
         self.agent = ctx.key
@@ -128,6 +136,7 @@ class AgentMemory(Actor):
         self._saved_edits = 0
         # Forgotten since the last durable change: the stored state is deleted.
         self._forgotten = False
+        self._idle = IdleClock(self.agent, config.retention.ttl, sweeper)
 
     async def receive(self, message: Any) -> Any:
         # Before anything changes: over Redis a command may come from any client.
@@ -135,6 +144,10 @@ class AgentMemory(Actor):
         store = self._store
         if type(message) not in REPLAYABLE:
             store.dirty = True
+        if self._idle.ttl is not None:
+            expired = await self._expire(type(message))
+            if expired is not None:
+                return expired
         match message:
             case Add(messages=messages):
                 return self._add(messages)
@@ -157,6 +170,8 @@ class AgentMemory(Actor):
                 return removed
             case Forget():
                 return await self._forget()
+            case Expire():
+                return False  # no retention.ttl: agents do not expire
             case Stats():
                 return self._stats()
             case Export(include_history=include_history):
@@ -311,11 +326,31 @@ class AgentMemory(Actor):
         self._unobserved = None
         self._saved_edits = 0
         self._forgotten = True
+        self._idle.forgotten()
         await self._erase_session(keep=False)
         if recall is not None:
             await recall.longterm.aclose()
         log.info("memory_forgotten", agent=self.agent, history_erased=erased)
         return erased
+
+    async def _expire(self, kind: type) -> bool | None:
+        """Forget the agent first if it was idle past ``retention.ttl``; then note the
+        command as activity. For an ``Expire``, return whether it was forgotten."""
+        idle = self._idle
+        now = time.time()
+        expired = idle.expired(now)
+        if expired:
+            log.info(
+                "memory_expired", agent=self.agent, idle_s=round(now - (idle.active_at or now), 3)
+            )
+            await self._forget()
+        if kind is Expire:
+            if not expired:
+                idle.watch(self.ctx.runtime)  # known here only now: due later
+            return expired
+        if kind not in _NOT_ACTIVITY and idle.touch(self.ctx.runtime, now):
+            self._store.dirty = True  # the stored time of the last activity is stale
+        return None
 
     async def _erase_session(self, *, keep: bool) -> None:
         """Bring the session file (persistent retention) in line with an erasure:
@@ -415,20 +450,23 @@ class AgentMemory(Actor):
             forgotten, self._forgotten = self._forgotten, False
             recall = self._recall
             self._saved_edits = recall.edits if recall is not None else 0
-            snapshot = (
-                b""
-                if forgotten and not appends
-                else encode_snapshot(store, self._compaction, recall, self._unobserved)
+            snapshot = b"" if forgotten and not appends else self._snapshot()
+            return DurableChanges(
+                appends, snapshot, replace_log=True, erase=True, expire_after=self._idle.key_ttl
             )
-            return DurableChanges(appends, snapshot, replace_log=True, erase=True)
         recall = self._recall
         edits = recall.edits if recall is not None else 0
         if not store.dirty and edits == self._saved_edits:
-            return DurableChanges(appends)
+            return DurableChanges(appends, expire_after=self._idle.key_ttl)
         store.dirty = False
         self._saved_edits = edits
-        return DurableChanges(
-            appends, encode_snapshot(store, self._compaction, recall, self._unobserved)
+        return DurableChanges(appends, self._snapshot(), expire_after=self._idle.key_ttl)
+
+    def _snapshot(self) -> bytes:
+        idle = self._idle
+        idle.stored_at = idle.active_at
+        return encode_snapshot(
+            self._store, self._compaction, self._recall, self._unobserved, idle.active_at
         )
 
     def durable_restore(self, snapshot: bytes | None, log: list[bytes]) -> None:
@@ -438,6 +476,7 @@ class AgentMemory(Actor):
         store.durable = True
         state = decode_snapshot(snapshot)
         by_id, replay = restore_store(store, self._compaction, state, log)
+        self._idle.restored(state.active_at)
         if state.unobserved is not None:
             unobserved = [by_id[i] for i in state.unobserved if i in by_id] + replay
             self._unobserved = unobserved or None
@@ -484,9 +523,11 @@ def memory_factory(config: AppConfig) -> Callable[[ActorContext], AgentMemory]:
     # Embeddings make retrieval await the network, so receive may suspend: asks
     # must then go through the mailbox instead of running inline.
     cls = AgentMemory if not config.longterm.embedding_base_url else _SuspendingAgentMemory
+    ttl = config.retention.ttl
+    sweeper = IdleSweeper(ttl) if ttl is not None else None
 
     def make(ctx: ActorContext) -> AgentMemory:
-        return cls(ctx, config, recall, counter)
+        return cls(ctx, config, recall, counter, sweeper)
 
     return make
 

@@ -31,6 +31,7 @@ __all__ = (
     "Context",
     "Delete",
     "EndRun",
+    "Expire",
     "Export",
     "Forget",
     "Get",
@@ -177,6 +178,12 @@ class Forget(Command[int], frozen=True):
     """Erase the agent: everything :class:`Clear` with ``history`` erases, its
     counters, its stored state and its session file; afterwards it is as if it never
     existed. The reply is how many history messages were erased."""
+
+
+class Expire(Command[bool], frozen=True):
+    """Forget the agent if it has been idle for ``retention.ttl`` (sent by the
+    retention sweeper, see :mod:`actormem.actors.memory.expiry`); the reply says
+    whether it was forgotten. It does not count as activity."""
 
 
 class MemoryStats(msgspec.Struct, frozen=True, kw_only=True):
@@ -368,6 +375,7 @@ MemoryCommand = (
     | SetSummary
     | Clear
     | Forget
+    | Expire
     | Stats
     | Export
     | Load

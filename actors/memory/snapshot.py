@@ -13,6 +13,7 @@ import msgspec
 from actormem.actors.memory.commands import (
     Add,
     Context,
+    Expire,
     Export,
     Get,
     HeldInsights,
@@ -33,7 +34,10 @@ __all__ = ("REPLAYABLE", "MemorySnapshot", "decode_snapshot", "encode_snapshot",
 #: or that change nothing (reads): after them, no new snapshot is needed unless
 #: the working view was rewritten or recall changed otherwise (both tracked).
 REPLAYABLE: frozenset[type] = frozenset(
-    {Add, Context, Get, Search, Stats, Export, Reload, HeldInsights, MemoryTools, RecallEpisode}
+    {
+        *(Add, Context, Get, Search, Stats, Export, Reload, HeldInsights, MemoryTools),
+        *(RecallEpisode, Expire),
+    }
 )
 
 
@@ -61,6 +65,8 @@ class MemorySnapshot(msgspec.Struct, kw_only=True):
     awaiting_reply: list[str] = []
     # The compression rounds: the one in flight, resumed on activation.
     compaction: CompactionState | None = None
+    # When the agent last had a command (retention.ttl; None: not tracked).
+    active_at: float | None = None
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -72,6 +78,7 @@ def encode_snapshot(
     compaction: Compaction,
     recall: AgentRecall | None,
     unobserved: list[Message] | None,
+    active_at: float | None = None,
 ) -> bytes:
     """Return the snapshot of a memory's state but its history, encoded.
 
@@ -80,6 +87,7 @@ def encode_snapshot(
         compaction: the compression counters and rounds.
         recall: the agent's recall, or None when it has not been made.
         unobserved: messages added before recall was made (only without recall).
+        active_at: when the agent last had a command, if tracked.
     """
     in_history = store.history_ids
     edited = store.edited
@@ -99,6 +107,7 @@ def encode_snapshot(
         unobserved=None if recall is not None else [m.id for m in unobserved or ()],
         awaiting_reply=[m.id for m in recall.awaiting_reply] if recall is not None else [],
         compaction=compaction.state(),
+        active_at=active_at,
     )
     return _encoder.encode(snapshot)
 

@@ -327,6 +327,7 @@ class GroupCommit:
         if result == -1:
             log.warning("write_fenced_off", shard=number, commands=len(batch))
             return None
+        await self._expire(number, {a: batch[i[-1]].changes for a, i in by_actor.items()})
         statuses = [0] * len(batch)
         for i, status in zip(order, result, strict=True):
             statuses[i] = int(status)
@@ -349,6 +350,25 @@ class GroupCommit:
         if env.deadline is None:
             return limit
         return max(1, min(limit, int((env.deadline - now + _REPLY_SLACK) * 1000)))
+
+    async def _expire(self, shard: int, latest: dict[str, DurableChanges]) -> None:
+        """Set the expiry of the stored state of the actors whose latest changes ask
+        for one (``expire_after``); a failure only leaves the previous expiry."""
+        keys = self._keys
+        expiring = [(a, c.expire_after) for a, c in latest.items() if c.expire_after]
+        if not expiring:
+            return
+        try:
+            with redis_errors("PEXPIRE"):
+                async with self._link.client.pipeline(transaction=False) as pipe:
+                    for address, seconds in expiring:
+                        ms = max(1, round((seconds or 0) * 1000))
+                        pipe.pexpire(keys.actor_log(shard, address), ms)
+                        pipe.pexpire(keys.actor_snapshot(shard, address), ms)
+                        pipe.pexpire(keys.actor_applied(shard, address), ms)
+                    await pipe.execute()
+        except TransportError as exc:
+            log.warning("expiry_not_set", shard=shard, actors=len(expiring), reason=str(exc))
 
     async def flush_acks(self, shard: Shard) -> None:
         """XACK the handled entries of non-durable actors in one fenced call.

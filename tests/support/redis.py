@@ -89,6 +89,8 @@ async def keys_holding(client: aioredis.Redis, prefix: str, needle: bytes) -> li
         kind = await client.type(key)
         kind = kind.decode() if isinstance(kind, bytes) else kind
         values: list[bytes] = [key.encode()]
+        if kind == "none":  # gone since the scan named it
+            continue
         if kind == "string":
             values.append(await client.get(key) or b"")
         elif kind == "hash":

@@ -1,0 +1,94 @@
+"""Per-agent expiry (``retention.ttl``): an agent idle past it is forgotten."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import anyio
+import pytest
+from structlog.testing import capture_logs
+
+from actormem.actors import AppConfig, MemoryRuntime
+from actormem.actors.memory.commands import Expire
+from actormem.actors.retention import RetentionConfig
+from actormem.runtime import Transport
+from actormem.runtime.redis import RedisConfig, connect
+from actormem.runtime.redis.keys import Keys, shard_of
+from tests.support.redis import keys_holding
+
+pytestmark = pytest.mark.anyio
+
+CANARY = "ttl-canary-8812"
+
+
+def with_ttl(ttl: float) -> AppConfig:
+    return AppConfig(retention=RetentionConfig(ttl=ttl))
+
+
+async def test_an_agent_idle_past_its_ttl_is_forgotten(
+    request: pytest.FixtureRequest, make_transport: Callable[[], Transport]
+) -> None:
+    redis = request.node.callspec.params["make_transport"] == "redis"
+    config: RedisConfig | None = request.getfixturevalue("redis_config") if redis else None
+    with capture_logs() as logs:
+        async with MemoryRuntime(with_ttl(0.3), transport=make_transport()) as rt:
+            ana = rt.memory("ana")
+            await ana.add({"role": "user", "content": f"my locker code is {CANARY}"})
+            await ana.record({"role": "user", "content": f"remember {CANARY}"})
+            with anyio.fail_after(20):  # the sweeper's Expire, a few TTLs at most
+                while not any(e["event"] == "memory_forgotten" for e in logs):  # noqa: ASYNC110
+                    await anyio.sleep(0.05)
+            if config is not None:  # its stream entries too: the erasure, not only key expiry
+                client = connect(config)
+                try:
+                    with anyio.fail_after(20):  # the forget's commit follows its log line
+                        while await keys_holding(client, config.prefix, CANARY.encode()):  # noqa: ASYNC110
+                            await anyio.sleep(0.05)
+                finally:
+                    await client.aclose()
+            stats = await ana.stats()  # a later command finds it empty
+            assert (stats.history_size, stats.longterm_entries) == (0, 0)
+    assert any(e["event"] == "memory_expired" and e["agent"] == "ana" for e in logs)
+
+
+async def test_an_active_agent_does_not_expire(make_transport: Callable[[], Transport]) -> None:
+    async with MemoryRuntime(with_ttl(3600), transport=make_transport()) as rt:
+        ana = rt.memory("ana")
+        await ana.add({"role": "user", "content": "still here"})
+        assert await rt.ask("memory/ana", Expire()) is False
+        assert (await ana.stats()).history_size == 1
+
+
+async def test_without_a_ttl_nothing_expires(make_transport: Callable[[], Transport]) -> None:
+    async with MemoryRuntime(AppConfig(), transport=make_transport()) as rt:
+        ana = rt.memory("ana")
+        await ana.add({"role": "user", "content": "kept"})
+        assert await rt.ask("memory/ana", Expire()) is False
+        assert (await ana.stats()).history_size == 1
+
+
+async def test_the_stored_state_expires_with_no_worker_left(
+    redis_config: RedisConfig, make_redis_transport: Callable[[], Transport]
+) -> None:
+    ttl = 0.5
+    async with MemoryRuntime(with_ttl(ttl), transport=make_redis_transport()) as rt:
+        await rt.memory("ana").add({"role": "user", "content": f"note {CANARY}"})
+    keys = Keys(redis_config.prefix)
+    shard = shard_of("memory/ana", redis_config.shards)
+    state = [keys.actor_log(shard, "memory/ana"), keys.actor_snapshot(shard, "memory/ana")]
+    client = connect(redis_config)
+    try:
+        for key in state:
+            assert 0 < await client.pttl(key) <= ttl * 1.5 * 1000
+        with anyio.fail_after(20):
+            while await client.exists(*state):  # noqa: ASYNC110
+                await anyio.sleep(0.05)
+    finally:
+        await client.aclose()
+    async with MemoryRuntime(with_ttl(ttl), transport=make_redis_transport()) as rt:
+        assert (await rt.memory("ana").stats()).history_size == 0
+
+
+def test_a_ttl_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="ttl must be a positive number"):
+        RetentionConfig(ttl=0)

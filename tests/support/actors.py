@@ -51,6 +51,11 @@ class Reset(msgspec.Struct, frozen=True, tag="ledger.Reset"):
     """Clears the ledger (its log is replaced, not appended to)."""
 
 
+class Erase(msgspec.Struct, frozen=True, tag="ledger.Erase"):
+    """Erases the ledger: its stored log and snapshot are deleted, and the
+    transport's copies of its commands so far removed."""
+
+
 class Crash(msgspec.Struct, frozen=True, tag="ledger.Crash"):
     """Kills the worker process on the spot (a poison pill)."""
 
@@ -73,7 +78,7 @@ class Relay(msgspec.Struct, frozen=True, tag="ledger.Relay"):
     to: str
 
 
-register_message_types(Add, GetState, Boom, Crash, Refuse, Reset, Flaky, Relay)
+register_message_types(Add, GetState, Boom, Crash, Refuse, Reset, Flaky, Relay, Erase)
 
 _encoder = msgspec.msgpack.Encoder()
 _int = msgspec.msgpack.Decoder(int)
@@ -100,6 +105,7 @@ class Ledger(Actor):
         self._new: list[bytes] = []
         self._dirty = False
         self._replace = False
+        self._erase = False
 
     async def on_start(self) -> None:
         Ledger.activations += 1
@@ -131,6 +137,10 @@ class Ledger(Actor):
                 self.tokens, self.total = [], 0
                 self._new, self._dirty, self._replace = [], True, True
                 return 0
+            case Erase():
+                self.tokens, self.total, self._new = [], 0, []
+                self._erase = True
+                return 0
             case Crash():
                 os._exit(3)
             case Refuse():
@@ -139,6 +149,9 @@ class Ledger(Actor):
 
     def durable_changes(self) -> DurableChanges:
         appended, self._new = self._new, []
+        if self._erase:
+            self._erase = self._dirty = self._replace = False
+            return DurableChanges(appended, b"", replace_log=True, erase=True)
         snapshot = _encoder.encode(self.total) if self._dirty else None
         replace, self._dirty, self._replace = self._replace, False, False
         return DurableChanges(appended, snapshot, replace)

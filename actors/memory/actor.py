@@ -319,7 +319,10 @@ class AgentMemory(Actor):
         return removed
 
     async def _forget(self) -> int:
-        """Erase everything the agent has, as if it never existed (see :class:`Forget`)."""
+        """Erase everything the agent has, as if it never existed (see :class:`Forget`).
+
+        What the agent shared with the insight pool stays there: the pool has no
+        command yet that drops a source's insights."""
         erased = self._store.forget()
         self._compaction.compressions = self._compaction.tokens_saved = 0
         recall, self._recall = self._recall, None

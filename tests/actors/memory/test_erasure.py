@@ -15,10 +15,9 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from actormem.actors import AppConfig, MemoryHandle, MemoryRuntime
-from actormem.actors.memory.commands import Forget
-from actormem.runtime import Envelope, Transport
-from actormem.runtime.redis import Keys, RedisConfig, RedisTransport, connect, shard_of
+from actormem.actors import MemoryHandle, MemoryRuntime
+from actormem.runtime import Transport
+from actormem.runtime.redis import RedisConfig, connect
 from tests.support.erasure import (
     CANARY,
     dead_letter,
@@ -28,7 +27,6 @@ from tests.support.erasure import (
     plant,
 )
 from tests.support.redis import keys_holding
-from tests.support.streams import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -119,28 +117,3 @@ async def test_a_forgotten_agent_starts_empty_after_a_restart(
     async with MemoryRuntime(config, transport=make_transport()) as rt:
         stats = await rt.memory("ana").stats()
         assert (stats.history_size, stats.longterm_entries, stats.peak_size) == (0, 0, 0)
-
-
-async def test_a_forget_delivered_twice_erases_once(
-    redis_client: aioredis.Redis,
-    redis_config: RedisConfig,
-    make_redis_transport: Callable[[], RedisTransport],
-) -> None:
-    transport = make_redis_transport()
-    async with MemoryRuntime(AppConfig(), transport=transport) as rt:
-        ana = rt.memory("ana")
-        await ana.add({"role": "user", "content": f"before {CANARY}"})
-        stream = Keys(redis_config.prefix).stream(shard_of("memory/ana", redis_config.shards))
-        forget = transport.codec.encode_envelope(
-            Envelope(recipient="memory/ana", body=Forget(), id="forget-0001")
-        )
-        await redis_client.xadd(stream, {b"e": forget})
-        await ana.add({"role": "user", "content": "after"})
-        await redis_client.xadd(stream, {b"e": forget})  # the same bytes again, later
-
-        async def skipped() -> bool:
-            return transport.stats().duplicates == 1
-
-        await eventually(skipped, "the second copy of the forget is skipped")
-        assert [m.content for m in await ana.get(scope="history")] == ["after"]
-        assert await keys_holding(redis_client, redis_config.prefix, CANARY.encode()) == []

@@ -61,6 +61,10 @@ async def plant(mem: MemoryHandle) -> None:
             Message(role="assistant", content=f"Noted {CANARY}."),
         ]
     )
+    note = await mem.add({"role": "user", "content": "a note to edit"})
+    await mem.update(note.ids[0], content=f"edited to {CANARY}")
+    spare = await mem.add([{"role": "user", "content": f"spare {i}"} for i in range(2)])
+    await mem.set_summary(f"summary of {CANARY}", replaces=spare.ids)
     assert await mem.record({"role": "user", "content": f"remember {CANARY} forever"}) == 1
     assert await mem.start_episode(topic="vault") is not None
     for i in range(30):

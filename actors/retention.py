@@ -53,6 +53,7 @@ __all__ = (
     "RetentionPolicy",
     "SessionFileError",
     "SessionStore",
+    "erase_session",
     "part_snapshot",
 )
 
@@ -410,3 +411,14 @@ class AgentRetention:
     async def close(self) -> None:
         """The agent stops: persistent state is saved."""
         await self.save()
+
+
+async def erase_session(config: RetentionConfig, agent: str, kept: AgentRetention | None) -> None:
+    """Bring ``agent``'s session file (persistent policy only) in line with an
+    erasure: saved again from ``kept`` (the parts left), else deleted."""
+    if config.policy_for(agent) != "persistent":
+        return
+    if kept is not None:
+        await kept.save()
+    else:
+        await config.store().adelete(agent)

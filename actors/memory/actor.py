@@ -73,6 +73,7 @@ from actormem.actors.pool.commands import (
 )
 from actormem.actors.pool.insights import InsightDelivery, InsightSignatureError
 from actormem.actors.recall.agent import AgentRecall, RecallConfig
+from actormem.actors.retention import erase_session
 from actormem.runtime import (
     Actor,
     ActorContext,
@@ -165,8 +166,9 @@ class AgentMemory(Actor):
                 return edits.set_summary(store, text, replaces)
             case Clear(history=history):
                 removed = self._clear(history)
-                if history:
-                    await self._erase_session(keep=True)
+                if history:  # the session file keeps what is left
+                    kept = self._recall.retention if self._recall is not None else None
+                    await erase_session(self._recall_config.retention, self.agent, kept)
                 return removed
             case Forget():
                 return await self._forget()
@@ -330,7 +332,7 @@ class AgentMemory(Actor):
         self._saved_edits = 0
         self._forgotten = True
         self._idle.forgotten()
-        await self._erase_session(keep=False)
+        await erase_session(self._recall_config.retention, self.agent, None)
         if recall is not None:
             await recall.longterm.aclose()
         log.info("memory_forgotten", agent=self.agent, history_erased=erased)
@@ -354,17 +356,6 @@ class AgentMemory(Actor):
         if kind not in _NOT_ACTIVITY and idle.touch(self.ctx.runtime, now):
             self._store.dirty = True  # the stored time of the last activity is stale
         return None
-
-    async def _erase_session(self, *, keep: bool) -> None:
-        """Bring the session file (persistent retention) in line with an erasure:
-        rewritten with what is left (``keep``), else deleted."""
-        retention = self._recall_config.retention
-        if retention.policy_for(self.agent) != "persistent":
-            return
-        if keep and self._recall is not None:
-            await self._recall.retention.save()
-        else:
-            await retention.store().adelete(self.agent)
 
     def _load(self, data: MemoryExport, overwrite: bool, stored: bool = False) -> int:
         loaded = self._store.load(data, overwrite, stored=stored)

@@ -167,6 +167,20 @@ def test_saving_over_a_corrupt_file_moves_it_aside_first(tmp_path: Path) -> None
     assert not list(path.parent.glob("*.tmp"))
 
 
+def test_erasing_an_agent_deletes_its_file_and_the_copies_set_aside(tmp_path: Path) -> None:
+    store = SessionStore(tmp_path)
+    path = store.path_for("ada")
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"garbage")
+    with pytest.raises(SessionFileError):
+        store.load("ada")
+    store.save("ada", {"longterm": LongTermState()})  # the corrupt one moved aside
+    store.save("adam", {"longterm": LongTermState()})
+    assert store.erase("ada") == 2
+    assert [p.name for p in path.parent.iterdir()] == ["adam.json"]
+    assert store.erase("ada") == 0
+
+
 def test_a_bad_component_state_is_a_clear_error(tmp_path: Path) -> None:
     store = SessionStore(tmp_path)
     store.save("ada", {"longterm": {"version": 1, "entries": [{"id": 3}]}})

@@ -153,7 +153,8 @@ def test_store_errors_name_the_file_and_the_problem(tmp_path: Path) -> None:
     assert store.load("nobody") is None
 
 
-def test_saving_over_a_corrupt_file_moves_it_aside_first(tmp_path: Path) -> None:
+def saved_over_corrupt(tmp_path: Path) -> tuple[SessionStore, Path]:
+    """A store whose file for ada was corrupt when it was saved again."""
     store = SessionStore(tmp_path)
     path = store.path_for("ada")
     path.parent.mkdir(parents=True)
@@ -161,6 +162,11 @@ def test_saving_over_a_corrupt_file_moves_it_aside_first(tmp_path: Path) -> None
     with pytest.raises(SessionFileError):
         store.load("ada")
     store.save("ada", {"longterm": LongTermState()})
+    return store, path
+
+
+def test_saving_over_a_corrupt_file_moves_it_aside_first(tmp_path: Path) -> None:
+    store, path = saved_over_corrupt(tmp_path)
     aside = list(path.parent.glob("ada.json.corrupt-*"))
     assert len(aside) == 1 and aside[0].read_bytes() == b"garbage"
     assert store.load("ada") == {"longterm": {"version": 1, "entries": [], "accessed": {}}}
@@ -168,13 +174,7 @@ def test_saving_over_a_corrupt_file_moves_it_aside_first(tmp_path: Path) -> None
 
 
 def test_erasing_an_agent_deletes_its_file_and_the_copies_set_aside(tmp_path: Path) -> None:
-    store = SessionStore(tmp_path)
-    path = store.path_for("ada")
-    path.parent.mkdir(parents=True)
-    path.write_bytes(b"garbage")
-    with pytest.raises(SessionFileError):
-        store.load("ada")
-    store.save("ada", {"longterm": LongTermState()})  # the corrupt one moved aside
+    store, path = saved_over_corrupt(tmp_path)
     store.save("adam", {"longterm": LongTermState()})
     assert store.erase("ada") == 2
     assert [p.name for p in path.parent.iterdir()] == ["adam.json"]

@@ -22,7 +22,8 @@ Layout (prefix ``am``)::
     am:{r:<client>}:replies      one client's reply stream
 
 The ``agent`` segment names the state of any actor: it is part of the stored
-layout, which a new name would leave unreadable.
+layout, which a new name would leave unreadable. An actor's three keys expire when
+its changes ask for it (``DurableChanges.expire_after``), and go when it is erased.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import pytest
 from actormem.runtime import Runtime, RuntimeConfig
 from actormem.runtime.redis import Keys, RedisConfig, connect, shard_of
 from actormem.runtime.redis.transport import RedisTransport
-from tests.support.actors import Add, GetState, register
+from tests.support.actors import Add, Erase, GetState, register
 from tests.support.redis import delete_prefix
 from tests.support.streams import eventually
 
@@ -36,8 +36,13 @@ async def test_asks_durable_state_and_dead_letters_work_on_a_cluster(
                 return int(await client.xlen(keys.dead_letters())) == 1
 
             await eventually(dead, "the bad entry is dead-lettered")
+            # An erasure reaches every shard stream and the dead letters, node by node.
+            assert await rt.ref("ledger/c11").ask(Erase()) == 0
+        assert not await client.exists(
+            keys.actor_log(shard_of("ledger/c11", config.shards), "ledger/c11")
+        )
         # The state is stored under each shard's hash tag, on whichever node owns it.
-        for i in range(12):
+        for i in range(11):
             address = f"ledger/c{i}"
             log = await client.lrange(
                 keys.actor_log(shard_of(address, config.shards), address), 0, -1

@@ -8,12 +8,14 @@ import anyio
 import pytest
 from structlog.testing import capture_logs
 
-from actormem.actors import AppConfig, MemoryRuntime
-from actormem.actors.memory.commands import Expire
+from actormem.actors import AppConfig, MemoryRuntime, Message
+from actormem.actors.memory.actor import memory_factory
+from actormem.actors.memory.commands import Add, Expire
 from actormem.actors.retention import RetentionConfig
-from actormem.runtime import Transport
+from actormem.runtime import ActorContext, Transport
 from actormem.runtime.redis import RedisConfig, connect
 from actormem.runtime.redis.keys import Keys, shard_of
+from tests.actors.memory.stored import StoredState
 from tests.support.redis import keys_holding
 
 pytestmark = pytest.mark.anyio
@@ -92,3 +94,57 @@ async def test_the_stored_state_expires_with_no_worker_left(
 def test_a_ttl_must_be_positive() -> None:
     with pytest.raises(ValueError, match="ttl must be a positive number"):
         RetentionConfig(ttl=0)
+
+
+class FakeClock:
+    """Stands for the ``time`` module in the memory actor: a clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 1_800_000_000.0
+
+    def time(self) -> float:
+        return self.now
+
+
+async def test_a_command_to_an_agent_idle_past_its_ttl_finds_it_empty(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = FakeClock()
+    monkeypatch.setattr("actormem.actors.memory.actor.time", clock)
+    with capture_logs() as logs:
+        async with MemoryRuntime(with_ttl(60)) as rt:
+            ana = rt.memory("ana")
+            await ana.add({"role": "user", "content": "an old note"})
+            clock.now += 59
+            assert (await ana.stats()).history_size == 1  # a read is activity too
+            clock.now += 59
+            assert (await ana.stats()).history_size == 1
+            clock.now += 60
+            await ana.add({"role": "user", "content": "a new note"})
+            assert [m.content for m in await ana.get(scope="history")] == ["a new note"]
+    assert [e["idle_s"] for e in logs if e["event"] == "memory_expired"] == [60.0]
+
+
+async def test_a_memory_loaded_afresh_waits_for_the_stale_part_of_its_stored_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = FakeClock()
+    monkeypatch.setattr("actormem.actors.memory.actor.time", clock)
+    async with MemoryRuntime(with_ttl(100)) as rt:
+        factory = memory_factory(rt.app_config)
+        first = factory(ActorContext(rt, "memory/ana"))
+        first.durable_restore(None, [])
+        stored = StoredState()
+        await first.receive(Add(messages=[Message(role="user", content="kept")]))
+        changes = stored.keep(first)
+        assert changes.snapshot is not None and changes.expire_after == 150
+        clock.now += 20  # activity the stored time does not show (under a quarter TTL)
+        await first.receive(Add(messages=[Message(role="user", content="kept too")]))
+        assert stored.keep(first).snapshot is None
+        again = factory(ActorContext(rt, "memory/ana"))
+        again.durable_restore(stored.snapshot, stored.log)
+        clock.now += 100  # 100 s after the last activity, 120 after the stored one
+        assert await again.receive(Expire()) is False
+        clock.now += 5  # 125 s after the stored time: 1.25 TTLs
+        assert await again.receive(Expire()) is True
+        assert again._stats().history_size == 0

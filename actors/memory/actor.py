@@ -233,6 +233,9 @@ class AgentMemory(Actor):
             recall = self._recall = AgentRecall(
                 self.agent, self._recall_config, conversation=_Conversation(self)
             )
+            if self._store.durable:
+                # The transport keeps the whole state (Redis): no session file besides.
+                recall.retention.store = None
             if self._unobserved:
                 recall.observe(self._unobserved)
             self._unobserved = None
@@ -241,7 +244,8 @@ class AgentMemory(Actor):
     async def on_start(self) -> None:
         # A compression in flight when the memory was last stored is asked for again.
         self._compaction.resume()
-        if self._recall_config.retention.policy_for(self.agent) == "persistent":
+        retention = self._recall_config.retention
+        if retention.policy_for(self.agent) == "persistent" and not self._store.durable:
             await self.recall.retention.restore()
 
     async def on_stop(self) -> None:

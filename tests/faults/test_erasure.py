@@ -15,11 +15,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import anyio
-import msgspec
 import pytest
 
 from actormem.actors import AppConfig, MemoryHandle, MemoryRuntime, Message
-from actormem.actors.retention import RetentionConfig
 from actormem.runtime.redis import RedisConfig, connect
 from actormem.runtime.redis.transport import RedisTransport
 from tests.faults.report import Recorder, full_size
@@ -40,11 +38,7 @@ async def test_erasing_an_agent_amid_traffic_leaves_others_whole_and_no_trace(
 ) -> None:
     agents = [f"b{i}" for i in range(20 if full_size() else 6)]
     per_agent = 40 if full_size() else 10
-    # Session files are left out: over Redis the stored state is the agent's state
-    # (the canary in session files is the in-process tests' business).
-    config: AppConfig = msgspec.structs.replace(
-        erasure_config(tmp_path), retention=RetentionConfig()
-    )
+    config: AppConfig = erasure_config(tmp_path)  # persistent: kept by Redis alone
     history = History()
     client = connect(redis_config)
 
@@ -89,5 +83,6 @@ async def test_erasing_an_agent_amid_traffic_leaves_others_whole_and_no_trace(
         )
         assert verdict.ok, str(verdict)
         assert verdict.applied == len(agents) * (per_agent + 2) + per_agent
+        assert [p async for p in anyio.Path(tmp_path).iterdir()] == []  # no session file
     finally:
         await client.aclose()

@@ -44,7 +44,7 @@ from actormem.runtime.redis.transport import RedisTransport
 from actormem.runtime.redis.worker import WorkerProcesses
 from tests.faults.test_cli_input import assert_one_line, run_all, run_here
 from tests.support import ROOT
-from tests.support.actors import Add, GetState, register
+from tests.support.actors import Add, Erase, GetState, register
 from tests.support.redis import short_config
 
 pytestmark = [pytest.mark.faults, pytest.mark.anyio]
@@ -64,7 +64,7 @@ ACL_RULES = (
     "+ping +select +info +exists +get +set +del +incr +pexpire +lrange +rpush "
     "+zadd +zrem +zscore +zcard +zrange +zremrangebyscore +zremrangebyrank "
     "+xadd +xread +xreadgroup +xack +xclaim +xpending +xrange +xrevrange +xlen +xtrim "
-    "+xgroup|create +evalsha +script|load"
+    "+xdel +xinfo|groups +xgroup|create +evalsha +script|load"
 )
 
 _READY_TIMEOUT = 10.0
@@ -378,6 +378,7 @@ async def test_a_worker_under_the_acl_user_runs_and_keeps_to_its_prefix(
                 await client.ref(agent).tell(Add(f"t{n}"))
             for agent in agents:
                 assert (await client.ref(agent).ask(GetState())).total == 1
+            assert await client.ref(agents[0]).ask(Erase()) == 0  # XDEL, XINFO GROUPS
             log = workers.log_path(0).read_text()
         # Every command the runtime sent was allowed (a denial is in the ACL log).
         assert await root.acl_log() == []

@@ -11,7 +11,9 @@ history), the copies the transport keeps of its commands go too:
   name their sender;
 * its own entries in its shard stream before the erasing command: handled, and
   their effects stored already (the caller waits for that), are deleted (XDEL);
-* the dead letters addressed to it or sent by it are deleted.
+* the dead letters addressed to it or sent by it are deleted;
+* the replies kept for its applied commands (``Keys.reply``, found by the ids in
+  its applied set) are deleted.
 
 Entries still pending then (a command to another actor in flight, or handled and
 not acked yet) are waited for in the background: each such stream is trimmed
@@ -106,6 +108,8 @@ class Erasure:
                 if number == shard:
                     own = await self._find(stream, address, settled or (0, 0), _entry_id(before))
                     removed += await self._delete(stream, own)
+        with redis_errors(f"erasing the replies kept for {address}"):
+            removed += await self._delete_replies(address, shard)
         dead_letters = self._keys.dead_letters()
         with redis_errors(f"erasing {address} from {dead_letters}"):
             found = await self._find(dead_letters, address, (0, 0), None, senders=True)
@@ -159,6 +163,17 @@ class Erasure:
             if len(page) < _PAGE:
                 return found
             first = "(" + page[-1][0].decode()
+
+    async def _delete_replies(self, address: str, shard: int) -> int:
+        """Delete the replies kept for the commands ``address`` applied."""
+        client: Any = self._link.client
+        keys = self._keys
+        ids = await client.zrange(keys.actor_applied(shard, address), 0, -1)
+        doomed = [keys.reply(shard, address, i.decode()) for i in ids]
+        gone = 0
+        for i in range(0, len(doomed), _PAGE):
+            gone += int(await client.delete(*doomed[i : i + _PAGE]))
+        return gone
 
     async def _delete(self, stream: str, entries: list[bytes]) -> int:
         client: Any = self._link.client

@@ -68,6 +68,7 @@ from actormem.actors.pool.commands import (
     POOL_KIND,
     AgentCommand,
     DeliveryAck,
+    ForgetSource,
     Subscribe,
     Unsubscribe,
 )
@@ -325,10 +326,9 @@ class AgentMemory(Actor):
         return removed
 
     async def _forget(self) -> int:
-        """Erase everything the agent has, as if it never existed (see :class:`Forget`).
-
-        What the agent shared with the insight pool stays there: the pool has no
-        command yet that drops a source's insights."""
+        """Erase everything the agent has, as if it never existed (see :class:`Forget`),
+        and have the pool erase the text of what it shared (and the copies other
+        memories hold) and drop its subscriptions."""
         erased = self._store.forget()
         self._compaction.compressions = self._compaction.tokens_saved = 0
         recall, self._recall = self._recall, None
@@ -337,6 +337,7 @@ class AgentMemory(Actor):
         self._forgotten = True
         self._idle.forgotten()
         await erase_session(self._recall_config.retention, self.agent, None)
+        await self.ctx.tell(POOL_ADDRESS, ForgetSource(source=self.agent))
         if recall is not None:
             await recall.longterm.aclose()
         log.info("memory_forgotten", agent=self.agent, history_erased=erased)

@@ -176,7 +176,8 @@ class Clear(Command[int], frozen=True):
 
 class Forget(Command[int], frozen=True):
     """Erase the agent: everything :class:`Clear` with ``history`` erases, its
-    counters, its stored state and its session file; afterwards it is as if it never
+    counters, its stored state and its session file, and (through the pool's
+    ``ForgetSource``) the text of what it shared; afterwards it is as if it never
     existed. The reply is how many history messages were erased."""
 
 

@@ -239,7 +239,9 @@ class MemoryHandle(SharingOps, RecallOps):
         how many history messages were erased.
 
         Everything ``clear(history=True)`` erases goes, and the agent's counters,
-        its stored state and its session file too; a later call starts it empty.
+        its stored state and its session file too; the pool removes the text of what
+        it shared (and the copies other memories hold) and drops its subscriptions.
+        A later call starts it empty.
         """
         return await self._ask(Forget())
 

@@ -10,14 +10,16 @@ every file under the session directory is scanned for it.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
+import anyio
 import pytest
 import redis.asyncio as aioredis
 
 from actormem.actors import MemoryHandle, MemoryRuntime
 from actormem.runtime import Transport
-from actormem.runtime.redis import RedisConfig, connect
+from actormem.runtime.redis import RedisConfig, RedisTransport, connect
 from tests.support.erasure import (
     CANARY,
     dead_letter,
@@ -36,14 +38,19 @@ async def erase_and_scan(
     make_transport: Callable[[], Transport],
     tmp_path: Path,
     erase: Callable[[MemoryHandle], object],
+    *,
+    shared: bool = False,
 ) -> MemoryHandle:
     client: aioredis.Redis | None = None
     config: RedisConfig | None = None
     if request.node.callspec.params["make_transport"] == "redis":
-        config = request.getfixturevalue("redis_config")
+        # The replies the pool keeps for the shares (they quote the insight) go at
+        # their TTL, not with the erasure: a short one here.
+        config = request.getfixturevalue("redis_config").replace(reply_ttl_ms=1000)
         client = connect(config)
+        make_transport = partial(RedisTransport, config.url, config)
     try:
-        return await _erase_and_scan(client, config, make_transport, tmp_path, erase)
+        return await _erase_and_scan(client, config, make_transport, tmp_path, erase, shared)
     finally:
         if client is not None:
             await client.aclose()
@@ -55,12 +62,18 @@ async def _erase_and_scan(
     make_transport: Callable[[], Transport],
     tmp_path: Path,
     erase: Callable[[MemoryHandle], object],
+    shared: bool,
 ) -> MemoryHandle:
     async with MemoryRuntime(erasure_config(tmp_path), transport=make_transport()) as rt:
         mem = rt.memory("ana")
         bystander = rt.memory("bob")
         await bystander.add({"role": "user", "content": "Bob keeps his own notes."})
         await plant(mem)
+        if shared:  # the pool holds it, and so does the memory of bob, who subscribed
+            await bystander.subscribe("vault")
+            await mem.share(f"the vault code is {CANARY}", topic="vault")
+            await held_by(bystander, 1)
+            await bystander.end_run()
         await mem.end_run()  # persistent: in process, the session file holds the canary now
         assert bool(files_holding(tmp_path, CANARY)) is (client is None)
         if client is not None and config is not None:
@@ -75,6 +88,8 @@ async def _erase_and_scan(
         assert (stats.size, stats.history_size, stats.offloaded) == (0, 0, 0)
         assert (stats.longterm_entries, stats.episodes, stats.core_messages) == (0, 0, 0)
         assert [m.content for m in await bystander.get()] == ["Bob keeps his own notes."]
+        if shared:
+            await held_by(bystander, 0)
         if client is not None and config is not None:
             await no_trace_left(client, config)
         # A later command finds the agent empty, and stores afresh.
@@ -86,13 +101,20 @@ async def _erase_and_scan(
     return mem
 
 
+async def held_by(mem: MemoryHandle, count: int) -> None:
+    """Wait until ``mem`` holds ``count`` insights with the canary."""
+    with anyio.fail_after(20):
+        while sum(CANARY in i.text for i in await mem.held_insights()) != count:  # noqa: ASYNC110
+            await anyio.sleep(0.02)
+
+
 async def test_forget_leaves_no_trace_of_the_agent_anywhere(
     request: pytest.FixtureRequest, make_transport: Callable[[], Transport], tmp_path: Path
 ) -> None:
     async def forget(mem: MemoryHandle) -> None:
         assert await mem.forget() > 0
 
-    await erase_and_scan(request, make_transport, tmp_path, forget)
+    await erase_and_scan(request, make_transport, tmp_path, forget, shared=True)
 
 
 async def test_clear_with_history_leaves_no_trace_of_what_it_erases(

@@ -21,14 +21,7 @@ from actormem.actors import AppConfig, MemoryHandle, MemoryRuntime, Message
 from actormem.runtime.redis import RedisConfig, connect
 from actormem.runtime.redis.transport import RedisTransport
 from tests.faults.report import Recorder, full_size
-from tests.support.erasure import (
-    CANARY,
-    dead_letter,
-    erasure_config,
-    files_holding,
-    no_trace_left,
-    plant,
-)
+from tests.support import erasure
 from tests.support.history import History, observe_memory
 
 pytestmark = [pytest.mark.faults, pytest.mark.anyio]
@@ -40,7 +33,7 @@ async def test_erasing_an_agent_amid_traffic_leaves_others_whole_and_no_trace(
 ) -> None:
     agents = [f"b{i}" for i in range(20 if full_size() else 6)]
     per_agent = 40 if full_size() else 10
-    config: AppConfig = erasure_config(tmp_path)
+    config: AppConfig = erasure.erasure_config(tmp_path)
     history = History()
     client = connect(redis_config)
 
@@ -65,8 +58,8 @@ async def test_erasing_an_agent_amid_traffic_leaves_others_whole_and_no_trace(
     try:
         async with worker(), client_runtime() as rt:
             ana = rt.memory("ana")
-            await plant(ana)
-            await dead_letter(client, redis_config, "ana")
+            await erasure.plant(ana)
+            await erasure.dead_letter(client, redis_config, "ana")
             async with anyio.create_task_group() as tg:
                 for agent in agents:
                     tg.start_soon(talk, rt, agent, 0, per_agent)
@@ -77,7 +70,7 @@ async def test_erasing_an_agent_amid_traffic_leaves_others_whole_and_no_trace(
             for agent in agents:
                 await talk(rt, agent, per_agent, 2)
             verdict = history.check(await observe_memory(rt, [*agents, "ana"]))
-            await no_trace_left(client, redis_config)
+            await erasure.no_trace_left(client, redis_config)
         fault_report.row(
             f"{how} an agent with a canary in every place, amid traffic; worker replaced",
             f"{len(agents)} agents x {per_agent + 2} adds; canary scan of every key",
@@ -86,6 +79,6 @@ async def test_erasing_an_agent_amid_traffic_leaves_others_whole_and_no_trace(
         )
         assert verdict.ok, str(verdict)
         assert verdict.applied == len(agents) * (per_agent + 2) + per_agent
-        assert files_holding(tmp_path, CANARY) == []
+        assert erasure.files_holding(tmp_path, erasure.CANARY) == []
     finally:
         await client.aclose()

@@ -36,6 +36,12 @@ class Command(msgspec.Struct, Generic[R], frozen=True, tag=True):
     """
 
     reply_type: ClassVar[Any] = Any
+    #: Over Redis an ask with no reply is sent again as a copy that is only ever
+    #: answered from the reply kept with the command's effect. True sends it again as
+    #: a new command instead (a new id, handled again): for a command that is
+    #: idempotent by a key of its own and whose reply comes from elsewhere (one
+    #: forwarded on, whose first recipient keeps no reply).
+    resend_as_new: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -362,6 +362,11 @@ class ToPool(Command[Any], frozen=True):
 
     command: AgentCommand
 
+    #: The memory forwards it and keeps no reply; the pool applies each command once
+    #: by the command's own key (a share's ``id``; subscribing is idempotent), so an
+    #: ask that went unanswered is sent again as a new command.
+    resend_as_new = True
+
 
 class EndRun(Command[None], frozen=True):
     """A run ended: apply the retention policy (clear single_run, save persistent)."""

@@ -347,8 +347,12 @@ class RedisTransport(Transport):
         answers it with the reply kept with the command's effect, or skips it; it
         never handles it, so a command that was given up (dead-lettered, say) or
         kills its workers does not run again. The outbox drops it once its
-        deadline passed."""
+        deadline passed. A command whose class says ``resend_as_new`` goes again as
+        a new command instead (a new id, handled again; see :class:`Command`)."""
         self._asks_resent += 1
+        if getattr(type(envelope.body), "resend_as_new", False):
+            await self.send(msgspec.structs.replace(envelope, id=new_id()))
+            return
         envelope.resent = True
         await self.send(envelope)
 

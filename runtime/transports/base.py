@@ -109,7 +109,7 @@ class Transport(ABC):
         return None
 
     async def resend(self, envelope: Envelope) -> None:
-        """Send ``envelope`` again, unchanged (see :meth:`resend_after`)."""
+        """Send ``envelope`` again (see :meth:`resend_after`)."""
         await self.send(envelope)
 
     @abstractmethod

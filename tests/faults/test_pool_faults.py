@@ -219,6 +219,7 @@ async def test_a_kill_storm_while_agents_share_loses_and_repeats_no_insight(
     )
     assert kills >= 2, "the storm killed workers mid-run"
     assert verdict.ok, str(verdict)
+    assert timeouts.applied == 0, f"{timeouts.applied} shares timed out although applied"
 
 
 async def test_the_pool_s_worker_restarted_gracefully_keeps_broadcasting(
@@ -249,3 +250,4 @@ async def test_the_pool_s_worker_restarted_gracefully_keeps_broadcasting(
     )
     assert (stats.insights, stats.agents) == (len(history) // len(SUBSCRIBERS), 6)
     assert verdict.ok, str(verdict)
+    assert timeouts.applied == 0, f"{timeouts.applied} shares timed out although applied"

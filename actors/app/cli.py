@@ -17,7 +17,12 @@ from rich.table import Table
 
 from actormem.actors.app import ops
 from actormem.actors.app.runs import for_run, new_run_id, open_run
-from actormem.actors.app.simulation import SimulationReport, report_dict, run_simulation
+from actormem.actors.app.simulation import (
+    SimulationReport,
+    check_brain,
+    report_dict,
+    run_simulation,
+)
 from actormem.actors.app.wiring import CONFIG_ENV, MemoryRuntime
 from actormem.actors.config import AppConfig, load_app_config
 from actormem.runtime.cli import StopSignals
@@ -75,6 +80,17 @@ def add_commands(subs: Any) -> None:
         help="allow up to N worker processes (override simulation.max_workers; "
         f"default: {WORKERS_PER_CPU} per CPU core)",
     )
+    sim.add_argument(
+        "--brain",
+        type=_brain_spec,
+        metavar="scripted|llm|module:callable",
+        help="what drives the agents (override simulation.brain.kind; module:callable is "
+        "your own, an async step(turn) or a brain class)",
+    )
+    sim.add_argument(
+        "--base-url", metavar="URL", help="the OpenAI-compatible API (simulation.brain.base_url)"
+    )
+    sim.add_argument("--model", metavar="NAME", help="the chat model (simulation.brain.model)")
     sim.add_argument("--json", metavar="PATH", help="also write the report as JSON to PATH")
     sim.add_argument("--no-progress", action="store_true", help="no progress bar")
     sim.set_defaults(func=_simulate)
@@ -104,6 +120,16 @@ def add_commands(subs: Any) -> None:
     ops.add_commands(subs)
 
 
+def _brain_spec(text: str) -> dict[str, str]:
+    """``--brain``: a built-in kind, or ``module:callable`` (kind python)."""
+    if text in ("scripted", "llm"):
+        return {"kind": text}
+    module, sep, attr = text.partition(":")
+    if sep and module and attr:
+        return {"kind": "python", "callable": text}
+    raise argparse.ArgumentTypeError(f"expected scripted, llm or module:callable, got {text!r}")
+
+
 def _name(what: str) -> Callable[[str], str]:
     """An argument type: a name checked like a namespace, ``what`` naming it."""
 
@@ -123,6 +149,10 @@ def _load(args: argparse.Namespace) -> AppConfig:
         value = getattr(args, key, None)
         if value is not None:
             overrides.setdefault("simulation", {})[key] = value
+    brain = dict(getattr(args, "brain", None) or {})
+    for key in ("base_url", "model"):
+        if getattr(args, key, None):
+            brain[key] = getattr(args, key)
     transport = getattr(args, "transport", None)
     if getattr(args, "workers", None):
         if transport in ("local", "memory"):
@@ -130,6 +160,9 @@ def _load(args: argparse.Namespace) -> AppConfig:
         transport = "redis"
     if transport:
         overrides.setdefault("runtime", {})["transport"] = transport
+    if brain:
+        given = msgspec.to_builtins(config.simulation.brain)
+        overrides.setdefault("simulation", {})["brain"] = given | brain
     if overrides:
         data = msgspec.to_builtins(config)
         for section, values in overrides.items():
@@ -193,6 +226,7 @@ def _start_run(config: AppConfig, fresh: bool) -> AppConfig:
 
 def _simulate(args: argparse.Namespace) -> int:
     config = _load(args)
+    check_brain(config)
     workers = args.workers or 0
     _check_workers(workers, args.max_workers or config.simulation.max_workers)
     config = _start_run(config, args.fresh)

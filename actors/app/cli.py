@@ -345,6 +345,8 @@ def _print_report(report: SimulationReport) -> None:
         ("agents x steps", f"{report.agents} x {report.steps} (seed {report.seed})"),
         *_partial_rows(report),
         ("transport", report.transport),
+        ("brain", report.brain),
+        *_model_rows(report),
         ("messages processed", f"{report.messages_processed:,}"),
         ("commands", f"{report.commands:,}"),
         ("elapsed", f"{report.elapsed_s:.2f} s"),
@@ -398,6 +400,15 @@ def _print_report(report: SimulationReport) -> None:
             f"{a.found}/{a.facts}",
         )
     out.print(agents)
+
+
+def _model_rows(report: SimulationReport) -> list[tuple[str, str]]:
+    if not report.llm_calls:
+        return []
+    return [
+        ("model calls (retries)", f"{report.llm_calls:,} ({report.llm_retries:,})"),
+        ("model tokens in / out", f"{report.llm_tokens_in:,} / {report.llm_tokens_out:,}"),
+    ]
 
 
 def _partial_rows(report: SimulationReport) -> list[tuple[str, str]]:

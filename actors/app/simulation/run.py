@@ -16,8 +16,8 @@ agents not measured by then are left out of ``per_agent``).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from contextlib import AsyncExitStack
+from collections.abc import Callable, Iterator
+from contextlib import AsyncExitStack, contextmanager
 from typing import Final
 
 import anyio
@@ -156,7 +156,10 @@ async def _run(
             llm = await stack.enter_async_context(LLMClient(sim.brain))
         crowd = Crowd(memories, brains, seed=sim.seed, context_tokens=sim.context_tokens, llm=llm)
         started = time.perf_counter()
-        known_before, done = await _steps(config, rt, crowd, jobs, by_agent, facts, on_step, stop)
+        with _brain_errors_unwrapped():
+            known_before, done = await _steps(
+                config, rt, crowd, jobs, by_agent, facts, on_step, stop
+            )
         elapsed = time.perf_counter() - started
     partial = done < sim.steps
     log.info(
@@ -246,7 +249,9 @@ async def _steps(
                 if step == sim.fact_steps or (step == sim.steps - 1 and not known_before):
                     for name in names:  # before anyone has shared: what each agent knows
                         known_before[name] = await known_share(rt.memory(name), facts)
-                await _all_turns(take_turn, names, step)
+                async with anyio.create_task_group() as tg:
+                    for name in names:
+                        tg.start_soon(take_turn, name, step)
                 done = step + 1
                 if on_step is not None:
                     on_step(done)
@@ -254,12 +259,12 @@ async def _steps(
     return known_before, done
 
 
-async def _all_turns(take_turn: Callable[[str, int], object], names: list[str], step: int) -> None:
-    """Every agent's turn at ``step``, at once; a brain's error is raised as itself."""
+@contextmanager
+def _brain_errors_unwrapped() -> Iterator[None]:
+    """A brain's error out of the turns' task groups is raised as itself (one line in
+    the CLI), not inside an exception group."""
     try:
-        async with anyio.create_task_group() as tg:
-            for name in names:
-                tg.start_soon(take_turn, name, step)  # type: ignore[arg-type]
+        yield
     except BaseExceptionGroup as group:
         first = _first_brain_error(group)
         if first is None:

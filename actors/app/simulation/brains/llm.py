@@ -5,7 +5,8 @@ narrator told it) and one instruction naming the step and the other agents, and
 offers the model tools: ``talk_to`` (speak to another agent, whose brain answers),
 ``share_insight`` (share with the insight pool) and, when the agent's long-term
 memory is in ``agent_control`` or ``both`` mode, the memory tools
-``record_to_memory`` / ``retrieve_from_memory``. The reply and every tool result
+``record_to_memory`` / ``retrieve_from_memory`` (and every other tool the memory
+offers, such as ``context_reload``). The reply and every tool result
 are stored in the agent's memory; while the model keeps calling tools it is
 asked again, up to ``max_tool_rounds`` times. An agent spoken to answers with
 one model call on its own context.

@@ -50,6 +50,8 @@ def town_model(body: dict[str, Any]) -> str | dict[str, Any]:
             _call(3, "talk_to", {"agent": other, "message": f"Hello {other}, step {n}."}),
             _call(4, "share_insight", {"insight": f"{me} was here at step {n}", "topic": "mill"}),
             _call(5, "talk_to", {"agent": "Nobody", "message": "hi"}),
+            {"id": "call-6", "type": "function", "function": {"name": "talk_to", "arguments": "{"}},
+            _call(7, "fly", {}),
         ],
     }
 
@@ -111,8 +113,13 @@ async def test_an_llm_run_calls_tools_and_stores_them_on_both_transports(
     results = _tool_results(ada)
     assert results["record_to_memory"][0].startswith("Recorded 1 item(s)")
     assert "Ada met Bram at step 0" in results["retrieve_from_memory"][0]
+    # A bad call gets an error the model can read; the step goes on.
     nobody = "error: Ada cannot speak to 'Nobody': no agent of that name"
-    assert results["talk_to"] == ["Bram answered: Good to hear from you.", nobody] * 2
+    talks = results["talk_to"]
+    assert talks[0::3] == ["Bram answered: Good to hear from you."] * 2
+    assert talks[1::3] == [nobody] * 2
+    assert talks[2::3] == ["error: the arguments are not JSON: {"] * 2
+    assert results["fly"] == ["error: there is no tool named 'fly'"] * 2
     assert results["share_insight"][0] == "shared (new)"
     assert [m.text() for m in ada if m.role == "assistant" and not m.tool_calls] == [
         "I took my turn."
@@ -188,6 +195,11 @@ class Parrot:
 
     async def respond(self, turn, caller, said):
         return f"{turn.agent} repeats: {said}"
+
+
+class Mute(Parrot):
+    async def respond(self, turn, caller, said):
+        return None
 """
 
 
@@ -235,6 +247,11 @@ async def test_a_user_brain_class_is_built_per_agent_and_answers(user_module: st
         ada = await rt.memory("Ada").get(scope="history")
     assert ("user", "Bram", "Bram repeats: squawk") in [(m.role, m.name, m.text()) for m in ada]
     assert report.insights_shared == 3  # the same words again are duplicates
+
+
+async def test_a_brain_breaking_the_protocol_ends_the_run_naming_it(user_module: str) -> None:
+    with pytest.raises(BrainError, match="the brain of Bram answered Ada with a NoneType"):
+        await run_simulation(python_config(f"{user_module}:Mute"))
 
 
 @pytest.mark.parametrize(

@@ -94,10 +94,16 @@ class LLMBrain:
         ]
         for _ in range(self.config.max_tool_rounds):
             response = await llm.complete(prompt, tools=tools)
-            reply = _reply(turn, response)
-            if reply is None:
+            replied = _reply(turn, response)
+            if replied is None:
                 return
-            results = [await self._answer(turn, call) for call in reply.tool_calls]
+            reply, malformed = replied
+            results = [
+                _tool_result(call, f"error: the arguments are not JSON: {malformed[call.id]}")
+                if call.id in malformed
+                else await self._answer(turn, call)
+                for call in reply.tool_calls
+            ]
             turn.remember(reply, *results)
             await turn.flush()
             if not results:
@@ -109,8 +115,8 @@ class LLMBrain:
         llm = _client(turn)
         ask = f"{caller} says to you: {said}\nAnswer {caller} in a sentence or two."
         prompt: list[dict[str, Any]] = [*await turn.context(), {"role": "user", "content": ask}]
-        reply = _reply(turn, await llm.complete(prompt))
-        text = reply.text().strip() if reply is not None else ""
+        replied = _reply(turn, await llm.complete(prompt))
+        text = replied[0].text().strip() if replied is not None else ""
         return text or "..."
 
     def _instruction(self, turn: Turn) -> str:
@@ -129,9 +135,7 @@ class LLMBrain:
             content = await self._run_tool(turn, call)
         except (BrainError, msgspec.ValidationError, msgspec.DecodeError) as exc:
             content = f"error: {exc}"
-        if isinstance(content, Message):
-            return content
-        return Message(role="tool", tool_call_id=call.id, name=call.name, content=content)
+        return content if isinstance(content, Message) else _tool_result(call, content)
 
     async def _run_tool(self, turn: Turn, call: ToolCall) -> Message | str:
         if call.name == "talk_to":
@@ -154,18 +158,30 @@ def _client(turn: Turn) -> LLMClient:
     return turn.llm
 
 
-def _reply(turn: Turn, response: Any) -> Message | None:
-    """The model's reply as an assistant message (None when it said and called nothing).
+def _tool_result(call: ToolCall, content: str) -> Message:
+    return Message(role="tool", tool_call_id=call.id, name=call.name, content=content)
+
+
+def _reply(turn: Turn, response: Any) -> tuple[Message, dict[str, str]] | None:
+    """The model's reply as an assistant message, and the calls whose arguments are
+    not JSON (by id: the raw text; the message holds ``{"unparsed": raw}`` for
+    them, so that the memory can keep it); None when it said and called nothing.
 
     Raises:
         BrainError: the answer is not a chat completion.
     """
+    malformed: dict[str, str] = {}
     try:
         message = response.choices[0].message
-        calls = tuple(
-            ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments or "{}")
-            for c in message.tool_calls or ()
-        )
+        calls = []
+        for c in message.tool_calls or ():
+            arguments = c.function.arguments or "{}"
+            try:
+                msgspec.json.decode(arguments)
+            except msgspec.DecodeError:
+                malformed[c.id] = arguments[:200]
+                arguments = msgspec.json.encode({"unparsed": arguments}).decode()
+            calls.append(ToolCall(id=c.id, name=c.function.name, arguments=arguments))
     except (AttributeError, IndexError, TypeError, ValueError) as exc:
         raise BrainError(
             f"the model's answer to {turn.agent} is not a chat completion: {exc}"
@@ -173,4 +189,7 @@ def _reply(turn: Turn, response: Any) -> Message | None:
     text = message.content if isinstance(message.content, str) else None
     if not calls and not (text and text.strip()):
         return None
-    return Message(role="assistant", name=turn.agent, content=text or None, tool_calls=calls)
+    reply = Message(
+        role="assistant", name=turn.agent, content=text or None, tool_calls=tuple(calls)
+    )
+    return reply, malformed

@@ -15,7 +15,7 @@ A brain is built once per agent by a *brain factory*, called with that agent's
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
@@ -204,7 +204,3 @@ class Turn:
     async def share(self, text: str, topic: str = "town", importance: float = 0.5) -> ShareResult:
         """Share an insight with the pool (delivered to the topic's subscribers)."""
         return await self.memory.share(text, topic, importance)
-
-    def pending(self) -> Iterable[Message]:
-        """The messages queued for the next flush."""
-        return tuple(self._pending)

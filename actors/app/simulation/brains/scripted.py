@@ -36,7 +36,9 @@ class ScriptedBrain:
         """Read the context, maybe call a tool, share or gossip, then talk to someone."""
         cfg = self.config
         rng = turn.rng
-        await turn.memory.context(turn.context_tokens)  # what an LLM agent reads first
+        # What an LLM agent reads first; no flush, so that the narrator's fact is
+        # stored with this step's lines, in one add.
+        await turn.memory.context(turn.context_tokens)
         if rng.random() < cfg.tool_call_rate:
             turn.remember(*self._tool_call(turn))
         if turn.step == cfg.fact_steps:  # the facts are told: now the agents share some

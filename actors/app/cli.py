@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from contextlib import AsyncExitStack
@@ -227,6 +228,8 @@ def _start_run(config: AppConfig, fresh: bool) -> AppConfig:
 def _simulate(args: argparse.Namespace) -> int:
     config = _load(args)
     check_brain(config)
+    if args.json:
+        _check_output(Path(args.json))
     workers = args.workers or 0
     _check_workers(workers, args.max_workers or config.simulation.max_workers)
     config = _start_run(config, args.fresh)
@@ -255,6 +258,7 @@ def _simulate(args: argparse.Namespace) -> int:
         report = anyio.run(
             stops.run, lambda: _run(config, config_path, workers, step, stops.requested)
         )
+    report = msgspec.structs.replace(report, workers=workers)
     _print_report(report)
     if args.json:
         path = Path(args.json)
@@ -264,6 +268,17 @@ def _simulate(args: argparse.Namespace) -> int:
             raise ConfigError(f"cannot write the report to {path}: {exc.strerror}") from exc
         print(f"{'partial ' if report.partial else ''}report written to {path}")
     return stops.exit_code
+
+
+def _check_output(path: Path) -> None:
+    """Refuse a ``--json`` path the report could not be written to, before the run."""
+    parent = path.parent
+    if path.is_dir():
+        raise ConfigError(f"cannot write the report to {path}: it is a directory")
+    if not parent.is_dir():
+        raise ConfigError(f"cannot write the report to {path}: no directory {parent}")
+    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise ConfigError(f"cannot write the report to {path}: permission denied")
 
 
 def _check_workers(workers: int, limit: int) -> None:
@@ -359,10 +374,7 @@ def _print_report(report: SimulationReport) -> None:
         ("planted facts", f"{report.facts_planted}"),
         ("  found by search", _share(report.facts_found_by_search, report.facts_planted)),
         ("  found in final context", _share(report.facts_found_in_context, report.facts_planted)),
-        (
-            "  found by reload (offloaded)",
-            _share(report.facts_found_by_reload, report.facts_planted),
-        ),
+        *_reload_rows(report),
         ("  found either way", _share(report.facts_found, report.facts_planted)),
         ("compressions / tokens saved", f"{report.compressions:,} / {report.tokens_saved:,}"),
         (
@@ -387,7 +399,12 @@ def _print_report(report: SimulationReport) -> None:
     for what, value in rows:
         table.add_row(what, value)
     out.print(table)
-    worst = sorted(report.per_agent, key=lambda a: (a.found, a.agent))[:5]
+    # The worst first: the smallest share of their own facts found, then the fewest
+    # of all facts known.
+    worst = sorted(
+        report.per_agent,
+        key=lambda a: (a.found / a.facts if a.facts else 1.0, a.known_after_sharing, a.agent),
+    )[:5]
     agents = Table(title="agents knowing the fewest of their facts", title_justify="left")
     for col in ("agent", "messages", "history tokens", "context tokens", "facts found"):
         agents.add_column(col, justify="right" if col != "agent" else "left")
@@ -400,6 +417,14 @@ def _print_report(report: SimulationReport) -> None:
             f"{a.found}/{a.facts}",
         )
     out.print(agents)
+
+
+def _reload_rows(report: SimulationReport) -> list[tuple[str, str]]:
+    """The facts found by reload: only when compression offloaded something."""
+    if not report.compressions:
+        return []
+    found = _share(report.facts_found_by_reload, report.facts_planted)
+    return [("  found by reload (offloaded)", found)]
 
 
 def _model_rows(report: SimulationReport) -> list[tuple[str, str]]:

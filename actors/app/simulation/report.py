@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import msgspec
@@ -13,6 +14,7 @@ from actormem.actors.config import AppConfig
 from actormem.actors.memory.handle import MemoryHandle
 from actormem.actors.pool.commands import PoolStats
 from actormem.runtime import RuntimeStats, get_counter
+from actormem.runtime.config import redacted
 
 __all__ = (
     "AgentReport",
@@ -51,7 +53,10 @@ class SimulationReport(msgspec.Struct, frozen=True, kw_only=True):
     less than ``steps``, and ``per_agent`` may leave out agents that could not be
     measured in time. ``brain`` is the brain's kind (``python:<module:callable>``
     for a user's own); the ``llm_*`` figures count the model calls of the turns
-    (retries included), and the tokens the endpoint reported.
+    (retries included), and the tokens the endpoint reported. ``version`` is
+    actormem's, ``started_at`` when the steps began (UTC, ISO 8601), ``workers``
+    the worker processes the agents' memories ran in (0: this process), and
+    ``config`` the run's whole config (secrets shown as ``***``).
     """
 
     agents: int
@@ -92,6 +97,10 @@ class SimulationReport(msgspec.Struct, frozen=True, kw_only=True):
     llm_retries: int = 0
     llm_tokens_in: int = 0
     llm_tokens_out: int = 0
+    version: str = ""
+    started_at: str = ""
+    workers: int = 0
+    config: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
 async def known_share(handle: MemoryHandle, facts: list[PlantedFact]) -> float:
@@ -164,9 +173,11 @@ def build_report(
     """The report of a run: the agents' own reports summed up, with ``totals``, the
     report fields the run counted itself (``messages_processed``, ``commands``,
     ``elapsed_s``, ``transport``, ``facts_planted``, ``steps_completed``,
-    ``partial``, ``brain`` and the ``llm_*`` figures)."""
+    ``partial``, ``started_at``, ``brain`` and the ``llm_*`` figures)."""
     sim = config.simulation
     messages, elapsed = totals["messages_processed"], totals["elapsed_s"]
+    totals.setdefault("version", _version())
+    totals.setdefault("config", msgspec.to_builtins(redacted(config)))
     return SimulationReport(
         agents=sim.agents,
         steps=sim.steps,
@@ -198,6 +209,13 @@ def build_report(
         run_id=sim.run_id,
         **totals,
     )
+
+
+def _version() -> str:
+    try:
+        return version("actormem")
+    except PackageNotFoundError:
+        return "0+unknown"
 
 
 def _mean(values: Iterable[float]) -> float:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AsyncExitStack, contextmanager
+from datetime import UTC, datetime
 from typing import Final
 
 import anyio
@@ -100,20 +101,21 @@ async def _cancel_when_set(stop: anyio.Event, scope: anyio.CancelScope, delay: f
     scope.cancel()
 
 
-def _told(facts: list[PlantedFact], step: int, fact_steps: int) -> list[Message]:
+def _told(facts: list[PlantedFact], step: int, fact_steps: int) -> list[PlantedFact]:
     """What the narrator tells an agent at ``step``: one of its facts, early on."""
     if step >= fact_steps or not facts:
         return []
-    return [
-        Message(
-            role="user",
-            name="narrator",
-            content=fact.statement,
-            metadata={"category": "fact", "important": True},
-            importance=0.9,
-        )
-        for fact in facts[step * len(facts) // fact_steps :][:1]
-    ]
+    return facts[step * len(facts) // fact_steps :][:1]
+
+
+def _narration(fact: PlantedFact) -> Message:
+    return Message(
+        role="user",
+        name="narrator",
+        content=fact.statement,
+        metadata={"category": "fact", "important": True},
+        importance=0.9,
+    )
 
 
 def _brain_name(config: AppConfig) -> str:
@@ -148,6 +150,9 @@ async def _run(
         )
         for i, n in enumerate(names)
     }
+    # Only the facts the narrator told count: a run shorter than fact_steps, or
+    # with more facts than fact_steps, leaves some untold.
+    told: dict[str, list[PlantedFact]] = {n: [] for n in names}
     tally = Tally()
     memories = {n: CountedMemory(rt, n, tally) for n in names}
     async with AsyncExitStack() as stack:
@@ -156,9 +161,10 @@ async def _run(
             llm = await stack.enter_async_context(LLMClient(sim.brain))
         crowd = Crowd(memories, brains, seed=sim.seed, context_tokens=sim.context_tokens, llm=llm)
         started = time.perf_counter()
+        started_at = datetime.now(UTC).isoformat(timespec="seconds")
         with _brain_errors_unwrapped():
             known_before, done = await _steps(
-                config, rt, crowd, jobs, by_agent, facts, on_step, stop
+                config, rt, crowd, jobs, by_agent, told, on_step, stop
             )
         elapsed = time.perf_counter() - started
     partial = done < sim.steps
@@ -169,13 +175,14 @@ async def _run(
         elapsed_s=elapsed,
         steps=done,
     )
+    told_facts = [f for f in facts if f in told[f.agent]]
     pool: PoolStats | None = None
     per_agent: list[AgentReport] = []
     async with anyio.create_task_group() as watch:
         with anyio.CancelScope() as measuring:
             watch.start_soon(_cancel_when_set, stop, measuring, PARTIAL_REPORT_S)
             pool = await rt.ask("pool/main", GetPoolStats())
-            await measure(rt, config, names, by_agent, facts, known_before, per_agent)
+            await measure(rt, config, names, told, told_facts, known_before, per_agent)
         watch.cancel_scope.cancel()
     usage = llm.usage if llm is not None else LLMUsage()
     return build_report(
@@ -187,9 +194,10 @@ async def _run(
         messages_processed=tally.messages,
         commands=tally.commands,
         elapsed_s=round(elapsed, 3),
-        facts_planted=len(facts),
+        facts_planted=len(told_facts),
         steps_completed=done,
         partial=partial or stop.is_set(),
+        started_at=started_at,
         brain=_brain_name(config),
         llm_calls=usage.calls,
         llm_retries=usage.retries,
@@ -204,12 +212,13 @@ async def _steps(
     crowd: Crowd,
     jobs: dict[str, str],
     by_agent: dict[str, list[PlantedFact]],
-    facts: list[PlantedFact],
+    told: dict[str, list[PlantedFact]],
     on_step: Callable[[int], None] | None,
     stop: anyio.Event,
 ) -> tuple[dict[str, float], int]:
-    """Introduce the agents and take the steps; return what each agent knew before
-    the sharing began, and how many steps were taken."""
+    """Introduce the agents and take the steps (noting in ``told`` the facts the
+    narrator told); return what each agent knew before the sharing began, and how
+    many steps were taken."""
     sim = config.simulation
     names = crowd.names
     limiter = anyio.CapacityLimiter(sim.concurrency)
@@ -224,7 +233,10 @@ async def _steps(
     async def take_turn(name: str, step: int) -> None:
         async with limiter:
             turn = crowd.turn(name, step)
-            turn.remember(*_told(by_agent[name], step, sim.fact_steps))
+            for fact in _told(by_agent[name], step, sim.fact_steps):
+                if fact not in told[name]:
+                    told[name].append(fact)
+                turn.remember(_narration(fact))
             await crowd.brains[name].step(turn)
             await turn.flush()
 
@@ -247,8 +259,9 @@ async def _steps(
                 if stop.is_set():
                     break
                 if step == sim.fact_steps or (step == sim.steps - 1 and not known_before):
+                    so_far = [f for n in names for f in told[n]]
                     for name in names:  # before anyone has shared: what each agent knows
-                        known_before[name] = await known_share(rt.memory(name), facts)
+                        known_before[name] = await known_share(rt.memory(name), so_far)
                 async with anyio.create_task_group() as tg:
                     for name in names:
                         tg.start_soon(take_turn, name, step)

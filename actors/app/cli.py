@@ -13,12 +13,22 @@ from typing import Any
 import anyio
 import msgspec
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
+from rich.text import Text
 
 from actormem.actors.app import ops
 from actormem.actors.app.runs import for_run, new_run_id, open_run
 from actormem.actors.app.simulation import (
+    LLMUsage,
     SimulationReport,
     check_brain,
     report_dict,
@@ -235,12 +245,16 @@ def _simulate(args: argparse.Namespace) -> int:
     config = _start_run(config, args.fresh)
     err = Console(stderr=True, soft_wrap=True)
     show = not args.no_progress and err.is_terminal
+    usage = LLMUsage()
+    brain = config.simulation.brain
+    model = [_ModelRateColumn(usage)] if brain.base_url and brain.model else []
     progress = Progress(
         TextColumn("[bold]simulating"),
         BarColumn(),
         MofNCompleteColumn(),
         TextColumn("steps"),
         TimeElapsedColumn(),
+        *model,
         console=err,
         disable=not show,
     )
@@ -256,7 +270,7 @@ def _simulate(args: argparse.Namespace) -> int:
 
         config_path = str(Path(args.config).resolve()) if args.config else None
         report = anyio.run(
-            stops.run, lambda: _run(config, config_path, workers, step, stops.requested)
+            stops.run, lambda: _run(config, config_path, workers, step, stops.requested, usage)
         )
     report = msgspec.structs.replace(report, workers=workers)
     _print_report(report)
@@ -268,6 +282,23 @@ def _simulate(args: argparse.Namespace) -> int:
             raise ConfigError(f"cannot write the report to {path}: {exc.strerror}") from exc
         print(f"{'partial ' if report.partial else ''}report written to {path}")
     return stops.exit_code
+
+
+class _ModelRateColumn(ProgressColumn):
+    """The model calls so far, and the calls and tokens per second, beside the bar."""
+
+    def __init__(self, usage: LLMUsage) -> None:
+        super().__init__()
+        self.usage = usage
+
+    def render(self, task: Task) -> Text:
+        """The column's text for ``task`` (its elapsed time is the run's)."""
+        u, elapsed = self.usage, task.elapsed or 0.0
+        text = f"{u.calls:,} model calls"
+        if elapsed > 0:
+            tokens = u.tokens_in + u.tokens_out
+            text += f", {u.calls / elapsed:,.1f}/s, {tokens / elapsed:,.0f} tokens/s"
+        return Text(text)
 
 
 def _check_output(path: Path) -> None:
@@ -308,10 +339,12 @@ async def _run(
     workers: int,
     step: Callable[[int], None],
     stop: anyio.Event,
+    usage: LLMUsage,
 ) -> SimulationReport:
     """Run in this process, or drive ``workers`` worker processes over one Redis.
 
-    ``path`` (absolute) is the config file the workers load too. Once ``stop`` is
+    ``path`` (absolute) is the config file the workers load too; ``usage`` counts
+    the model calls for the progress display. Once ``stop`` is
     set (SIGINT or SIGTERM) the simulation stops taking steps and returns a partial
     report; the runtime, the workers and the embedded Redis then close as usual. A
     signal while the workers start is seen once they have: the run then takes no
@@ -319,7 +352,7 @@ async def _run(
     """
     async with AsyncExitStack() as stack:
         config, rt = await _open(stack, config, path, workers)
-        return await run_simulation(config, on_step=step, runtime=rt, stop=stop)
+        return await run_simulation(config, on_step=step, runtime=rt, stop=stop, llm_usage=usage)
 
 
 async def _open(

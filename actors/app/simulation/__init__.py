@@ -14,6 +14,7 @@ from actormem.actors.app.simulation.brains import (
     brain_factory,
     check_brain,
 )
+from actormem.actors.app.simulation.brains.llm_client import LLMUsage
 from actormem.actors.app.simulation.report import (
     AgentReport,
     SimulationReport,
@@ -31,6 +32,7 @@ __all__ = (
     "Brain",
     "BrainError",
     "BrainFactory",
+    "LLMUsage",
     "PlantedFact",
     "SimulationReport",
     "Turn",

@@ -63,6 +63,7 @@ async def run_simulation(
     on_step: Callable[[int], None] | None = None,
     runtime: MemoryRuntime | None = None,
     stop: anyio.Event | None = None,
+    llm_usage: LLMUsage | None = None,
 ) -> SimulationReport:
     """Run the simulation ``config.simulation`` describes and return its report.
 
@@ -78,6 +79,8 @@ async def run_simulation(
             (its keys are where its maker put them: ``for_run`` makes the config of
             a run's runtime).
         stop: set it to stop the run early; the report is then partial.
+        llm_usage: where the model client counts its calls and tokens, for a
+            progress display to read while the run goes on.
 
     Raises:
         BrainError: the brain spec is bad (before anything runs), a brain broke the
@@ -86,13 +89,13 @@ async def run_simulation(
     if runtime is None:
         config = for_run(config, config.simulation.run_id or new_run_id())
         async with MemoryRuntime(config) as rt:
-            return await _run(config, rt, on_step, stop or anyio.Event())
+            return await _run(config, rt, on_step, stop or anyio.Event(), llm_usage)
     if not config.simulation.run_id:
         run_id = runtime.namespace or new_run_id()
         config = msgspec.structs.replace(
             config, simulation=msgspec.structs.replace(config.simulation, run_id=run_id)
         )
-    return await _run(config, runtime, on_step, stop or anyio.Event())
+    return await _run(config, runtime, on_step, stop or anyio.Event(), llm_usage)
 
 
 async def _cancel_when_set(stop: anyio.Event, scope: anyio.CancelScope, delay: float) -> None:
@@ -128,6 +131,7 @@ async def _run(
     rt: MemoryRuntime,
     on_step: Callable[[int], None] | None,
     stop: anyio.Event,
+    llm_usage: LLMUsage | None,
 ) -> SimulationReport:
     sim = config.simulation
     factory = brain_factory(config)
@@ -158,7 +162,7 @@ async def _run(
     async with AsyncExitStack() as stack:
         llm: LLMClient | None = None
         if sim.brain.base_url and sim.brain.model:
-            llm = await stack.enter_async_context(LLMClient(sim.brain))
+            llm = await stack.enter_async_context(LLMClient(sim.brain, llm_usage))
         crowd = Crowd(memories, brains, seed=sim.seed, context_tokens=sim.context_tokens, llm=llm)
         started = time.perf_counter()
         started_at = datetime.now(UTC).isoformat(timespec="seconds")

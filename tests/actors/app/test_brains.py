@@ -10,10 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.progress import Progress
 from structlog.testing import capture_logs
 
 from actormem.actors import AppConfig, LongTermConfig, MemoryRuntime, check_openai_messages
-from actormem.actors.app.simulation import BrainError, check_brain, run_simulation
+from actormem.actors.app.cli import _ModelRateColumn
+from actormem.actors.app.simulation import BrainError, LLMUsage, check_brain, run_simulation
 from actormem.actors.config import BrainConfig, SimulationConfig
 from actormem.actors.messages import Message
 from actormem.runtime import RuntimeConfig, Transport
@@ -163,6 +165,20 @@ async def test_a_model_failing_for_good_ends_the_run_with_one_error(server: Open
     with pytest.raises(BrainError, match="failed: JSONDecodeError"):
         await run_simulation(llm_config(server, max_retries=2, max_in_flight=1))
     assert server.requests - requests == 1  # the first request, never retried
+
+
+async def test_the_progress_display_reads_the_model_calls_as_they_happen(
+    server: OpenAIStub,
+) -> None:
+    usage = LLMUsage()
+    progress = Progress(_ModelRateColumn(usage), disable=True)
+    progress.add_task("steps", total=2)
+    before = str(progress.columns[0].render(progress.tasks[0]))  # type: ignore[union-attr]
+    report = await run_simulation(llm_config(server), llm_usage=usage)
+    after = str(progress.columns[0].render(progress.tasks[0]))  # type: ignore[union-attr]
+    assert before.startswith("0 model calls")
+    assert usage.calls == report.llm_calls == 12
+    assert re.fullmatch(r"12 model calls, [\d.,]+/s, [\d,]+ tokens/s", after), after
 
 
 def test_the_llm_brain_runs_from_the_command_line(

@@ -56,17 +56,19 @@ class LLMClient(AsyncClosing):
 
     Args:
         config: the brain config (base URL, model, key variable, bounds).
+        usage: where to count the calls (a new one by default; a progress display
+            may read it while the run goes on).
 
     Attributes:
         client: the ``openai.AsyncOpenAI`` underneath, for brains that want it.
         usage: what the calls so far cost.
     """
 
-    def __init__(self, config: BrainConfig) -> None:
+    def __init__(self, config: BrainConfig, usage: LLMUsage | None = None) -> None:
         import openai
 
         self.config = config
-        self.usage = LLMUsage()
+        self.usage = usage if usage is not None else LLMUsage()
         self._limiter = anyio.CapacityLimiter(config.max_in_flight)
         self.client: openai.AsyncOpenAI = openai.AsyncOpenAI(
             api_key=os.environ.get(config.api_key_env) or _NO_KEY,

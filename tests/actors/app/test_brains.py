@@ -9,6 +9,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
+import msgspec
 import pytest
 from rich.progress import Progress
 from structlog.testing import capture_logs
@@ -179,6 +181,22 @@ async def test_the_progress_display_reads_the_model_calls_as_they_happen(
     assert before.startswith("0 model calls")
     assert usage.calls == report.llm_calls == 12
     assert re.fullmatch(r"12 model calls, [\d.,]+/s, [\d,]+ tokens/s", after), after
+
+
+async def test_a_stopped_llm_run_gives_a_partial_report(server: OpenAIStub) -> None:
+    stop = anyio.Event()
+    server.delay = 0.05
+
+    def on_step(done: int) -> None:
+        stop.set()
+
+    config = llm_config(server)
+    config = msgspec.structs.replace(
+        config, simulation=msgspec.structs.replace(config.simulation, steps=50)
+    )
+    report = await run_simulation(config, on_step=on_step, stop=stop)
+    assert (report.partial, report.steps_completed) == (True, 1)
+    assert report.llm_calls == server.requests >= 2 * 3
 
 
 def test_the_llm_brain_runs_from_the_command_line(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from actormem.actors.memory.commands import Add, Vouch
+from actormem.actors.memory.commands import Add
 from actormem.actors.memory.handle import MemoryHandle
 from actormem.runtime import Command, Runtime
 
@@ -24,9 +24,8 @@ class Tally:
 
 
 class CountedMemory(MemoryHandle):
-    """A memory handle whose every command counts in a :class:`Tally`.
-
-    A pool command counts once: the memory actor vouching for it is part of it.
+    """A memory handle whose every command counts in a :class:`Tally` (a pool
+    command, sent through the agent's memory actor, counts once).
 
     Args:
         runtime: the runtime hosting (or reaching) the memory actors.
@@ -42,8 +41,7 @@ class CountedMemory(MemoryHandle):
 
     async def _checked_ask(self, address: str, command: Command[R]) -> R:
         result = await super()._checked_ask(address, command)
-        if not isinstance(command, Vouch):
-            self.tally.commands += 1
+        self.tally.commands += 1
         if isinstance(command, Add):
             self.tally.messages += len(command.messages)
         return result

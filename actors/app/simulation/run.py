@@ -28,7 +28,9 @@ import structlog
 from actormem.actors.app.runs import for_run, new_run_id
 from actormem.actors.app.simulation.brains import (
     AgentInfo,
+    Brain,
     BrainError,
+    BrainFactory,
     Crowd,
     brain_factory,
 )
@@ -121,6 +123,18 @@ def _narration(fact: PlantedFact) -> Message:
     )
 
 
+def _build(factory: BrainFactory, agent: AgentInfo) -> Brain:
+    try:
+        return factory(agent)
+    except BrainError:
+        raise
+    except Exception as exc:
+        log.debug("brain_failed", agent=agent.name, exc_info=True)
+        raise BrainError(
+            f"building the brain of {agent.name} failed: {type(exc).__name__}: {exc}"
+        ) from exc
+
+
 def _brain_name(config: AppConfig) -> str:
     brain = config.simulation.brain
     return f"python:{brain.callable}" if brain.kind == "python" else brain.kind
@@ -141,19 +155,18 @@ async def _run(
     for fact in facts:
         by_agent[fact.agent].append(fact)
     jobs = {n: JOBS[i % len(JOBS)] for i, n in enumerate(names)}
-    brains = {
-        n: factory(
-            AgentInfo(
-                name=n,
-                persona=jobs[n],
-                index=i,
-                seed=sim.seed,
-                others=tuple(o for o in names if o != n),
-                facts=tuple(by_agent[n]),
-            )
+    infos = [
+        AgentInfo(
+            name=n,
+            persona=jobs[n],
+            index=i,
+            seed=sim.seed,
+            others=tuple(o for o in names if o != n),
+            facts=tuple(by_agent[n]),
         )
         for i, n in enumerate(names)
-    }
+    ]
+    brains = {info.name: _build(factory, info) for info in infos}
     # Only the facts the narrator told count: a run shorter than fact_steps, or
     # with more facts than fact_steps, leaves some untold.
     told: dict[str, list[PlantedFact]] = {n: [] for n in names}
@@ -241,7 +254,17 @@ async def _steps(
                 if fact not in told[name]:
                     told[name].append(fact)
                 turn.remember(_narration(fact))
-            await crowd.brains[name].step(turn)
+            try:
+                await crowd.brains[name].step(turn)
+            except BrainError:
+                raise
+            except Exception as exc:
+                # The user's own brain failing is a user's error: one line, and the
+                # traceback in the debug log.
+                log.debug("brain_failed", agent=name, step=step, exc_info=True)
+                raise BrainError(
+                    f"the brain of {name} failed at step {step}: {type(exc).__name__}: {exc}"
+                ) from exc
             await turn.flush()
 
     known_before: dict[str, float] = {}

@@ -234,6 +234,17 @@ class Parrot:
 class Mute(Parrot):
     async def respond(self, turn, caller, said):
         return None
+
+
+class Broken(Parrot):
+    async def step(self, turn):
+        if turn.step == 1:
+            raise KeyError("boom")
+
+
+class Unbuildable(Parrot):
+    def __init__(self, agent):
+        raise ValueError(f"no brain for {agent.name}")
 """
 
 
@@ -286,6 +297,15 @@ async def test_a_user_brain_class_is_built_per_agent_and_answers(user_module: st
 async def test_a_brain_breaking_the_protocol_ends_the_run_naming_it(user_module: str) -> None:
     with pytest.raises(BrainError, match="the brain of Bram answered Ada with a NoneType"):
         await run_simulation(python_config(f"{user_module}:Mute"))
+
+
+async def test_a_user_brain_raising_ends_the_run_naming_the_agent_and_step(
+    user_module: str,
+) -> None:
+    with pytest.raises(BrainError, match=r"the brain of \w+ failed at step 1: KeyError: 'boom'"):
+        await run_simulation(python_config(f"{user_module}:Broken"))
+    with pytest.raises(BrainError, match="building the brain of Ada failed: ValueError: no brain"):
+        await run_simulation(python_config(f"{user_module}:Unbuildable"))
 
 
 @pytest.mark.parametrize(

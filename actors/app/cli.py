@@ -249,10 +249,10 @@ def _simulate(args: argparse.Namespace) -> int:
     brain = config.simulation.brain
     model = [_ModelRateColumn(usage)] if brain.base_url and brain.model else []
     progress = Progress(
-        TextColumn("[bold]simulating"),
+        TextColumn("[bold]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
-        TextColumn("steps"),
+        TextColumn("{task.fields[unit]}"),
         TimeElapsedColumn(),
         *model,
         console=err,
@@ -263,14 +263,28 @@ def _simulate(args: argparse.Namespace) -> int:
         say=lambda line: err.print(line, markup=False, highlight=False),
     )
     with progress:
-        task = progress.add_task("steps", total=config.simulation.steps)
+        agents = config.simulation.agents
+        task = progress.add_task("simulating", total=config.simulation.steps, unit="steps")
+        measuring = progress.add_task(
+            "measuring", total=agents, unit="agents", visible=False, start=False
+        )
 
         def step(n: int) -> None:
             progress.update(task, completed=n)
 
+        def moved(phase: str, done: int, total: int) -> None:
+            # Within a step the bar moves with the agents' turns (a large run's
+            # step takes a while); then the agents are measured for the report.
+            if phase == "turns":
+                progress.update(task, completed=done / agents)
+            else:
+                progress.start_task(measuring)  # its clock starts with the first agent
+                progress.update(measuring, completed=done, total=total, visible=True)
+
         config_path = str(Path(args.config).resolve()) if args.config else None
         report = anyio.run(
-            stops.run, lambda: _run(config, config_path, workers, step, stops.requested, usage)
+            stops.run,
+            lambda: _run(config, config_path, workers, (step, moved), stops.requested, usage),
         )
     report = msgspec.structs.replace(report, workers=workers)
     _print_report(report)
@@ -293,6 +307,8 @@ class _ModelRateColumn(ProgressColumn):
 
     def render(self, task: Task) -> Text:
         """The column's text for ``task`` (its elapsed time is the run's)."""
+        if task.fields.get("unit") != "steps":
+            return Text("")
         u, elapsed = self.usage, task.elapsed or 0.0
         text = f"{u.calls:,} model calls"
         if elapsed > 0:
@@ -337,14 +353,15 @@ async def _run(
     config: AppConfig,
     path: str | None,
     workers: int,
-    step: Callable[[int], None],
+    watch: tuple[Callable[[int], None], Callable[[str, int, int], None]],
     stop: anyio.Event,
     usage: LLMUsage,
 ) -> SimulationReport:
     """Run in this process, or drive ``workers`` worker processes over one Redis.
 
-    ``path`` (absolute) is the config file the workers load too; ``usage`` counts
-    the model calls for the progress display. Once ``stop`` is
+    ``path`` (absolute) is the config file the workers load too; ``watch`` is the
+    progress display's ``on_step`` and ``on_progress``, and ``usage`` counts the
+    model calls for it. Once ``stop`` is
     set (SIGINT or SIGTERM) the simulation stops taking steps and returns a partial
     report; the runtime, the workers and the embedded Redis then close as usual. A
     signal while the workers start is seen once they have: the run then takes no
@@ -352,7 +369,14 @@ async def _run(
     """
     async with AsyncExitStack() as stack:
         config, rt = await _open(stack, config, path, workers)
-        return await run_simulation(config, on_step=step, runtime=rt, stop=stop, llm_usage=usage)
+        return await run_simulation(
+            config,
+            on_step=watch[0],
+            on_progress=watch[1],
+            runtime=rt,
+            stop=stop,
+            llm_usage=usage,
+        )
 
 
 async def _open(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -119,8 +119,11 @@ async def measure(
     facts: list[PlantedFact],
     known_before: dict[str, float],
     per_agent: list[AgentReport],
+    *,
+    on_measured: Callable[[int], None] | None = None,
 ) -> None:
-    """Append each agent's report to ``per_agent``, one agent after another."""
+    """Append each agent's report to ``per_agent``, one agent after another
+    (``on_measured`` is called with how many are done after each)."""
     sim = config.simulation
     counter = get_counter(config.memory.encoding)
     handles = {n: rt.memory(n) for n in names}
@@ -161,6 +164,8 @@ async def measure(
                 peak_messages=stats.peak_size,
             )
         )
+        if on_measured is not None:
+            on_measured(len(per_agent))
 
 
 def build_report(

@@ -63,6 +63,7 @@ async def run_simulation(
     config: AppConfig,
     *,
     on_step: Callable[[int], None] | None = None,
+    on_progress: Progress | None = None,
     runtime: MemoryRuntime | None = None,
     stop: anyio.Event | None = None,
     llm_usage: LLMUsage | None = None,
@@ -77,6 +78,10 @@ async def run_simulation(
     Args:
         config: the app config (runtime, memory and simulation sections).
         on_step: called after each step with the step number (progress bars).
+        on_progress: called as ``on_progress(phase, done, total)`` after each
+            agent's turn (phase ``"turns"``, of agents x steps) and after each agent
+            is measured for the report (``"measured"``, of agents), for progress
+            bars that move within a step of a large run.
         runtime: an open runtime to use instead of opening one from ``config``
             (its keys are where its maker put them: ``for_run`` makes the config of
             a run's runtime).
@@ -91,13 +96,13 @@ async def run_simulation(
     if runtime is None:
         config = for_run(config, config.simulation.run_id or new_run_id())
         async with MemoryRuntime(config) as rt:
-            return await _run(config, rt, on_step, stop or anyio.Event(), llm_usage)
+            return await _run(config, rt, (on_step, on_progress), stop or anyio.Event(), llm_usage)
     if not config.simulation.run_id:
         run_id = runtime.namespace or new_run_id()
         config = msgspec.structs.replace(
             config, simulation=msgspec.structs.replace(config.simulation, run_id=run_id)
         )
-    return await _run(config, runtime, on_step, stop or anyio.Event(), llm_usage)
+    return await _run(config, runtime, (on_step, on_progress), stop or anyio.Event(), llm_usage)
 
 
 async def _cancel_when_set(stop: anyio.Event, scope: anyio.CancelScope, delay: float) -> None:
@@ -123,6 +128,17 @@ def _narration(fact: PlantedFact) -> Message:
     )
 
 
+#: ``on_progress(phase, done, total)``: see :func:`run_simulation`.
+Progress = Callable[[str, int, int], None]
+
+
+def _phase(progress: Progress | None, phase: str, total: int) -> Callable[[int], None] | None:
+    """``progress`` for one phase: called with how many are done."""
+    if progress is None:
+        return None
+    return lambda done: progress(phase, done, total)
+
+
 def _build(factory: BrainFactory, agent: AgentInfo) -> Brain:
     try:
         return factory(agent)
@@ -143,7 +159,7 @@ def _brain_name(config: AppConfig) -> str:
 async def _run(
     config: AppConfig,
     rt: MemoryRuntime,
-    on_step: Callable[[int], None] | None,
+    progress: tuple[Callable[[int], None] | None, Progress | None],
     stop: anyio.Event,
     llm_usage: LLMUsage | None,
 ) -> SimulationReport:
@@ -181,7 +197,7 @@ async def _run(
         started_at = datetime.now(UTC).isoformat(timespec="seconds")
         with _brain_errors_unwrapped():
             known_before, done = await _steps(
-                config, rt, crowd, jobs, by_agent, told, on_step, stop
+                config, rt, crowd, jobs, by_agent, told, progress, stop
             )
         elapsed = time.perf_counter() - started
     partial = done < sim.steps
@@ -199,7 +215,16 @@ async def _run(
         with anyio.CancelScope() as measuring:
             watch.start_soon(_cancel_when_set, stop, measuring, PARTIAL_REPORT_S)
             pool = await rt.ask("pool/main", GetPoolStats())
-            await measure(rt, config, names, told, told_facts, known_before, per_agent)
+            await measure(
+                rt,
+                config,
+                names,
+                told,
+                told_facts,
+                known_before,
+                per_agent,
+                on_measured=_phase(progress[1], "measured", len(names)),
+            )
         watch.cancel_scope.cancel()
     usage = llm.usage if llm is not None else LLMUsage()
     return build_report(
@@ -230,7 +255,7 @@ async def _steps(
     jobs: dict[str, str],
     by_agent: dict[str, list[PlantedFact]],
     told: dict[str, list[PlantedFact]],
-    on_step: Callable[[int], None] | None,
+    progress: tuple[Callable[[int], None] | None, Progress | None],
     stop: anyio.Event,
 ) -> tuple[dict[str, float], int]:
     """Introduce the agents and take the steps (noting in ``told`` the facts the
@@ -239,6 +264,9 @@ async def _steps(
     sim = config.simulation
     names = crowd.names
     limiter = anyio.CapacityLimiter(sim.concurrency)
+    on_step = progress[0]
+    on_turn = _phase(progress[1], "turns", sim.agents * sim.steps)
+    turns = 0
 
     async def introduce(name: str) -> None:
         await rt.memory(name).subscribe()  # every topic: the town hears all news
@@ -248,6 +276,7 @@ async def _steps(
         )
 
     async def take_turn(name: str, step: int) -> None:
+        nonlocal turns
         async with limiter:
             turn = crowd.turn(name, step)
             for fact in _told(by_agent[name], step, sim.fact_steps):
@@ -266,6 +295,9 @@ async def _steps(
                     f"the brain of {name} failed at step {step}: {type(exc).__name__}: {exc}"
                 ) from exc
             await turn.flush()
+        turns += 1
+        if on_turn is not None:
+            on_turn(turns)
 
     known_before: dict[str, float] = {}
     done = 0

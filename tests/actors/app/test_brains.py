@@ -174,7 +174,7 @@ async def test_the_progress_display_reads_the_model_calls_as_they_happen(
 ) -> None:
     usage = LLMUsage()
     progress = Progress(_ModelRateColumn(usage), disable=True)
-    progress.add_task("steps", total=2)
+    progress.add_task("simulating", total=2, unit="steps")
     before = str(progress.columns[0].render(progress.tasks[0]))  # type: ignore[union-attr]
     report = await run_simulation(llm_config(server), llm_usage=usage)
     after = str(progress.columns[0].render(progress.tasks[0]))  # type: ignore[union-attr]

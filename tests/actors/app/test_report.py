@@ -46,6 +46,13 @@ async def test_only_facts_told_count_as_planted(settings: dict[str, int], told_e
     assert report.facts_found_by_search == report.facts_planted  # what was told is kept
 
 
+async def test_progress_moves_with_each_turn_and_each_agent_measured() -> None:
+    seen: list[tuple[str, int, int]] = []
+    await run_simulation(_config(agents=3, steps=2), on_progress=lambda *moved: seen.append(moved))
+    assert [s for s in seen if s[0] == "turns"] == [("turns", n, 6) for n in range(1, 7)]
+    assert [s for s in seen if s[0] == "measured"] == [("measured", n, 3) for n in (1, 2, 3)]
+
+
 async def test_the_report_records_its_version_start_and_config() -> None:
     report = await run_simulation(_config(agents=2, steps=2))
     assert report.version and report.workers == 0

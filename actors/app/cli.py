@@ -17,13 +17,9 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
-    ProgressColumn,
-    Task,
     TextColumn,
     TimeElapsedColumn,
 )
-from rich.table import Table
-from rich.text import Text
 
 from actormem.actors.app import ops
 from actormem.actors.app.runs import for_run, new_run_id, open_run
@@ -34,6 +30,7 @@ from actormem.actors.app.simulation import (
     report_dict,
     run_simulation,
 )
+from actormem.actors.app.simulation.display import ModelRateColumn, print_report
 from actormem.actors.app.wiring import CONFIG_ENV, MemoryRuntime
 from actormem.actors.config import AppConfig, load_app_config
 from actormem.runtime.cli import StopSignals
@@ -247,7 +244,7 @@ def _simulate(args: argparse.Namespace) -> int:
     show = not args.no_progress and err.is_terminal
     usage = LLMUsage()
     brain = config.simulation.brain
-    model = [_ModelRateColumn(usage)] if brain.base_url and brain.model else []
+    model = [ModelRateColumn(usage)] if brain.base_url and brain.model else []
     progress = Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -287,7 +284,7 @@ def _simulate(args: argparse.Namespace) -> int:
             lambda: _run(config, config_path, workers, (step, moved), stops.requested, usage),
         )
     report = msgspec.structs.replace(report, workers=workers)
-    _print_report(report)
+    print_report(report)
     if args.json:
         path = Path(args.json)
         try:
@@ -296,25 +293,6 @@ def _simulate(args: argparse.Namespace) -> int:
             raise ConfigError(f"cannot write the report to {path}: {exc.strerror}") from exc
         print(f"{'partial ' if report.partial else ''}report written to {path}")
     return stops.exit_code
-
-
-class _ModelRateColumn(ProgressColumn):
-    """The model calls so far, and the calls and tokens per second, beside the bar."""
-
-    def __init__(self, usage: LLMUsage) -> None:
-        super().__init__()
-        self.usage = usage
-
-    def render(self, task: Task) -> Text:
-        """The column's text for ``task`` (its elapsed time is the run's)."""
-        if task.fields.get("unit") != "steps":
-            return Text("")
-        u, elapsed = self.usage, task.elapsed or 0.0
-        text = f"{u.calls:,} model calls"
-        if elapsed > 0:
-            tokens = u.tokens_in + u.tokens_out
-            text += f", {u.calls / elapsed:,.1f}/s, {tokens / elapsed:,.0f} tokens/s"
-        return Text(text)
 
 
 def _check_output(path: Path) -> None:
@@ -405,105 +383,3 @@ async def _open(
         transport = RedisTransport(redis.url, redis, worker=False)
     rt = await stack.enter_async_context(MemoryRuntime(config, transport=transport))
     return config, rt
-
-
-def _print_report(report: SimulationReport) -> None:
-    out = Console()
-    table = Table(title="actormem simulation", show_header=False, title_justify="left")
-    table.add_column("what", style="bold")
-    table.add_column("value", justify="right")
-    rows = [
-        ("run id", report.run_id),
-        ("agents x steps", f"{report.agents} x {report.steps} (seed {report.seed})"),
-        *_partial_rows(report),
-        ("transport", report.transport),
-        ("brain", report.brain),
-        *_model_rows(report),
-        ("messages processed", f"{report.messages_processed:,}"),
-        ("commands", f"{report.commands:,}"),
-        ("elapsed", f"{report.elapsed_s:.2f} s"),
-        ("messages/s", f"{report.messages_per_s:,.0f}"),
-        ("tokens stored (history)", f"{report.tokens_stored:,}"),
-        (
-            "tokens in final contexts",
-            f"{report.tokens_in_final_contexts:,} (budget {report.context_budget:,}/agent)",
-        ),
-        ("planted facts", f"{report.facts_planted}"),
-        ("  found by search", _share(report.facts_found_by_search, report.facts_planted)),
-        ("  found in final context", _share(report.facts_found_in_context, report.facts_planted)),
-        *_reload_rows(report),
-        ("  found either way", _share(report.facts_found, report.facts_planted)),
-        ("compressions / tokens saved", f"{report.compressions:,} / {report.tokens_saved:,}"),
-        (
-            "peak working view (any agent)",
-            f"{report.peak_working_tokens:,} tokens, {report.peak_working_messages} messages "
-            f"(budget {report.compression_budget_tokens:,} tokens; "
-            f"compresses past {report.compression_budget_messages} messages)",
-        ),
-        ("agents ever over their token budget", f"{report.agents_over_budget}"),
-        (
-            "insights shared / deduplicated",
-            f"{report.insights_shared} / {report.insights_deduplicated}",
-        ),
-        ("insights delivered", f"{report.insights_delivered:,}"),
-        (
-            "facts known per agent",
-            f"{report.facts_known_before_sharing:.0%} before sharing, "
-            f"{report.facts_known_after_sharing:.0%} after",
-        ),
-        ("actor failures / restarts", f"{report.runtime.failures} / {report.runtime.restarts}"),
-    ]
-    for what, value in rows:
-        table.add_row(what, value)
-    out.print(table)
-    # The worst first: the smallest share of their own facts found, then the fewest
-    # of all facts known.
-    worst = sorted(
-        report.per_agent,
-        key=lambda a: (a.found / a.facts if a.facts else 1.0, a.known_after_sharing, a.agent),
-    )[:5]
-    agents = Table(title="agents knowing the fewest of their facts", title_justify="left")
-    for col in ("agent", "messages", "history tokens", "context tokens", "facts found"):
-        agents.add_column(col, justify="right" if col != "agent" else "left")
-    for a in worst:
-        agents.add_row(
-            a.agent,
-            f"{a.messages:,}",
-            f"{a.history_tokens:,}",
-            f"{a.context_tokens:,}",
-            f"{a.found}/{a.facts}",
-        )
-    out.print(agents)
-
-
-def _reload_rows(report: SimulationReport) -> list[tuple[str, str]]:
-    """The facts found by reload: only when compression offloaded something."""
-    if not report.compressions:
-        return []
-    found = _share(report.facts_found_by_reload, report.facts_planted)
-    return [("  found by reload (offloaded)", found)]
-
-
-def _model_rows(report: SimulationReport) -> list[tuple[str, str]]:
-    if not report.llm_calls:
-        return []
-    return [
-        ("model calls (retries)", f"{report.llm_calls:,} ({report.llm_retries:,})"),
-        ("model tokens in / out", f"{report.llm_tokens_in:,} / {report.llm_tokens_out:,}"),
-    ]
-
-
-def _partial_rows(report: SimulationReport) -> list[tuple[str, str]]:
-    if not report.partial:
-        return []
-    return [
-        (
-            "PARTIAL (stopped)",
-            f"{report.steps_completed} of {report.steps} steps, "
-            f"{len(report.per_agent)} of {report.agents} agents measured",
-        )
-    ]
-
-
-def _share(part: int, whole: int) -> str:
-    return f"{part} ({100 * part / whole:.0f}%)" if whole else "0"

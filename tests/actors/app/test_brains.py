@@ -16,8 +16,8 @@ from rich.progress import Progress
 from structlog.testing import capture_logs
 
 from actormem.actors import AppConfig, LongTermConfig, MemoryRuntime, check_openai_messages
-from actormem.actors.app.cli import _ModelRateColumn
 from actormem.actors.app.simulation import BrainError, LLMUsage, check_brain, run_simulation
+from actormem.actors.app.simulation.display import ModelRateColumn
 from actormem.actors.config import BrainConfig, SimulationConfig
 from actormem.actors.messages import Message
 from actormem.runtime import RuntimeConfig, Transport
@@ -173,7 +173,7 @@ async def test_the_progress_display_reads_the_model_calls_as_they_happen(
     server: OpenAIStub,
 ) -> None:
     usage = LLMUsage()
-    progress = Progress(_ModelRateColumn(usage), disable=True)
+    progress = Progress(ModelRateColumn(usage), disable=True)
     progress.add_task("simulating", total=2, unit="steps")
     before = str(progress.columns[0].render(progress.tasks[0]))  # type: ignore[union-attr]
     report = await run_simulation(llm_config(server), llm_usage=usage)

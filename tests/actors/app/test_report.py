@@ -12,8 +12,8 @@ import msgspec
 import pytest
 
 from actormem.actors import AppConfig
-from actormem.actors.app.cli import _print_report
 from actormem.actors.app.simulation import run_simulation
+from actormem.actors.app.simulation.display import print_report
 from actormem.actors.config import SimulationConfig
 from actormem.runtime import RuntimeConfig
 from actormem.runtime.cli import main
@@ -75,13 +75,13 @@ async def test_the_printed_report_shows_reload_only_after_compression_and_the_wo
             msgspec.structs.replace(cleo, found=cleo.facts - 1, known_after_sharing=0.9),
         ],
     )
-    _print_report(report)
+    print_report(report)
     out = capsys.readouterr().out
     assert "found by reload" not in out
     # Cleo found the fewest of her own facts; then Bram knows the fewest facts at all.
     rows = [line.split("│")[1].strip() for line in out.splitlines() if line.count("│") == 6]
     assert rows == ["Cleo", "Bram", "Ada"]
-    _print_report(msgspec.structs.replace(report, compressions=3))
+    print_report(msgspec.structs.replace(report, compressions=3))
     assert "found by reload" in capsys.readouterr().out
 
 

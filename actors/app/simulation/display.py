@@ -46,6 +46,7 @@ def print_report(report: SimulationReport) -> None:
         ("transport", report.transport),
         ("brain", report.brain),
         *_model_rows(report),
+        *_time_rows(report),
         ("messages processed", f"{report.messages_processed:,}"),
         ("commands", f"{report.commands:,}"),
         ("elapsed", f"{report.elapsed_s:.2f} s"),
@@ -118,6 +119,17 @@ def _model_rows(report: SimulationReport) -> list[tuple[str, str]]:
         ("model calls (retries)", f"{report.llm_calls:,} ({report.llm_retries:,})"),
         ("model tokens in / out", f"{report.llm_tokens_in:,} / {report.llm_tokens_out:,}"),
     ]
+
+
+def _time_rows(report: SimulationReport) -> list[tuple[str, str]]:
+    """Where the agents' turns spent their time: memory commands, the model."""
+    turns = report.turn_seconds
+    if turns <= 0:
+        return []
+    shares = f"{report.memory_seconds / turns:.0%} memory"
+    if report.llm_calls:
+        shares += f", {report.llm_seconds / turns:.0%} model"
+    return [("turn time spent on", f"{shares} (of {turns:,.2f} s)")]
 
 
 def _partial_rows(report: SimulationReport) -> list[tuple[str, str]]:

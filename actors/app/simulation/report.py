@@ -53,7 +53,10 @@ class SimulationReport(msgspec.Struct, frozen=True, kw_only=True):
     less than ``steps``, and ``per_agent`` may leave out agents that could not be
     measured in time. ``brain`` is the brain's kind (``python:<module:callable>``
     for a user's own); the ``llm_*`` figures count the model calls of the turns
-    (retries included), and the tokens the endpoint reported. ``version`` is
+    (retries included), and the tokens the endpoint reported. ``turn_seconds`` sums
+    the agents' turns (they overlap: more than ``elapsed_s``), of which
+    ``memory_seconds`` went waiting for memory commands and ``llm_seconds`` for
+    the model. ``version`` is
     actormem's, ``started_at`` when the steps began (UTC, ISO 8601), ``workers``
     the worker processes the agents' memories ran in (0: this process), and
     ``config`` the run's whole config (secrets shown as ``***``).
@@ -97,6 +100,9 @@ class SimulationReport(msgspec.Struct, frozen=True, kw_only=True):
     llm_retries: int = 0
     llm_tokens_in: int = 0
     llm_tokens_out: int = 0
+    turn_seconds: float = 0.0
+    memory_seconds: float = 0.0
+    llm_seconds: float = 0.0
     version: str = ""
     started_at: str = ""
     workers: int = 0
@@ -178,7 +184,8 @@ def build_report(
     """The report of a run: the agents' own reports summed up, with ``totals``, the
     report fields the run counted itself (``messages_processed``, ``commands``,
     ``elapsed_s``, ``transport``, ``facts_planted``, ``steps_completed``,
-    ``partial``, ``started_at``, ``brain`` and the ``llm_*`` figures)."""
+    ``partial``, ``started_at``, ``brain``, the ``llm_*`` figures and the
+    ``*_seconds``)."""
     sim = config.simulation
     messages, elapsed = totals["messages_processed"], totals["elapsed_s"]
     totals.setdefault("version", _version())

@@ -197,7 +197,7 @@ async def _run(
         started_at = datetime.now(UTC).isoformat(timespec="seconds")
         with _brain_errors_unwrapped():
             known_before, done = await _steps(
-                config, rt, crowd, jobs, by_agent, told, progress, stop
+                config, rt, crowd, tally, jobs, by_agent, told, progress, stop
             )
         elapsed = time.perf_counter() - started
     partial = done < sim.steps
@@ -245,6 +245,9 @@ async def _run(
         llm_retries=usage.retries,
         llm_tokens_in=usage.tokens_in,
         llm_tokens_out=usage.tokens_out,
+        turn_seconds=round(tally.turn_seconds, 3),
+        memory_seconds=round(tally.memory_seconds, 3),
+        llm_seconds=round(usage.seconds, 3),
     )
 
 
@@ -252,6 +255,7 @@ async def _steps(
     config: AppConfig,
     rt: MemoryRuntime,
     crowd: Crowd,
+    tally: Tally,
     jobs: dict[str, str],
     by_agent: dict[str, list[PlantedFact]],
     told: dict[str, list[PlantedFact]],
@@ -278,6 +282,7 @@ async def _steps(
     async def take_turn(name: str, step: int) -> None:
         nonlocal turns
         async with limiter:
+            started = time.perf_counter()
             turn = crowd.turn(name, step)
             for fact in _told(by_agent[name], step, sim.fact_steps):
                 if fact not in told[name]:
@@ -295,6 +300,7 @@ async def _steps(
                     f"the brain of {name} failed at step {step}: {type(exc).__name__}: {exc}"
                 ) from exc
             await turn.flush()
+            tally.turn_seconds += time.perf_counter() - started
         turns += 1
         if on_turn is not None:
             on_turn(turns)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import TypeVar
 
 from actormem.actors.memory.commands import Add
@@ -14,13 +15,17 @@ R = TypeVar("R")
 
 
 class Tally:
-    """The run's counts: ``commands`` asked of a memory or the pool, ``messages`` added."""
+    """The run's counts: ``commands`` asked of a memory or the pool, ``messages``
+    added, and the seconds the turns took (``turn_seconds``) and spent waiting for
+    their memory commands (``memory_seconds``)."""
 
-    __slots__ = ("commands", "messages")
+    __slots__ = ("commands", "memory_seconds", "messages", "turn_seconds")
 
     def __init__(self) -> None:
         self.commands = 0
         self.messages = 0
+        self.turn_seconds = 0.0
+        self.memory_seconds = 0.0
 
 
 class CountedMemory(MemoryHandle):
@@ -40,7 +45,11 @@ class CountedMemory(MemoryHandle):
         self.tally = tally
 
     async def _checked_ask(self, address: str, command: Command[R]) -> R:
-        result = await super()._checked_ask(address, command)
+        started = time.perf_counter()
+        try:
+            result = await super()._checked_ask(address, command)
+        finally:
+            self.tally.memory_seconds += time.perf_counter() - started
         self.tally.commands += 1
         if isinstance(command, Add):
             self.tally.messages += len(command.messages)

@@ -133,6 +133,9 @@ async def test_an_llm_run_calls_tools_and_stores_them_on_both_transports(
     assert ("agent_response", "Bram", "Good to hear from you.") in calls
     assert report.insights_shared == 4
     check_openai_messages(context)
+    # The model's and the memory's waits are parts of the turns' time.
+    assert 0 < report.llm_seconds < report.turn_seconds
+    assert report.memory_seconds > 0
 
 
 async def test_429_and_500_answers_are_retried_honouring_retry_after(
@@ -209,7 +212,9 @@ def test_the_llm_brain_runs_from_the_command_line(
     report = json.loads(out.read_text())
     assert (report["brain"], report["llm_calls"]) == ("llm", server.requests)
     assert server.bodies[0]["model"] == "m"
-    assert "model calls" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "model calls" in out
+    assert re.search(r"turn time spent on .*\d+% memory, \d+% model", out), out
 
 
 _FUNCTION_BRAIN = """

@@ -79,7 +79,7 @@ def print_report(report: SimulationReport) -> None:
             f"{report.facts_known_before_sharing:.0%} before sharing, "
             f"{report.facts_known_after_sharing:.0%} after",
         ),
-        ("actor failures / restarts", f"{report.runtime.failures} / {report.runtime.restarts}"),
+        _failure_row(report),
     ]
     for what, value in rows:
         table.add_row(what, value)
@@ -102,6 +102,14 @@ def print_report(report: SimulationReport) -> None:
             f"{a.found}/{a.facts}",
         )
     out.print(agents)
+
+
+def _failure_row(report: SimulationReport) -> tuple[str, str]:
+    """This process's actor failures: with workers, the agents' are in the workers."""
+    counts = f"{report.runtime.failures} / {report.runtime.restarts}"
+    if not report.workers:
+        return ("actor failures / restarts", counts)
+    return ("actor failures / restarts", f"{counts} here (workers: see their logs)")
 
 
 def _reload_rows(report: SimulationReport) -> list[tuple[str, str]]:

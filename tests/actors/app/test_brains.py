@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ from actormem.actors.config import BrainConfig, SimulationConfig
 from actormem.actors.messages import Message
 from actormem.runtime import RuntimeConfig, Transport
 from actormem.runtime.cli import main
+from tests.support import ROOT
 from tests.support.openai_server import OpenAIStub
 
 pytestmark = pytest.mark.anyio
@@ -215,6 +218,31 @@ def test_the_llm_brain_runs_from_the_command_line(
     out = capsys.readouterr().out
     assert "model calls" in out
     assert re.search(r"turn time spent on .*\d+% memory, \d+% model", out), out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("extra", [[], ["--workers", "2"]], ids=["embedded-redis", "workers"])
+def test_the_town_runs_on_an_llm_as_the_readme_says(
+    server: OpenAIStub, tmp_path: Path, extra: list[str]
+) -> None:
+    out = tmp_path / "report.json"
+    command = [sys.executable, "-m", "actormem.runtime.cli", "simulate", "configs/town.toml"]
+    command += ["--brain", "llm", "--base-url", server.base_url, "--model", "NAME"]
+    command += ["--agents", "3", "--steps", "2", "--json", str(out), *extra]
+    proc = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(out.read_text())
+    assert (report["transport"], report["brain"], report["steps_completed"]) == ("redis", "llm", 2)
+    assert report["llm_calls"] == server.requests == 3 * 2 * 3
+    assert report["runtime"]["failures"] == 0
+    tools = {t["function"]["name"] for t in server.bodies[0]["tools"]}
+    assert {"record_to_memory", "retrieve_from_memory"} <= tools  # town.toml: mode both
 
 
 _FUNCTION_BRAIN = """

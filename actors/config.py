@@ -6,8 +6,9 @@ such as ``configs/town.toml`` sets only what differs.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from typing import Final
+from typing import Final, Literal
 
 import msgspec
 
@@ -22,12 +23,20 @@ from actormem.runtime.redis import RedisConfig
 from actormem.runtime.redis.config import check_namespace
 from actormem.runtime.tokens import DEFAULT_ENCODING, ENCODINGS, encoding_for_model
 
-__all__ = ("AppConfig", "MemoryConfig", "SimulationConfig", "load_app_config")
+__all__ = (
+    "AppConfig",
+    "BrainConfig",
+    "BrainKind",
+    "MemoryConfig",
+    "SimulationConfig",
+    "load_app_config",
+)
 
 DEFAULT_MAX_TOKENS: Final = 131_072
 DEFAULT_IMPORTANT_THRESHOLD: Final = 0.7
 DEFAULT_MAX_MESSAGE_CHARS: Final = 1_000_000
 DEFAULT_MAX_BATCH: Final = 10_000
+_CALLABLE: Final = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
 
 
 class MemoryConfig(_Section, frozen=True):
@@ -85,6 +94,62 @@ class MemoryConfig(_Section, frozen=True):
         msgspec.structs.force_setattr(self, "encoding", resolved)
 
 
+BrainKind = Literal["scripted", "llm", "python"]
+
+
+class BrainConfig(_Section, frozen=True):
+    """What drives each agent's steps (``[simulation.brain]``).
+
+    Attributes:
+        kind: ``scripted`` (the built-in, seeded and offline), ``llm`` (a chat model
+            behind any OpenAI-compatible endpoint) or ``python`` (``callable``).
+        callable: ``module:callable``, the user's brain (kind ``python``): an
+            ``async def step(turn)`` function, or a class built with each agent's
+            :class:`~actormem.actors.app.simulation.AgentInfo` whose instances have an
+            async ``step(turn)`` (and optionally ``respond(turn, caller, said)``).
+        base_url: the OpenAI-compatible API's base URL (kind ``llm``; any kind gets
+            an LLM client on its turns when it is set).
+        model: the chat model.
+        api_key_env: the environment variable holding the API key (read at start;
+            unset: the client sends a placeholder, which local servers accept).
+        max_in_flight: model requests in flight at once, over all agents.
+        timeout: seconds one model request may take.
+        max_retries: retries after a 429, a 5xx, a timeout or a lost connection.
+        backoff_base: seconds before the first retry, doubled each retry, with jitter.
+        backoff_cap: the longest wait between retries (also caps ``Retry-After``).
+        max_tool_rounds: model calls one step may make while the model keeps
+            calling tools.
+        temperature: the sampling temperature sent with each request.
+        max_reply_tokens: the most tokens one model reply may take.
+    """
+
+    kind: BrainKind = "scripted"
+    callable: str = ""
+    base_url: str | None = None
+    model: str = ""
+    api_key_env: str = "OPENAI_API_KEY"
+    max_in_flight: int = 8
+    timeout: float = 60.0
+    max_retries: int = 3
+    backoff_base: float = 0.5
+    backoff_cap: float = 30.0
+    max_tool_rounds: int = 3
+    temperature: float = 0.7
+    max_reply_tokens: int = 256
+
+    def __post_init__(self) -> None:
+        self._at_least(1, "max_in_flight", "max_tool_rounds", "max_reply_tokens")
+        self._at_least(0, "max_retries")
+        self._above(0, "timeout", "backoff_base", "backoff_cap")
+        self._within(0.0, 2.0, "temperature")
+        if not self.api_key_env:
+            raise ValueError("api_key_env must name an environment variable")
+        if self.callable and not _CALLABLE.fullmatch(self.callable):
+            raise ValueError(
+                f"callable must be module:callable (my_agents:step), got {self.callable!r}"
+            )
+
+
 class SimulationConfig(_Section, frozen=True):
     """The offline multi-agent simulation (``actormem simulate``).
 
@@ -106,6 +171,7 @@ class SimulationConfig(_Section, frozen=True):
             and all).
         max_workers: the most worker processes ``--workers`` may ask for
             (0: four per CPU core).
+        brain: what drives the agents' steps (:class:`BrainConfig`).
     """
 
     agents: int = 50
@@ -120,6 +186,7 @@ class SimulationConfig(_Section, frozen=True):
     gossip_rate: float = 0.1
     run_id: str = ""
     max_workers: int = 0
+    brain: BrainConfig = msgspec.field(default_factory=BrainConfig)
 
     def __post_init__(self) -> None:
         self._at_least(1, "agents", "steps", "facts_per_agent", "fact_steps", "concurrency")

@@ -11,8 +11,11 @@
     │   └── ReloadArgumentsError      bad context_reload arguments (actormem.actors.compression)
     ├── SessionFileError              a corrupt or unwritable session file
     │                                 (actormem.actors.retention)
-    └── EmbeddingError                an embeddings endpoint failed
-                                      (actormem.actors.recall.embeddings)
+    ├── EmbeddingError                an embeddings endpoint failed
+    │                                 (actormem.actors.recall.embeddings)
+    └── BrainError                    a simulation brain cannot load, broke the
+                                      protocol, or its model failed for good
+                                      (actormem.actors.app.simulation)
 """
 
 from __future__ import annotations

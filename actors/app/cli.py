@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from contextlib import AsyncExitStack
@@ -12,12 +13,24 @@ from typing import Any
 import anyio
 import msgspec
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 from actormem.actors.app import ops
 from actormem.actors.app.runs import for_run, new_run_id, open_run
-from actormem.actors.app.simulation import SimulationReport, report_dict, run_simulation
+from actormem.actors.app.simulation import (
+    LLMUsage,
+    SimulationReport,
+    check_brain,
+    report_dict,
+    run_simulation,
+)
+from actormem.actors.app.simulation.display import ModelRateColumn, print_report
 from actormem.actors.app.wiring import CONFIG_ENV, MemoryRuntime
 from actormem.actors.config import AppConfig, load_app_config
 from actormem.runtime.cli import StopSignals
@@ -75,6 +88,17 @@ def add_commands(subs: Any) -> None:
         help="allow up to N worker processes (override simulation.max_workers; "
         f"default: {WORKERS_PER_CPU} per CPU core)",
     )
+    sim.add_argument(
+        "--brain",
+        type=_brain_spec,
+        metavar="scripted|llm|module:callable",
+        help="what drives the agents (override simulation.brain.kind; module:callable is "
+        "your own, an async step(turn) or a brain class)",
+    )
+    sim.add_argument(
+        "--base-url", metavar="URL", help="the OpenAI-compatible API (simulation.brain.base_url)"
+    )
+    sim.add_argument("--model", metavar="NAME", help="the chat model (simulation.brain.model)")
     sim.add_argument("--json", metavar="PATH", help="also write the report as JSON to PATH")
     sim.add_argument("--no-progress", action="store_true", help="no progress bar")
     sim.set_defaults(func=_simulate)
@@ -104,6 +128,16 @@ def add_commands(subs: Any) -> None:
     ops.add_commands(subs)
 
 
+def _brain_spec(text: str) -> dict[str, str]:
+    """``--brain``: a built-in kind, or ``module:callable`` (kind python)."""
+    if text in ("scripted", "llm"):
+        return {"kind": text}
+    module, sep, attr = text.partition(":")
+    if sep and module and attr:
+        return {"kind": "python", "callable": text}
+    raise argparse.ArgumentTypeError(f"expected scripted, llm or module:callable, got {text!r}")
+
+
 def _name(what: str) -> Callable[[str], str]:
     """An argument type: a name checked like a namespace, ``what`` naming it."""
 
@@ -123,6 +157,10 @@ def _load(args: argparse.Namespace) -> AppConfig:
         value = getattr(args, key, None)
         if value is not None:
             overrides.setdefault("simulation", {})[key] = value
+    brain = dict(getattr(args, "brain", None) or {})
+    for key in ("base_url", "model"):
+        if getattr(args, key, None):
+            brain[key] = getattr(args, key)
     transport = getattr(args, "transport", None)
     if getattr(args, "workers", None):
         if transport in ("local", "memory"):
@@ -130,6 +168,9 @@ def _load(args: argparse.Namespace) -> AppConfig:
         transport = "redis"
     if transport:
         overrides.setdefault("runtime", {})["transport"] = transport
+    if brain:
+        given = msgspec.to_builtins(config.simulation.brain)
+        overrides.setdefault("simulation", {})["brain"] = given | brain
     if overrides:
         data = msgspec.to_builtins(config)
         for section, values in overrides.items():
@@ -193,17 +234,24 @@ def _start_run(config: AppConfig, fresh: bool) -> AppConfig:
 
 def _simulate(args: argparse.Namespace) -> int:
     config = _load(args)
+    check_brain(config)
+    if args.json:
+        _check_output(Path(args.json))
     workers = args.workers or 0
     _check_workers(workers, args.max_workers or config.simulation.max_workers)
     config = _start_run(config, args.fresh)
     err = Console(stderr=True, soft_wrap=True)
     show = not args.no_progress and err.is_terminal
+    usage = LLMUsage()
+    brain = config.simulation.brain
+    model = [ModelRateColumn(usage)] if brain.base_url and brain.model else []
     progress = Progress(
-        TextColumn("[bold]simulating"),
+        TextColumn("[bold]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
-        TextColumn("steps"),
+        TextColumn("{task.fields[unit]}"),
         TimeElapsedColumn(),
+        *model,
         console=err,
         disable=not show,
     )
@@ -212,16 +260,31 @@ def _simulate(args: argparse.Namespace) -> int:
         say=lambda line: err.print(line, markup=False, highlight=False),
     )
     with progress:
-        task = progress.add_task("steps", total=config.simulation.steps)
+        agents = config.simulation.agents
+        task = progress.add_task("simulating", total=config.simulation.steps, unit="steps")
+        measuring = progress.add_task(
+            "measuring", total=agents, unit="agents", visible=False, start=False
+        )
 
         def step(n: int) -> None:
             progress.update(task, completed=n)
 
+        def moved(phase: str, done: int, total: int) -> None:
+            # Within a step the bar moves with the agents' turns (a large run's
+            # step takes a while); then the agents are measured for the report.
+            if phase == "turns":
+                progress.update(task, completed=done / agents)
+            else:
+                progress.start_task(measuring)  # its clock starts with the first agent
+                progress.update(measuring, completed=done, total=total, visible=True)
+
         config_path = str(Path(args.config).resolve()) if args.config else None
         report = anyio.run(
-            stops.run, lambda: _run(config, config_path, workers, step, stops.requested)
+            stops.run,
+            lambda: _run(config, config_path, workers, (step, moved), stops.requested, usage),
         )
-    _print_report(report)
+    report = msgspec.structs.replace(report, workers=workers)
+    print_report(report)
     if args.json:
         path = Path(args.json)
         try:
@@ -230,6 +293,17 @@ def _simulate(args: argparse.Namespace) -> int:
             raise ConfigError(f"cannot write the report to {path}: {exc.strerror}") from exc
         print(f"{'partial ' if report.partial else ''}report written to {path}")
     return stops.exit_code
+
+
+def _check_output(path: Path) -> None:
+    """Refuse a ``--json`` path the report could not be written to, before the run."""
+    parent = path.parent
+    if path.is_dir():
+        raise ConfigError(f"cannot write the report to {path}: it is a directory")
+    if not parent.is_dir():
+        raise ConfigError(f"cannot write the report to {path}: no directory {parent}")
+    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise ConfigError(f"cannot write the report to {path}: permission denied")
 
 
 def _check_workers(workers: int, limit: int) -> None:
@@ -257,12 +331,15 @@ async def _run(
     config: AppConfig,
     path: str | None,
     workers: int,
-    step: Callable[[int], None],
+    watch: tuple[Callable[[int], None], Callable[[str, int, int], None]],
     stop: anyio.Event,
+    usage: LLMUsage,
 ) -> SimulationReport:
     """Run in this process, or drive ``workers`` worker processes over one Redis.
 
-    ``path`` (absolute) is the config file the workers load too. Once ``stop`` is
+    ``path`` (absolute) is the config file the workers load too; ``watch`` is the
+    progress display's ``on_step`` and ``on_progress``, and ``usage`` counts the
+    model calls for it. Once ``stop`` is
     set (SIGINT or SIGTERM) the simulation stops taking steps and returns a partial
     report; the runtime, the workers and the embedded Redis then close as usual. A
     signal while the workers start is seen once they have: the run then takes no
@@ -270,7 +347,14 @@ async def _run(
     """
     async with AsyncExitStack() as stack:
         config, rt = await _open(stack, config, path, workers)
-        return await run_simulation(config, on_step=step, runtime=rt, stop=stop)
+        return await run_simulation(
+            config,
+            on_step=watch[0],
+            on_progress=watch[1],
+            runtime=rt,
+            stop=stop,
+            llm_usage=usage,
+        )
 
 
 async def _open(
@@ -299,84 +383,3 @@ async def _open(
         transport = RedisTransport(redis.url, redis, worker=False)
     rt = await stack.enter_async_context(MemoryRuntime(config, transport=transport))
     return config, rt
-
-
-def _print_report(report: SimulationReport) -> None:
-    out = Console()
-    table = Table(title="actormem simulation", show_header=False, title_justify="left")
-    table.add_column("what", style="bold")
-    table.add_column("value", justify="right")
-    rows = [
-        ("run id", report.run_id),
-        ("agents x steps", f"{report.agents} x {report.steps} (seed {report.seed})"),
-        *_partial_rows(report),
-        ("transport", report.transport),
-        ("messages processed", f"{report.messages_processed:,}"),
-        ("commands", f"{report.commands:,}"),
-        ("elapsed", f"{report.elapsed_s:.2f} s"),
-        ("messages/s", f"{report.messages_per_s:,.0f}"),
-        ("tokens stored (history)", f"{report.tokens_stored:,}"),
-        (
-            "tokens in final contexts",
-            f"{report.tokens_in_final_contexts:,} (budget {report.context_budget:,}/agent)",
-        ),
-        ("planted facts", f"{report.facts_planted}"),
-        ("  found by search", _share(report.facts_found_by_search, report.facts_planted)),
-        ("  found in final context", _share(report.facts_found_in_context, report.facts_planted)),
-        (
-            "  found by reload (offloaded)",
-            _share(report.facts_found_by_reload, report.facts_planted),
-        ),
-        ("  found either way", _share(report.facts_found, report.facts_planted)),
-        ("compressions / tokens saved", f"{report.compressions:,} / {report.tokens_saved:,}"),
-        (
-            "peak working view (any agent)",
-            f"{report.peak_working_tokens:,} tokens, {report.peak_working_messages} messages "
-            f"(budget {report.compression_budget_tokens:,} tokens; "
-            f"compresses past {report.compression_budget_messages} messages)",
-        ),
-        ("agents ever over their token budget", f"{report.agents_over_budget}"),
-        (
-            "insights shared / deduplicated",
-            f"{report.insights_shared} / {report.insights_deduplicated}",
-        ),
-        ("insights delivered", f"{report.insights_delivered:,}"),
-        (
-            "facts known per agent",
-            f"{report.facts_known_before_sharing:.0%} before sharing, "
-            f"{report.facts_known_after_sharing:.0%} after",
-        ),
-        ("actor failures / restarts", f"{report.runtime.failures} / {report.runtime.restarts}"),
-    ]
-    for what, value in rows:
-        table.add_row(what, value)
-    out.print(table)
-    worst = sorted(report.per_agent, key=lambda a: (a.found, a.agent))[:5]
-    agents = Table(title="agents knowing the fewest of their facts", title_justify="left")
-    for col in ("agent", "messages", "history tokens", "context tokens", "facts found"):
-        agents.add_column(col, justify="right" if col != "agent" else "left")
-    for a in worst:
-        agents.add_row(
-            a.agent,
-            f"{a.messages:,}",
-            f"{a.history_tokens:,}",
-            f"{a.context_tokens:,}",
-            f"{a.found}/{a.facts}",
-        )
-    out.print(agents)
-
-
-def _partial_rows(report: SimulationReport) -> list[tuple[str, str]]:
-    if not report.partial:
-        return []
-    return [
-        (
-            "PARTIAL (stopped)",
-            f"{report.steps_completed} of {report.steps} steps, "
-            f"{len(report.per_agent)} of {report.agents} agents measured",
-        )
-    ]
-
-
-def _share(part: int, whole: int) -> str:
-    return f"{part} ({100 * part / whole:.0f}%)" if whole else "0"

@@ -33,7 +33,13 @@ from actormem.runtime.tokens import TokenCounter
 if TYPE_CHECKING:
     import openai
 
-__all__ = ("CircuitBreaker", "LLMSummarizer", "SummaryFailedError")
+__all__ = (
+    "CircuitBreaker",
+    "LLMSummarizer",
+    "SummaryFailedError",
+    "retry_delay",
+    "retryable_errors",
+)
 
 log = structlog.get_logger("actormem.compression")
 
@@ -53,7 +59,7 @@ _SYSTEM: Final = (
 _REQUEST_OVERHEAD: Final = 12
 
 
-def _retryable() -> tuple[type[BaseException], ...]:
+def retryable_errors() -> tuple[type[BaseException], ...]:
     """The errors worth another attempt (``openai`` is imported only when a summarizer
     calls an API: it takes longer to import than the rest of actormem together)."""
     import openai
@@ -123,6 +129,16 @@ def _retry_after(exc: BaseException) -> float | None:
         return float(headers.get("retry-after", ""))
     except ValueError:
         return None
+
+
+def retry_delay(attempt: int, error: BaseException | None, base: float, cap: float) -> float:
+    """Seconds to wait before retry ``attempt`` (from 1) after ``error``: its
+    ``Retry-After`` up to ``cap``, else capped exponential backoff with full jitter
+    (which spreads the retries of many callers hitting one 429)."""
+    hinted = _retry_after(error) if error is not None else None
+    if hinted is not None:
+        return min(cap, max(0.0, hinted))
+    return random.uniform(0, min(cap, base * 2 ** (attempt - 1)))
 
 
 class LLMSummarizer(AsyncClosing):
@@ -256,7 +272,7 @@ class LLMSummarizer(AsyncClosing):
         import openai
 
         cfg = self.config
-        retryable = _retryable()
+        retryable = retryable_errors()
         request: dict[str, Any] = {
             "model": cfg.model,
             "messages": prompt,
@@ -337,9 +353,4 @@ class LLMSummarizer(AsyncClosing):
         return (tokens_in * cfg.input_price_per_1k + tokens_out * cfg.output_price_per_1k) / 1000
 
     def _backoff(self, attempt: int, error: BaseException | None) -> float:
-        cfg = self.config
-        hinted = _retry_after(error) if error is not None else None
-        if hinted is not None:
-            return min(cfg.backoff_cap, max(0.0, hinted))
-        # Full jitter: spreads the retries of many compressors hitting one 429.
-        return random.uniform(0, min(cfg.backoff_cap, cfg.backoff_base * 2 ** (attempt - 1)))
+        return retry_delay(attempt, error, self.config.backoff_base, self.config.backoff_cap)

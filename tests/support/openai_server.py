@@ -4,9 +4,11 @@ Runs in a background thread (independent of the test's event loop) on a free
 port of 127.0.0.1; nothing leaves the machine. ``POST /v1/chat/completions``
 answers according to the current *mode*, switchable while it runs:
 
-- ``normal``: a chat completion whose text comes from ``reply`` (the request body
-  in, the text out), with a ``usage`` block;
-- ``429`` / ``500``: an OpenAI-style error with that status (``Retry-After: 0``);
+- ``normal``: a chat completion made by ``reply`` (the request body in; out, the
+  text, or the whole assistant message as a dict, ``tool_calls`` and all), with a
+  ``usage`` block;
+- ``429`` / ``500``: an OpenAI-style error with that status (``Retry-After`` is
+  ``retry_after``, ``"0"`` by default);
 - ``hang``: no answer until the client gives up, ``release()`` is called or the
   server stops (``hanging`` is set meanwhile);
 - ``garbage``: status 200 with a body that is not JSON;
@@ -53,17 +55,20 @@ class OpenAIStub:
     """The server; a context manager that starts and stops it.
 
     Args:
-        reply: makes the completion text from the request body (``normal`` mode).
+        reply: makes the completion from the request body (``normal`` mode): its
+            text, or the assistant message as a dict (``{"content": None,
+            "tool_calls": [...]}``).
         mode: the mode when no scripted mode is queued (it applies to every endpoint).
         embed: serves ``POST /v1/embeddings`` with this text -> vector function.
 
     Attributes:
         delay: seconds every answer waits before it is sent (a slow endpoint).
+        retry_after: the ``Retry-After`` header of the 429 and 500 answers.
     """
 
     def __init__(
         self,
-        reply: Callable[[dict[str, Any]], str] = _default_reply,
+        reply: Callable[[dict[str, Any]], str | dict[str, Any]] = _default_reply,
         mode: Mode = "normal",
         embed: Callable[[str], list[float]] | None = None,
     ) -> None:
@@ -71,6 +76,7 @@ class OpenAIStub:
         self.embed = embed
         self.mode: Mode = mode
         self.delay = 0.0
+        self.retry_after = "0"
         self.bodies: list[dict[str, Any]] = []
         self._script: deque[Mode] = deque()
         self._lock = threading.Lock()
@@ -201,7 +207,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if mode in ("429", "500"):
             error = {"error": {"message": f"stub {mode}", "type": "stub", "code": mode}}
-            self._send(int(mode), json.dumps(error).encode(), {"Retry-After": "0"})
+            self._send(int(mode), json.dumps(error).encode(), {"Retry-After": stub.retry_after})
             return
         if mode == "garbage":
             self._send(200, b"<html>this is not json {")
@@ -212,7 +218,9 @@ class _Handler(BaseHTTPRequestHandler):
         if embeddings:
             self._send(200, json.dumps(_embeddings(stub, body)).encode())
             return
-        text = stub.reply(body)
+        made = stub.reply(body)
+        fields = made if isinstance(made, dict) else {"content": made}
+        message: dict[str, Any] = {"role": "assistant", **fields}
         completion = {
             "id": f"chatcmpl-stub-{stub.requests}",
             "object": "chat.completion",
@@ -221,8 +229,8 @@ class _Handler(BaseHTTPRequestHandler):
             "choices": [
                 {
                     "index": 0,
-                    "message": {"role": "assistant", "content": text},
-                    "finish_reason": "stop",
+                    "message": message,
+                    "finish_reason": "tool_calls" if message.get("tool_calls") else "stop",
                 }
             ],
             "usage": {

@@ -1,0 +1,206 @@
+"""One agent's step: the protocol every brain implements, and what a step receives.
+
+A *brain* drives one agent. Each step of a run calls ``await brain.step(turn)``
+for every agent; when another agent speaks to it, the run calls
+``await brain.respond(turn, caller, said)`` for its answer. The :class:`Turn`
+holds what a step may use: the agent's name, its memory handle, the step number,
+its seeded RNG, the other agents, a way to speak to one of them (an
+``agent_call`` answered by an ``agent_response`` in the listener's memory), a way
+to share an insight with the pool, and the LLM client when one is configured.
+
+A brain is built once per agent by a *brain factory*, called with that agent's
+:class:`AgentInfo`.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+import msgspec
+
+from actormem.actors.app.simulation.town import PlantedFact
+from actormem.actors.messages import Message
+from actormem.actors.pool.commands import ShareResult
+from actormem.runtime.errors import ActormemError
+
+if TYPE_CHECKING:
+    from actormem.actors.app.simulation.brains.llm_client import LLMClient
+    from actormem.actors.memory.handle import MemoryHandle
+
+__all__ = ("AgentInfo", "Brain", "BrainError", "BrainFactory", "Crowd", "Turn")
+
+
+class BrainError(ActormemError):
+    """A brain cannot be loaded or built, broke the protocol, or its model failed."""
+
+
+class AgentInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """Who one agent is, for its brain factory.
+
+    Attributes:
+        name: the agent's name (its memory is ``memory/<name>``).
+        persona: what the agent is in the story ("baker").
+        index: the agent's place in the run's list of agents.
+        seed: the run's seed.
+        others: every other agent's name, in the run's order.
+        facts: the planted facts the narrator tells this agent early on.
+    """
+
+    name: str
+    persona: str
+    index: int
+    seed: int
+    others: tuple[str, ...]
+    facts: tuple[PlantedFact, ...] = ()
+
+
+class Brain(Protocol):
+    """What drives one agent."""
+
+    async def step(self, turn: Turn) -> None:
+        """Take this agent's step: read memory, think, speak, share, remember."""
+        ...
+
+    async def respond(self, turn: Turn, caller: str, said: str) -> str:
+        """Answer ``caller``, who said ``said``; the run stores the call and the
+        answer in this agent's memory (``agent_call``, ``agent_response``)."""
+        ...
+
+
+#: Builds one agent's brain from its :class:`AgentInfo`.
+BrainFactory = Callable[[AgentInfo], Brain]
+
+
+class Crowd:
+    """The run's agents as their turns see them: memories, brains, RNGs.
+
+    Args:
+        memories: each agent's memory handle, by name.
+        brains: each agent's brain, by name.
+        seed: the run's seed; each agent's RNG is seeded with it and its name.
+        context_tokens: the budget of a step's ``context()``.
+        llm: the model client turns get (None: no LLM configured).
+    """
+
+    def __init__(
+        self,
+        memories: Mapping[str, MemoryHandle],
+        brains: Mapping[str, Brain],
+        *,
+        seed: int,
+        context_tokens: int,
+        llm: LLMClient | None = None,
+    ) -> None:
+        self.memories = dict(memories)
+        self.brains = dict(brains)
+        self.names = list(self.memories)
+        self.rngs = {n: random.Random(f"{seed}-{n}") for n in self.names}
+        self.context_tokens = context_tokens
+        self.llm = llm
+
+    def turn(self, agent: str, step: int, *, answering: bool = False) -> Turn:
+        """``agent``'s turn at ``step`` (``answering``: a turn to answer a call)."""
+        return Turn(self, agent, step, answering=answering)
+
+
+class Turn:
+    """What one agent's step receives (see the module docstring).
+
+    Messages given to :meth:`remember` are stored together, in one ``add``, at the
+    next :meth:`flush`, :meth:`speak` or the end of the step; the narrator's
+    messages of the step (a planted fact) are already waiting there.
+
+    Attributes:
+        agent: the agent's name.
+        memory: its memory handle.
+        step: the step number, from 0.
+        rng: the agent's RNG, seeded with the run's seed and its name; the same
+            one every step.
+        others: the other agents' names.
+        context_tokens: the budget to ask ``context()`` for.
+        llm: the model client (None when no LLM is configured).
+    """
+
+    __slots__ = (
+        "_answering",
+        "_crowd",
+        "_pending",
+        "agent",
+        "context_tokens",
+        "llm",
+        "memory",
+        "others",
+        "rng",
+        "step",
+    )
+
+    def __init__(self, crowd: Crowd, agent: str, step: int, *, answering: bool = False) -> None:
+        self._crowd = crowd
+        self._answering = answering
+        self._pending: list[Message] = []
+        self.agent = agent
+        self.memory = crowd.memories[agent]
+        self.step = step
+        self.rng = crowd.rngs[agent]
+        self.others = tuple(n for n in crowd.names if n != agent)
+        self.context_tokens = crowd.context_tokens
+        self.llm = crowd.llm
+
+    def remember(self, *messages: Message) -> None:
+        """Queue ``messages`` for this agent's memory (stored at the next flush)."""
+        self._pending.extend(messages)
+
+    async def flush(self) -> None:
+        """Store the queued messages in this agent's memory, in one ``add``."""
+        if self._pending:
+            batch, self._pending = self._pending, []
+            await self.memory.add(batch)
+
+    async def context(self) -> list[dict[str, Any]]:
+        """This agent's ``context()`` within :attr:`context_tokens`, after a flush."""
+        await self.flush()
+        return await self.memory.context(self.context_tokens)
+
+    async def speak(self, to: str, text: str, *, record: bool = True) -> str:
+        """Say ``text`` to the agent ``to`` and return its answer.
+
+        The listener's brain answers (:meth:`Brain.respond`); its memory gets the
+        call as an ``agent_call`` and the answer as an ``agent_response``. With
+        ``record``, this agent's memory gets what it said (an ``assistant``
+        message, after the queued ones) and the answer (a ``user`` message named
+        after the listener); without, the caller records the exchange itself (as
+        a tool call and its result, say).
+
+        Raises:
+            BrainError: ``to`` is no agent of the run, the listener's answer is not
+                a string, or this turn is itself answering a call.
+        """
+        if self._answering:
+            raise BrainError(f"{self.agent} is answering a call and cannot speak to {to!r}")
+        if to not in self._crowd.memories:
+            raise BrainError(f"{self.agent} cannot speak to {to!r}: no agent of that name")
+        if record:
+            self.remember(Message(role="assistant", name=self.agent, content=text))
+            await self.flush()
+        listener = self._crowd.turn(to, self.step, answering=True)
+        answer = await self._crowd.brains[to].respond(listener, self.agent, text)
+        if not isinstance(answer, str):
+            raise BrainError(
+                f"the brain of {to} answered {self.agent} with a {type(answer).__name__}, not a str"
+            )
+        await listener.memory.add(
+            [
+                Message(role="agent_call", name=self.agent, content=text),
+                Message(role="agent_response", name=to, content=answer),
+            ]
+        )
+        if record:
+            self.remember(Message(role="user", name=to, content=answer))
+            await self.flush()
+        return answer
+
+    async def share(self, text: str, topic: str = "town", importance: float = 0.5) -> ShareResult:
+        """Share an insight with the pool (delivered to the topic's subscribers)."""
+        return await self.memory.share(text, topic, importance)

@@ -1,0 +1,84 @@
+"""The scripted brain: a seeded, offline stand-in for an LLM.
+
+Each step the agent reads its ``context()`` as an LLM agent would, sometimes
+calls a (pretend) tool, shares its planted facts once they have been told and
+later passes on what it heard, then says a line to another agent. Every choice
+comes from the turn's RNG, so the same seed tells the same story.
+"""
+
+from __future__ import annotations
+
+import json
+
+from actormem.actors.app.simulation.brains.protocol import AgentInfo, Turn
+from actormem.actors.app.simulation.town import PLACES, TOOLS, TOPICS
+from actormem.actors.config import SimulationConfig
+from actormem.actors.messages import Message, ToolCall
+
+__all__ = ("ScriptedBrain",)
+
+_MOODS = ("worried", "cheerful", "curious", "tired", "hopeful")
+
+
+class ScriptedBrain:
+    """The built-in brain of ``kind = "scripted"``.
+
+    Args:
+        agent: who the agent is (its persona and planted facts are used).
+        simulation: the simulation config (its tool-call, sharing and gossip settings).
+    """
+
+    def __init__(self, agent: AgentInfo, simulation: SimulationConfig) -> None:
+        self.agent = agent
+        self.config = simulation
+
+    async def step(self, turn: Turn) -> None:
+        """Read the context, maybe call a tool, share or gossip, then talk to someone."""
+        cfg = self.config
+        rng = turn.rng
+        # What an LLM agent reads first; no flush, so that the narrator's fact is
+        # stored with this step's lines, in one add.
+        await turn.memory.context(turn.context_tokens)
+        if rng.random() < cfg.tool_call_rate:
+            turn.remember(*self._tool_call(turn))
+        if turn.step == cfg.fact_steps:  # the facts are told: now the agents share some
+            for fact in self.agent.facts[: cfg.share_facts]:
+                await turn.share(fact.statement, fact.topic, 0.8)
+        elif turn.step > cfg.fact_steps and rng.random() < cfg.gossip_rate:
+            heard = await turn.memory.held_insights(k=50)
+            if heard:
+                rumour = rng.choice(heard)
+                # Passed on as heard, or in other words: the pool drops both as
+                # duplicates (exact, near).
+                text = rumour.text
+                if rng.random() < 0.5:
+                    text = text.replace("Remember this:", "Word around town is that")
+                await turn.share(text, rumour.topic, 0.5)
+        partner = rng.choice(turn.others) if turn.others else turn.agent
+        topic = rng.choice(TOPICS)
+        place = rng.choice(PLACES)
+        mood = rng.choice(_MOODS)
+        await turn.speak(
+            partner,
+            f"Step {turn.step}: as the {self.agent.persona}, I am {mood} about {topic}; "
+            f"I saw it near the {place}.",
+        )
+
+    async def respond(self, turn: Turn, caller: str, said: str) -> str:
+        """A friendly word back about some topic of the town."""
+        return f"Thanks, {caller}. I heard something about {turn.rng.choice(TOPICS)} too."
+
+    def _tool_call(self, turn: Turn) -> tuple[Message, Message]:
+        tool = turn.rng.choice(TOOLS)
+        place = turn.rng.choice(PLACES)
+        call = ToolCall(
+            id=f"call-{turn.agent}-{turn.step}",
+            name=tool,
+            arguments=json.dumps({"place": place, "step": turn.step}),
+        )
+        value = turn.rng.randrange(1, 500)
+        result = json.dumps({"place": place, "value": value, "ok": True})
+        return (
+            Message(role="assistant", tool_calls=(call,)),
+            Message(role="tool", tool_call_id=call.id, name=call.name, content=result),
+        )

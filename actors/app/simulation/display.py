@@ -1,0 +1,156 @@
+"""What ``actormem simulate`` shows: the report's tables and the model's rates
+beside the progress bar."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.progress import ProgressColumn, Task
+from rich.table import Table
+from rich.text import Text
+
+from actormem.actors.app.simulation.brains.llm_client import LLMUsage
+from actormem.actors.app.simulation.report import SimulationReport
+
+__all__ = ("ModelRateColumn", "print_report")
+
+
+class ModelRateColumn(ProgressColumn):
+    """The model calls so far, and the calls and tokens per second, beside the bar."""
+
+    def __init__(self, usage: LLMUsage) -> None:
+        super().__init__()
+        self.usage = usage
+
+    def render(self, task: Task) -> Text:
+        """The column's text for ``task`` (its elapsed time is the run's)."""
+        if task.fields.get("unit") != "steps":
+            return Text("")
+        u, elapsed = self.usage, task.elapsed or 0.0
+        text = f"{u.calls:,} model calls"
+        if elapsed > 0:
+            tokens = u.tokens_in + u.tokens_out
+            text += f", {u.calls / elapsed:,.1f}/s, {tokens / elapsed:,.0f} tokens/s"
+        return Text(text)
+
+
+def print_report(report: SimulationReport) -> None:
+    """Print the report's tables on stdout: the run's figures, then the worst agents."""
+    out = Console()
+    table = Table(title="actormem simulation", show_header=False, title_justify="left")
+    table.add_column("what", style="bold")
+    table.add_column("value", justify="right")
+    rows = [
+        ("run id", report.run_id),
+        ("agents x steps", f"{report.agents} x {report.steps} (seed {report.seed})"),
+        *_partial_rows(report),
+        ("transport", report.transport),
+        ("brain", report.brain),
+        *_model_rows(report),
+        *_time_rows(report),
+        ("messages processed", f"{report.messages_processed:,}"),
+        ("commands", f"{report.commands:,}"),
+        ("elapsed", f"{report.elapsed_s:.2f} s"),
+        ("messages/s", f"{report.messages_per_s:,.0f}"),
+        ("tokens stored (history)", f"{report.tokens_stored:,}"),
+        (
+            "tokens in final contexts",
+            f"{report.tokens_in_final_contexts:,} (budget {report.context_budget:,}/agent)",
+        ),
+        ("planted facts", f"{report.facts_planted}"),
+        ("  found by search", _share(report.facts_found_by_search, report.facts_planted)),
+        ("  found in final context", _share(report.facts_found_in_context, report.facts_planted)),
+        *_reload_rows(report),
+        ("  found either way", _share(report.facts_found, report.facts_planted)),
+        ("compressions / tokens saved", f"{report.compressions:,} / {report.tokens_saved:,}"),
+        (
+            "peak working view (any agent)",
+            f"{report.peak_working_tokens:,} tokens, {report.peak_working_messages} messages "
+            f"(budget {report.compression_budget_tokens:,} tokens; "
+            f"compresses past {report.compression_budget_messages} messages)",
+        ),
+        ("agents ever over their token budget", f"{report.agents_over_budget}"),
+        (
+            "insights shared / deduplicated",
+            f"{report.insights_shared} / {report.insights_deduplicated}",
+        ),
+        ("insights delivered", f"{report.insights_delivered:,}"),
+        (
+            "facts known per agent",
+            f"{report.facts_known_before_sharing:.0%} before sharing, "
+            f"{report.facts_known_after_sharing:.0%} after",
+        ),
+        _failure_row(report),
+    ]
+    for what, value in rows:
+        table.add_row(what, value)
+    out.print(table)
+    # The worst first: the smallest share of their own facts found, then the fewest
+    # of all facts known.
+    worst = sorted(
+        report.per_agent,
+        key=lambda a: (a.found / a.facts if a.facts else 1.0, a.known_after_sharing, a.agent),
+    )[:5]
+    agents = Table(title="agents knowing the fewest of their facts", title_justify="left")
+    for col in ("agent", "messages", "history tokens", "context tokens", "facts found"):
+        agents.add_column(col, justify="right" if col != "agent" else "left")
+    for a in worst:
+        agents.add_row(
+            a.agent,
+            f"{a.messages:,}",
+            f"{a.history_tokens:,}",
+            f"{a.context_tokens:,}",
+            f"{a.found}/{a.facts}",
+        )
+    out.print(agents)
+
+
+def _failure_row(report: SimulationReport) -> tuple[str, str]:
+    """This process's actor failures: with workers, the agents' are in the workers."""
+    counts = f"{report.runtime.failures} / {report.runtime.restarts}"
+    if not report.workers:
+        return ("actor failures / restarts", counts)
+    return ("actor failures / restarts", f"{counts} here (workers: see their logs)")
+
+
+def _reload_rows(report: SimulationReport) -> list[tuple[str, str]]:
+    """The facts found by reload: only when compression offloaded something."""
+    if not report.compressions:
+        return []
+    found = _share(report.facts_found_by_reload, report.facts_planted)
+    return [("  found by reload (offloaded)", found)]
+
+
+def _model_rows(report: SimulationReport) -> list[tuple[str, str]]:
+    if not report.llm_calls:
+        return []
+    return [
+        ("model calls (retries)", f"{report.llm_calls:,} ({report.llm_retries:,})"),
+        ("model tokens in / out", f"{report.llm_tokens_in:,} / {report.llm_tokens_out:,}"),
+    ]
+
+
+def _time_rows(report: SimulationReport) -> list[tuple[str, str]]:
+    """Where the agents' turns spent their time: memory commands, the model."""
+    turns = report.turn_seconds
+    if turns <= 0:
+        return []
+    shares = f"{report.memory_seconds / turns:.0%} memory"
+    if report.llm_calls:
+        shares += f", {report.llm_seconds / turns:.0%} model"
+    return [("turn time spent on", f"{shares} (of {turns:,.2f} s)")]
+
+
+def _partial_rows(report: SimulationReport) -> list[tuple[str, str]]:
+    if not report.partial:
+        return []
+    return [
+        (
+            "PARTIAL (stopped)",
+            f"{report.steps_completed} of {report.steps} steps, "
+            f"{len(report.per_agent)} of {report.agents} agents measured",
+        )
+    ]
+
+
+def _share(part: int, whole: int) -> str:
+    return f"{part} ({100 * part / whole:.0f}%)" if whole else "0"

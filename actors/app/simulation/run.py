@@ -1,0 +1,361 @@
+"""Running a simulation: a town of agents talking through their memories.
+
+Each step every agent's brain takes its turn (see
+:mod:`actormem.actors.app.simulation.brains`); early on a narrator tells each
+agent a few *planted facts* (queued for its memory at the start of its turn). At
+the end the report says how many of them each agent can still find, through
+``search`` and in its final ``context()``. The default, scripted brain needs no
+network, and the same seed tells the same story.
+
+A run asked to stop early (``stop``) takes no new step, lets the turns in flight
+finish for up to :data:`DRAIN_S` seconds, and reports on what it did: a *partial*
+report, whose agents are measured for up to :data:`PARTIAL_REPORT_S` seconds (the
+agents not measured by then are left out of ``per_agent``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AsyncExitStack, contextmanager
+from datetime import UTC, datetime
+from typing import Final
+
+import anyio
+import msgspec
+import structlog
+
+from actormem.actors.app.runs import for_run, new_run_id
+from actormem.actors.app.simulation.brains import (
+    AgentInfo,
+    Brain,
+    BrainError,
+    BrainFactory,
+    Crowd,
+    brain_factory,
+)
+from actormem.actors.app.simulation.brains.llm_client import LLMClient, LLMUsage
+from actormem.actors.app.simulation.report import (
+    AgentReport,
+    SimulationReport,
+    build_report,
+    known_share,
+    measure,
+)
+from actormem.actors.app.simulation.tally import CountedMemory, Tally
+from actormem.actors.app.simulation.town import JOBS, PlantedFact, agent_names, plant_facts
+from actormem.actors.app.wiring import MemoryRuntime
+from actormem.actors.config import AppConfig
+from actormem.actors.messages import Message
+from actormem.actors.pool.commands import GetPoolStats, PoolStats
+
+__all__ = ("DRAIN_S", "PARTIAL_REPORT_S", "run_simulation")
+
+#: How long the turns in flight may take to finish once a run is asked to stop.
+DRAIN_S: Final = 1.0
+#: How long a stopped run may take to measure its agents for the partial report.
+PARTIAL_REPORT_S: Final = 3.0
+
+log = structlog.get_logger("actormem.simulation")
+
+
+async def run_simulation(
+    config: AppConfig,
+    *,
+    on_step: Callable[[int], None] | None = None,
+    on_progress: Progress | None = None,
+    runtime: MemoryRuntime | None = None,
+    stop: anyio.Event | None = None,
+    llm_usage: LLMUsage | None = None,
+) -> SimulationReport:
+    """Run the simulation ``config.simulation`` describes and return its report.
+
+    Every run has a run id: ``config.simulation.run_id``, else a new one. Opening
+    its own runtime, the run keeps its Redis keys in the run's namespace
+    (:func:`actormem.actors.app.runs.for_run`), so runs never see each other's
+    messages and the same id resumes a run.
+
+    Args:
+        config: the app config (runtime, memory and simulation sections).
+        on_step: called after each step with the step number (progress bars).
+        on_progress: called as ``on_progress(phase, done, total)`` after each
+            agent's turn (phase ``"turns"``, of agents x steps) and after each agent
+            is measured for the report (``"measured"``, of agents), for progress
+            bars that move within a step of a large run.
+        runtime: an open runtime to use instead of opening one from ``config``
+            (its keys are where its maker put them: ``for_run`` makes the config of
+            a run's runtime).
+        stop: set it to stop the run early; the report is then partial.
+        llm_usage: where the model client counts its calls and tokens, for a
+            progress display to read while the run goes on.
+
+    Raises:
+        BrainError: the brain spec is bad (before anything runs), a brain broke the
+            protocol, or the model failed for good.
+    """
+    if runtime is None:
+        config = for_run(config, config.simulation.run_id or new_run_id())
+        async with MemoryRuntime(config) as rt:
+            return await _run(config, rt, (on_step, on_progress), stop or anyio.Event(), llm_usage)
+    if not config.simulation.run_id:
+        run_id = runtime.namespace or new_run_id()
+        config = msgspec.structs.replace(
+            config, simulation=msgspec.structs.replace(config.simulation, run_id=run_id)
+        )
+    return await _run(config, runtime, (on_step, on_progress), stop or anyio.Event(), llm_usage)
+
+
+async def _cancel_when_set(stop: anyio.Event, scope: anyio.CancelScope, delay: float) -> None:
+    await stop.wait()
+    await anyio.sleep(delay)
+    scope.cancel()
+
+
+def _told(facts: list[PlantedFact], step: int, fact_steps: int) -> list[PlantedFact]:
+    """What the narrator tells an agent at ``step``: one of its facts, early on."""
+    if step >= fact_steps or not facts:
+        return []
+    return facts[step * len(facts) // fact_steps :][:1]
+
+
+def _narration(fact: PlantedFact) -> Message:
+    return Message(
+        role="user",
+        name="narrator",
+        content=fact.statement,
+        metadata={"category": "fact", "important": True},
+        importance=0.9,
+    )
+
+
+#: ``on_progress(phase, done, total)``: see :func:`run_simulation`.
+Progress = Callable[[str, int, int], None]
+
+
+def _phase(progress: Progress | None, phase: str, total: int) -> Callable[[int], None] | None:
+    """``progress`` for one phase: called with how many are done."""
+    if progress is None:
+        return None
+    return lambda done: progress(phase, done, total)
+
+
+def _build(factory: BrainFactory, agent: AgentInfo) -> Brain:
+    try:
+        return factory(agent)
+    except BrainError:
+        raise
+    except Exception as exc:
+        log.debug("brain_failed", agent=agent.name, exc_info=True)
+        raise BrainError(
+            f"building the brain of {agent.name} failed: {type(exc).__name__}: {exc}"
+        ) from exc
+
+
+def _brain_name(config: AppConfig) -> str:
+    brain = config.simulation.brain
+    return f"python:{brain.callable}" if brain.kind == "python" else brain.kind
+
+
+async def _run(
+    config: AppConfig,
+    rt: MemoryRuntime,
+    progress: tuple[Callable[[int], None] | None, Progress | None],
+    stop: anyio.Event,
+    llm_usage: LLMUsage | None,
+) -> SimulationReport:
+    sim = config.simulation
+    factory = brain_factory(config)
+    names = agent_names(sim.agents)
+    facts = plant_facts(names, sim.facts_per_agent, sim.seed)
+    by_agent: dict[str, list[PlantedFact]] = {n: [] for n in names}
+    for fact in facts:
+        by_agent[fact.agent].append(fact)
+    jobs = {n: JOBS[i % len(JOBS)] for i, n in enumerate(names)}
+    infos = [
+        AgentInfo(
+            name=n,
+            persona=jobs[n],
+            index=i,
+            seed=sim.seed,
+            others=tuple(o for o in names if o != n),
+            facts=tuple(by_agent[n]),
+        )
+        for i, n in enumerate(names)
+    ]
+    brains = {info.name: _build(factory, info) for info in infos}
+    # Only the facts the narrator told count: a run shorter than fact_steps, or
+    # with more facts than fact_steps, leaves some untold.
+    told: dict[str, list[PlantedFact]] = {n: [] for n in names}
+    tally = Tally()
+    memories = {n: CountedMemory(rt, n, tally) for n in names}
+    async with AsyncExitStack() as stack:
+        llm: LLMClient | None = None
+        if sim.brain.base_url and sim.brain.model:
+            llm = await stack.enter_async_context(LLMClient(sim.brain, llm_usage))
+        crowd = Crowd(memories, brains, seed=sim.seed, context_tokens=sim.context_tokens, llm=llm)
+        started = time.perf_counter()
+        started_at = datetime.now(UTC).isoformat(timespec="seconds")
+        with _brain_errors_unwrapped():
+            known_before, done = await _steps(
+                config, rt, crowd, tally, jobs, by_agent, told, progress, stop
+            )
+        elapsed = time.perf_counter() - started
+    partial = done < sim.steps
+    log.info(
+        "simulation_stopped" if partial else "simulation_finished",
+        messages=tally.messages,
+        commands=tally.commands,
+        elapsed_s=elapsed,
+        steps=done,
+    )
+    told_facts = [f for f in facts if f in told[f.agent]]
+    pool: PoolStats | None = None
+    per_agent: list[AgentReport] = []
+    async with anyio.create_task_group() as watch:
+        with anyio.CancelScope() as measuring:
+            watch.start_soon(_cancel_when_set, stop, measuring, PARTIAL_REPORT_S)
+            pool = await rt.ask("pool/main", GetPoolStats())
+            await measure(
+                rt,
+                config,
+                names,
+                told,
+                told_facts,
+                known_before,
+                per_agent,
+                on_measured=_phase(progress[1], "measured", len(names)),
+            )
+        watch.cancel_scope.cancel()
+    usage = llm.usage if llm is not None else LLMUsage()
+    return build_report(
+        config,
+        per_agent,
+        pool,
+        rt.stats(),
+        transport=rt.transport.name,
+        messages_processed=tally.messages,
+        commands=tally.commands,
+        elapsed_s=round(elapsed, 3),
+        facts_planted=len(told_facts),
+        steps_completed=done,
+        partial=partial or stop.is_set(),
+        started_at=started_at,
+        brain=_brain_name(config),
+        llm_calls=usage.calls,
+        llm_retries=usage.retries,
+        llm_tokens_in=usage.tokens_in,
+        llm_tokens_out=usage.tokens_out,
+        turn_seconds=round(tally.turn_seconds, 3),
+        memory_seconds=round(tally.memory_seconds, 3),
+        llm_seconds=round(usage.seconds, 3),
+    )
+
+
+async def _steps(
+    config: AppConfig,
+    rt: MemoryRuntime,
+    crowd: Crowd,
+    tally: Tally,
+    jobs: dict[str, str],
+    by_agent: dict[str, list[PlantedFact]],
+    told: dict[str, list[PlantedFact]],
+    progress: tuple[Callable[[int], None] | None, Progress | None],
+    stop: anyio.Event,
+) -> tuple[dict[str, float], int]:
+    """Introduce the agents and take the steps (noting in ``told`` the facts the
+    narrator told); return what each agent knew before the sharing began, and how
+    many steps were taken."""
+    sim = config.simulation
+    names = crowd.names
+    limiter = anyio.CapacityLimiter(sim.concurrency)
+    on_step = progress[0]
+    on_turn = _phase(progress[1], "turns", sim.agents * sim.steps)
+    turns = 0
+
+    async def introduce(name: str) -> None:
+        await rt.memory(name).subscribe()  # every topic: the town hears all news
+        system = f"You are {name}, the town's {jobs[name]}. Speak plainly."
+        await crowd.memories[name].add(
+            [Message(role="system", content=system, metadata={"pinned": True})]
+        )
+
+    async def take_turn(name: str, step: int) -> None:
+        nonlocal turns
+        async with limiter:
+            started = time.perf_counter()
+            turn = crowd.turn(name, step)
+            for fact in _told(by_agent[name], step, sim.fact_steps):
+                if fact not in told[name]:
+                    told[name].append(fact)
+                turn.remember(_narration(fact))
+            try:
+                await crowd.brains[name].step(turn)
+            except BrainError:
+                raise
+            except Exception as exc:
+                # The user's own brain failing is a user's error: one line, and the
+                # traceback in the debug log.
+                log.debug("brain_failed", agent=name, step=step, exc_info=True)
+                raise BrainError(
+                    f"the brain of {name} failed at step {step}: {type(exc).__name__}: {exc}"
+                ) from exc
+            await turn.flush()
+            tally.turn_seconds += time.perf_counter() - started
+        turns += 1
+        if on_turn is not None:
+            on_turn(turns)
+
+    known_before: dict[str, float] = {}
+    done = 0
+    async with anyio.create_task_group() as watch:
+        with anyio.CancelScope() as stepping:
+            watch.start_soon(_cancel_when_set, stop, stepping, DRAIN_S)
+            for name in names:
+                await introduce(name)
+            log.info(
+                "simulation_started",
+                run=sim.run_id,
+                agents=sim.agents,
+                steps=sim.steps,
+                seed=sim.seed,
+                brain=_brain_name(config),
+            )
+            for step in range(sim.steps):
+                if stop.is_set():
+                    break
+                if step == sim.fact_steps or (step == sim.steps - 1 and not known_before):
+                    so_far = [f for n in names for f in told[n]]
+                    for name in names:  # before anyone has shared: what each agent knows
+                        known_before[name] = await known_share(rt.memory(name), so_far)
+                async with anyio.create_task_group() as tg:
+                    for name in names:
+                        tg.start_soon(take_turn, name, step)
+                done = step + 1
+                if on_step is not None:
+                    on_step(done)
+        watch.cancel_scope.cancel()
+    return known_before, done
+
+
+@contextmanager
+def _brain_errors_unwrapped() -> Iterator[None]:
+    """A brain's error out of the turns' task groups is raised as itself (one line in
+    the CLI), not inside an exception group."""
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        first = _first_brain_error(group)
+        if first is None:
+            raise
+        raise first from None
+
+
+def _first_brain_error(group: BaseExceptionGroup[BaseException]) -> BrainError | None:
+    for exc in group.exceptions:
+        if isinstance(exc, BrainError):
+            return exc
+        if isinstance(exc, BaseExceptionGroup):
+            found = _first_brain_error(exc)
+            if found is not None:
+                return found
+    return None

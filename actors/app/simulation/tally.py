@@ -1,0 +1,56 @@
+"""What the agents' steps asked of their memories: commands and messages, counted."""
+
+from __future__ import annotations
+
+import time
+from typing import TypeVar
+
+from actormem.actors.memory.commands import Add
+from actormem.actors.memory.handle import MemoryHandle
+from actormem.runtime import Command, Runtime
+
+__all__ = ("CountedMemory", "Tally")
+
+R = TypeVar("R")
+
+
+class Tally:
+    """The run's counts: ``commands`` asked of a memory or the pool, ``messages``
+    added, and the seconds the turns took (``turn_seconds``) and spent waiting for
+    their memory commands (``memory_seconds``)."""
+
+    __slots__ = ("commands", "memory_seconds", "messages", "turn_seconds")
+
+    def __init__(self) -> None:
+        self.commands = 0
+        self.messages = 0
+        self.turn_seconds = 0.0
+        self.memory_seconds = 0.0
+
+
+class CountedMemory(MemoryHandle):
+    """A memory handle whose every command counts in a :class:`Tally` (a pool
+    command, sent through the agent's memory actor, counts once).
+
+    Args:
+        runtime: the runtime hosting (or reaching) the memory actors.
+        agent: the agent's name.
+        tally: where the counts go.
+    """
+
+    __slots__ = ("tally",)
+
+    def __init__(self, runtime: Runtime, agent: str, tally: Tally) -> None:
+        super().__init__(runtime, agent)
+        self.tally = tally
+
+    async def _checked_ask(self, address: str, command: Command[R]) -> R:
+        started = time.perf_counter()
+        try:
+            result = await super()._checked_ask(address, command)
+        finally:
+            self.tally.memory_seconds += time.perf_counter() - started
+        self.tally.commands += 1
+        if isinstance(command, Add):
+            self.tally.messages += len(command.messages)
+        return result

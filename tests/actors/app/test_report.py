@@ -1,0 +1,111 @@
+"""The simulation report tells the truth: only told facts count as planted, reload
+figures only when something was offloaded, the worst agents are the ones shown,
+and the JSON says which run, version and config it is about."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from actormem.actors import AppConfig
+from actormem.actors.app.simulation import run_simulation
+from actormem.actors.app.simulation.display import print_report
+from actormem.actors.config import SimulationConfig
+from actormem.runtime import RuntimeConfig
+from actormem.runtime.cli import main
+
+pytestmark = pytest.mark.anyio
+
+
+def _config(**simulation: int) -> AppConfig:
+    return AppConfig(
+        runtime=RuntimeConfig(transport="local"),
+        simulation=SimulationConfig(**simulation),  # type: ignore[arg-type]
+    )
+
+
+@pytest.mark.parametrize(
+    ("settings", "told_each"),
+    [
+        # Fewer steps than fact-telling steps: one fact each told, not three.
+        ({"agents": 2, "steps": 2, "facts_per_agent": 3, "fact_steps": 5}, 1),
+        # More facts than fact-telling steps: two of four told.
+        ({"agents": 2, "steps": 4, "facts_per_agent": 4, "fact_steps": 2}, 2),
+        # Every fact told.
+        ({"agents": 2, "steps": 6, "facts_per_agent": 3, "fact_steps": 5}, 3),
+    ],
+)
+async def test_only_facts_told_count_as_planted(settings: dict[str, int], told_each: int) -> None:
+    report = await run_simulation(_config(**settings))
+    assert report.facts_planted == 2 * told_each
+    assert [a.facts for a in report.per_agent] == [told_each, told_each]
+    assert report.facts_found_by_search == report.facts_planted  # what was told is kept
+
+
+async def test_progress_moves_with_each_turn_and_each_agent_measured() -> None:
+    seen: list[tuple[str, int, int]] = []
+    await run_simulation(_config(agents=3, steps=2), on_progress=lambda *moved: seen.append(moved))
+    assert [s for s in seen if s[0] == "turns"] == [("turns", n, 6) for n in range(1, 7)]
+    assert [s for s in seen if s[0] == "measured"] == [("measured", n, 3) for n in (1, 2, 3)]
+
+
+async def test_the_report_records_its_version_start_and_config() -> None:
+    report = await run_simulation(_config(agents=2, steps=2))
+    assert report.version and report.workers == 0
+    assert datetime.fromisoformat(report.started_at).tzinfo is not None
+    assert report.config["simulation"]["agents"] == 2
+    assert report.config["runtime"]["transport"] == "local"
+
+
+async def test_the_printed_report_shows_reload_only_after_compression_and_the_worst_agents(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    report = await run_simulation(_config(agents=3, steps=6, fact_steps=5))
+    assert report.compressions == 0 and report.facts_found == report.facts_planted
+    ada, bram, cleo = report.per_agent
+    report = msgspec.structs.replace(
+        report,
+        per_agent=[
+            msgspec.structs.replace(ada, known_after_sharing=0.9),
+            msgspec.structs.replace(bram, known_after_sharing=0.5),
+            msgspec.structs.replace(cleo, found=cleo.facts - 1, known_after_sharing=0.9),
+        ],
+    )
+    print_report(report)
+    out = capsys.readouterr().out
+    assert "found by reload" not in out
+    # Cleo found the fewest of her own facts; then Bram knows the fewest facts at all.
+    rows = [line.split("│")[1].strip() for line in out.splitlines() if line.count("│") == 6]
+    assert rows == ["Cleo", "Bram", "Ada"]
+    print_report(msgspec.structs.replace(report, compressions=3, workers=2))
+    out = capsys.readouterr().out
+    assert "found by reload" in out
+    assert "0 / 0 here (workers: see their logs)" in out
+
+
+@pytest.mark.parametrize(
+    ("where", "expected"),
+    [
+        ("missing/report.json", "no directory"),
+        (".", "it is a directory"),
+    ],
+)
+def test_a_bad_json_path_is_refused_before_the_run(
+    where: str, expected: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / where
+    assert main(["simulate", "--transport", "local", "--json", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"cannot write the report to {path}: {expected}" in err[0], err
+
+
+def test_the_json_of_a_run_records_its_workers_and_config(tmp_path: Path) -> None:
+    out = tmp_path / "report.json"
+    args = ["simulate", "--transport", "local", "--agents", "2", "--steps", "1"]
+    assert main([*args, "--no-progress", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["workers"] == 0 and data["config"]["simulation"]["steps"] == 1

@@ -52,12 +52,13 @@ pytest: $(VENV)/.installed-test
 
 test: lint typecheck pytest
 
-# The quick loop while working (under a minute): the unit tests of every module; the
-# tests marked slow (end-to-end, subprocess, multi-process, benchmark, packaging and
-# fault tests) run in make test.
+# The quick loop while working (under a minute): the unit tests of every module, in
+# four processes (they mostly wait on Redis and timers); the tests marked slow
+# (end-to-end, subprocess, multi-process, benchmark, packaging and fault tests) run
+# in make test, in one process.
 test-fast: $(VENV)/.installed-test
 	$(BIN)/ruff check $(CODE)
-	ACTORMEM_TESTS=fast $(BIN)/python -m pytest -q -m "not slow"
+	ACTORMEM_TESTS=fast $(BIN)/python -m pytest -q -m "not slow" -n 4
 
 # The fault-injection and bad-input suite alone, at full size (make test runs the
 # same tests smaller); prints the fault table and writes reports/faults.json.

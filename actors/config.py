@@ -6,6 +6,7 @@ such as ``configs/town.toml`` sets only what differs.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Final, Literal
@@ -172,6 +173,10 @@ class SimulationConfig(_Section, frozen=True):
         max_workers: the most worker processes ``--workers`` may ask for
             (0: four per CPU core).
         brain: what drives the agents' steps (:class:`BrainConfig`).
+        scenario: the scenario file the run plays (its people, relations, planted
+            facts and goal questions; see
+            :mod:`actormem.actors.app.simulation.scenario`), relative to the config
+            file when loaded from one; ``""``: the built-in town.
     """
 
     agents: int = 50
@@ -187,6 +192,7 @@ class SimulationConfig(_Section, frozen=True):
     run_id: str = ""
     max_workers: int = 0
     brain: BrainConfig = msgspec.field(default_factory=BrainConfig)
+    scenario: str = ""
 
     def __post_init__(self) -> None:
         self._at_least(1, "agents", "steps", "facts_per_agent", "fact_steps", "concurrency")
@@ -216,11 +222,20 @@ class AppConfig(_Section, frozen=True):
 
 
 def load_app_config(path: str | Path | None) -> AppConfig:
-    """Load an app config file (all defaults when ``path`` is None).
+    """Load an app config file (all defaults when ``path`` is None); a relative
+    ``simulation.scenario`` becomes the absolute path of that file beside it.
 
     Raises:
         ConfigError: naming the file, the key and what was expected.
     """
     if path is None:
         return AppConfig()
-    return load_toml(path, AppConfig)
+    config = load_toml(path, AppConfig)
+    scenario = config.simulation.scenario
+    if scenario and not Path(scenario).is_absolute():
+        # A config names its scenario as it sits beside it, wherever it is run from.
+        where = os.path.abspath(Path(path).parent / scenario)
+        config = msgspec.structs.replace(
+            config, simulation=msgspec.structs.replace(config.simulation, scenario=where)
+        )
+    return config

@@ -296,8 +296,8 @@ def decode_config(data: bytes | str | dict[str, Any], type: type[T], *, source: 
         raise ConfigError(f"{source}: not valid TOML: nested too deeply") from exc
 
 
-def load_toml(path: str | Path, type: type[T]) -> T:
-    """Load a TOML config file into ``type``.
+def load_toml(path: str | Path, type: type[T], *, what: str = "config file") -> T:
+    """Load a TOML config file into ``type`` (``what`` names the file in errors).
 
     Raises:
         ConfigError: the file is missing or unreadable, is not valid TOML, or has
@@ -307,7 +307,7 @@ def load_toml(path: str | Path, type: type[T]) -> T:
     try:
         data = p.read_bytes()
     except FileNotFoundError:
-        raise ConfigError(f"{p}: config file not found") from None
+        raise ConfigError(f"{p}: {what} not found") from None
     except OSError as exc:
-        raise ConfigError(f"{p}: cannot read config file: {exc.strerror}") from exc
+        raise ConfigError(f"{p}: cannot read {what}: {exc.strerror}") from exc
     return decode_config(data, type, source=str(p))

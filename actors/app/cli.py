@@ -31,6 +31,7 @@ from actormem.actors.app.simulation import (
     run_simulation,
 )
 from actormem.actors.app.simulation.display import ModelRateColumn, print_report
+from actormem.actors.app.simulation.scenario import check_scenario
 from actormem.actors.app.wiring import CONFIG_ENV, MemoryRuntime
 from actormem.actors.config import AppConfig, load_app_config
 from actormem.runtime.cli import StopSignals
@@ -57,6 +58,12 @@ def add_commands(subs: Any) -> None:
     sim.add_argument("--agents", type=_positive, help="override simulation.agents")
     sim.add_argument("--steps", type=_positive, help="override simulation.steps")
     sim.add_argument("--seed", type=int, help="override simulation.seed")
+    sim.add_argument(
+        "--scenario",
+        metavar="PATH",
+        help="the scenario file to play (override simulation.scenario; "
+        "configs/scenarios/rumour.toml, say)",
+    )
     sim.add_argument(
         "--transport",
         choices=("local", "redis", "memory"),
@@ -157,6 +164,8 @@ def _load(args: argparse.Namespace) -> AppConfig:
         value = getattr(args, key, None)
         if value is not None:
             overrides.setdefault("simulation", {})[key] = value
+    if getattr(args, "scenario", None):
+        overrides.setdefault("simulation", {})["scenario"] = os.path.abspath(args.scenario)
     brain = dict(getattr(args, "brain", None) or {})
     for key in ("base_url", "model"):
         if getattr(args, key, None):
@@ -235,6 +244,7 @@ def _start_run(config: AppConfig, fresh: bool) -> AppConfig:
 def _simulate(args: argparse.Namespace) -> int:
     config = _load(args)
     check_brain(config)
+    check_scenario(config)
     if args.json:
         _check_output(Path(args.json))
     workers = args.workers or 0

@@ -41,6 +41,7 @@ def print_report(report: SimulationReport) -> None:
     table.add_column("value", justify="right")
     rows = [
         ("run id", report.run_id),
+        ("scenario", report.scenario),
         ("agents x steps", f"{report.agents} x {report.steps} (seed {report.seed})"),
         *_partial_rows(report),
         ("transport", report.transport),
@@ -102,6 +103,41 @@ def print_report(report: SimulationReport) -> None:
             f"{a.found}/{a.facts}",
         )
     out.print(agents)
+    if report.goals:
+        out.print(_goal_table(report))
+
+
+def _goal_table(report: SimulationReport) -> Table:
+    """Each goal question: of the agents asked, how many answered it, and how."""
+    table = Table(
+        title="goal questions: agents whose memory holds the answer "
+        "(in the top k results of a ranked search / of retrieve)",
+        title_justify="left",
+    )
+    for col in ("question", "answer", "k", "asked", "by search", "by retrieve", "either"):
+        table.add_column(col, justify="left" if col in ("question", "answer") else "right")
+    for g in report.goals:
+        table.add_row(
+            g.question,
+            g.answer,
+            str(g.k),
+            f"{g.asked:,}",
+            _share(g.by_search, g.asked),
+            _share(g.by_retrieve, g.asked),
+            _share(g.answered, g.asked),
+        )
+    asked = report.goals_asked
+    table.add_row(
+        "total",
+        "",
+        "",
+        f"{asked:,}",
+        _share(report.goals_answered_by_search, asked),
+        _share(report.goals_answered_by_retrieve, asked),
+        _share(report.goals_answered, asked),
+        style="bold",
+    )
+    return table
 
 
 def _failure_row(report: SimulationReport) -> tuple[str, str]:

@@ -8,6 +8,7 @@ from typing import Any
 
 import msgspec
 
+from actormem.actors.app.simulation.goals import GoalScore
 from actormem.actors.app.simulation.town import PlantedFact
 from actormem.actors.app.wiring import MemoryRuntime
 from actormem.actors.config import AppConfig
@@ -59,7 +60,9 @@ class SimulationReport(msgspec.Struct, frozen=True, kw_only=True):
     the model. ``version`` is
     actormem's, ``started_at`` when the steps began (UTC, ISO 8601), ``workers``
     the worker processes the agents' memories ran in (0: this process), and
-    ``config`` the run's whole config (secrets shown as ``***``).
+    ``config`` the run's whole config (secrets shown as ``***``). ``scenario`` is
+    the scenario's name (its file's stem; ``town`` built in), ``goals`` the score
+    of each of its goal questions, and the ``goals_*`` figures their sums.
     """
 
     agents: int
@@ -107,6 +110,12 @@ class SimulationReport(msgspec.Struct, frozen=True, kw_only=True):
     started_at: str = ""
     workers: int = 0
     config: dict[str, Any] = msgspec.field(default_factory=dict)
+    scenario: str = "town"
+    goals: list[GoalScore] = msgspec.field(default_factory=list)
+    goals_asked: int = 0
+    goals_answered_by_search: int = 0
+    goals_answered_by_retrieve: int = 0
+    goals_answered: int = 0
 
 
 async def known_share(handle: MemoryHandle, facts: list[PlantedFact]) -> float:
@@ -184,10 +193,15 @@ def build_report(
     """The report of a run: the agents' own reports summed up, with ``totals``, the
     report fields the run counted itself (``messages_processed``, ``commands``,
     ``elapsed_s``, ``transport``, ``facts_planted``, ``steps_completed``,
-    ``partial``, ``started_at``, ``brain``, the ``llm_*`` figures and the
-    ``*_seconds``)."""
+    ``partial``, ``started_at``, ``brain``, the ``llm_*`` figures, the
+    ``*_seconds``, ``scenario`` and ``goals``)."""
     sim = config.simulation
     messages, elapsed = totals["messages_processed"], totals["elapsed_s"]
+    goals: list[GoalScore] = totals.get("goals", [])
+    totals.setdefault("goals_asked", sum(g.asked for g in goals))
+    totals.setdefault("goals_answered_by_search", sum(g.by_search for g in goals))
+    totals.setdefault("goals_answered_by_retrieve", sum(g.by_retrieve for g in goals))
+    totals.setdefault("goals_answered", sum(g.answered for g in goals))
     totals.setdefault("version", _version())
     totals.setdefault("config", msgspec.to_builtins(redacted(config)))
     return SimulationReport(

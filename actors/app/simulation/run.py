@@ -1,11 +1,14 @@
-"""Running a simulation: a town of agents talking through their memories.
+"""Running a simulation: a scenario's agents talking through their memories.
 
-Each step every agent's brain takes its turn (see
-:mod:`actormem.actors.app.simulation.brains`); early on a narrator tells each
-agent a few *planted facts* (queued for its memory at the start of its turn). At
-the end the report says how many of them each agent can still find, through
-``search`` and in its final ``context()``. The default, scripted brain needs no
-network, and the same seed tells the same story.
+The scenario (:mod:`actormem.actors.app.simulation.scenario`; the town by
+default) names the agents and their relations. Each step every agent's brain
+takes its turn (see :mod:`actormem.actors.app.simulation.brains`); a narrator
+tells agents their *planted facts* (queued for its memory at the start of its
+turn). At the end the report says how many of them each agent can still find,
+through ``search`` and in its final ``context()``, and how many of the agents
+asked each of the scenario's goal questions answer it
+(:mod:`actormem.actors.app.simulation.goals`). The default, scripted brain needs
+no network, and the same seed tells the same story.
 
 A run asked to stop early (``stop``) takes no new step, lets the turns in flight
 finish for up to :data:`DRAIN_S` seconds, and reports on what it did: a *partial*
@@ -35,6 +38,7 @@ from actormem.actors.app.simulation.brains import (
     brain_factory,
 )
 from actormem.actors.app.simulation.brains.llm_client import LLMClient, LLMUsage
+from actormem.actors.app.simulation.goals import GoalScore, score_questions
 from actormem.actors.app.simulation.report import (
     AgentReport,
     SimulationReport,
@@ -42,8 +46,9 @@ from actormem.actors.app.simulation.report import (
     known_share,
     measure,
 )
+from actormem.actors.app.simulation.scenario import Cast, check_scenario
 from actormem.actors.app.simulation.tally import CountedMemory, Tally
-from actormem.actors.app.simulation.town import JOBS, PlantedFact, agent_names, plant_facts
+from actormem.actors.app.simulation.town import PlantedFact
 from actormem.actors.app.wiring import MemoryRuntime
 from actormem.actors.config import AppConfig
 from actormem.actors.messages import Message
@@ -92,6 +97,7 @@ async def run_simulation(
     Raises:
         BrainError: the brain spec is bad (before anything runs), a brain broke the
             protocol, or the model failed for good.
+        ConfigError: the scenario is bad (before anything runs).
     """
     if runtime is None:
         config = for_run(config, config.simulation.run_id or new_run_id())
@@ -109,13 +115,6 @@ async def _cancel_when_set(stop: anyio.Event, scope: anyio.CancelScope, delay: f
     await stop.wait()
     await anyio.sleep(delay)
     scope.cancel()
-
-
-def _told(facts: list[PlantedFact], step: int, fact_steps: int) -> list[PlantedFact]:
-    """What the narrator tells an agent at ``step``: one of its facts, early on."""
-    if step >= fact_steps or not facts:
-        return []
-    return facts[step * len(facts) // fact_steps :][:1]
 
 
 def _narration(fact: PlantedFact) -> Message:
@@ -164,25 +163,11 @@ async def _run(
     llm_usage: LLMUsage | None,
 ) -> SimulationReport:
     sim = config.simulation
-    factory = brain_factory(config)
-    names = agent_names(sim.agents)
-    facts = plant_facts(names, sim.facts_per_agent, sim.seed)
-    by_agent: dict[str, list[PlantedFact]] = {n: [] for n in names}
-    for fact in facts:
-        by_agent[fact.agent].append(fact)
-    jobs = {n: JOBS[i % len(JOBS)] for i, n in enumerate(names)}
-    infos = [
-        AgentInfo(
-            name=n,
-            persona=jobs[n],
-            index=i,
-            seed=sim.seed,
-            others=tuple(o for o in names if o != n),
-            facts=tuple(by_agent[n]),
-        )
-        for i, n in enumerate(names)
-    ]
-    brains = {info.name: _build(factory, info) for info in infos}
+    cast = check_scenario(config)
+    factory = brain_factory(config, cast.talk)
+    names = cast.names
+    facts = [f for n in names for f in cast.facts[n]]
+    brains = {info.name: _build(factory, info) for info in _agent_infos(cast, sim.seed)}
     # Only the facts the narrator told count: a run shorter than fact_steps, or
     # with more facts than fact_steps, leaves some untold.
     told: dict[str, list[PlantedFact]] = {n: [] for n in names}
@@ -192,13 +177,18 @@ async def _run(
         llm: LLMClient | None = None
         if sim.brain.base_url and sim.brain.model:
             llm = await stack.enter_async_context(LLMClient(sim.brain, llm_usage))
-        crowd = Crowd(memories, brains, seed=sim.seed, context_tokens=sim.context_tokens, llm=llm)
+        crowd = Crowd(
+            memories,
+            brains,
+            seed=sim.seed,
+            context_tokens=sim.context_tokens,
+            llm=llm,
+            relations=cast.relations,
+        )
         started = time.perf_counter()
         started_at = datetime.now(UTC).isoformat(timespec="seconds")
         with _brain_errors_unwrapped():
-            known_before, done = await _steps(
-                config, rt, crowd, tally, jobs, by_agent, told, progress, stop
-            )
+            known_before, done = await _steps(config, rt, crowd, tally, cast, told, progress, stop)
         elapsed = time.perf_counter() - started
     partial = done < sim.steps
     log.info(
@@ -211,6 +201,7 @@ async def _run(
     told_facts = [f for f in facts if f in told[f.agent]]
     pool: PoolStats | None = None
     per_agent: list[AgentReport] = []
+    goals: list[GoalScore] = []
     async with anyio.create_task_group() as watch:
         with anyio.CancelScope() as measuring:
             watch.start_soon(_cancel_when_set, stop, measuring, PARTIAL_REPORT_S)
@@ -225,6 +216,7 @@ async def _run(
                 per_agent,
                 on_measured=_phase(progress[1], "measured", len(names)),
             )
+            await score_questions(rt, cast.questions, goals, concurrency=sim.concurrency)
         watch.cancel_scope.cancel()
     usage = llm.usage if llm is not None else LLMUsage()
     return build_report(
@@ -248,7 +240,27 @@ async def _run(
         turn_seconds=round(tally.turn_seconds, 3),
         memory_seconds=round(tally.memory_seconds, 3),
         llm_seconds=round(usage.seconds, 3),
+        scenario=cast.name,
+        goals=goals,
     )
+
+
+def _agent_infos(cast: Cast, seed: int) -> list[AgentInfo]:
+    infos = []
+    for i, n in enumerate(cast.names):
+        others = tuple(o for o in cast.names if o != n)
+        infos.append(
+            AgentInfo(
+                name=n,
+                persona=cast.personas[n],
+                index=i,
+                seed=seed,
+                others=others,
+                facts=tuple(cast.facts[n]),
+                relations=cast.relations.get(n, others),
+            )
+        )
+    return infos
 
 
 async def _steps(
@@ -256,8 +268,7 @@ async def _steps(
     rt: MemoryRuntime,
     crowd: Crowd,
     tally: Tally,
-    jobs: dict[str, str],
-    by_agent: dict[str, list[PlantedFact]],
+    cast: Cast,
     told: dict[str, list[PlantedFact]],
     progress: tuple[Callable[[int], None] | None, Progress | None],
     stop: anyio.Event,
@@ -274,9 +285,8 @@ async def _steps(
 
     async def introduce(name: str) -> None:
         await rt.memory(name).subscribe()  # every topic: the town hears all news
-        system = f"You are {name}, the town's {jobs[name]}. Speak plainly."
         await crowd.memories[name].add(
-            [Message(role="system", content=system, metadata={"pinned": True})]
+            [Message(role="system", content=cast.system(name), metadata={"pinned": True})]
         )
 
     async def take_turn(name: str, step: int) -> None:
@@ -284,7 +294,7 @@ async def _steps(
         async with limiter:
             started = time.perf_counter()
             turn = crowd.turn(name, step)
-            for fact in _told(by_agent[name], step, sim.fact_steps):
+            for fact in cast.told_at(name, step, sim.fact_steps):
                 if fact not in told[name]:
                     told[name].append(fact)
                 turn.remember(_narration(fact))

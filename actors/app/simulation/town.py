@@ -2,18 +2,24 @@
 
 Each agent gets a readable name and a job; early on a narrator tells each agent a
 few *planted facts* (unique codes of things at places), and at the end the
-report says how many of them each agent can still find.
+report says how many of them each agent can still find. This is the scenario a run
+plays when ``[simulation] scenario`` is unset (``configs/scenarios/town.toml`` holds
+the same town as a scenario file; see :mod:`actormem.actors.app.simulation.scenario`).
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from typing import Final
 
 import msgspec
 
 __all__ = (
+    "FACT_QUERY",
+    "FACT_STATEMENT",
     "JOBS",
+    "NAMES",
     "PLACES",
     "THINGS",
     "TOOLS",
@@ -23,7 +29,7 @@ __all__ = (
     "plant_facts",
 )
 
-_FIRST: Final = (
+NAMES: Final = (
     "Ada", "Bram", "Cleo", "Dario", "Edda", "Finn", "Greta", "Hugo", "Ines", "Jonas",
     "Kira", "Lars", "Mira", "Nils", "Olga", "Pavel", "Quinn", "Rosa", "Sven", "Tove",
     "Ulla", "Viktor", "Wanda", "Xaver", "Yara", "Zeno",
@@ -46,31 +52,53 @@ TOPICS: Final = (
 )  # fmt: skip
 #: The tools the scripted brain pretends to call.
 TOOLS: Final = ("check_weather", "look_up_ledger", "count_inventory", "read_notice_board")
+#: A planted fact's statement and the query that finds it (``{thing}``, ``{place}``,
+#: ``{answer}`` filled in).
+FACT_STATEMENT: Final = "Remember this: the {thing} of the {place} is {answer}."
+FACT_QUERY: Final = "{thing} of the {place} is"
 
 
 class PlantedFact(msgspec.Struct, frozen=True):
-    """A fact told to one agent: found when a search for ``query`` returns ``answer``."""
+    """A fact told to one agent: found when a search for ``query`` returns ``answer``.
+
+    ``step`` is the step the narrator tells it at; None: the facts made by
+    :func:`plant_facts`, told one a step within the run's first ``fact_steps``.
+    """
 
     agent: str
     statement: str
     query: str
     answer: str
     topic: str = "town"
+    step: int | None = None
 
 
-def agent_names(n: int) -> list[str]:
-    """Return ``n`` distinct, readable agent names."""
+def agent_names(n: int, pool: Sequence[str] = NAMES) -> list[str]:
+    """Return ``n`` readable agent names from ``pool``, in order, numbered from its
+    second round on (``Ada``, ..., ``Ada2``); distinct when ``pool``'s names are."""
     names = []
     for i in range(n):
-        base = _FIRST[i % len(_FIRST)]
-        names.append(base if i < len(_FIRST) else f"{base}{i // len(_FIRST) + 1}")
+        base = pool[i % len(pool)]
+        names.append(base if i < len(pool) else f"{base}{i // len(pool) + 1}")
     return names
 
 
-def plant_facts(names: list[str], per_agent: int, seed: int) -> list[PlantedFact]:
-    """Make ``per_agent`` unique facts for each agent (the same for the same seed)."""
+def plant_facts(
+    names: list[str],
+    per_agent: int,
+    seed: int,
+    *,
+    things: Sequence[str] = THINGS,
+    places: Sequence[str] = PLACES,
+    statement: str = FACT_STATEMENT,
+    query: str = FACT_QUERY,
+) -> list[PlantedFact]:
+    """Make ``per_agent`` unique facts for each agent (the same for the same seed):
+    a code for each pair of a thing and a place, the places numbered once the pairs
+    run out; ``statement`` and ``query`` are filled in with ``{thing}``, ``{place}``
+    and ``{answer}``, and each fact's topic is its place."""
     rng = random.Random(f"facts-{seed}")
-    pairs = [(t, p) for t in THINGS for p in PLACES]
+    pairs = [(t, p) for t in things for p in places]
     rng.shuffle(pairs)
     facts = []
     k = 0
@@ -83,8 +111,8 @@ def plant_facts(names: list[str], per_agent: int, seed: int) -> list[PlantedFact
             facts.append(
                 PlantedFact(
                     agent=name,
-                    statement=f"Remember this: the {thing} of the {where} is {answer}.",
-                    query=f"{thing} of the {where} is",
+                    statement=statement.format(thing=thing, place=where, answer=answer),
+                    query=query.format(thing=thing, place=where, answer=answer),
                     answer=answer,
                     topic=place,
                 )

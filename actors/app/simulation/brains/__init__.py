@@ -18,6 +18,7 @@ from actormem.actors.app.simulation.brains.protocol import (
 )
 from actormem.actors.app.simulation.brains.python import python_brain
 from actormem.actors.app.simulation.brains.scripted import ScriptedBrain
+from actormem.actors.app.simulation.scenario import Talk
 from actormem.actors.config import AppConfig
 
 __all__ = (
@@ -33,8 +34,9 @@ __all__ = (
 )
 
 
-def brain_factory(config: AppConfig) -> BrainFactory:
-    """The factory of the brain ``config.simulation.brain`` names.
+def brain_factory(config: AppConfig, talk: Talk | None = None) -> BrainFactory:
+    """The factory of the brain ``config.simulation.brain`` names (``talk``: what the
+    scripted brain talks about, the scenario's; the town's by default).
 
     Raises:
         BrainError: the spec is incomplete (llm without base URL or model, python
@@ -57,7 +59,7 @@ def brain_factory(config: AppConfig) -> BrainFactory:
 
         return lambda agent: LLMBrain(agent, brain)
     simulation = config.simulation
-    return lambda agent: ScriptedBrain(agent, simulation)
+    return lambda agent: ScriptedBrain(agent, simulation, talk)
 
 
 def check_brain(config: AppConfig) -> None:

@@ -4,7 +4,8 @@ A *brain* drives one agent. Each step of a run calls ``await brain.step(turn)``
 for every agent; when another agent speaks to it, the run calls
 ``await brain.respond(turn, caller, said)`` for its answer. The :class:`Turn`
 holds what a step may use: the agent's name, its memory handle, the step number,
-its seeded RNG, the other agents, a way to speak to one of them (an
+its seeded RNG, the other agents and its relations (the agents the scenario has it
+talk to), a way to speak to one of them (an
 ``agent_call`` answered by an ``agent_response`` in the listener's memory), a way
 to share an insight with the pool, and the LLM client when one is configured.
 
@@ -45,7 +46,11 @@ class AgentInfo(msgspec.Struct, frozen=True, kw_only=True):
         index: the agent's place in the run's list of agents.
         seed: the run's seed.
         others: every other agent's name, in the run's order.
-        facts: the planted facts the narrator tells this agent early on.
+        facts: the planted facts the narrator tells this agent.
+        relations: the agents this one talks to, in the run's order (the
+            scenario's ``[relations]``: every other agent under the ``everyone``
+            rule); the scripted brain picks its partners among them. A brain may
+            still speak to any agent.
     """
 
     name: str
@@ -54,6 +59,7 @@ class AgentInfo(msgspec.Struct, frozen=True, kw_only=True):
     seed: int
     others: tuple[str, ...]
     facts: tuple[PlantedFact, ...] = ()
+    relations: tuple[str, ...] = ()
 
 
 class Brain(Protocol):
@@ -82,6 +88,8 @@ class Crowd:
         seed: the run's seed; each agent's RNG is seeded with it and its name.
         context_tokens: the budget of a step's ``context()``.
         llm: the model client turns get (None: no LLM configured).
+        relations: each agent's relations, by name (an agent not in it: every
+            other agent).
     """
 
     def __init__(
@@ -92,8 +100,10 @@ class Crowd:
         seed: int,
         context_tokens: int,
         llm: LLMClient | None = None,
+        relations: Mapping[str, tuple[str, ...]] | None = None,
     ) -> None:
         self.memories = dict(memories)
+        self.relations = dict(relations or {})
         self.brains = dict(brains)
         self.names = list(self.memories)
         self.rngs = {n: random.Random(f"{seed}-{n}") for n in self.names}
@@ -119,6 +129,7 @@ class Turn:
         rng: the agent's RNG, seeded with the run's seed and its name; the same
             one every step.
         others: the other agents' names.
+        relations: the agents this one talks to (see :attr:`AgentInfo.relations`).
         context_tokens: the budget to ask ``context()`` for.
         llm: the model client (None when no LLM is configured).
     """
@@ -132,6 +143,7 @@ class Turn:
         "llm",
         "memory",
         "others",
+        "relations",
         "rng",
         "step",
     )
@@ -145,6 +157,7 @@ class Turn:
         self.step = step
         self.rng = crowd.rngs[agent]
         self.others = tuple(n for n in crowd.names if n != agent)
+        self.relations = crowd.relations.get(agent, self.others)
         self.context_tokens = crowd.context_tokens
         self.llm = crowd.llm
 

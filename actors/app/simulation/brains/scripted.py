@@ -2,8 +2,10 @@
 
 Each step the agent reads its ``context()`` as an LLM agent would, sometimes
 calls a (pretend) tool, shares its planted facts once they have been told and
-later passes on what it heard, then says a line to another agent. Every choice
-comes from the turn's RNG, so the same seed tells the same story.
+later passes on what it heard, then says a line to one of its relations: small
+talk about the scenario's topics and places or, as often as the scenario's
+``[talk] tell_news`` says, a piece of news its memory holds. Every choice comes
+from the turn's RNG, so the same seed tells the same story.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import json
 
 from actormem.actors.app.simulation.brains.protocol import AgentInfo, Turn
-from actormem.actors.app.simulation.town import PLACES, TOOLS, TOPICS
+from actormem.actors.app.simulation.scenario import Talk
 from actormem.actors.config import SimulationConfig
 from actormem.actors.messages import Message, ToolCall
 
@@ -26,11 +28,15 @@ class ScriptedBrain:
     Args:
         agent: who the agent is (its persona and planted facts are used).
         simulation: the simulation config (its tool-call, sharing and gossip settings).
+        talk: what it talks about (the scenario's ``[talk]``; the town's by default).
     """
 
-    def __init__(self, agent: AgentInfo, simulation: SimulationConfig) -> None:
+    def __init__(
+        self, agent: AgentInfo, simulation: SimulationConfig, talk: Talk | None = None
+    ) -> None:
         self.agent = agent
         self.config = simulation
+        self.talk = talk or Talk()
 
     async def step(self, turn: Turn) -> None:
         """Read the context, maybe call a tool, share or gossip, then talk to someone."""
@@ -42,7 +48,8 @@ class ScriptedBrain:
         if rng.random() < cfg.tool_call_rate:
             turn.remember(*self._tool_call(turn))
         if turn.step == cfg.fact_steps:  # the facts are told: now the agents share some
-            for fact in self.agent.facts[: cfg.share_facts]:
+            told = [f for f in self.agent.facts if f.step is None or f.step <= turn.step]
+            for fact in told[: cfg.share_facts]:
                 await turn.share(fact.statement, fact.topic, 0.8)
         elif turn.step > cfg.fact_steps and rng.random() < cfg.gossip_rate:
             heard = await turn.memory.held_insights(k=50)
@@ -54,23 +61,30 @@ class ScriptedBrain:
                 if rng.random() < 0.5:
                     text = text.replace("Remember this:", "Word around town is that")
                 await turn.share(text, rumour.topic, 0.5)
-        partner = rng.choice(turn.others) if turn.others else turn.agent
-        topic = rng.choice(TOPICS)
-        place = rng.choice(PLACES)
+        talk = self.talk
+        partner = rng.choice(turn.relations) if turn.relations else turn.agent
+        topic = rng.choice(talk.topics)
+        place = rng.choice(talk.places)
         mood = rng.choice(_MOODS)
-        await turn.speak(
-            partner,
+        line = (
             f"Step {turn.step}: as the {self.agent.persona}, I am {mood} about {topic}; "
-            f"I saw it near the {place}.",
+            f"I saw it near the {place}."
         )
+        # No draw at all without news to tell, so the town's story stays the same.
+        if talk.tell_news and rng.random() < talk.tell_news:
+            news = await turn.memory.search(talk.news_marker)
+            held = list(dict.fromkeys(m.text() for m in news))
+            if held:
+                line = rng.choice(held)
+        await turn.speak(partner, line)
 
     async def respond(self, turn: Turn, caller: str, said: str) -> str:
-        """A friendly word back about some topic of the town."""
-        return f"Thanks, {caller}. I heard something about {turn.rng.choice(TOPICS)} too."
+        """A friendly word back about some topic of the scenario."""
+        return f"Thanks, {caller}. I heard something about {turn.rng.choice(self.talk.topics)} too."
 
     def _tool_call(self, turn: Turn) -> tuple[Message, Message]:
-        tool = turn.rng.choice(TOOLS)
-        place = turn.rng.choice(PLACES)
+        tool = turn.rng.choice(self.talk.tools)
+        place = turn.rng.choice(self.talk.places)
         call = ToolCall(
             id=f"call-{turn.agent}-{turn.step}",
             name=tool,

@@ -64,6 +64,7 @@ RelationRule = Literal["everyone", "ring", "small-world", "none"]
 DEFAULT_QUESTION_K: Final = 5
 _SYSTEM: Final = "You are {name}, the town's {persona}. Speak plainly."
 _REWIRE_TRIES: Final = 16
+_PERSONA: Final = "townsperson"
 
 
 def _filled(template: str, what: str, **values: str) -> None:
@@ -85,7 +86,7 @@ class Person(_Section, frozen=True):
     """One agent named in the scenario (``[[people]]``)."""
 
     name: str
-    persona: str = ""
+    persona: str = _PERSONA
 
     def __post_init__(self) -> None:
         _not_empty(self, "name")
@@ -97,7 +98,7 @@ class Population(_Section, frozen=True):
     second round on: ``Ada2``) and ``personas[i % len(personas)]``."""
 
     names: tuple[str, ...]
-    personas: tuple[str, ...] = ("townsperson",)
+    personas: tuple[str, ...] = (_PERSONA,)
 
     def __post_init__(self) -> None:
         _not_empty(self, "names", "personas")

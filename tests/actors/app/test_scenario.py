@@ -137,12 +137,18 @@ _BAD = [
         "[population]\nnames = ['A']\n[facts.generate]\nthings = ['x']\nquery = '{where}'\n",
         "key 'facts.generate': query '{where}' may use only {thing}, {place}, {answer}",
     ),
+    (
+        _SECRET.replace('answer = "behind the blue door"\n\n', 'answer = "under the mat"\n\n'),
+        "key 'facts.planted[0]': answer 'under the mat' is not in the statement",
+    ),
+    ("[population]\nnames = ['A']\n[talk]\ntell_news = 0.5\n", "tell_news needs a news_marker"),
 ]
 
 
 _BAD_IDS = [
     "missing", "not-toml", "unknown-key", "no-people", "fact-agent", "fact-step",
-    "question-agent", "edge-agent", "people-count", "odd-k", "template",
+    "question-agent", "edge-agent", "people-count", "odd-k", "template", "answer-unsaid",
+    "news-unmarked",
 ]  # fmt: skip
 
 

@@ -49,6 +49,7 @@ from actormem.runtime.ids import split_address
 
 if TYPE_CHECKING:
     from actormem.runtime._runtime import Runtime
+    from actormem.runtime.metrics import Metrics
 
 __all__ = ("Census", "Dispatcher", "derived_id", "outside_handling")
 
@@ -108,12 +109,14 @@ def outside_handling() -> Iterator[None]:
 
 
 class Census(NamedTuple):
-    """What one walk over the cells counts (for :meth:`Runtime.stats`)."""
+    """What one walk over the cells counts (for :meth:`Runtime.stats` and the metrics)."""
 
     active: int
     stopped: int
     mailbox_depth: int
     max_mailbox_depth: int
+    #: Actors in memory, by kind.
+    active_by_kind: dict[str, int]
 
 
 class Dispatcher:
@@ -135,6 +138,8 @@ class Dispatcher:
         expired: asks dropped unhandled because their deadline had passed.
         stopped: the actors stopped by supervision, by address, while in back-off
             (their cells are dropped).
+        passivated: idle actors dropped from memory, by kind.
+        metrics: records each message handled (None: metrics are off).
     """
 
     __slots__ = (
@@ -147,6 +152,8 @@ class Dispatcher:
         "busy",
         "cells",
         "expired",
+        "metrics",
+        "passivated",
         "processed",
         "ready",
         "rejected",
@@ -176,6 +183,8 @@ class Dispatcher:
         self.rejected = 0
         self.expired = 0
         self.stopped: dict[str, Stopped] = {}
+        self.passivated: dict[str, int] = {}
+        self.metrics: Metrics | None = None
 
     # -- mailboxes -------------------------------------------------------------------
 
@@ -255,6 +264,8 @@ class Dispatcher:
         del self.cells[address]
         actor, cell.actor = cell.actor, None
         if actor is not None:
+            kind = cell.kind.name
+            self.passivated[kind] = self.passivated.get(kind, 0) + 1
             await call_stop_hook(address, actor)
         return True
 
@@ -284,6 +295,7 @@ class Dispatcher:
         """Count live and stopped actors and the mail waiting, in one walk (forgetting
         the stopped actors whose back-off is over)."""
         depth = deepest = active = 0
+        by_kind: dict[str, int] = {}
         for cell in self.cells.values():
             if cell.mailbox:
                 n = len(cell.mailbox)
@@ -291,10 +303,12 @@ class Dispatcher:
                 deepest = max(deepest, n)
             if cell.actor is not None:
                 active += 1
+                kind = cell.kind.name
+                by_kind[kind] = by_kind.get(kind, 0) + 1
         for address, stopped in list(self.stopped.items()):
             if stopped.left() == 0:
                 del self.stopped[address]
-        return Census(active, len(self.stopped), depth, deepest)
+        return Census(active, len(self.stopped), depth, deepest, by_kind)
 
     async def stop_actors(self) -> None:
         """Run every live actor's ``on_stop`` (shutdown, after the dispatchers ended)."""
@@ -358,6 +372,8 @@ class Dispatcher:
         hooked = self._hooked
         limit = config.throughput
         shed = config.shed_expired_asks
+        metrics = self.metrics
+        started = 0.0
         while mailbox and handled < limit and cell.stopped is None:
             if actor is None:
                 actor = await self._activate(cell, mailbox[0])
@@ -377,6 +393,8 @@ class Dispatcher:
                     actor = cell.actor = None
                 continue
             actor.ctx.sender = env.sender
+            if metrics is not None:
+                started = time.perf_counter()
             try:
                 if env.track_start:
                     await transport.starting(env)
@@ -386,12 +404,16 @@ class Dispatcher:
                     value = await actor.receive(env.body)
             except actor.expected_errors as exc:
                 self.rejected += 1
+                if metrics is not None:
+                    metrics.handled(cell.kind.name, env.body, time.perf_counter() - started, 1)
                 if hooked and not await transport.handled(env, actor, True):
                     actor = cell.actor = None
                     continue
                 await self._answer_error(env, exc, "actor_rejected_message")
                 continue
             except Exception as exc:
+                if metrics is not None:
+                    metrics.handled(cell.kind.name, env.body, time.perf_counter() - started, 2)
                 keep = not hooked or await transport.handled(env, actor, False)
                 again = hooked and await transport.retry(
                     env, self._supervisor.restarts_left(cell) >= 2
@@ -405,6 +427,8 @@ class Dispatcher:
                     # actor: a retry is asked for only while the restart budget lasts.
                     mailbox.appendleft(env)
                 continue
+            if metrics is not None:
+                metrics.handled(cell.kind.name, env.body, time.perf_counter() - started, 0)
             if hooked and not await transport.handled(env, actor, True):
                 actor = cell.actor = None
                 continue
@@ -518,14 +542,24 @@ class Dispatcher:
         ``Actor.inline_asks``); mail that arrives meanwhile queues behind it."""
         cell.scheduled = True
         actor.ctx.sender = None
+        metrics = self.metrics
+        started = 0.0 if metrics is None else time.perf_counter()
         try:
-            return await actor.receive(message)
+            value = await actor.receive(message)
         except actor.expected_errors:
             self.rejected += 1
+            if metrics is not None:
+                metrics.handled(cell.kind.name, message, time.perf_counter() - started, 1)
             raise
         except Exception as exc:
+            if metrics is not None:
+                metrics.handled(cell.kind.name, message, time.perf_counter() - started, 2)
             await self._failed(cell, Envelope(recipient=cell.address, body=message), exc)
             raise handler_error(cell.address, message, exc) from exc
+        else:
+            if metrics is not None:
+                metrics.handled(cell.kind.name, message, time.perf_counter() - started, 0)
+            return value
         finally:
             self.processed += 1
             if cell.stopped is None and cell.mailbox:

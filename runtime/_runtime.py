@@ -9,8 +9,9 @@ when a handler crashes (``_supervision``) and piped background work (``_pipes``)
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any, Final, Literal, Self, TypeVar, overload
+import functools
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import TYPE_CHECKING, Any, Final, Literal, Self, TypeVar, overload
 
 import anyio
 import anyio.abc
@@ -26,11 +27,14 @@ from actormem.runtime._dispatch import Dispatcher, derived_id, outside_handling
 from actormem.runtime._envelope import Command, Envelope, Reply
 from actormem.runtime._pipes import Pipes
 from actormem.runtime._supervision import STOP_HOOK_TIMEOUT, Supervisor
-from actormem.runtime.config import RuntimeConfig, SupervisionConfig
+from actormem.runtime.config import MetricsConfig, RuntimeConfig, SupervisionConfig
 from actormem.runtime.errors import MailboxFullError, RuntimeClosedError
 from actormem.runtime.ids import split_address
 from actormem.runtime.transports.base import Transport
 from actormem.runtime.transports.local import LocalTransport
+
+if TYPE_CHECKING:
+    from actormem.runtime.metrics import Metrics
 
 __all__ = ("ActorFactory", "Runtime", "RuntimeStats")
 
@@ -85,6 +89,13 @@ class Runtime(AsyncClosing):
     Args:
         config: the runtime section of the config (defaults if omitted).
         transport: how envelopes travel; in-process by default.
+        metrics: the ``[metrics]`` section: with a ``port``, the runtime serves
+            Prometheus metrics there while it is open (:attr:`metrics`).
+
+    Attributes:
+        metrics: the runtime's :class:`~actormem.runtime.metrics.Metrics` when
+            ``metrics.port`` is set (None when it is 0): an application adds its own
+            families with ``metrics.add``.
 
     Example::
 
@@ -94,9 +105,16 @@ class Runtime(AsyncClosing):
     """
 
     def __init__(
-        self, config: RuntimeConfig | None = None, *, transport: Transport | None = None
+        self,
+        config: RuntimeConfig | None = None,
+        *,
+        transport: Transport | None = None,
+        metrics: MetricsConfig | None = None,
     ) -> None:
         self.config = config or RuntimeConfig()
+        self.metrics_config = metrics or MetricsConfig()
+        self.metrics: Metrics | None = None
+        self._endpoint: anyio.abc.Listener[anyio.abc.SocketStream] | None = None
         self.transport: Transport = transport or LocalTransport()
         # Only transports that store effects (Redis) take the per-message hooks.
         hooked = type(self.transport).handled is not Transport.handled
@@ -105,6 +123,13 @@ class Runtime(AsyncClosing):
         self._supervisor = Supervisor(self._asks)
         self._dispatch = Dispatcher(self, self._kinds, self._asks, self._supervisor, hooked=hooked)
         self._cells = self._dispatch.cells
+        if self.metrics_config.port:
+            # Imported only when on: a runtime without metrics never loads it.
+            from actormem.runtime.metrics import Metrics
+
+            self.metrics = Metrics(self._dispatch, self._kinds, self._asks, self._supervisor)
+            self._dispatch.metrics = self.metrics
+            self.transport.instrument(self.metrics)
         #: Put an envelope into its local mailbox, or raise :class:`MailboxFullError`
         #: (the dispatcher's own method: every in-process tell calls it).
         self.deliver_nowait: Callable[[Envelope], None] = self._dispatch.deliver_nowait
@@ -122,11 +147,18 @@ class Runtime(AsyncClosing):
         if self._state != "new":
             raise RuntimeError("a Runtime can be opened only once")
         self._state = "closing"  # nothing may be sent until the transport is up
+        try:
+            endpoint = await self._open_metrics()
+        except BaseException:
+            self._state = "closed"
+            raise
         self._gc_held = _gc.hold(self.config.gc_threshold, self.config.gc_freeze)
         tg = anyio.create_task_group()
         await tg.__aenter__()
         self._tg = self._asks.tg = tg
         try:
+            if endpoint is not None:
+                tg.start_soon(endpoint)
             for _ in range(self.config.dispatchers):
                 await tg.start(self._dispatch.run)
             await self.transport.open(self)
@@ -134,6 +166,7 @@ class Runtime(AsyncClosing):
             tg.cancel_scope.cancel()
             self._state = "closed"
             self._release_gc()
+            await self._close_endpoint()
             try:
                 await tg.__aexit__(type(exc), exc, exc.__traceback__)
             except BaseExceptionGroup as group:
@@ -144,6 +177,22 @@ class Runtime(AsyncClosing):
             raise
         self._state = "open"
         return self
+
+    async def _open_metrics(self) -> Callable[[], Coroutine[Any, Any, None]] | None:
+        """Bind the metrics endpoint, if ``[metrics] port`` is set; return what serves
+        it (in the task group).
+
+        Raises:
+            ConfigError: the port is taken or cannot be bound.
+        """
+        metrics = self.metrics
+        if metrics is None:
+            return None
+        from actormem.runtime.metrics import open_endpoint, serve
+
+        config = self.metrics_config
+        listener = self._endpoint = await open_endpoint(config)
+        return functools.partial(serve, metrics, listener, f"{config.host}:{config.port}")
 
     async def aclose(self) -> None:
         """Stop: drain mailboxes (up to ``drain_timeout``), stop actors, fail what is left.
@@ -175,6 +224,14 @@ class Runtime(AsyncClosing):
             dispatch.close()
             self._asks.close()
             self._release_gc()
+            await self._close_endpoint()
+
+    async def _close_endpoint(self) -> None:
+        # Closed here too: a serving task cancelled before it ran never closes it.
+        listener, self._endpoint = self._endpoint, None
+        if listener is not None:
+            with anyio.CancelScope(shield=True):
+                await listener.aclose()
 
     def _release_gc(self) -> None:
         if self._gc_held:

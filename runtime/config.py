@@ -26,6 +26,7 @@ __all__ = (
     "DEFAULT_THROUGHPUT",
     "REDACTED",
     "LoggingConfig",
+    "MetricsConfig",
     "RuntimeConfig",
     "SupervisionConfig",
     "TransportName",
@@ -44,6 +45,8 @@ DEFAULT_GC_THRESHOLD: Final = 10_000
 DEFAULT_MAX_RESTARTS: Final = 3
 DEFAULT_RESTART_PERIOD: Final = 5.0
 DEFAULT_STOPPED_BACKOFF: Final = 5.0
+DEFAULT_METRICS_HOST: Final = "127.0.0.1"
+DEFAULT_STATUS_INTERVAL: Final = 30.0
 
 #: What a secret is shown as wherever a config is printed, logged or repr'd.
 REDACTED: Final = "***"
@@ -247,6 +250,29 @@ class LoggingConfig(_Section, frozen=True):
 
     format: Literal["console", "json"] = "console"
     level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+class MetricsConfig(_Section, frozen=True):
+    """The Prometheus endpoint and a worker's periodic status line.
+
+    Attributes:
+        port: the TCP port the runtime serves ``/metrics`` on (Prometheus's text
+            format); 0 (the default) serves nothing.
+        host: the address the endpoint binds (the default, loopback, keeps it off
+            the network; ``0.0.0.0`` serves every interface).
+        status_interval: seconds between a worker's ``worker_status`` log lines
+            (handled/s, lag, active actors, failures since the last line); 0: none.
+    """
+
+    port: int = 0
+    host: str = DEFAULT_METRICS_HOST
+    status_interval: float = DEFAULT_STATUS_INTERVAL
+
+    def __post_init__(self) -> None:
+        self._within(0, 65535, "port")
+        self._at_least(0, "status_interval")
+        if not self.host:
+            raise ValueError("host must name an address to bind (127.0.0.1, 0.0.0.0...)")
 
 
 _PATH_RE: Final = re.compile(r" - at `\$\.?(.*)`$")

@@ -18,6 +18,7 @@ from actormem.runtime._envelope import Envelope, Reply
 if TYPE_CHECKING:
     from actormem.runtime._actor import Actor
     from actormem.runtime.errors import ActorError
+    from actormem.runtime.metrics import Metrics
 
 __all__ = ("Transport", "TransportHost")
 
@@ -166,6 +167,10 @@ class Transport(ABC):
         address no actor can have, a factory that refuses it, an actor stopped in
         its back-off); the runtime answers the asker itself. A transport that
         stores entries dead-letters it with ``error`` as the reason."""
+
+    def instrument(self, metrics: Metrics) -> None:  # noqa: B027 (optional hook)
+        """Called before :meth:`open` when the runtime serves metrics: a transport
+        adds its own families (``metrics.add``) and records its own events."""
 
     def dropped(self, envelope: Envelope) -> None:  # noqa: B027 (optional hook)
         """Called when the runtime fails ``envelope`` without handling it

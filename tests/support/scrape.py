@@ -1,0 +1,42 @@
+"""Scraping a metrics endpoint as Prometheus does (plain HTTP GET), and reading it."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+
+import anyio
+from prometheus_client.parser import text_string_to_metric_families
+
+__all__ = ("Samples", "parse", "scrape", "value")
+
+#: Every sample of a scrape, by name and labels.
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def _get(url: str) -> tuple[int, str, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            body = response.read().decode()
+            return response.status, response.headers["Content-Type"], body
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers["Content-Type"], exc.read().decode()
+
+
+async def scrape(port: int, path: str = "/metrics") -> tuple[int, str, str]:
+    """GET ``path`` on 127.0.0.1:``port``: the status, the content type and the body."""
+    return await anyio.to_thread.run_sync(_get, f"http://127.0.0.1:{port}{path}")
+
+
+def parse(text: str) -> Samples:
+    """The samples of an exposition in Prometheus's text format."""
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    """One sample's value (0 when absent: a counter nothing has counted yet)."""
+    return samples.get((name, frozenset(labels.items())), 0.0)

@@ -39,6 +39,7 @@ from actormem.runtime.state import Durable, DurableChanges, is_durable
 
 if TYPE_CHECKING:
     from actormem.runtime._actor import Actor
+    from actormem.runtime.metrics import Metrics
     from actormem.runtime.redis._replies import Replies
     from actormem.runtime.redis._shards import ActorRecord, Holdings, Link, Shard
 
@@ -64,6 +65,9 @@ class GroupCommit:
         link: the transport.
         held: the shards and actors this worker holds.
         replies: where the replies that waited for a commit go.
+
+    Attributes:
+        metrics: records each commit's size and time (None: metrics are off).
     """
 
     def __init__(self, link: Link, *, held: Holdings, replies: Replies) -> None:
@@ -73,6 +77,7 @@ class GroupCommit:
         self._held = held
         self._replies = replies
         self._erasure = Erasure(link)
+        self.metrics: Metrics | None = None
 
     async def activated(self, address: str, actor: Actor) -> None:
         """Load a durable actor's state from Redis before its ``on_start``.
@@ -241,7 +246,11 @@ class GroupCommit:
         async with shard.commit_lock:
             while shard.commits:
                 batch = _next_batch(shard.commits)
+                metrics = self.metrics
+                started = 0.0 if metrics is None else time.perf_counter()
                 statuses = await self._store(shard, batch)
+                if metrics is not None:
+                    metrics.committed(len(batch), time.perf_counter() - started)
                 del shard.commits[: len(batch)]
                 answered: list[tuple[Envelope, Reply, bytes | None]] = []
                 found: list[int | None] = list(statuses) if statuses is not None else []

@@ -55,6 +55,11 @@ class LeaseManager:
             awaited *before* given-back leases are deleted, so the worker can
             finish and ack what it started first (within a third of a lease, so
             the other leases are renewed in time).
+
+    Attributes:
+        owned: the leases held, by shard.
+        acquired: leases taken (or taken back) since start.
+        lost: leases lost since start (expired, or taken by another worker).
     """
 
     def __init__(
@@ -75,6 +80,8 @@ class LeaseManager:
         self._gained = gained
         self._lost = lost
         self.owned: dict[int, str] = {}
+        self.acquired = 0
+        self.lost = 0
         self._renewed: dict[int, float] = {}
         self._acquire = client.register_script(_scripts.ACQUIRE)
         self._release = client.register_script(_scripts.RELEASE)
@@ -204,6 +211,7 @@ class LeaseManager:
                 log.warning("shard_lease_lost", shard=shard, worker=self.worker)
                 lost.append(shard)
         if lost:
+            self.lost += len(lost)
             await self._drop(lost, released=False)
 
     async def _expire_unrenewed(self) -> None:
@@ -213,6 +221,7 @@ class LeaseManager:
         for shard in list(self.owned):
             if now - self._renewed.get(shard, now) > limit:
                 log.warning("shard_lease_expired_unrenewed", shard=shard, worker=self.worker)
+                self.lost += 1
                 await self._drop([shard], released=False)
 
     async def _give_back(self, survey: Survey) -> None:
@@ -243,6 +252,7 @@ class LeaseManager:
             return
         value = f"{int(token)}:{self.worker}"
         self.owned[shard] = value
+        self.acquired += 1
         self._renewed[shard] = time.monotonic()
         event = "shard_acquired" if previous is None else "shard_taken_back"
         log.info(event, shard=shard, token=int(token), worker=self.worker)

@@ -60,6 +60,11 @@ class Owner:
         self._commits = commits
         self._leases: LeaseManager | None = None
 
+    @property
+    def leases(self) -> LeaseManager | None:
+        """The lease manager (None until the worker started)."""
+        return self._leases
+
     def fresh(self, shard: int) -> bool:
         """True while this worker's lease on ``shard`` was recently renewed."""
         return self._leases is not None and self._leases.fresh(shard)

@@ -37,11 +37,12 @@ command is dead-lettered.
 
 from __future__ import annotations
 
+import functools
 import os
 import secrets
 import socket
 from contextlib import AsyncExitStack
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 import msgspec
@@ -73,6 +74,9 @@ from actormem.runtime.redis.config import RedisConfig
 from actormem.runtime.redis.keys import Keys, shard_of
 from actormem.runtime.transports.base import Transport, TransportHost
 
+if TYPE_CHECKING:
+    from actormem.runtime.metrics import Metrics
+
 __all__ = ("RedisTransport", "RedisTransportStats")
 
 log = structlog.get_logger("actormem.redis")
@@ -99,6 +103,8 @@ class RedisTransportStats(msgspec.Struct, frozen=True, kw_only=True):
         dead_lettered: entries moved to the dead-letter stream.
         asks_resent: asks sent again, unchanged, because no reply came in time.
         answered_again: duplicate asks answered with the reply kept with their commit.
+        leases_acquired: shard leases taken (or taken back) since start.
+        leases_lost: shard leases lost since start (expired, or taken by another).
     """
 
     worker: str
@@ -112,6 +118,8 @@ class RedisTransportStats(msgspec.Struct, frozen=True, kw_only=True):
     dead_lettered: int
     asks_resent: int = 0
     answered_again: int = 0
+    leases_acquired: int = 0
+    leases_lost: int = 0
 
 
 class RedisTransport(Transport):
@@ -422,6 +430,14 @@ class RedisTransport(Transport):
     def dropped(self, envelope: Envelope) -> None:
         self._held.dropped(envelope)
 
+    def instrument(self, metrics: Metrics) -> None:
+        """Record each group commit, and add the transport's families (see
+        :func:`~actormem.runtime.redis._metrics.families`)."""
+        from actormem.runtime.redis._metrics import families  # only with metrics on
+
+        self._commits.metrics = metrics
+        metrics.add(functools.partial(families, self))
+
     # -- inspection -------------------------------------------------------------------------
 
     def settled(self) -> bool:
@@ -435,6 +451,7 @@ class RedisTransport(Transport):
 
     def stats(self) -> RedisTransportStats:
         """Return a snapshot of the counters (cheap enough to poll)."""
+        leases = self._owner.leases
         return RedisTransportStats(
             worker=self.id,
             owned_shards=self.owned_shards(),
@@ -447,4 +464,6 @@ class RedisTransport(Transport):
             dead_lettered=self._dead_letters.written,
             asks_resent=self._asks_resent,
             answered_again=self._intake.answered_again,
+            leases_acquired=leases.acquired if leases is not None else 0,
+            leases_lost=leases.lost if leases is not None else 0,
         )

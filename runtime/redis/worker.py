@@ -30,9 +30,10 @@ import structlog
 from actormem.runtime._closing import AsyncClosing
 from actormem.runtime._lifetime import die_with_parent, keeper
 from actormem.runtime._runtime import Runtime
-from actormem.runtime.config import RuntimeConfig
+from actormem.runtime.config import MetricsConfig, RuntimeConfig
 from actormem.runtime.errors import ConfigError, TransportUnavailableError
 from actormem.runtime.redis._client import connect, redis_errors
+from actormem.runtime.redis._status_line import log_status
 from actormem.runtime.redis.config import RedisConfig, check_namespace
 from actormem.runtime.redis.keys import Keys
 from actormem.runtime.redis.transport import RedisTransport
@@ -76,6 +77,7 @@ async def run_worker(
     worker_id: str | None = None,
     stop: anyio.Event | None = None,
     signals: bool = True,
+    metrics: MetricsConfig | None = None,
 ) -> None:
     """Run a worker until SIGTERM or SIGINT (or ``stop`` is set), then leave cleanly.
 
@@ -94,9 +96,11 @@ async def run_worker(
         stop: set it to stop the worker (instead of a signal).
         signals: stop on SIGTERM and SIGINT; False leaves the signals to the
             caller, which sets ``stop``.
+        metrics: the ``[metrics]`` section: the Prometheus endpoint (``port``) and
+            the ``worker_status`` log line every ``status_interval`` seconds.
 
     Raises:
-        ConfigError: ``worker_id`` cannot name a worker.
+        ConfigError: ``worker_id`` cannot name a worker, or the metrics port is taken.
         TransportUnavailableError: Redis cannot be reached at start.
         TransportError: Redis is not suitable (it may evict keys).
     """
@@ -105,8 +109,9 @@ async def run_worker(
             check_namespace(worker_id, "a worker id")
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+    metrics = metrics or MetricsConfig()
     transport = RedisTransport(None, redis, worker=True, worker_id=worker_id)
-    async with Runtime(runtime, transport=transport) as rt:
+    async with Runtime(runtime, transport=transport, metrics=metrics) as rt:
         register(rt)
         log.info("worker_started", worker=transport.id, shards=redis.shards)
         watched = (signal.SIGTERM, signal.SIGINT) if signals else ()
@@ -125,6 +130,8 @@ async def run_worker(
 
                 tg.start_soon(on_signal)
                 tg.start_soon(on_stop)
+                if metrics.status_interval:
+                    tg.start_soon(log_status, rt, transport, metrics.status_interval)
         log.info("worker_stopped", worker=transport.id, processed=rt.stats().processed)
 
 
@@ -165,6 +172,8 @@ class WorkerProcesses(AsyncClosing):
         env: extra environment variables for the workers (the path of the app's
             config for its register function to read, say).
         limit: the most workers allowed (default: :func:`worker_limit`).
+        metrics: the workers' ``[metrics]`` section; with a ``port``, worker ``i``
+            serves its metrics on ``port + i``.
 
     Raises:
         ValueError: ``count`` < 1 or no Redis URL.
@@ -186,6 +195,7 @@ class WorkerProcesses(AsyncClosing):
         log_level: str = "info",
         env: Mapping[str, str] | None = None,
         limit: int | None = None,
+        metrics: MetricsConfig | None = None,
     ) -> None:
         if count < 1:
             raise ValueError(f"count must be >= 1, got {count}")
@@ -203,6 +213,7 @@ class WorkerProcesses(AsyncClosing):
         self.register = register
         self.runtime = runtime or RuntimeConfig()
         self.log_level = log_level
+        self.metrics = metrics or MetricsConfig()
         self.env = {**os.environ, **(env or {})}
         # One id per slot, kept when a worker is started again in it: the new
         # process takes the dead one's shards back at once.
@@ -225,6 +236,11 @@ class WorkerProcesses(AsyncClosing):
     def log_path(self, index: int) -> Path:
         """Where worker ``index`` writes its log (removed when this process ends)."""
         return self._dir / f"{self.ids[index]}.log"
+
+    def metrics_of(self, index: int) -> MetricsConfig:
+        """Worker ``index``'s ``[metrics]`` section: its own port, ``port + index``."""
+        port = self.metrics.port
+        return msgspec.structs.replace(self.metrics, port=port + index if port else 0)
 
     def pid(self, index: int) -> int | None:
         """The process id of worker ``index`` (None if not running)."""
@@ -251,6 +267,8 @@ class WorkerProcesses(AsyncClosing):
             msgspec.json.encode(self.runtime).decode(),
             "--log-level",
             self.log_level,
+            "--metrics-json",
+            msgspec.json.encode(self.metrics_of(index)).decode(),
         ]
         with self.log_path(index).open("ab") as logfile:
             proc = subprocess.Popen(
@@ -376,6 +394,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--runtime-json", default="{}")
     parser.add_argument("--worker-id", default=None)
     parser.add_argument("--log-level", default="info")
+    parser.add_argument("--metrics-json", default="{}", help="the [metrics] section as JSON")
     args = parser.parse_args(argv)
     # Read once and dropped, so the worker's own subprocesses do not inherit it.
     redis_json = args.redis_json or os.environ.pop(REDIS_JSON_ENV, None)
@@ -385,8 +404,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         redis = msgspec.json.decode(redis_json, type=RedisConfig)
         runtime = msgspec.json.decode(args.runtime_json, type=RuntimeConfig)
+        metrics = msgspec.json.decode(args.metrics_json, type=MetricsConfig)
         register = load_register(args.register)
-        anyio.run(lambda: run_worker(redis, register, runtime=runtime, worker_id=args.worker_id))
+        anyio.run(
+            lambda: run_worker(
+                redis, register, runtime=runtime, worker_id=args.worker_id, metrics=metrics
+            )
+        )
     except (ConfigError, TransportUnavailableError, msgspec.ValidationError) as exc:
         print(f"actormem worker: error: {exc}", file=sys.stderr)
         return 2

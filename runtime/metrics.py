@@ -130,6 +130,32 @@ def _labelled_counter(name: str, doc: str, label: str, by: dict[str, int]) -> Co
     return family
 
 
+class _Other:
+    """Stands for the command types past :data:`MAX_COMMAND_LABELS` (labelled ``other``)."""
+
+
+class _KindRecord:
+    """What one actor kind's handlers did: their times, and the commands by type."""
+
+    __slots__ = ("failed", "handled", "handling", "rejected")
+
+    def __init__(self) -> None:
+        self.handling = Distribution(HANDLING_BUCKETS)
+        self.handled: dict[type, int] = {}
+        self.failed: dict[type, int] = {}
+        self.rejected: dict[type, int] = {}
+
+
+def _by_name(counts: Iterable[dict[type, int]]) -> dict[str, int]:
+    """Counts by command type, summed over the kinds, by the type's name."""
+    out: dict[str, int] = {}
+    for by_type in counts:
+        for command, n in by_type.items():
+            name = OTHER if command is _Other else command.__name__
+            out[name] = out.get(name, 0) + n
+    return out
+
+
 class Metrics(Collector):
     """One runtime's metrics (see the module docstring and docs/operations.md).
 
@@ -155,10 +181,7 @@ class Metrics(Collector):
         self._asks = asks
         self._supervisor = supervisor
         self._sources: list[MetricsSource] = []
-        self._handled: dict[str, int] = {}
-        self._failed: dict[str, int] = {}
-        self._rejected: dict[str, int] = {}
-        self._handling: dict[str, Distribution] = {}
+        self._kinds_seen: dict[str, _KindRecord] = {}
         self._commit_sizes = Distribution(COMMIT_SIZE_BUCKETS)
         self._commit_seconds = Distribution(COMMIT_SECONDS_BUCKETS)
         self.registry = CollectorRegistry()
@@ -172,17 +195,24 @@ class Metrics(Collector):
         ``outcome``: 0 handled, 1 rejected (an expected error: bad input), 2 failed
         (the handler crashed).
         """
-        dist = self._handling.get(kind)
-        if dist is None:
-            dist = self._handling[kind] = Distribution(HANDLING_BUCKETS)
-        dist.observe(seconds)
-        command = type(message).__name__
-        handled = self._handled
-        if command not in handled and len(handled) >= MAX_COMMAND_LABELS:
-            command = OTHER
-        handled[command] = handled.get(command, 0) + 1
+        # The hottest path with metrics on: no method calls, counts by type object
+        # (named only at scrape time).
+        record = self._kinds_seen.get(kind)
+        if record is None:
+            record = self._kinds_seen[kind] = _KindRecord()
+        dist = record.handling
+        dist.counts[bisect_left(HANDLING_BUCKETS, seconds)] += 1
+        dist.total += seconds
+        command = type(message)
+        handled = record.handled
+        n = handled.get(command)
+        if n is None:
+            if len(handled) >= MAX_COMMAND_LABELS:
+                command = _Other
+            n = handled.get(command, 0)
+        handled[command] = n + 1
         if outcome:
-            into = self._rejected if outcome == 1 else self._failed
+            into = record.rejected if outcome == 1 else record.failed
             into[command] = into.get(command, 0) + 1
 
     def committed(self, commands: int, seconds: float) -> None:
@@ -232,29 +262,30 @@ class Metrics(Collector):
             "Messages taken from mailboxes (handled or shed).",
             dispatch.processed,
         )
+        records = self._kinds_seen.values()
         yield _labelled_counter(
             "actormem_commands_handled",
             "Commands handled (any outcome), by command type.",
             "command",
-            self._handled,
+            _by_name(r.handled for r in records),
         )
         yield _labelled_counter(
             "actormem_commands_failed",
             "Commands whose handler crashed, by command type.",
             "command",
-            self._failed,
+            _by_name(r.failed for r in records),
         )
         yield _labelled_counter(
             "actormem_commands_rejected",
             "Commands refused with an expected error (bad input), by command type.",
             "command",
-            self._rejected,
+            _by_name(r.rejected for r in records),
         )
         yield _histogram(
             "actormem_handling_seconds",
             "Time a handler took for one message, by actor kind.",
             "kind",
-            self._handling,
+            {kind: r.handling for kind, r in self._kinds_seen.items()},
         )
         yield _counter("actormem_handler_failures", "Handler crashes.", self._supervisor.failures)
         yield _counter(

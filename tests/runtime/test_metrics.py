@@ -12,7 +12,7 @@ import pytest
 
 from actormem.runtime import Actor, ConfigError, HandlerError, Runtime
 from actormem.runtime.config import MetricsConfig
-from actormem.runtime.metrics import Distribution
+from actormem.runtime.metrics import MAX_COMMAND_LABELS, Distribution
 from actormem.runtime.redis import free_port
 from tests.support.scrape import parse, scrape, value
 
@@ -29,6 +29,11 @@ class Picky(Actor):
             raise ValueError("no numbers")
         if message == "boom":
             raise RuntimeError("boom")
+        return message
+
+
+class Echo(Actor):
+    async def receive(self, message: Any) -> Any:
         return message
 
 
@@ -110,3 +115,16 @@ def test_a_distribution_counts_cumulatively_as_prometheus_reads_it() -> None:
 def test_the_config_refuses_a_port_out_of_range() -> None:
     with pytest.raises(ValueError, match=r"port must be within 0\.\.65535"):
         MetricsConfig(port=70000)
+
+
+async def test_command_labels_are_bounded() -> None:
+    port = free_port()
+    kinds = [type(f"Command{i}", (), {}) for i in range(MAX_COMMAND_LABELS + 5)]
+    async with Runtime(metrics=MetricsConfig(port=port)) as rt:
+        rt.register("echo", Echo)
+        for kind in kinds:
+            await rt.ask("echo/a", kind())
+        samples = parse((await scrape(port))[2])
+    labelled = [k for k in samples if k[0] == "actormem_commands_handled_total"]
+    assert len(labelled) == MAX_COMMAND_LABELS + 1
+    assert value(samples, "actormem_commands_handled_total", command="other") == 5

@@ -18,7 +18,13 @@ from actormem.actors.pool.config import PoolConfig
 from actormem.actors.recall.episodes import EpisodeConfig
 from actormem.actors.recall.longterm import LongTermConfig
 from actormem.actors.retention import RetentionConfig
-from actormem.runtime.config import LoggingConfig, RuntimeConfig, _Section, load_toml
+from actormem.runtime.config import (
+    LoggingConfig,
+    MetricsConfig,
+    RuntimeConfig,
+    _Section,
+    load_toml,
+)
 from actormem.runtime.errors import ConfigError
 from actormem.runtime.redis import RedisConfig
 from actormem.runtime.redis.config import check_namespace
@@ -211,6 +217,7 @@ class AppConfig(_Section, frozen=True):
 
     runtime: RuntimeConfig = msgspec.field(default_factory=RuntimeConfig)
     logging: LoggingConfig | None = None
+    metrics: MetricsConfig = msgspec.field(default_factory=MetricsConfig)
     redis: RedisConfig = msgspec.field(default_factory=RedisConfig)
     memory: MemoryConfig = msgspec.field(default_factory=MemoryConfig)
     compression: CompressionConfig = msgspec.field(default_factory=CompressionConfig)

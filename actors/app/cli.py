@@ -36,7 +36,7 @@ from actormem.actors.app.wiring import CONFIG_ENV, MemoryRuntime
 from actormem.actors.config import AppConfig, load_app_config
 from actormem.runtime.cli import StopSignals
 from actormem.runtime.cli import positive_int as _positive
-from actormem.runtime.config import LoggingConfig, decode_config, redacted
+from actormem.runtime.config import LoggingConfig, MetricsConfig, decode_config, redacted
 from actormem.runtime.errors import ConfigError
 from actormem.runtime.logging import configure_logging
 from actormem.runtime.redis import EmbeddedRedis
@@ -106,6 +106,7 @@ def add_commands(subs: Any) -> None:
         "--base-url", metavar="URL", help="the OpenAI-compatible API (simulation.brain.base_url)"
     )
     sim.add_argument("--model", metavar="NAME", help="the chat model (simulation.brain.model)")
+    _metrics_port_option(sim, " (with --workers, worker i serves on PORT + 1 + i)")
     sim.add_argument("--json", metavar="PATH", help="also write the report as JSON to PATH")
     sim.add_argument("--no-progress", action="store_true", help="no progress bar")
     sim.set_defaults(func=_simulate)
@@ -124,6 +125,7 @@ def add_commands(subs: Any) -> None:
         "host or slot) and a restarted worker takes its shards back at once "
         "(default: a new one per process)",
     )
+    _metrics_port_option(worker, "")
     worker.set_defaults(func=_worker)
 
     cfg = subs.add_parser(
@@ -133,6 +135,27 @@ def add_commands(subs: Any) -> None:
     cfg.add_argument("config", nargs="?", default=None, help="a TOML config")
     cfg.set_defaults(func=_show_config)
     ops.add_commands(subs)
+
+
+def _metrics_port_option(parser: argparse.ArgumentParser, note: str) -> None:
+    parser.add_argument(
+        "--metrics-port",
+        type=_port,
+        metavar="PORT",
+        help="serve Prometheus metrics on http://HOST:PORT/metrics (override [metrics] port; "
+        f"HOST is [metrics] host, default 127.0.0.1; 0: off){note}",
+    )
+
+
+def _port(text: str) -> int:
+    """An argument type: a TCP port, 0..65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port within 0..65535, got {value}")
+    return value
 
 
 def _brain_spec(text: str) -> dict[str, str]:
@@ -177,6 +200,8 @@ def _load(args: argparse.Namespace) -> AppConfig:
         transport = "redis"
     if transport:
         overrides.setdefault("runtime", {})["transport"] = transport
+    if getattr(args, "metrics_port", None) is not None:
+        overrides.setdefault("metrics", {})["port"] = args.metrics_port
     if brain:
         given = msgspec.to_builtins(config.simulation.brain)
         overrides.setdefault("simulation", {})["brain"] = given | brain
@@ -215,6 +240,7 @@ def _worker(args: argparse.Namespace) -> int:
             worker_id=args.worker_id,
             stop=stops.requested,
             signals=False,
+            metrics=config.metrics,
         ),
     )
     return stops.exit_code
@@ -367,6 +393,13 @@ async def _run(
         )
 
 
+def _workers_metrics(config: AppConfig) -> MetricsConfig:
+    """The ``[metrics]`` of a simulation's worker processes: this process serves on
+    the port, worker ``i`` on ``port + 1 + i``."""
+    port = config.metrics.port
+    return msgspec.structs.replace(config.metrics, port=port + 1 if port else 0)
+
+
 async def _open(
     stack: AsyncExitStack, config: AppConfig, path: str | None, workers: int
 ) -> tuple[AppConfig, MemoryRuntime]:
@@ -387,6 +420,7 @@ async def _open(
                 runtime=config.runtime,
                 env=env,
                 limit=workers,  # _check_workers has held it to the limit
+                metrics=_workers_metrics(config),
             )
         )
         config = msgspec.structs.replace(config, redis=redis)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
@@ -19,6 +20,7 @@ from actormem.actors.errors import ContextBudgetError, MemoryInputError
 from actormem.actors.memory import commands
 from actormem.actors.memory.actor import memory_factory
 from actormem.actors.memory.handle import MemoryHandle
+from actormem.actors.metrics import ActorCounts, families
 from actormem.actors.pool import commands as pool_commands
 from actormem.actors.pool.actor import PoolActor
 from actormem.actors.pool.insights import InsightDelivery, InsightError, InsightSignatureError
@@ -78,13 +80,17 @@ register_error_types(
 
 
 def register_actors(runtime: Runtime, config: AppConfig) -> None:
-    """Register every domain actor kind on ``runtime`` (workers call this too)."""
+    """Register every domain actor kind on ``runtime`` (workers call this too), and
+    their counts with the runtime's metrics when it serves them."""
+    counts = ActorCounts()
     runtime.register("memory", memory_factory(config))
     runtime.register(
-        COMPRESSOR_KIND, compressor_factory(config.compression, config.memory.encoding)
+        COMPRESSOR_KIND, compressor_factory(config.compression, config.memory.encoding, counts)
     )
     store = config.retention.store() if config.retention.policy == "persistent" else None
-    runtime.register("pool", PoolActor.factory(config.pool, store))
+    runtime.register("pool", PoolActor.factory(config.pool, store, counts))
+    if runtime.metrics is not None:
+        runtime.metrics.add(functools.partial(families, counts))
 
 
 def worker_env(config: AppConfig) -> dict[str, str]:
@@ -141,7 +147,8 @@ class MemoryRuntime(Runtime):
     (the default) leaves the process's logging as it is.
 
     Args:
-        config: the whole app config (defaults if omitted).
+        config: the whole app config (defaults if omitted); with ``[metrics] port``
+            set the runtime serves Prometheus metrics there while it is open.
         transport: how envelopes travel; by default the config's
             ``runtime.transport`` (in-process, or Redis streams with this process
             as a worker; an embedded Redis when ``[redis] url`` is unset).
@@ -184,7 +191,9 @@ class MemoryRuntime(Runtime):
         if self.app_config.logging is not None:
             configure_logging(self.app_config.logging.format, self.app_config.logging.level)
         super().__init__(
-            self.app_config.runtime, transport=transport or transport_for(self.app_config)
+            self.app_config.runtime,
+            transport=transport or transport_for(self.app_config),
+            metrics=self.app_config.metrics,
         )
         register_actors(self, self.app_config)
 

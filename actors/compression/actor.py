@@ -29,6 +29,7 @@ from actormem.actors.compression.protocol import CompressionOutcome, CompressReq
 from actormem.actors.compression.summarizers import OfflineSummarizer, Summarizer
 from actormem.actors.errors import MemoryInputError
 from actormem.actors.messages import count_tokens
+from actormem.actors.metrics import ActorCounts
 from actormem.runtime import Actor, ActorContext, TokenCounter, get_counter
 
 __all__ = (
@@ -77,6 +78,7 @@ class CompressorActor(Actor):
         breaker: the pool's shared circuit breaker for the LLM summarizer.
         encoding: the token encoding the memories count with (``[memory] encoding``),
             so summaries are counted as the messages they replace.
+        counts: where compressions and tokens saved are counted (the runtime's).
 
     Raises (to the asker):
         MemoryInputError: the message is not a CompressRequest.
@@ -88,9 +90,11 @@ class CompressorActor(Actor):
         config: CompressionConfig,
         breaker: CircuitBreaker | None = None,
         encoding: str | None = None,
+        counts: ActorCounts | None = None,
     ) -> None:
         super().__init__(ctx)
         self.config = config
+        self._counts = counts or ActorCounts()
         self._breaker = breaker
         self._counter = get_counter(encoding)
         self._summarizer: Summarizer | None = None
@@ -150,6 +154,8 @@ class CompressorActor(Actor):
             "under_budget": outcome.under_budget,
         }
         if outcome.strategies:
+            self._counts.compressions += 1
+            self._counts.tokens_saved += outcome.tokens_saved
             log.info("compression_applied", **fields)
             if not outcome.under_budget:
                 log.warning("compression_over_budget", note=outcome.note, **fields)
@@ -185,13 +191,15 @@ class CompressorActor(Actor):
 
 
 def compressor_factory(
-    config: CompressionConfig, encoding: str | None = None
+    config: CompressionConfig, encoding: str | None = None, counts: ActorCounts | None = None
 ) -> Callable[[ActorContext], Actor]:
     """Return the factory to register the compressor kind with (one breaker per pool);
-    ``encoding`` is the memories' token encoding (default ``cl100k_base``)."""
+    ``encoding`` is the memories' token encoding (default ``cl100k_base``), ``counts``
+    where the pool's compressions are counted."""
     breaker = CircuitBreaker(config.llm.breaker_failures, config.llm.breaker_reset)
+    counts = counts or ActorCounts()
 
     def factory(ctx: ActorContext) -> Actor:
-        return CompressorActor(ctx, config, breaker, encoding)
+        return CompressorActor(ctx, config, breaker, encoding, counts)
 
     return factory

@@ -46,6 +46,7 @@ import structlog
 
 from actormem.actors.errors import MemoryInputError
 from actormem.actors.memory.inputs import check_command
+from actormem.actors.metrics import ActorCounts
 from actormem.actors.pool.commands import (
     WILDCARD,
     AgentCommand,
@@ -124,6 +125,7 @@ class PoolActor(Actor):
         store: when given, the pool's state is loaded from it on start and saved to
             it on stop (persistent retention with the local transport; over Redis the
             transport stores it at every command).
+        counts: the runtime's counts, which the pool's deliveries add to.
     """
 
     def __init__(
@@ -131,6 +133,7 @@ class PoolActor(Actor):
         ctx: ActorContext,
         config: PoolConfig | None = None,
         store: SessionStore | None = None,
+        counts: ActorCounts | None = None,
     ) -> None:
         super().__init__(ctx)
         self.config = config or PoolConfig()
@@ -140,7 +143,7 @@ class PoolActor(Actor):
         self._topics = Topics(self.config, self.signer)
         self._subs = Subscriptions()
         self._cursors = Cursors()
-        self._deliveries = Deliveries(ctx, self.config)
+        self._deliveries = Deliveries(ctx, self.config, counts)
         self._applied: OrderedDict[str, ShareResult] = OrderedDict()
         self._rejected = 0
         self._dirty = False
@@ -149,10 +152,13 @@ class PoolActor(Actor):
 
     @classmethod
     def factory(
-        cls, config: PoolConfig | None = None, store: SessionStore | None = None
+        cls,
+        config: PoolConfig | None = None,
+        store: SessionStore | None = None,
+        counts: ActorCounts | None = None,
     ) -> Callable[[ActorContext], PoolActor]:
         """Return an actor factory for ``rt.register("pool", ...)``."""
-        return functools.partial(cls, config=config, store=store)
+        return functools.partial(cls, config=config, store=store, counts=counts)
 
     async def on_start(self) -> None:
         if self.store is not None and not self._restored:

@@ -15,6 +15,7 @@ from typing import Any
 
 import structlog
 
+from actormem.actors.metrics import ActorCounts
 from actormem.actors.pool.commands import DeliveryOutcome
 from actormem.actors.pool.config import PoolConfig
 from actormem.actors.pool.insights import InsightDelivery
@@ -32,6 +33,7 @@ class Deliveries:
     Args:
         ctx: the pool actor's context.
         config: the memory kind and the most deliveries deferred at once.
+        counts: the runtime's counts, which deliveries and failures add to.
 
     Attributes:
         delivered: deliveries told.
@@ -39,15 +41,26 @@ class Deliveries:
         deferred: deliveries waiting on full mailboxes now.
     """
 
-    __slots__ = ("_backlog", "_config", "_ctx", "deferred", "delivered", "failed")
+    __slots__ = ("_backlog", "_config", "_counts", "_ctx", "deferred", "delivered", "failed")
 
-    def __init__(self, ctx: ActorContext, config: PoolConfig) -> None:
+    def __init__(
+        self, ctx: ActorContext, config: PoolConfig, counts: ActorCounts | None = None
+    ) -> None:
         self._ctx = ctx
+        self._counts = counts or ActorCounts()
         self._config = config
         self._backlog: dict[str, deque[InsightDelivery]] = {}
         self.deferred = 0
         self.delivered = 0
         self.failed = 0
+
+    def _told(self, n: int) -> None:
+        self.delivered += n
+        self._counts.pool_deliveries += n
+
+    def _lost(self, n: int) -> None:
+        self.failed += n
+        self._counts.pool_delivery_failures += n
 
     def deliver(self, agent: str, delivery: InsightDelivery) -> None:
         """Tell ``delivery`` to ``agent``'s memory now, or after what waits for it."""
@@ -64,18 +77,18 @@ class Deliveries:
             self._defer(agent, backlog, delivery)
             self._start_drain(agent, backlog)
         except (ActorError, RuntimeClosedError) as exc:
-            self.failed += 1
+            self._lost(1)
             log.warning(
                 "insight_delivery_failed", agent=agent, insight=delivery.insight.id, reason=str(exc)
             )
         else:
-            self.delivered += 1
+            self._told(1)
 
     def _defer(
         self, agent: str, backlog: deque[InsightDelivery], delivery: InsightDelivery
     ) -> None:
         if self.deferred >= self._config.max_deferred_deliveries:
-            self.failed += 1
+            self._lost(1)
             log.warning(
                 "insight_delivery_failed",
                 agent=agent,
@@ -114,14 +127,14 @@ class Deliveries:
 
     def drained(self, outcome: DeliveryOutcome) -> None:
         """Count a drain's outcome; drain again what arrived after it ended."""
-        self.delivered += outcome.delivered
+        self._told(outcome.delivered)
         self.deferred = max(0, self.deferred - outcome.delivered)
         backlog = self._backlog.get(outcome.agent)
         if backlog is None:
             return
         if outcome.error is not None:
             lost = len(backlog)
-            self.failed += lost
+            self._lost(lost)
             self.deferred = max(0, self.deferred - lost)
             backlog.clear()
             del self._backlog[outcome.agent]

@@ -6,9 +6,11 @@ from __future__ import annotations
 import pytest
 
 from actormem.actors import AppConfig, MemoryRuntime
+from actormem.actors.app.cli import _workers_metrics
 from actormem.actors.compression import CompressionConfig
 from actormem.runtime.config import MetricsConfig
-from actormem.runtime.redis import free_port
+from actormem.runtime.redis import RedisConfig, free_port
+from actormem.runtime.redis.worker import WorkerProcesses
 from tests.actors.compression._build import chatter
 from tests.support.scrape import Samples, parse, scrape, value
 from tests.support.streams import eventually
@@ -44,3 +46,18 @@ async def test_an_embedded_runtime_serves_the_domain_counts() -> None:
     assert value(samples, "actormem_actors_active", kind="pool") == 1
     assert value(samples, "actormem_commands_handled_total", command="Add") >= 10
     assert value(samples, "actormem_commands_handled_total", command="CompressRequest") >= 1
+
+
+def test_each_worker_process_gets_a_port_of_its_own() -> None:
+    metrics = MetricsConfig(port=9100, status_interval=5.0)
+    redis = RedisConfig(url="redis://127.0.0.1:1")
+    workers = WorkerProcesses(
+        3, redis, "actormem.actors.app.wiring:worker_register", metrics=metrics
+    )
+    assert [workers.metrics_of(i).port for i in range(3)] == [9100, 9101, 9102]
+    assert workers.metrics_of(2).status_interval == 5.0
+    off = WorkerProcesses(2, redis, "actormem.actors.app.wiring:worker_register")
+    assert [off.metrics_of(i).port for i in range(2)] == [0, 0]
+    # A simulation with workers serves the port itself; its workers take the next ones.
+    assert _workers_metrics(AppConfig(metrics=metrics)).port == 9101
+    assert _workers_metrics(AppConfig()).port == 0

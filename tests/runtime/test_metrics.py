@@ -47,6 +47,7 @@ async def test_the_endpoint_counts_commands_by_type_and_outcome() -> None:
             await rt.ask("picky/0", 7)
         with pytest.raises(HandlerError):
             await rt.ask("picky/1", "boom")
+        assert await rt.passivate("picky/0")
         status, content_type, text = await scrape(port)
         missing, _, _ = await scrape(port, "/other")
     assert status == 200 and content_type.startswith("text/plain")
@@ -56,7 +57,8 @@ async def test_the_endpoint_counts_commands_by_type_and_outcome() -> None:
     assert value(samples, "actormem_commands_rejected_total", command="int") == 1
     assert value(samples, "actormem_commands_failed_total", command="str") == 1
     assert value(samples, "actormem_handling_seconds_count", kind="picky") == 7
-    assert value(samples, "actormem_actors_active", kind="picky") == 2
+    assert value(samples, "actormem_actors_active", kind="picky") == 1
+    assert value(samples, "actormem_actors_passivated_total", kind="picky") == 1
     assert value(samples, "actormem_handler_failures_total") == 1
     assert value(samples, "actormem_asks_in_flight") == 0
     assert missing == 404

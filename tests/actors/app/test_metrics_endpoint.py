@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import socket
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -72,30 +74,41 @@ async def test_a_worker_serves_metrics_that_move_and_logs_its_status(
     assert line["shards"] == redis_config.shards and line["failures"] == 0
 
 
+@contextmanager
+def taken_port() -> Iterator[int]:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        yield taken.getsockname()[1]
+
+
+def in_use(port: int) -> str:
+    return (
+        f"actormem: error: metrics port {port} on 127.0.0.1 is already in use "
+        "(choose another with [metrics] port or --metrics-port)"
+    )
+
+
+async def actormem(*args: str) -> tuple[int, list[str]]:
+    proc = await run_process(
+        [sys.executable, "-m", "actormem.runtime.cli", *args], check=False, cwd=ROOT
+    )
+    return proc.returncode, proc.stderr.decode().strip().splitlines()
+
+
 async def test_a_metrics_port_in_use_stops_the_worker_with_one_line(
     tmp_path: Path, redis_config: RedisConfig
 ) -> None:
     config_file = write_config(tmp_path / "deployment.toml", redis_config)
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        proc = await run_process(
-            [
-                sys.executable,
-                "-m",
-                "actormem.runtime.cli",
-                "worker",
-                config_file,
-                "--metrics-port",
-                str(port),
-            ],
-            check=False,
-            cwd=ROOT,
+    with taken_port() as port:
+        code, err = await actormem("worker", config_file, "--metrics-port", str(port))
+    assert (code, err) == (2, [in_use(port)])
+
+
+async def test_a_metrics_port_in_use_stops_a_simulation_with_one_line() -> None:
+    with taken_port() as port:
+        code, err = await actormem(
+            "simulate", "configs/town-small.toml", "--no-progress", "--metrics-port", str(port)
         )
-    err = proc.stderr.decode().strip()
-    assert proc.returncode == 2
-    assert err.splitlines() == [
-        f"actormem: error: metrics port {port} on 127.0.0.1 is already in use "
-        "(choose another with [metrics] port or --metrics-port)"
-    ]
+    assert code == 2 and err[-1] == in_use(port)
+    assert [line for line in err if "Traceback" in line] == []

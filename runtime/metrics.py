@@ -61,7 +61,7 @@ HANDLING_BUCKETS: Final = (*_decades(-4, 0), 10.0, 30.0)
 COMMIT_SIZE_BUCKETS: Final = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0)
 #: Seconds one group commit call takes.
 COMMIT_SECONDS_BUCKETS: Final = _decades(-4, 0)
-#: Distinct command type names labelled; the rest are counted as ``other``.
+#: Distinct command types labelled per actor kind; the rest are counted as ``other``.
 MAX_COMMAND_LABELS: Final = 100
 #: Label value of the command types past :data:`MAX_COMMAND_LABELS`.
 OTHER: Final = "other"
@@ -363,7 +363,10 @@ async def serve(
 
     async with listener:
         log.info("metrics_serving", url=f"http://{where}/metrics")
-        await listener.serve(answer)
+        try:
+            await listener.serve(answer)
+        except OSError as exc:  # out of file descriptors, say: the runtime carries on
+            log.error("metrics_endpoint_failed", url=f"http://{where}/metrics", reason=str(exc))
 
 
 async def _answer(metrics: Metrics, stream: anyio.abc.SocketStream) -> None:

@@ -36,7 +36,7 @@ from actormem.actors.app.wiring import CONFIG_ENV, MemoryRuntime
 from actormem.actors.config import AppConfig, load_app_config
 from actormem.runtime.cli import StopSignals
 from actormem.runtime.cli import positive_int as _positive
-from actormem.runtime.config import LoggingConfig, MetricsConfig, decode_config, redacted
+from actormem.runtime.config import LoggingConfig, decode_config, redacted
 from actormem.runtime.errors import ConfigError
 from actormem.runtime.logging import configure_logging
 from actormem.runtime.redis import EmbeddedRedis
@@ -106,7 +106,7 @@ def add_commands(subs: Any) -> None:
         "--base-url", metavar="URL", help="the OpenAI-compatible API (simulation.brain.base_url)"
     )
     sim.add_argument("--model", metavar="NAME", help="the chat model (simulation.brain.model)")
-    _metrics_port_option(sim, " (with --workers, worker i serves on PORT + 1 + i)")
+    _metrics_port_option(sim, " (with --workers, worker i serves on PORT + i)")
     sim.add_argument("--json", metavar="PATH", help="also write the report as JSON to PATH")
     sim.add_argument("--no-progress", action="store_true", help="no progress bar")
     sim.set_defaults(func=_simulate)
@@ -393,13 +393,6 @@ async def _run(
         )
 
 
-def _workers_metrics(config: AppConfig) -> MetricsConfig:
-    """The ``[metrics]`` of a simulation's worker processes: this process serves on
-    the port, worker ``i`` on ``port + 1 + i``."""
-    port = config.metrics.port
-    return msgspec.structs.replace(config.metrics, port=port + 1 if port else 0)
-
-
 async def _open(
     stack: AsyncExitStack, config: AppConfig, path: str | None, workers: int
 ) -> tuple[AppConfig, MemoryRuntime]:
@@ -420,7 +413,7 @@ async def _open(
                 runtime=config.runtime,
                 env=env,
                 limit=workers,  # _check_workers has held it to the limit
-                metrics=_workers_metrics(config),
+                metrics=config.metrics,
             )
         )
         config = msgspec.structs.replace(config, redis=redis)

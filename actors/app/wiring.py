@@ -148,7 +148,8 @@ class MemoryRuntime(Runtime):
 
     Args:
         config: the whole app config (defaults if omitted); with ``[metrics] port``
-            set the runtime serves Prometheus metrics there while it is open.
+            set the runtime serves Prometheus metrics there while it is open, unless
+            it is a client of workers (a ``RedisTransport`` with ``worker=False``).
         transport: how envelopes travel; by default the config's
             ``runtime.transport`` (in-process, or Redis streams with this process
             as a worker; an embedded Redis when ``[redis] url`` is unset).
@@ -190,10 +191,14 @@ class MemoryRuntime(Runtime):
         self.namespace = namespace
         if self.app_config.logging is not None:
             configure_logging(self.app_config.logging.format, self.app_config.logging.level)
+        transport = transport or transport_for(self.app_config)
+        # A client of workers hosts no agents; the deployment's config names the
+        # workers' port, which a client on a worker's host would find taken.
+        client = isinstance(transport, RedisTransport) and not transport.worker
         super().__init__(
             self.app_config.runtime,
-            transport=transport or transport_for(self.app_config),
-            metrics=self.app_config.metrics,
+            transport=transport,
+            metrics=None if client else self.app_config.metrics,
         )
         register_actors(self, self.app_config)
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from actormem.actors import AppConfig, MemoryRuntime
-from actormem.actors.app.cli import _workers_metrics
 from actormem.actors.compression import CompressionConfig
 from actormem.runtime.config import MetricsConfig
 from actormem.runtime.redis import RedisConfig, free_port
+from actormem.runtime.redis.transport import RedisTransport
 from actormem.runtime.redis.worker import WorkerProcesses
 from tests.actors.compression._build import chatter
 from tests.support.scrape import Samples, parse, scrape, value
@@ -58,6 +58,10 @@ def test_each_worker_process_gets_a_port_of_its_own() -> None:
     assert workers.metrics_of(2).status_interval == 5.0
     off = WorkerProcesses(2, redis, "actormem.actors.app.wiring:worker_register")
     assert [off.metrics_of(i).port for i in range(2)] == [0, 0]
-    # A simulation with workers serves the port itself; its workers take the next ones.
-    assert _workers_metrics(AppConfig(metrics=metrics)).port == 9101
-    assert _workers_metrics(AppConfig()).port == 0
+
+
+def test_a_client_of_workers_leaves_the_port_to_them() -> None:
+    config = AppConfig(metrics=MetricsConfig(port=9100))
+    client = RedisTransport("redis://127.0.0.1:1", RedisConfig(), worker=False)
+    assert MemoryRuntime(config, transport=client).metrics is None
+    assert MemoryRuntime(config).metrics is not None

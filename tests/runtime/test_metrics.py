@@ -50,6 +50,7 @@ async def test_the_endpoint_counts_commands_by_type_and_outcome() -> None:
         assert await rt.passivate("picky/0")
         status, content_type, text = await scrape(port)
         missing, _, _ = await scrape(port, "/other")
+        _, open_metrics, body = await scrape(port, accept="application/openmetrics-text")
     assert status == 200 and content_type.startswith("text/plain")
     samples = parse(text)
     assert value(samples, "actormem_commands_handled_total", command="str") == 6
@@ -62,6 +63,7 @@ async def test_the_endpoint_counts_commands_by_type_and_outcome() -> None:
     assert value(samples, "actormem_handler_failures_total") == 1
     assert value(samples, "actormem_asks_in_flight") == 0
     assert missing == 404
+    assert open_metrics.startswith("application/openmetrics-text") and body.endswith("# EOF\n")
 
 
 async def test_two_runtimes_in_one_process_keep_their_own_counts() -> None:

@@ -14,18 +14,20 @@ __all__ = ("Samples", "parse", "scrape", "value")
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
-def _get(url: str) -> tuple[int, str, str]:
+def _get(url: str, accept: str) -> tuple[int, str, str]:
+    request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
     try:
-        with urllib.request.urlopen(url, timeout=10) as response:
+        with urllib.request.urlopen(request, timeout=10) as response:
             body = response.read().decode()
             return response.status, response.headers["Content-Type"], body
     except urllib.error.HTTPError as exc:
         return exc.code, exc.headers["Content-Type"], exc.read().decode()
 
 
-async def scrape(port: int, path: str = "/metrics") -> tuple[int, str, str]:
-    """GET ``path`` on 127.0.0.1:``port``: the status, the content type and the body."""
-    return await anyio.to_thread.run_sync(_get, f"http://127.0.0.1:{port}{path}")
+async def scrape(port: int, path: str = "/metrics", accept: str = "") -> tuple[int, str, str]:
+    """GET ``path`` on 127.0.0.1:``port`` (with an ``Accept`` header, if given): the
+    status, the content type and the body."""
+    return await anyio.to_thread.run_sync(_get, f"http://127.0.0.1:{port}{path}", accept)
 
 
 def parse(text: str) -> Samples:

@@ -4,6 +4,8 @@ HTTP as Prometheus scrapes it; two runtimes in one process; a port in use."""
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -132,3 +134,18 @@ async def test_command_labels_are_bounded() -> None:
     labelled = [k for k in samples if k[0] == "actormem_commands_handled_total"]
     assert len(labelled) == MAX_COMMAND_LABELS + 1
     assert value(samples, "actormem_commands_handled_total", command="other") == 5
+
+
+@pytest.mark.slow
+def test_prometheus_client_is_imported_only_when_a_port_is_set() -> None:
+    code = (
+        "import sys, actormem.actors.app.cli, actormem.runtime.redis.worker\n"
+        "from actormem.actors import AppConfig, MemoryRuntime\n"
+        "from actormem.runtime.config import MetricsConfig\n"
+        "MemoryRuntime(AppConfig())\n"
+        "off = 'prometheus_client' in sys.modules\n"
+        "MemoryRuntime(AppConfig(metrics=MetricsConfig(port=9100)))\n"
+        "print(off, 'prometheus_client' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "True"]

@@ -15,7 +15,8 @@ import anyio
 import structlog
 
 from actormem.runtime.errors import ActormemError
-from actormem.runtime.redis.status import read_status
+from actormem.runtime.redis._client import redis_errors
+from actormem.runtime.redis.keys import CONSUMER_GROUP
 
 if TYPE_CHECKING:
     from actormem.runtime._runtime import Runtime
@@ -37,13 +38,9 @@ async def log_status(rt: Runtime, transport: RedisTransport, interval: float) ->
         lag: int | None = None
         pending: int | None = None
         try:
-            status = await read_status(transport.client, transport.config)
+            lag, pending = await backlog(transport)
         except ActormemError as exc:  # Redis away: the line still comes, without the backlog
             log.debug("worker_status_backlog_unread", reason=str(exc))
-        else:
-            mine = [s for s in status.shards if s.owner == transport.id]
-            pending = sum(s.pending for s in mine)
-            lag = sum(s.lag or 0 for s in mine)
         handled = stats.processed - before.processed
         log.info(
             "worker_status",
@@ -59,3 +56,30 @@ async def log_status(rt: Runtime, transport: RedisTransport, interval: float) ->
             mailbox_depth=stats.mailbox_depth,
         )
         before, dead_before, since = stats, ours.dead_lettered, now
+
+
+async def backlog(transport: RedisTransport) -> tuple[int, int]:
+    """Entries of the worker's shards not yet read (lag), and read but not yet
+    acknowledged (pending), as the shards' consumer groups report them (XINFO
+    GROUPS: in a worker's ACL).
+
+    Raises:
+        TransportError: Redis is away or refused.
+    """
+    streams = [transport.keys.stream(shard) for shard in transport.owned_shards()]
+    if not streams:
+        return 0, 0
+    with redis_errors("reading the shards' backlog"):
+        async with transport.client.pipeline(transaction=False) as pipe:
+            for stream in streams:
+                pipe.xinfo_groups(stream)
+            # A stream nobody wrote to yet has no group: nothing waits in it.
+            replies = await pipe.execute(raise_on_error=False)
+    lag = pending = 0
+    names = (CONSUMER_GROUP, CONSUMER_GROUP.encode())
+    for groups in replies:
+        for group in groups if isinstance(groups, list) else ():
+            if group.get("name") in names:
+                lag += int(group.get("lag") or 0)
+                pending += int(group.get("pending") or 0)
+    return lag, pending

@@ -3,11 +3,8 @@ HTTP as Prometheus scrapes it; two runtimes in one process; a port in use."""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -16,7 +13,7 @@ from actormem.runtime import Actor, ConfigError, HandlerError, Runtime
 from actormem.runtime.config import MetricsConfig
 from actormem.runtime.metrics import MAX_COMMAND_LABELS, Distribution
 from actormem.runtime.redis import free_port
-from tests.support.scrape import parse, scrape, value
+from tests.support.scrape import parse, scrape, taken_port, value
 
 pytestmark = pytest.mark.anyio
 
@@ -82,14 +79,6 @@ async def test_two_runtimes_in_one_process_keep_their_own_counts() -> None:
         first, second = [parse((await scrape(p))[2]) for p in ports]
     assert value(first, "actormem_commands_handled_total", command="str") == 1
     assert value(second, "actormem_commands_handled_total", command="str") == 3
-
-
-@contextmanager
-def taken_port() -> Iterator[int]:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        sock.listen()
-        yield sock.getsockname()[1]
 
 
 async def test_a_port_in_use_is_an_error_naming_it() -> None:

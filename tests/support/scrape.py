@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import socket
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import anyio
 from prometheus_client.parser import text_string_to_metric_families
 
-__all__ = ("Samples", "parse", "scrape", "value")
+__all__ = ("Samples", "parse", "scrape", "taken_port", "value")
 
 #: Every sample of a scrape, by name and labels.
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -42,3 +45,12 @@ def parse(text: str) -> Samples:
 def value(samples: Samples, name: str, **labels: str) -> float:
     """One sample's value (0 when absent: a counter nothing has counted yet)."""
     return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+@contextmanager
+def taken_port() -> Iterator[int]:
+    """A port on 127.0.0.1 that a socket listens on (another server's, say)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock.getsockname()[1]

@@ -5,10 +5,7 @@ a metrics port already in use stops ``actormem worker`` with one line."""
 from __future__ import annotations
 
 import json
-import socket
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -20,7 +17,7 @@ from actormem.runtime.redis import RedisConfig, free_port
 from actormem.runtime.redis.worker import WorkerProcesses
 from tests.actors.app.test_ops import APP, app_client, write_config
 from tests.support import ROOT
-from tests.support.scrape import Samples, parse, scrape, value
+from tests.support.scrape import Samples, parse, scrape, taken_port, value
 from tests.support.streams import eventually, every_worker_owns_shards
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -72,14 +69,6 @@ async def test_a_worker_serves_metrics_that_move_and_logs_its_status(
     line = next(e for e in status_lines(w.log_path(0)) if e["handled"])
     assert {"handled_per_s", "lag", "pending", "active_actors", "failures", "shards"} <= set(line)
     assert line["shards"] == redis_config.shards and line["failures"] == 0
-
-
-@contextmanager
-def taken_port() -> Iterator[int]:
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        yield taken.getsockname()[1]
 
 
 def in_use(port: int) -> str:

@@ -42,6 +42,12 @@ class Command(msgspec.Struct, Generic[R], frozen=True, tag=True):
     #: idempotent by a key of its own and whose reply comes from elsewhere (one
     #: forwarded on, whose first recipient keeps no reply).
     resend_as_new: ClassVar[bool] = False
+    #: Over Redis the reply to an applied ask is kept with its effect (at most
+    #: ``reply_ttl_ms``) to answer a copy of the ask. False keeps none: for a
+    #: command whose reply quotes text an erasure must reach at once, and whose
+    #: unanswered asks are sent again as new commands (``resend_as_new``, by it or by
+    #: the command that forwarded it), so that no copy ever needs the kept reply.
+    keep_reply: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -133,6 +133,11 @@ class Share(Command[ShareResult], frozen=True, kw_only=True):
     source_message_ids: tuple[str, ...] = ()
     id: str = msgspec.field(default_factory=new_id)
 
+    #: Its reply quotes the insight, which forgetting its source must erase at
+    #: once; it comes forwarded from ``ToPool``, whose unanswered asks are sent
+    #: again as new commands (answered from the shares applied, by ``id``).
+    keep_reply = False
+
 
 class RegisterFact(Command[ShareResult], frozen=True, kw_only=True):
     """Register a fact that every known agent receives (the facts topic).
@@ -145,6 +150,9 @@ class RegisterFact(Command[ShareResult], frozen=True, kw_only=True):
     importance: float = 1.0
     source_message_ids: tuple[str, ...] = ()
     id: str = msgspec.field(default_factory=new_id)
+
+    #: As :attr:`Share.keep_reply`.
+    keep_reply = False
 
 
 class Subscribe(Command[SubscriptionState], frozen=True, kw_only=True):

@@ -344,9 +344,11 @@ class GroupCommit:
 
     def _kept_reply(self, pending: PendingCommit) -> bytes | None:
         """The encoded reply the commit keeps for ``pending`` (an ask with an id that
-        was answered), so that the ask sent again is answered with it; else None."""
+        was answered, of a command that keeps its reply: ``Command.keep_reply``), so
+        that the ask sent again is answered with it; else None."""
         env = pending.envelope
-        if not (env.id and env.correlation is not None and pending.replies):
+        keep = getattr(type(env.body), "keep_reply", True)
+        if not (keep and env.id and env.correlation is not None and pending.replies):
             return None
         if pending.kept_reply is None:
             pending.kept_reply = self._replies.encode(env, pending.replies[-1])

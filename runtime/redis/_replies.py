@@ -2,8 +2,10 @@
 sends to the asks it handled.
 
 Every transport reads its own reply stream (named after its id) from the start,
-trimming what it has read; the asks it made are matched to their replies by
-correlation id and forgotten once their deadline passed. The replies to asks
+trimming what it has read before it reads on, and deletes it when it closes; a
+stream expires ``reply_ttl_ms`` after the last reply written to it, so what a
+client that died left unread goes then. The asks it made are matched to their
+replies by correlation id and forgotten once their deadline passed. The replies to asks
 handled here go through an outbox of their own, in pipelined batches; a reply
 to an ask made through this same transport is handed over in memory.
 """
@@ -37,8 +39,6 @@ __all__ = ("Replies",)
 
 log = structlog.get_logger("actormem.redis")
 
-#: Reply streams outlive a silent client by this long (ms).
-_REPLY_TTL_MS: Final = 3_600_000
 #: Entries kept in a reply stream, approximately, by its writers. The client trims
 #: what it has read, so only a client this far behind loses replies (its asks then
 #: time out): a bound for a client that stopped reading, not a working size.
@@ -74,7 +74,9 @@ class Replies:
             _REPLY_MAXLEN * 10,
             field=b"r",
             maxlen=_REPLY_MAXLEN,
-            expire_ms=_REPLY_TTL_MS,
+            # What a client that died left unread goes with its stream: a reply is
+            # worth no more than the reply kept to answer its ask again.
+            expire_ms=config.reply_ttl_ms,
         )
 
     @property

@@ -24,6 +24,7 @@ __all__ = (
     "files_holding",
     "no_trace_left",
     "plant",
+    "replies_holding",
     "wait_idle",
 )
 
@@ -92,6 +93,13 @@ async def dead_letter(client: aioredis.Redis, config: RedisConfig, agent: str) -
         while not await client.xlen(keys.dead_letters()):  # noqa: ASYNC110
             await anyio.sleep(0.02)
     assert await keys_holding(client, config.prefix, CANARY.encode())
+
+
+async def replies_holding(client: aioredis.Redis, config: RedisConfig) -> list[str]:
+    """The reply copies that hold the canary: replies kept to answer an ask again
+    (``...:reply:<id>``) and clients' reply streams."""
+    found = await keys_holding(client, config.prefix, CANARY.encode())
+    return [k for k in found if ":reply:" in k or k.endswith(":replies")]
 
 
 async def no_trace_left(client: aioredis.Redis, config: RedisConfig) -> None:

@@ -27,6 +27,7 @@ from tests.support.erasure import (
     files_holding,
     no_trace_left,
     plant,
+    replies_holding,
 )
 from tests.support.redis import keys_holding
 
@@ -44,9 +45,8 @@ async def erase_and_scan(
     client: aioredis.Redis | None = None
     config: RedisConfig | None = None
     if request.node.callspec.params["make_transport"] == "redis":
-        # The replies the pool keeps for the shares (they quote the insight) go at
-        # their TTL, not with the erasure: a short one here.
-        config = request.getfixturevalue("redis_config").replace(reply_ttl_ms=1000)
+        # The default reply_ttl_ms (2 minutes): no reply kept may quote the canary.
+        config = request.getfixturevalue("redis_config")
         client = connect(config)
         make_transport = partial(RedisTransport, config.url, config)
     try:
@@ -88,6 +88,10 @@ async def _erase_and_scan(
         assert (stats.size, stats.history_size, stats.offloaded) == (0, 0, 0)
         assert (stats.longterm_entries, stats.episodes, stats.core_messages) == (0, 0, 0)
         assert [m.content for m in await bystander.get()] == ["Bob keeps his own notes."]
+        if client is not None and config is not None:
+            # At once: no reply kept for an ask (the pool's to the share included),
+            # no reply stream, holds the canary.
+            assert await replies_holding(client, config) == []
         if shared:
             await held_by(bystander, 0)
         if client is not None and config is not None:
@@ -124,6 +128,32 @@ async def test_clear_with_history_leaves_no_trace_of_what_it_erases(
         assert await mem.clear(history=True) > 0
 
     await erase_and_scan(request, make_transport, tmp_path, clear)
+
+
+async def test_forget_leaves_no_copy_of_what_a_client_read(
+    redis_config: RedisConfig, tmp_path: Path
+) -> None:
+    # Reads through a client (its own reply stream) quote the canary; once it has
+    # them, the client trims them, so right after the forget no reply holds it.
+    config = erasure_config(tmp_path)
+    client = connect(redis_config)
+    worker = RedisTransport(redis_config.url, redis_config)
+    asker = RedisTransport(redis_config.url, redis_config, worker=False)
+    try:
+        async with MemoryRuntime(config, transport=worker), MemoryRuntime(
+            config, transport=asker
+        ) as rt:
+            mem = rt.memory("ana")
+            await mem.add({"role": "user", "content": f"my pin is {CANARY}"})
+            assert CANARY in (await mem.get())[0].text()
+            assert any(CANARY in str(m.get("content")) for m in await mem.context())
+            shared = await mem.share(f"the pin is {CANARY}", topic="pins")
+            assert CANARY in shared.insight.text
+            assert await mem.forget() == 1
+            assert await replies_holding(client, redis_config) == []
+            await no_trace_left(client, redis_config)
+    finally:
+        await client.aclose()
 
 
 async def test_a_forgotten_agent_starts_empty_after_a_restart(

@@ -106,6 +106,30 @@ async def test_a_client_asks_a_worker_in_another_runtime(
     assert not await redis_client.exists(replies)
 
 
+async def test_what_a_gone_client_left_unread_expires_within_reply_ttl_ms(
+    redis_client: aioredis.Redis, redis_config: RedisConfig
+) -> None:
+    # A client that died with replies unread (a read's reply quotes an agent's
+    # text) leaves its reply stream; it goes reply_ttl_ms after the last reply.
+    keys = Keys(redis_config.prefix)
+    stream = keys.replies("gone")
+    ask = Envelope(
+        recipient="ledger/g", body=GetState(), id="ask-1", reply_to=stream, correlation=7
+    )
+    async with worker(redis_client, redis_config) as rt:
+        await rt.ref("ledger/g").ask(Add("kept"))
+        await redis_client.xadd(
+            keys.stream(shard_of("ledger/g", redis_config.shards)),
+            {b"e": default_codec.encode_envelope(ask)},
+        )
+
+        async def answered() -> bool:
+            return bool(await redis_client.xlen(stream))
+
+        await eventually(answered, "the reply to the gone client is written")
+    assert 0 < await redis_client.pttl(stream) <= redis_config.reply_ttl_ms
+
+
 async def test_a_message_over_the_size_limit_is_refused_before_sending(
     redis_client: aioredis.Redis, redis_config: RedisConfig
 ) -> None:

@@ -140,6 +140,8 @@ class Runtime(AsyncClosing):
         self._pipes = Pipes(self._tell_as)
         self._unyielded = 0
         self._gc_held = False
+        # Services waiting for the runtime to open (see on_open).
+        self._opening: list[tuple[Callable[..., Awaitable[Any]], tuple[Any, ...]]] = []
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -176,6 +178,9 @@ class Runtime(AsyncClosing):
                     raise
             raise
         self._state = "open"
+        opening, self._opening = self._opening, []
+        for func, args in opening:
+            self.spawn(func, *args)
         return self
 
     async def _open_metrics(self) -> Callable[[], Coroutine[Any, Any, None]] | None:
@@ -456,6 +461,33 @@ class Runtime(AsyncClosing):
         if self._tg is None:
             raise RuntimeClosedError("the runtime is not open")
         self._tg.start_soon(_await, func, *args)
+
+    def on_open(self, func: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        """Run ``func(*args)`` as a task of the runtime's task group once it is open
+        (at once if it is): a service an actor kind needs in every process that
+        hosts it (a sweeper, say). It ends when the runtime closes; an exception
+        escaping it crashes the runtime.
+
+        Raises:
+            RuntimeClosedError: the runtime is closing or closed.
+        """
+        if self._state == "new":
+            self._opening.append((func, args))
+        elif self._state == "open":
+            self.spawn(func, *args)
+        else:
+            raise RuntimeClosedError("the runtime is closed")
+
+    async def take_due(self, kind: str, retry_after: float) -> list[str]:
+        """The addresses of the actors of ``kind`` whose stored due time passed
+        (``DurableChanges.due_at``), among those this process serves (over Redis: on
+        the shards it owns); each one's due time moves ``retry_after`` seconds on.
+        In process: none (state is not stored).
+
+        Raises:
+            TransportError: the transport failed.
+        """
+        return await self.transport.take_due(kind, retry_after)
 
     def local_addresses(self, kind: str) -> list[str]:
         """Addresses of the actors of ``kind`` active (activated, not stopped) here."""

@@ -56,6 +56,15 @@ class DurableChanges(NamedTuple):
             empty ``snapshot`` with ``erase`` deletes the stored snapshot.
         expire_after: seconds after which a store may drop the stored state if no
             later change came (the state expires); None keeps it.
+        discarded: the command was dropped without effect, and what it carried may
+            quote what an erasure removed (a late result): a store deletes the copy
+            it keeps of the command itself (its stream entry) once it is settled.
+        due_at: when the actor is next to be told about its state (wall-clock time;
+            its expiry, say). A store keeps it with the state (over Redis in its
+            shard's due set), so that whichever process serves the actor then
+            finds it (``Runtime.take_due``), even after the one that stored it
+            died; None leaves the time kept, 0 or less removes it, and so does a
+            deleted snapshot.
     """
 
     log_appends: list[bytes]
@@ -63,6 +72,8 @@ class DurableChanges(NamedTuple):
     replace_log: bool = False
     erase: bool = False
     expire_after: float | None = None
+    discarded: bool = False
+    due_at: float | None = None
 
 
 @runtime_checkable

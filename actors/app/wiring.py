@@ -19,6 +19,7 @@ from actormem.actors.config import AppConfig, load_app_config
 from actormem.actors.errors import ContextBudgetError, MemoryInputError
 from actormem.actors.memory import commands
 from actormem.actors.memory.actor import memory_factory
+from actormem.actors.memory.expiry import MEMORY_KIND, IdleSweeper
 from actormem.actors.memory.handle import MemoryHandle
 from actormem.actors.metrics import ActorCounts, families
 from actormem.actors.pool import commands as pool_commands
@@ -83,7 +84,13 @@ def register_actors(runtime: Runtime, config: AppConfig) -> None:
     """Register every domain actor kind on ``runtime`` (workers call this too), and
     their counts with the runtime's metrics when it serves them."""
     counts = ActorCounts()
-    runtime.register("memory", memory_factory(config))
+    ttl = config.retention.ttl
+    sweeper = IdleSweeper(ttl) if ttl is not None else None
+    runtime.register(MEMORY_KIND, memory_factory(config, sweeper))
+    if sweeper is not None:
+        # From the start: the agents due on the shards this process takes over
+        # (their worker died) are found though none of them was served here yet.
+        runtime.on_open(sweeper.run, runtime)
     runtime.register(
         COMPRESSOR_KIND, compressor_factory(config.compression, config.memory.encoding, counts)
     )

@@ -104,6 +104,7 @@ class AgentMemory(Actor):
         "_compaction",
         "_config",
         "_counter",
+        "_discarding",
         "_forgotten",
         "_idle",
         "_queries",
@@ -138,6 +139,9 @@ class AgentMemory(Actor):
         self._saved_edits = 0
         # Forgotten since the last durable change: the stored state is deleted.
         self._forgotten = False
+        # The command being handled is a compression result not applied: the copy the
+        # transport keeps of it goes (it may quote what an erasure removed).
+        self._discarding = False
         self._idle = IdleClock(self.agent, config.retention.ttl, sweeper)
 
     async def receive(self, message: Any) -> Any:
@@ -147,7 +151,7 @@ class AgentMemory(Actor):
         if type(message) not in REPLAYABLE:
             store.dirty = True
         if self._idle.ttl is not None:
-            expired = await self._expire(type(message))
+            expired = await self._expire(message)
             if expired is not None:
                 return expired
         match message:
@@ -209,7 +213,8 @@ class AgentMemory(Actor):
                 self.recall.changed()
                 return await self.recall.control.answer(call)
             case CompressionDone():
-                self._compaction.done(message)
+                self._discarding = True  # also when it is refused
+                self._discarding = not self._compaction.done(message)
                 return None
             case StartEpisode(metadata=metadata):
                 self.recall.changed()
@@ -343,16 +348,18 @@ class AgentMemory(Actor):
         log.info("memory_forgotten", agent=self.agent, history_erased=erased)
         return erased
 
-    async def _expire(self, kind: type) -> bool | None:
+    async def _expire(self, message: Any) -> bool | None:
         """Forget the agent first if it was idle past ``retention.ttl``; then note the
         command as activity. For an ``Expire``, return whether it was forgotten."""
         idle = self._idle
+        kind = type(message)
         now = time.time()
-        expired = idle.expired(now)
+        # Due by its stored time, with no activity known: its stored state expired.
+        vanished = kind is Expire and message.due and idle.active_at is None
+        expired = vanished or idle.expired(now)
         if expired:
-            log.info(
-                "memory_expired", agent=self.agent, idle_s=round(now - (idle.active_at or now), 3)
-            )
+            idle_s = round(now - (idle.active_at or now), 3)
+            log.info("memory_expired", agent=self.agent, idle_s=idle_s, state_gone=vanished)
             await self._forget()
         if kind is Expire:
             if not expired:
@@ -442,6 +449,7 @@ class AgentMemory(Actor):
         store = self._store
         appends = [encode_message(m) for m in store.log_pending]
         store.log_pending = []
+        discarded, self._discarding = self._discarding, False
         if store.erased:
             # A wipe: the stored log is replaced, the store erases its other copies;
             # a forgotten agent's snapshot is deleted (what follows is replayed).
@@ -451,15 +459,28 @@ class AgentMemory(Actor):
             self._saved_edits = recall.edits if recall is not None else 0
             snapshot = b"" if forgotten and not appends else self._snapshot()
             return DurableChanges(
-                appends, snapshot, replace_log=True, erase=True, expire_after=self._idle.key_ttl
+                appends,
+                snapshot,
+                replace_log=True,
+                erase=True,
+                expire_after=self._idle.key_ttl,
+                discarded=discarded,
+                due_at=self._idle.due_at if snapshot else None,
             )
         recall = self._recall
         edits = recall.edits if recall is not None else 0
         if not store.dirty and edits == self._saved_edits:
-            return DurableChanges(appends, expire_after=self._idle.key_ttl)
+            return DurableChanges(appends, expire_after=self._idle.key_ttl, discarded=discarded)
         store.dirty = False
         self._saved_edits = edits
-        return DurableChanges(appends, self._snapshot(), expire_after=self._idle.key_ttl)
+        snapshot = self._snapshot()
+        return DurableChanges(
+            appends,
+            snapshot,
+            expire_after=self._idle.key_ttl,
+            discarded=discarded,
+            due_at=self._idle.due_at,
+        )
 
     def _snapshot(self) -> bytes:
         idle = self._idle
@@ -510,8 +531,16 @@ class _Conversation(SnapshotState[MemoryExport]):
         self._memory._clear(history=True)
 
 
-def memory_factory(config: AppConfig) -> Callable[[ActorContext], AgentMemory]:
-    """Return the factory the runtime calls to activate an agent's memory actor."""
+def memory_factory(
+    config: AppConfig, sweeper: IdleSweeper | None = None
+) -> Callable[[ActorContext], AgentMemory]:
+    """Return the factory the runtime calls to activate an agent's memory actor.
+
+    Args:
+        config: the app config.
+        sweeper: the sweeper expiring the agents (``retention.ttl``); one of its own
+            when omitted (started by the first agent it watches).
+    """
     counter = get_counter(config.memory.encoding)
     recall = RecallConfig(
         pool=config.pool,
@@ -523,7 +552,8 @@ def memory_factory(config: AppConfig) -> Callable[[ActorContext], AgentMemory]:
     # must then go through the mailbox instead of running inline.
     cls = AgentMemory if not config.longterm.embedding_base_url else _SuspendingAgentMemory
     ttl = config.retention.ttl
-    sweeper = IdleSweeper(ttl) if ttl is not None else None
+    if sweeper is None and ttl is not None:
+        sweeper = IdleSweeper(ttl)
 
     def make(ctx: ActorContext) -> AgentMemory:
         return cls(ctx, config, recall, counter, sweeper)

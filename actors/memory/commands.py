@@ -184,7 +184,16 @@ class Forget(Command[int], frozen=True):
 class Expire(Command[bool], frozen=True):
     """Forget the agent if it has been idle for ``retention.ttl`` (sent by the
     retention sweeper, see :mod:`actormem.actors.memory.expiry`); the reply says
-    whether it was forgotten. It does not count as activity."""
+    whether it was forgotten. It does not count as activity.
+
+    ``due``: sent because the due time stored with the agent's state came. An
+    agent found with no activity known then had its stored state expire since
+    (no worker served it in time): it is forgotten all the same, which erases the
+    copies of its text its state no longer names (stream entries, dead letters,
+    what it shared).
+    """
+
+    due: bool = False
 
 
 class MemoryStats(msgspec.Struct, frozen=True, kw_only=True):

@@ -197,9 +197,10 @@ class Compaction:
 
         self._ctx.pipe(ask, None, done)
 
-    def done(self, message: CompressionDone) -> None:
+    def done(self, message: CompressionDone) -> bool:
         """End the round the result belongs to: apply it to the prefix it was computed
         from, keeping what came after; a late result of an ended round changes nothing.
+        Returns whether a result was applied.
 
         Raises:
             MemoryInputError: the message's token names no round of this memory.
@@ -208,32 +209,32 @@ class Compaction:
         if not (self._token and secrets.compare_digest(token, self._token)):
             if any(secrets.compare_digest(token, t) for t in self._ended):
                 log.info("compression_result_repeated", agent=self.agent)
-                return
+                return False
             raise MemoryInputError("no compression with that token is in flight")
         if message.outcome is None and self._attempts <= RETRIES:
             log.info(
                 "compression_retried", agent=self.agent, round=self._rounds, reason=message.error
             )
             self._ask()
-            return
+            return False
         self._ended = [*self._ended, token][-_ENDED_KEPT:]
         self._token = ""
-        self._apply(message.version, message.outcome, message.error)
+        return self._apply(message.version, message.outcome, message.error)
 
-    def _apply(self, version: int, outcome: CompressionOutcome | None, error: str | None) -> None:
+    def _apply(self, version: int, outcome: CompressionOutcome | None, error: str | None) -> bool:
         cfg = self._config
         store = self._store
         if outcome is None:
             # Nothing changed; wait for more messages before asking again.
             self._floor = len(store.working) + max(1, cfg.msg_threshold // 10)
             log.warning("compression_failed", agent=self.agent, reason=error)
-            return
+            return False
         if version != store.version or len(store.working) < outcome.messages_before:
             # The view was rewritten meanwhile (delete, prune, clear, load): the
             # result no longer fits it. A new round starts if still needed.
             log.info("compression_discarded", agent=self.agent, reason="view changed")
             self.maybe_compress()
-            return
+            return False
         added_since = store.working[outcome.messages_before :]
         store.set_working([*outcome.messages, *added_since])
         store.offloaded.update(outcome.offloaded)
@@ -252,3 +253,4 @@ class Compaction:
             step = max(1, cfg.msg_threshold // 10) << min(self._fruitless, 8)
             self._floor = len(store.working) + min(step, cfg.msg_threshold)
         self.maybe_compress()
+        return True

@@ -6,12 +6,19 @@ Three mechanisms, each covering what the one before cannot:
   agent (:class:`IdleClock`); a command reaching an agent idle past the TTL finds
   it forgotten first, so it starts empty.
 * **A sweeper per process.** :class:`IdleSweeper` (one background task per
-  runtime) tells ``Expire`` to every agent of the process idle past the TTL; its
-  memory actor forgets it as ``forget()`` does, erasing the stored copies too.
-* **Key expiry (Redis).** The stored state of an agent carries the time it was
-  last active (rewritten at least every quarter of the TTL while it is used) and
-  its keys expire ``KEY_TTL_FACTOR`` TTLs after its last stored change, so the
-  state of an agent whose worker stopped goes even if no process looks at it again.
+  runtime, from its start) tells ``Expire`` to every agent of the process idle
+  past the TTL; its memory actor forgets it as ``forget()`` does, erasing the
+  stored copies too.
+* **Stored due times (Redis).** The stored state of an agent carries the time it
+  was last active (rewritten at least every quarter of the TTL while it is used),
+  and each snapshot stored sets the agent's due time, ``INEXACT_FACTOR`` TTLs
+  after it, in its shard's due set (``DurableChanges.due_at``). The sweeper of
+  whichever worker owns the shard then tells the agents due ``Expire(due=True)``
+  (``Runtime.take_due``), so an agent whose worker died is forgotten all the same,
+  its stream entries, dead letters and shares included.
+* **Key expiry (Redis).** The agent's keys expire ``KEY_TTL_FACTOR`` TTLs after its
+  last stored change, so its state goes even if no worker looks at it again; a
+  worker that comes later still forgets the agent when its due time is found.
 
 A memory activated afresh knows the last activity only from its stored state,
 which lags the truth by at most a quarter of the TTL: it waits
@@ -41,6 +48,8 @@ STORED_LAG: Final = 0.25
 INEXACT_FACTOR: Final = 1 + STORED_LAG
 #: An agent's Redis keys expire this many TTLs after its last stored change.
 KEY_TTL_FACTOR: Final = 1.5
+#: The actor kind of the agent memories (as ``register_actors`` registers them).
+MEMORY_KIND: Final = "memory"
 #: Bounds of the sweeper's period (a quarter of the TTL), in seconds.
 _SWEEP_MIN_S: Final = 0.05
 _SWEEP_MAX_S: Final = 60.0
@@ -60,6 +69,11 @@ class IdleSweeper:
         self._due: dict[str, float] = {}
         self._running = False
 
+    @property
+    def period(self) -> float:
+        """Seconds between two looks: a quarter of the TTL, within bounds."""
+        return min(max(self.ttl * STORED_LAG, _SWEEP_MIN_S), _SWEEP_MAX_S)
+
     def watch(self, runtime: Runtime, agent: str, due: float) -> None:
         """Expire ``agent`` at ``due`` (wall-clock time) unless watched again before."""
         self._due[agent] = due
@@ -74,16 +88,36 @@ class IdleSweeper:
         """Stop watching ``agent`` (it was forgotten)."""
         self._due.pop(agent, None)
 
+    async def run(self, runtime: Runtime) -> None:
+        """Look for the agents due every :attr:`period` for as long as ``runtime`` is
+        open (``Runtime.on_open``): those watched here, and those whose stored due
+        time passed on the shards this process owns."""
+        if self._running:
+            return
+        self._running = True
+        await self._run(runtime)
+
     async def _run(self, runtime: Runtime) -> None:
-        period = min(max(self.ttl * STORED_LAG, _SWEEP_MIN_S), _SWEEP_MAX_S)
+        period = self.period
         try:
             while True:
                 await anyio.sleep(period)
                 now = time.time()
-                for agent in [a for a, due in self._due.items() if due <= now]:
+                due = [(a, Expire()) for a, t in self._due.items() if t <= now]
+                for agent, _ in due:
                     del self._due[agent]
+                try:
+                    # Told again a TTL later if this Expire is lost (its worker died).
+                    stored = await runtime.take_due(MEMORY_KIND, max(self.ttl, period))
+                except RuntimeClosedError:
+                    return
+                except ActormemError as exc:  # found at a later look
+                    log.warning("due_agents_not_read", reason=str(exc))
+                    stored = []
+                due += [(a.partition("/")[2], Expire(due=True)) for a in stored]
+                for agent, expire in due:
                     try:
-                        await runtime.tell(f"memory/{agent}", Expire())
+                        await runtime.tell(f"{MEMORY_KIND}/{agent}", expire)
                     except RuntimeClosedError:
                         return
                     except ActormemError as exc:  # watched again on its next command
@@ -122,6 +156,14 @@ class IdleClock:
         if self.ttl is None or self.active_at is None:
             return None
         return self.ttl if self.exact else self.ttl * INEXACT_FACTOR
+
+    @property
+    def due_at(self) -> float | None:
+        """When the agent is due by its stored time of last activity (None: never):
+        ``INEXACT_FACTOR`` TTLs after it, what a memory activated afresh waits."""
+        if self.ttl is None or self.stored_at is None:
+            return None
+        return self.stored_at + self.ttl * INEXACT_FACTOR
 
     @property
     def key_ttl(self) -> float | None:

@@ -31,6 +31,7 @@ from actormem.runtime._envelope import Envelope, Reply
 from actormem.runtime.errors import HandlerError, TransportError
 from actormem.runtime.redis import _scripts
 from actormem.runtime.redis._client import redis_errors, run_script
+from actormem.runtime.redis._due import DueTimes, latest_due
 from actormem.runtime.redis._erasure import Erasure
 from actormem.runtime.redis._retry import forever, retrying
 from actormem.runtime.redis._shards import PendingCommit, StreamEnvelope
@@ -78,6 +79,8 @@ class GroupCommit:
         self._replies = replies
         self._erasure = Erasure(link)
         self.metrics: Metrics | None = None
+        #: The due times of the actors of the shards owned here.
+        self.due = DueTimes(link, held)
 
     async def activated(self, address: str, actor: Actor) -> None:
         """Load a durable actor's state from Redis before its ``on_start``.
@@ -257,6 +260,8 @@ class GroupCommit:
                 found += [None] * (len(batch) - len(found))
                 for status, pending in zip(found, batch, strict=True):
                     self._committed(status, pending, statuses is not None, answered)
+                if statuses is not None:
+                    await self._erasure.delete_discarded(shard.number, batch)
                 space, shard.commit_space = shard.commit_space, None
                 if space is not None:
                     space.set()
@@ -336,7 +341,7 @@ class GroupCommit:
         if result == -1:
             log.warning("write_fenced_off", shard=number, commands=len(batch))
             return None
-        await self._expire(number, {a: batch[i[-1]].changes for a, i in by_actor.items()})
+        await self._expire(number, {a: [batch[n].changes for n in i] for a, i in by_actor.items()})
         statuses = [0] * len(batch)
         for i, status in zip(order, result, strict=True):
             statuses[i] = int(status)
@@ -362,12 +367,14 @@ class GroupCommit:
             return limit
         return max(1, min(limit, int((env.deadline - now + _REPLY_SLACK) * 1000)))
 
-    async def _expire(self, shard: int, latest: dict[str, DurableChanges]) -> None:
+    async def _expire(self, shard: int, stored: dict[str, list[DurableChanges]]) -> None:
         """Set the expiry of the stored state of the actors whose latest changes ask
-        for one (``expire_after``); a failure only leaves the previous expiry."""
+        for one (``expire_after``), and the due times the changes set (see
+        :mod:`._due`); a failure only leaves the previous ones."""
         keys = self._keys
-        expiring = [(a, c.expire_after) for a, c in latest.items() if c.expire_after]
-        if not expiring:
+        expiring = [(a, c[-1].expire_after) for a, c in stored.items() if c[-1].expire_after]
+        due = {a: t for a, c in stored.items() if (t := latest_due(c)) is not None}
+        if not expiring and not due:
             return
         try:
             with redis_errors("PEXPIRE"):
@@ -377,6 +384,8 @@ class GroupCommit:
                         pipe.pexpire(keys.actor_log(shard, address), ms)
                         pipe.pexpire(keys.actor_snapshot(shard, address), ms)
                         pipe.pexpire(keys.actor_applied(shard, address), ms)
+                    if due:
+                        self.due.write(pipe, shard, due)
                     await pipe.execute()
         except TransportError as exc:
             log.warning("expiry_not_set", shard=shard, actors=len(expiring), reason=str(exc))
@@ -424,6 +433,8 @@ def _stores_something(changes: DurableChanges) -> bool:
         or changes.snapshot is not None
         or changes.replace_log
         or changes.erase
+        or changes.discarded  # settled by a commit, then its entry deleted
+        or changes.due_at is not None
     )
 
 

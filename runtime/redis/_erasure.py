@@ -15,6 +15,9 @@ history), the copies the transport keeps of its commands go too:
 * the replies kept for its applied commands (``Keys.reply``, found by the ids in
   its applied set) are deleted.
 
+A command its actor discarded (``DurableChanges.discarded``: a compression result
+that came after an erasure, say) has its own entry deleted once its commit acked it.
+
 Entries still pending then (a command to another actor in flight, or handled and
 not acked yet) are waited for in the background: each such stream is trimmed
 again once the entries pending at the erasure are acked (for at most
@@ -23,6 +26,7 @@ again once the entries pending at the erasure are acked (for at most
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio
@@ -31,10 +35,11 @@ import structlog
 
 from actormem.runtime.errors import TransportError
 from actormem.runtime.redis._client import redis_errors
+from actormem.runtime.redis._shards import StreamEnvelope
 from actormem.runtime.redis.keys import CONSUMER_GROUP
 
 if TYPE_CHECKING:
-    from actormem.runtime.redis._shards import Link
+    from actormem.runtime.redis._shards import Link, PendingCommit
 
 __all__ = ("Erasure",)
 
@@ -120,6 +125,23 @@ class Erasure:
             self._link.host.spawn(self._trim_when_settled, unsettled, cutoff)
         return removed
 
+    async def delete_discarded(self, shard: int, batch: list[PendingCommit]) -> None:
+        """Delete the entries of the commands of ``batch`` (just stored and acked) whose
+        actor discarded them; a failure leaves them to the stream's trimming."""
+        entries = [
+            p.envelope.entry
+            for p in batch
+            if p.changes.discarded and isinstance(p.envelope, StreamEnvelope)
+        ]
+        if not entries:
+            return
+        stream = self._keys.stream(shard)
+        try:
+            with redis_errors(f"deleting discarded entries of {stream}"):
+                await self._delete(stream, entries)
+        except TransportError as exc:
+            log.warning("discarded_entries_kept", stream=stream, reason=str(exc))
+
     async def _trim_when_settled(self, streams: list[str], cutoff: EntryId) -> None:
         """Trim ``streams`` again once no entry before ``cutoff`` is pending in them."""
         waiting = list(streams)
@@ -175,7 +197,7 @@ class Erasure:
             gone += int(await client.delete(*doomed[i : i + _PAGE]))
         return gone
 
-    async def _delete(self, stream: str, entries: list[bytes]) -> int:
+    async def _delete(self, stream: str, entries: Sequence[str | bytes]) -> int:
         client: Any = self._link.client
         for i in range(0, len(entries), _PAGE):
             await client.xdel(stream, *entries[i : i + _PAGE])

@@ -15,6 +15,7 @@ Layout (prefix ``am``)::
     am:{s17}:agent:<addr>:snap   the rest of an actor's state (a string)
     am:{s17}:agent:<addr>:done   command ids the actor applied (zset by time)
     am:{s17}:agent:<addr>:reply:<id>  the reply to an ask it applied (with a TTL)
+    am:{s17}:due                 actors' due times (zset: address -> wall-clock time)
     am:{bcast}:stream            the broadcast stream every worker reads
     am:{dlq}:stream              dead letters, with the reason
     am:{workers}                 live workers (zset: worker id -> expiry ms)
@@ -105,6 +106,10 @@ class Keys:
     def reply(self, shard: int, address: str, command: str) -> str:
         """The reply kept for command ``command`` applied by the actor at ``address``."""
         return f"{self.tag(shard)}:agent:{address}:reply:{command}"
+
+    def due(self, shard: int) -> str:
+        """When the actors of a shard are next due (``DurableChanges.due_at``)."""
+        return f"{self.tag(shard)}:due"
 
     def attempts(self, shard: int, entry: str) -> str:
         """How often handling a redelivered entry started (expiring counter)."""

@@ -364,6 +364,17 @@ class RedisTransport(Transport):
         envelope.resent = True
         await self.send(envelope)
 
+    async def take_due(self, kind: str, retry_after: float) -> list[str]:
+        """The actors of ``kind`` due on the shards owned here (see
+        ``Transport.take_due`` and :mod:`._due`).
+
+        Raises:
+            TransportError: Redis is away or failed.
+        """
+        if not self.worker:
+            return []
+        return await self._commits.due.take(kind, retry_after)
+
     async def flush(self) -> None:
         """Wait until every envelope queued so far is in Redis."""
         await self._outbox.flush()

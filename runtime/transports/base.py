@@ -109,6 +109,15 @@ class Transport(ABC):
         """
         return None
 
+    async def take_due(self, kind: str, retry_after: float) -> list[str]:
+        """The actors of ``kind`` whose stored due time (``DurableChanges.due_at``)
+        passed, among those this process serves; each one's due time moves
+        ``retry_after`` seconds on (found again then, unless its actor sets another).
+
+        A transport that keeps no state keeps no due times either: none.
+        """
+        return []
+
     async def resend(self, envelope: Envelope) -> None:
         """Send ``envelope`` again (see :meth:`resend_after`)."""
         await self.send(envelope)

@@ -443,3 +443,24 @@ async def test_piped_work_sends_with_ids_of_its_own() -> None:
         with anyio.fail_after(5):
             await piped.wait()
     assert seen == ["cmd1.1", ""]
+
+
+async def test_a_service_asked_for_before_open_runs_once_the_runtime_is_open() -> None:
+    started: list[str] = []
+
+    async def service(name: str) -> None:
+        started.append(name)
+        await anyio.sleep_forever()
+
+    rt = Runtime()
+    rt.on_open(service, "early")
+    assert started == []
+    async with rt:
+        rt.on_open(service, "late")
+        with anyio.fail_after(5):
+            while len(started) < 2:  # noqa: ASYNC110
+                await anyio.sleep(0.01)
+        assert sorted(started) == ["early", "late"]
+        assert await rt.take_due("counter", 1.0) == []  # in process nothing is stored
+    with pytest.raises(RuntimeClosedError):
+        rt.on_open(service, "after")

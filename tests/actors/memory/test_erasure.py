@@ -9,7 +9,7 @@ every file under the session directory is scanned for it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 
@@ -17,9 +17,10 @@ import anyio
 import pytest
 import redis.asyncio as aioredis
 
-from actormem.actors import MemoryHandle, MemoryRuntime
+from actormem.actors import AppConfig, MemoryHandle, MemoryRuntime
+from actormem.actors.compression import CompressionConfig, LLMConfig, compressor_address
 from actormem.runtime import Transport
-from actormem.runtime.redis import RedisConfig, RedisTransport, connect
+from actormem.runtime.redis import RedisConfig, RedisTransport, connect, shard_of
 from tests.support.erasure import (
     CANARY,
     dead_letter,
@@ -28,10 +29,14 @@ from tests.support.erasure import (
     no_trace_left,
     plant,
     replies_holding,
+    wait_idle,
 )
+from tests.support.openai_server import OpenAIStub, serve_keyed
 from tests.support.redis import keys_holding
 
 pytestmark = pytest.mark.anyio
+
+KEY_ENV = "ACTORMEM_TEST_ERASURE_KEY"
 
 
 async def erase_and_scan(
@@ -140,9 +145,10 @@ async def test_forget_leaves_no_copy_of_what_a_client_read(
     worker = RedisTransport(redis_config.url, redis_config)
     asker = RedisTransport(redis_config.url, redis_config, worker=False)
     try:
-        async with MemoryRuntime(config, transport=worker), MemoryRuntime(
-            config, transport=asker
-        ) as rt:
+        async with (
+            MemoryRuntime(config, transport=worker),
+            MemoryRuntime(config, transport=asker) as rt,
+        ):
             mem = rt.memory("ana")
             await mem.add({"role": "user", "content": f"my pin is {CANARY}"})
             assert CANARY in (await mem.get())[0].text()
@@ -151,6 +157,55 @@ async def test_forget_leaves_no_copy_of_what_a_client_read(
             assert CANARY in shared.insight.text
             assert await mem.forget() == 1
             assert await replies_holding(client, redis_config) == []
+            await no_trace_left(client, redis_config)
+    finally:
+        await client.aclose()
+
+
+@pytest.fixture
+def stub(monkeypatch: pytest.MonkeyPatch) -> Iterator[OpenAIStub]:
+    yield from serve_keyed(monkeypatch, KEY_ENV)
+
+
+async def test_a_compression_result_that_comes_after_the_erasure_leaves_no_trace(
+    stub: OpenAIStub, redis_config: RedisConfig, tmp_path: Path
+) -> None:
+    # The summarizer holds the compression until the agent is forgotten; its result
+    # (the agent's text, summarized and kept) then reaches the agent's shard stream
+    # and is discarded, and its entry goes with it.
+    llm = LLMConfig(base_url=stub.base_url, api_key_env=KEY_ENV, model="stub", max_retries=0)
+    compression = CompressionConfig(
+        msg_threshold=20, max_tokens=1200, last_keep=6, summarizer="openai", llm=llm
+    )
+    shards = redis_config.shards
+    # Its compressor on another shard: the erasure's trimming of the compressor's
+    # stream, once the request in flight is acked, cannot take the result along.
+    agent = next(
+        name
+        for name in (f"ana{i}" for i in range(100))
+        if shard_of(f"memory/{name}", shards)
+        != shard_of(compressor_address(name, compression.concurrency), shards)
+    )
+    stub.script("hang")
+    client = connect(redis_config)
+    transport = RedisTransport(redis_config.url, redis_config)
+    try:
+        async with MemoryRuntime(AppConfig(compression=compression), transport=transport) as rt:
+            mem = rt.memory(agent)
+            await mem.add({"role": "user", "content": f"The vault code is {CANARY}."})
+            for i in range(30):
+                await mem.add(
+                    [
+                        {"role": "user", "content": f"Question {i}: how is the mill?"},
+                        {"role": "assistant", "content": f"Answer {i}: it turned {i} times."},
+                    ]
+                )
+                if (await mem.stats()).compressing:
+                    break
+            assert await anyio.to_thread.run_sync(stub.hanging.wait, 20)
+            assert await mem.forget() > 0
+            stub.release()  # the summary fails: the offline one is made instead
+            await wait_idle(mem)
             await no_trace_left(client, redis_config)
     finally:
         await client.aclose()

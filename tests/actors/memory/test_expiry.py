@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import anyio
@@ -89,6 +90,57 @@ async def test_the_stored_state_expires_with_no_worker_left(
         await client.aclose()
     async with MemoryRuntime(with_ttl(ttl), transport=make_redis_transport()) as rt:
         assert (await rt.memory("ana").stats()).history_size == 0
+
+
+async def test_the_due_time_is_stored_with_the_state_and_goes_with_a_forget(
+    redis_config: RedisConfig, make_redis_transport: Callable[[], Transport]
+) -> None:
+    ttl = 3600.0
+    keys = Keys(redis_config.prefix)
+    due = keys.due(shard_of("memory/ana", redis_config.shards))
+    client = connect(redis_config)
+    try:
+        async with MemoryRuntime(with_ttl(ttl), transport=make_redis_transport()) as rt:
+            ana = rt.memory("ana")
+            before = time.time()
+            await ana.add({"role": "user", "content": "a note"})
+            stored = await client.zscore(due, "memory/ana")
+            # 1.25 TTLs after the last activity: what a memory loaded afresh waits.
+            assert stored is not None and before + ttl * 1.25 <= stored <= time.time() + ttl * 1.25
+            assert await rt.take_due("memory", 60.0) == []  # not due yet
+            await ana.forget()
+            assert await client.zscore(due, "memory/ana") is None
+    finally:
+        await client.aclose()
+
+
+async def test_an_agent_due_after_its_state_expired_is_still_forgotten_everywhere(
+    redis_config: RedisConfig, make_redis_transport: Callable[[], Transport]
+) -> None:
+    # No worker ran while Ana was due, so her keys expired: the next worker finds
+    # her due time and forgets her, which erases what her keys no longer name (her
+    # commands' stream entries, what she shared).
+    ttl = 0.4
+    keys = Keys(redis_config.prefix)
+    shard = shard_of("memory/ana", redis_config.shards)
+    async with MemoryRuntime(with_ttl(ttl), transport=make_redis_transport()) as rt:
+        ana = rt.memory("ana")
+        await ana.add({"role": "user", "content": f"my locker code is {CANARY}"})
+        await ana.share(f"the locker code is {CANARY}", topic="lockers")
+    client = connect(redis_config)
+    try:
+        with anyio.fail_after(20):
+            while await client.exists(keys.actor_log(shard, "memory/ana")):  # noqa: ASYNC110
+                await anyio.sleep(0.05)
+        assert await keys_holding(client, redis_config.prefix, CANARY.encode())
+        with capture_logs() as logs:
+            async with MemoryRuntime(with_ttl(ttl), transport=make_redis_transport()):
+                with anyio.fail_after(20):
+                    while await keys_holding(client, redis_config.prefix, CANARY.encode()):  # noqa: ASYNC110
+                        await anyio.sleep(0.05)
+        assert any(e["event"] == "memory_expired" and e["state_gone"] for e in logs)
+    finally:
+        await client.aclose()
 
 
 def test_a_ttl_must_be_positive() -> None:

@@ -65,6 +65,10 @@ class DurableChanges(NamedTuple):
             finds it (``Runtime.take_due``), even after the one that stored it
             died; None leaves the time kept, 0 or less removes it, and so does a
             deleted snapshot.
+        trim_streams: what this change erased may be quoted by messages sent
+            before it (the insights of a forgotten source, in deliveries to their
+            subscribers): a store drops its copies of every message sent so far once
+            each is settled (the shard streams, trimmed below their acked entries).
     """
 
     log_appends: list[bytes]
@@ -74,6 +78,7 @@ class DurableChanges(NamedTuple):
     expire_after: float | None = None
     discarded: bool = False
     due_at: float | None = None
+    trim_streams: bool = False
 
 
 @runtime_checkable

@@ -147,6 +147,9 @@ class PoolActor(Actor):
         self._applied: OrderedDict[str, ShareResult] = OrderedDict()
         self._rejected = 0
         self._dirty = False
+        # A source was forgotten since the last durable change: the deliveries of its
+        # insights sent before then (they quote them) go from the streams too.
+        self._forgot = False
         # The transport loaded stored state (over Redis): a session file is older.
         self._restored = False
 
@@ -229,7 +232,8 @@ class PoolActor(Actor):
         if not self._dirty:
             return DurableChanges([])
         self._dirty = False
-        return DurableChanges([], _encoder.encode(self.export_state()))
+        forgot, self._forgot = self._forgot, False
+        return DurableChanges([], _encoder.encode(self.export_state()), trim_streams=forgot)
 
     def durable_restore(self, snapshot: bytes | None, log: list[bytes]) -> None:
         """Load the state the transport stored (on activation)."""
@@ -422,7 +426,7 @@ class PoolActor(Actor):
         for agent in self._cursors.agents():
             for blank in fresh.values():
                 self._deliver(agent, blank)
-        self._dirty = True
+        self._dirty = self._forgot = True
         log.info("pool_source_forgotten", source=source[:64], insights=len(fresh))
         return len(fresh)
 

@@ -156,6 +156,8 @@ class GroupCommit:
                 changes = await self._changes(env, cast(Durable, actor))
                 if changes is None or (changes.erase and not await self._erase(shard, record, env)):
                     return False
+                if changes.trim_streams:
+                    await self._trim_sent(env)
                 if _stores_something(changes):
                     # Stored (and acked, and its id remembered) by the group commit.
                     await self._queue(shard, record, env, changes)
@@ -208,6 +210,15 @@ class GroupCommit:
             log.warning("erase_failed", actor=env.recipient, msg_id=env.id, reason=str(exc))
             return False
         return True
+
+    async def _trim_sent(self, env: Envelope) -> None:
+        """Trim what the streams keep of the messages sent before ``env``'s change
+        (``DurableChanges.trim_streams``); a failure is logged, and leaves them to
+        the streams' own trimming."""
+        try:
+            await retrying(self._erasure.trim_sent, what="trim", retry_for=self._config.retry_for)
+        except TransportError as exc:
+            log.warning("trim_failed", actor=env.recipient, msg_id=env.id, reason=str(exc))
 
     async def _queue(
         self, shard: Shard, record: ActorRecord, env: Envelope, changes: DurableChanges

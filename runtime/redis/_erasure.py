@@ -15,6 +15,10 @@ history), the copies the transport keeps of its commands go too:
 * the replies kept for its applied commands (``Keys.reply``, found by the ids in
   its applied set) are deleted.
 
+A change that erased what messages sent before it may quote
+(``DurableChanges.trim_streams``: a pool forgetting a source's insights) trims
+every shard stream the same way, now and once the entries it holds then are acked.
+
 A command its actor discarded (``DurableChanges.discarded``: a compression result
 that came after an erasure, say) has its own entry deleted once its commit acked it.
 
@@ -102,14 +106,14 @@ class Erasure:
                 erasing again removes the rest).
         """
         removed = 0
-        unsettled: list[str] = []
+        unsettled: dict[str, EntryId] = {}
         cutoff = _entry_id(before)
         for number in range(self._config.shards):
             stream = self._keys.stream(number)
             with redis_errors(f"erasing {address} from {stream}"):
                 settled = await self._trim_settled(stream)
                 if settled is not None and settled < cutoff:
-                    unsettled.append(stream)
+                    unsettled[stream] = cutoff
                 if number == shard:
                     own = await self._find(stream, address, settled or (0, 0), _entry_id(before))
                     removed += await self._delete(stream, own)
@@ -122,8 +126,33 @@ class Erasure:
         if removed:
             log.info("actor_entries_erased", actor=address, entries=removed)
         if unsettled:
-            self._link.host.spawn(self._trim_when_settled, unsettled, cutoff)
+            self._link.host.spawn(self._trim_when_settled, unsettled)
         return removed
+
+    async def trim_sent(self) -> None:
+        """Drop what the shard streams keep of every message sent so far: trim each
+        below what is settled now, and again, in the background, once the entries
+        it holds now are acked (see ``DurableChanges.trim_streams``).
+
+        Raises:
+            TransportError: Redis is away or failed (erasing again trims the rest).
+        """
+        # What this process queued before (a delivery its actor told) is in Redis first.
+        with anyio.move_on_after(self._config.retry_for):
+            await self._link.flush()
+        client: Any = self._link.client
+        unsettled: dict[str, EntryId] = {}
+        for number in range(self._config.shards):
+            stream = self._keys.stream(number)
+            with redis_errors(f"trimming {stream}"):
+                newest = await client.xrevrange(stream, count=1)
+                settled = await self._trim_settled(stream)
+            if newest and settled is not None:
+                ms, seq = _entry_id(newest[0][0])
+                if settled <= (ms, seq):
+                    unsettled[stream] = (ms, seq + 1)
+        if unsettled:
+            self._link.host.spawn(self._trim_when_settled, unsettled)
 
     async def delete_discarded(self, shard: int, batch: list[PendingCommit]) -> None:
         """Delete the entries of the commands of ``batch`` (just stored and acked) whose
@@ -142,13 +171,13 @@ class Erasure:
         except TransportError as exc:
             log.warning("discarded_entries_kept", stream=stream, reason=str(exc))
 
-    async def _trim_when_settled(self, streams: list[str], cutoff: EntryId) -> None:
-        """Trim ``streams`` again once no entry before ``cutoff`` is pending in them."""
-        waiting = list(streams)
+    async def _trim_when_settled(self, streams: dict[str, EntryId]) -> None:
+        """Trim each of ``streams`` again once no entry before its cutoff is pending."""
+        waiting = dict(streams)
         with anyio.move_on_after(_SETTLE_WAIT_S):
             while waiting:
                 await anyio.sleep(self._config.block_ms / 1000)
-                for stream in list(waiting):
+                for stream, cutoff in list(waiting.items()):
                     try:
                         with redis_errors(f"trimming {stream} after an erasure"):
                             settled = await self._trim_settled(stream)
@@ -156,7 +185,7 @@ class Erasure:
                         log.warning("erase_trim_failed", stream=stream, reason=str(exc))
                         continue
                     if settled is None or settled >= cutoff:
-                        waiting.remove(stream)
+                        del waiting[stream]
         if waiting:
             log.info("erase_left_pending", streams=len(waiting))
 

@@ -62,6 +62,10 @@ class Link(Protocol):
         """The runtime envelopes are delivered to."""
         ...
 
+    async def flush(self) -> None:
+        """Wait until every envelope queued so far is in Redis."""
+        ...
+
 
 class StreamEnvelope(Envelope, kw_only=True):
     """An envelope read from a shard stream: where to XACK it, under which lease,

@@ -34,6 +34,7 @@ from tests.support.redis import keys_holding
 pytestmark = [pytest.mark.faults, pytest.mark.anyio]
 
 REGISTER = "actormem.actors.app.wiring:worker_register"
+CANARY = erasure.CANARY.encode()
 #: retention.ttl of the run (s): long enough to plant the canary through a worker
 #: process, short enough to wait for.
 TTL = 3.0
@@ -86,9 +87,11 @@ async def test_an_agent_whose_worker_died_is_forgotten_everywhere_when_due(
             workers.kill(0)  # before Ana is due: its sweeper dies with it
             # The next worker knows nothing of Ana until her due time comes.
             async with MemoryRuntime(config, transport=RedisTransport(redis.url, redis)):
-                with anyio.fail_after(10 * TTL):
-                    while await keys_holding(client, redis.prefix, erasure.CANARY.encode()):  # noqa: ASYNC110
+                held = [redis.prefix]
+                with anyio.move_on_after(10 * TTL):
+                    while held := await keys_holding(client, redis.prefix, CANARY):  # noqa: ASYNC110
                         await anyio.sleep(0.1)
+                assert held == [], f"the canary is still in {held}"
                 erased_after = time.monotonic() - killed
                 stop.set()
                 with anyio.fail_after(30):

@@ -211,6 +211,29 @@ async def test_a_compression_result_that_comes_after_the_erasure_leaves_no_trace
         await client.aclose()
 
 
+async def test_redis_frees_a_deleted_entry_s_bytes_only_with_its_whole_node(
+    redis_client: aioredis.Redis, redis_config: RedisConfig
+) -> None:
+    # What erasure cannot reach below Redis: XDEL and a partial XTRIM only mark an
+    # entry deleted inside its stream node (DUMP, like an RDB file, still holds its
+    # bytes); trimming every entry of the node frees them.
+    secret = CANARY.encode()
+    for delete in ("xdel", "xtrim"):
+        stream = f"{redis_config.prefix}:dump:{delete}"
+        await redis_client.xadd(stream, {"e": "before"})
+        entry = await redis_client.xadd(stream, {"e": secret})
+        after = await redis_client.xadd(stream, {"e": "after"})
+        if delete == "xdel":
+            await redis_client.xdel(stream, entry)
+        else:
+            await redis_client.xtrim(stream, minid=after, approximate=False)
+        assert all(secret not in f[b"e"] for _, f in await redis_client.xrange(stream))
+        assert secret in (await redis_client.dump(stream) or b"")
+        await redis_client.xtrim(stream, maxlen=0, approximate=False)
+        assert secret not in (await redis_client.dump(stream) or b"")
+        await redis_client.delete(stream)
+
+
 async def test_a_forgotten_agent_starts_empty_after_a_restart(
     make_transport: Callable[[], Transport], tmp_path: Path
 ) -> None:

@@ -18,6 +18,7 @@ from actormem.runtime.redis import RedisConfig, connect
 from actormem.runtime.redis.keys import Keys, shard_of
 from tests.actors.memory.stored import StoredState
 from tests.support.redis import keys_holding
+from tests.support.streams import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -139,6 +140,34 @@ async def test_an_agent_due_after_its_state_expired_is_still_forgotten_everywher
                     while await keys_holding(client, redis_config.prefix, CANARY.encode()):  # noqa: ASYNC110
                         await anyio.sleep(0.05)
         assert any(e["event"] == "memory_expired" and e["state_gone"] for e in logs)
+    finally:
+        await client.aclose()
+
+
+async def test_an_agent_taken_as_due_is_found_again_only_after_the_retry_interval(
+    redis_config: RedisConfig, make_redis_transport: Callable[[], Transport]
+) -> None:
+    # Its Expire may be lost with the worker that took it: the due time moves on by
+    # the retry interval instead of going, so the shard's next owner finds it then.
+    keys = Keys(redis_config.prefix)
+    client = connect(redis_config)
+    try:
+        for address in ("memory/zed", "pool/main"):
+            await client.zadd(keys.due(shard_of(address, redis_config.shards)), {address: 1.0})
+        async with MemoryRuntime(AppConfig(), transport=make_redis_transport()) as rt:
+            taken: list[str] = []
+
+            async def found() -> bool:
+                taken.extend(await rt.take_due("memory", 3600.0))
+                return bool(taken)
+
+            await eventually(found, "the worker owns the shard and finds the agent due")
+            assert taken == ["memory/zed"]  # of the kind asked for only
+            assert await rt.take_due("memory", 3600.0) == []
+            moved = await client.zscore(
+                keys.due(shard_of("memory/zed", redis_config.shards)), "memory/zed"
+            )
+            assert moved is not None and moved > time.time() + 3000
     finally:
         await client.aclose()
 

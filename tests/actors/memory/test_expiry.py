@@ -144,7 +144,7 @@ async def test_an_agent_due_after_its_state_expired_is_still_forgotten_everywher
         await client.aclose()
 
 
-async def test_an_agent_taken_as_due_is_found_again_only_after_the_retry_interval(
+async def test_an_agent_taken_as_due_moves_on_by_the_retry_interval(
     redis_config: RedisConfig, make_redis_transport: Callable[[], Transport]
 ) -> None:
     # Its Expire may be lost with the worker that took it: the due time moves on by

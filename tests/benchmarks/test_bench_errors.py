@@ -27,7 +27,7 @@ def test_load_against_a_closed_port_is_one_line_without_the_password(tmp_path: P
     proc = bench("--config", str(deployment_file(tmp_path, url, "am")))
     assert proc.returncode == 2
     [line] = proc.stderr.splitlines()
-    assert line.startswith("python -m actormem.benchmarks load: error: connecting to Redis: ")
+    assert line.startswith("actormem bench load: error: connecting to Redis: ")
     assert "Redis unavailable" in line and "hunter2" not in line
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import shlex
 import sys
 import time
@@ -92,9 +93,14 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
         return f"{text} (default: {shown.replace('%', '%%')})"
 
 
+def _plain(text: str) -> str:
+    """A docstring as a terminal shows it: no ``literal`` quotes or :role:`x` marks."""
+    return re.sub(r":\w+:`~?([^`]*)`", r"\1", text.replace("``", ""))
+
+
 def summary(module: ModuleType) -> str:
     """A benchmark's one-line description: the first line of its docstring."""
-    return (module.__doc__ or "").strip().splitlines()[0].replace("``", "")
+    return _plain((module.__doc__ or "").strip().splitlines()[0])
 
 
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
@@ -109,7 +115,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         sub = subs.add_parser(
             name,
             help=summary(module).replace("%", "%%"),
-            description=(module.__doc__ or "").strip().replace("``", ""),
+            description=_plain((module.__doc__ or "").strip()),
             formatter_class=HelpFormatter,
         )
         sub.add_argument(

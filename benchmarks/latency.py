@@ -214,12 +214,20 @@ async def measure(
                     )
                 )
             if not raw_kept_up:
-                why = "over its closed-loop peak" if raw is None else "over capacity"
+                # What the baseline can answer at most: why it has no figures here.
+                most, how = (
+                    (raw_peak, "its closed-loop peak")
+                    if raw is None
+                    else (
+                        raw.answered,
+                        "answered at this level",
+                    )
+                )
                 rows.append(
                     Row(
                         name=f"{baseline.name} {level} ({rate:,.0f}/s offered, beside {label}): "
-                        f"{why}, so no baseline",
-                        value=0.0 if raw is None else raw.answered,
+                        f"{how}, too few, so no baseline",
+                        value=most,
                         unit="ask/s",
                         extra={"rate": rate, "raw_sustained": False},
                     )

@@ -106,4 +106,6 @@ async def test_a_baseline_that_cannot_keep_up_gives_no_ratio() -> None:
     assert len(percentiles) == 12
     assert all(row.ratio is None and not row.extra["raw_sustained"] for row in percentiles)
     explained = [row.name for row in rows if row.name.startswith("slow at")]
-    assert len(explained) == 4 and all(name.endswith("too few, so no baseline") for name in explained)
+    assert len(explained) == 4 and all(
+        name.endswith("too few, so no baseline") for name in explained
+    )

@@ -257,6 +257,10 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         compare = [read_result(path) for path in args.compare]
     except ValueError as exc:
         return _error(who, f"--compare: {exc}")
+    for path, earlier in zip(args.compare, compare, strict=True):
+        if not _drawn_together(earlier.name, args.name):
+            why = f"a {earlier.name} result, not drawn on a {args.name} plot"
+            return _error(who, f"--compare: {path}: {why}")
     started = time.time()
     stops = StopSignals(
         lambda: "writing the rows it finished, stopping what it started...", prog=who
@@ -294,6 +298,14 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     if args.plot:
         _plot(result, compare, path.with_suffix(".png"), console)
     return stops.exit_code
+
+
+def _drawn_together(name: str, other: str) -> bool:
+    """Whether results of benchmarks ``name`` and ``other`` share a plot."""
+    from actormem.benchmarks._plots import PLOTS
+
+    plot = PLOTS.get(name)
+    return plot is not None and plot is PLOTS.get(other)
 
 
 def _plot(result: BenchResult, compare: list[BenchResult], path: Path, console: Console) -> None:

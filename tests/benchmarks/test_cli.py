@@ -15,7 +15,7 @@ from rich.console import Console
 from actormem.benchmarks import _plots
 from actormem.benchmarks.__main__ import BENCHMARKS, build_parser, print_result, summary
 from actormem.benchmarks.__main__ import main as bench
-from actormem.benchmarks._common import BenchResult, Row, read_result
+from actormem.benchmarks._common import BenchResult, Row, read_result, write_result
 from actormem.runtime.cli import main
 
 #: A context run small enough for a test (a second or so).
@@ -150,7 +150,14 @@ def test_compare_with_a_file_that_is_no_result_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     (tmp_path / "bad.json").write_text('{"name": 1}')
-    for given, why in (("nope.json", "cannot read it"), ("bad.json", "not a benchmark result")):
+    other = BenchResult(name="latency", command="c", rows=[], machine={}, started=0, elapsed_s=0)
+    write_result(other, tmp_path)
+    [latency] = [p.name for p in tmp_path.glob("latency-*.json")]
+    for given, why in (
+        ("nope.json", "cannot read it"),
+        ("bad.json", "not a benchmark result"),
+        (latency, "a latency result, not drawn on a context plot"),
+    ):
         argv = [*TINY_CONTEXT, "--out", str(tmp_path / "out"), "--compare", str(tmp_path / given)]
         assert bench(argv) == 2
         err = capsys.readouterr().err

@@ -336,6 +336,7 @@ def load_plot(results: list[BenchResult], path: Path) -> list[Path]:
                 label=key.replace("_ms", "") + tag,
             )
     top.set(ylabel="commands / s")
+    top.set_ylim(bottom=0)
     top.set_title("load: offered and completed per second")
     bottom.set(xlabel="second of the run", ylabel="latency, ms (lower is better)", yscale="log")
     for ax in (top, bottom):

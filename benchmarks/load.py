@@ -411,11 +411,13 @@ async def run(args: argparse.Namespace) -> list[Row]:
             return _summary(args, seconds, all_latencies, errors, took, last)
 
         on_stop(so_far)
-        # On a terminal the live table shows the progress; elsewhere a line every 5 s.
+        # On a terminal the live table shows the progress; elsewhere a line every 5 s
+        # (the runner shows neither with --quiet).
+        show_table = console.is_terminal and not args.quiet
         lines = not console.is_terminal
         plan(math.ceil(args.duration / _LINE_EVERY))
         live = Live(_table(seconds), console=console, refresh_per_second=2, transient=False)
-        with live if not args.quiet else _Null():
+        with live if show_table else _Null():
             async with anyio.create_task_group() as tg:
                 i = 0
                 next_at = started
@@ -425,7 +427,7 @@ async def run(args: argparse.Namespace) -> list[Row]:
                     if not seconds or seconds[-1].t != t:
                         if seconds:
                             seconds[-1].gauges = await gauges()
-                            if not args.quiet:
+                            if show_table:
                                 live.update(_table(seconds))
                         if lines and t % _LINE_EVERY == 0:
                             step(_line(t, args.duration, seconds))
@@ -444,7 +446,7 @@ async def run(args: argparse.Namespace) -> list[Row]:
                 seconds[-1].gauges = await gauges()
             elapsed = time.perf_counter() - started
             final = await gauges()
-            if not args.quiet:
+            if show_table:
                 live.update(_table(seconds))
     return _summary(args, seconds, all_latencies, errors, elapsed, final)
 

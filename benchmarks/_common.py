@@ -1,14 +1,19 @@
 """What every benchmark shares: timing, percentiles, the result table and its JSON.
 
 Every figure is reported next to a raw baseline measured in the same run, as a
-ratio, so results hold on a noisy machine. Each benchmark returns a
-:class:`BenchResult`; the runner prints it as a table, writes it as JSON, and
-draws its plots when matplotlib is installed and plots were asked for.
+ratio, so results hold on a noisy machine. Each benchmark adds its rows to the
+run's :class:`Recorder` as it finishes them; the runner prints them as a table,
+writes them as JSON (the rows finished so far when a signal stops the run), and
+draws the benchmark's plots when matplotlib is installed and plots were asked for.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import contextvars
+import datetime
+import itertools
 import json
 import math
 import os
@@ -16,7 +21,7 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,25 +30,48 @@ import msgspec
 
 __all__ = (
     "BenchResult",
+    "Recorder",
     "Row",
     "above",
     "at_least",
     "bench_config",
+    "better_of",
     "child_json",
     "compared",
     "fraction",
     "machine",
     "message_texts",
+    "on_stop",
     "percentile",
+    "plan",
+    "read_result",
+    "recorded_rows",
+    "recording",
+    "result_stem",
     "rss_bytes",
+    "step",
     "timed_adds",
     "wait_processed",
     "write_result",
 )
 
 
+#: Units of rates: for these a higher figure is better; for every other unit (ms,
+#: us, B, objects), a lower one.
+_RATE_SUFFIX = "/s"
+
+
+def better_of(unit: str) -> str:
+    """Which way is better for a figure in ``unit``: ``higher`` for a rate, else ``lower``."""
+    return "higher" if unit.endswith(_RATE_SUFFIX) else "lower"
+
+
 class Row(msgspec.Struct, kw_only=True):
-    """One measured line: a name, its figures, and optionally a ratio to a baseline."""
+    """One measured line: a name, its figures, and optionally a ratio to a baseline.
+
+    The ratio is always ``value / baseline_value`` (both in ``unit``); ``better`` says
+    which way of it is better (``higher`` or ``lower``), from the unit when not given.
+    """
 
     name: str
     value: float
@@ -53,6 +81,11 @@ class Row(msgspec.Struct, kw_only=True):
     ratio: float | None = None
     target: str | None = None
     extra: dict[str, Any] = {}
+    better: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.ratio is not None and self.better is None:
+            self.better = better_of(self.unit)
 
 
 def compared(
@@ -80,7 +113,8 @@ def compared(
 
 class BenchResult(msgspec.Struct, kw_only=True):
     """A benchmark's rows, how it was run, and where it ran (``partial``: stopped by
-    a signal before it finished; its rows are then missing)."""
+    a signal before it finished; ``rows`` then holds the rows it had finished, and
+    ``stopped_during`` the step it was in)."""
 
     name: str
     command: str
@@ -90,6 +124,87 @@ class BenchResult(msgspec.Struct, kw_only=True):
     elapsed_s: float
     series: dict[str, Any] = {}
     partial: bool = False
+    stopped_during: str = ""
+
+
+class Recorder:
+    """What a run under the runner has finished so far, and its progress.
+
+    A benchmark adds each row to :func:`recorded_rows` as soon as it is measured, so
+    a run stopped by a signal still reports the rows it finished; the runner shows
+    the steps named with :func:`plan` and :func:`step` on stderr.
+
+    Args:
+        show: called with ``(done, total, label)`` when a step starts.
+    """
+
+    def __init__(self, show: Callable[[int, int, str], None] | None = None) -> None:
+        self.rows: list[Row] = []
+        self.total = 0
+        self.done = 0
+        self.current = ""
+        self.summary: Callable[[], list[Row]] | None = None
+        self._show = show
+
+    def step(self, label: str) -> None:
+        """Start the next step (the one before is done)."""
+        if self.current:
+            self.done += 1
+        self.current = label
+        self.total = max(self.total, self.done + 1)
+        if self._show is not None:
+            self._show(self.done, self.total, label)
+
+    def finished(self) -> list[Row]:
+        """The rows finished so far, and what the work in flight summarises to."""
+        rows = list(self.rows)
+        if self.summary is not None:
+            rows += self.summary()
+        return rows
+
+
+_RUN: contextvars.ContextVar[Recorder | None] = contextvars.ContextVar(
+    "actormem_bench_run", default=None
+)
+
+
+@contextlib.contextmanager
+def recording(recorder: Recorder) -> Iterator[Recorder]:
+    """Make ``recorder`` the one the benchmark code run inside records to."""
+    token = _RUN.set(recorder)
+    try:
+        yield recorder
+    finally:
+        _RUN.reset(token)
+
+
+def recorded_rows() -> list[Row]:
+    """The list a benchmark adds its rows to as it finishes them (the run's, under
+    the runner; a list of its own otherwise)."""
+    run = _RUN.get()
+    return run.rows if run is not None else []
+
+
+def plan(steps: int) -> None:
+    """Say how many steps the run takes (for the progress display)."""
+    run = _RUN.get()
+    if run is not None:
+        run.total = steps
+
+
+def step(label: str) -> None:
+    """Start the next step of the run, named ``label`` (``100 agents: raw anyio``)."""
+    run = _RUN.get()
+    if run is not None:
+        run.step(label)
+
+
+def on_stop(summary: Callable[[], list[Row]]) -> None:
+    """If a signal stops the run, ``summary()`` gives rows for the work in flight
+    (a load run summarises the seconds it ran)."""
+    run = _RUN.get()
+    if run is not None:
+        run.summary = summary
 
 
 def at_least(minimum: float, kind: Callable[[str], float] = int) -> Callable[[str], Any]:
@@ -270,13 +385,44 @@ def message_texts(n: int, chars: int = 200, seed: int = 1) -> list[str]:
     return out
 
 
+def result_stem(result: BenchResult) -> str:
+    """``<name>-<UTC start time>`` (``throughput-20260101T120000Z``): the name of a
+    run's files (``.partial`` added for a stopped run)."""
+    stamp = datetime.datetime.fromtimestamp(result.started, datetime.UTC)
+    return f"{result.name}-{stamp:%Y%m%dT%H%M%SZ}{'.partial' if result.partial else ''}"
+
+
 def write_result(result: BenchResult, out_dir: Path) -> Path:
-    """Write ``result`` as ``<out_dir>/<name>.json`` (a partial one as
-    ``<name>.partial.json``, next to the last full result) and return the path."""
+    """Write ``result`` to a file of its own in ``out_dir``, ``<stem>.json`` (see
+    :func:`result_stem`; ``-2``, ``-3``... added if a run started in the same second
+    wrote one), never over an earlier run's; return the path."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{result.name}{'.partial' if result.partial else ''}.json"
-    path.write_bytes(msgspec.json.format(msgspec.json.encode(result)))
-    return path
+    data = msgspec.json.format(msgspec.json.encode(result))
+    stem = result_stem(result)
+    for n in itertools.count(1):
+        path = out_dir / (f"{stem}.json" if n == 1 else f"{stem}-{n}.json")
+        try:
+            with path.open("xb") as file:
+                file.write(data)
+        except FileExistsError:
+            continue
+        return path
+    raise AssertionError("unreachable")
+
+
+def read_result(path: Path) -> BenchResult:
+    """A result a run wrote (for ``--compare``).
+
+    Raises:
+        ValueError: ``path`` cannot be read or holds no benchmark result (the
+            message names the file and what was wrong).
+    """
+    try:
+        return msgspec.json.decode(path.read_bytes(), type=BenchResult)
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read it: {exc.strerror or exc}") from None
+    except msgspec.DecodeError as exc:
+        raise ValueError(f"{path}: not a benchmark result: {exc}") from None
 
 
 class Stopwatch:

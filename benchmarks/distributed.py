@@ -1,4 +1,4 @@
-"""Distributed: ``add`` messages/s with 1, 2 and 3 worker processes against one Redis.
+"""Add commands per second with 1, 2 and 3 worker processes on one Redis, next to raw redis-py.
 
 A client runtime in this process tells ``add`` commands to many agents; the
 clock stops when every shard stream is read and acked by the workers (XINFO
@@ -12,12 +12,19 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 
 from actormem.actors import Message
 from actormem.actors.memory.commands import Add
-from actormem.benchmarks._common import BenchResult, Row, above, at_least, compared, message_texts
-from actormem.benchmarks._plots import distributed_plot
+from actormem.benchmarks._common import (
+    Row,
+    above,
+    at_least,
+    compared,
+    message_texts,
+    plan,
+    recorded_rows,
+    step,
+)
 from actormem.benchmarks._redis import (
     client_runtime,
     raw_redis,
@@ -25,6 +32,7 @@ from actormem.benchmarks._redis import (
     server,
     wait_drained,
     wire_payload,
+    worker_count,
     workers,
 )
 from actormem.runtime.redis import connect
@@ -38,9 +46,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--agents", type=at_least(1), default=1_000, help="agents the adds spread over"
     )
     parser.add_argument(
-        "--workers", type=at_least(1), nargs="+", default=[1, 2, 3], help="worker process counts"
+        "--workers",
+        type=worker_count(1),
+        nargs="+",
+        default=[1, 2, 3],
+        help="worker process counts",
     )
-    parser.add_argument("--timeout", type=above(0), default=300.0, help="seconds per run at most")
+    parser.add_argument(
+        "--timeout", type=above(0), default=300.0, help="seconds per worker count at most"
+    )
 
 
 async def drive(url: str, texts: list[str], agents: int, count: int, timeout: float) -> float:
@@ -64,12 +78,15 @@ async def drive(url: str, texts: list[str], agents: int, count: int, timeout: fl
 async def run(args: argparse.Namespace) -> list[Row]:
     """The raw baseline, then each worker count, on one server."""
     texts = message_texts(args.messages)
-    rows: list[Row] = []
+    rows = recorded_rows()
+    plan(1 + len(args.workers))
     async with server() as redis:
+        step("raw redis-py")
         raw = await raw_redis(redis.url, [wire_payload(t) for t in texts])
         rows.append(Row(name="raw redis-py XADD -> XREADGROUP -> XACK", value=raw, unit="msg/s"))
         one: float | None = None
         for count in args.workers:
+            step(f"actormem add, {count} worker process(es)")
             ours = await drive(redis.url, texts, args.agents, count, args.timeout)
             one = one or ours
             rows.append(
@@ -83,8 +100,3 @@ async def run(args: argparse.Namespace) -> list[Row]:
                 )
             )
     return rows
-
-
-def plot(result: BenchResult, out_dir: Path) -> list[Path]:
-    """Draw ``distributed.png`` (see :func:`actormem.benchmarks._plots.distributed_plot`)."""
-    return distributed_plot(result, out_dir)

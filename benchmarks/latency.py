@@ -1,14 +1,19 @@
-"""Latency: p50/p95/p99 of ``ask`` round trips (``context()`` and ``add``) at 50% and 90%
-of the measured peak rate, open loop (requests leave on schedule, whatever the replies do).
+"""In-process ask round trips (context() and add): p50/p95/p99 at 50% and 90% of the peak.
+
+The peak is measured closed loop (``--concurrency`` askers back to back); each
+level then runs open loop: asks leave on schedule, each in a task of its own,
+whatever the replies do, and a round trip is timed from when its ask was due, so
+a sender that falls behind counts its lateness instead of hiding it.
 
 The raw baseline runs at each of the same rates just before: a request/reply round
 trip through an anyio memory object stream to one responder task, which answers
-each request by setting its future (the least an ask through a mailbox costs).
+each request by setting its future (the least an ask through a mailbox costs). A
+percentile is compared with the baseline's only where the baseline kept up with
+the rate; a level either side could not keep up with is marked ``over capacity``
+(its figures then measure a queue).
 
-In process, the open-loop sender (a task per ask) shares the event loop with what
-it measures: at tens of thousands of asks/s its own tasks queue, and the tails
-say as much about it as about the runtime (on 2 cores, the raw round trip, about
-160,000/s closed loop, can queue for seconds at 38,000/s open loop).
+In process, the sender shares the event loop and the cores with what it measures,
+so a level's tails say as much about the sender and the machine as about the runtime.
 """
 
 from __future__ import annotations
@@ -18,7 +23,6 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import NamedTuple
 
 import anyio
@@ -26,7 +30,6 @@ import anyio
 from actormem.actors import MemoryRuntime, Message
 from actormem.actors.memory.commands import Add, Context
 from actormem.benchmarks._common import (
-    BenchResult,
     Row,
     above,
     at_least,
@@ -34,8 +37,10 @@ from actormem.benchmarks._common import (
     compared,
     message_texts,
     percentile,
+    plan,
+    recorded_rows,
+    step,
 )
-from actormem.benchmarks._plots import latency_plot
 from actormem.runtime import ActormemError
 
 NAME = "latency"
@@ -69,38 +74,47 @@ async def peak_rate(ask: Callable[[int], Awaitable[object]], seconds: float, wor
     return done / (time.perf_counter() - started)
 
 
-async def open_loop(
-    ask: Callable[[int], Awaitable[object]], rate: float, seconds: float
-) -> tuple[list[float], int]:
-    """Send ``rate`` asks per second for ``seconds``.
+#: A level whose asks are answered at less than this share of the offered rate is
+#: over capacity: its asks queue, and its percentiles measure the queue.
+SUSTAINED = 0.9
 
-    Returns:
-        Each answered ask's round trip in seconds, and how many asks failed
-        (timed out, say: a rate above the peak queues until asks time out).
+
+class Level(NamedTuple):
+    """What one open-loop level measured."""
+
+    samples: list[float]  #: each answered ask's round trip (s), from when it was due
+    failed: int  #: asks that failed (timed out, say)
+    answered: float  #: asks answered per second, from the first due to the last answer
+
+
+async def open_loop(ask: Callable[[int], Awaitable[object]], rate: float, seconds: float) -> Level:
+    """Send ``rate`` asks per second for ``seconds``, each in a task of its own.
+
+    A round trip is timed from when its ask was due, not from when its task got
+    to run: a sender that falls behind (the event loop busy with earlier asks)
+    adds its lateness to the figures instead of hiding it.
     """
     samples: list[float] = []
     failed = 0
     interval = 1.0 / rate
-    total = int(rate * seconds)
+    total = max(1, int(rate * seconds))
 
-    async def one(i: int) -> None:
+    async def one(i: int, due: float) -> None:
         nonlocal failed
-        t0 = time.perf_counter()
         try:
             await ask(i)
         except ActormemError:
             failed += 1
             return
-        samples.append(time.perf_counter() - t0)
+        samples.append(time.perf_counter() - due)
 
     start = time.perf_counter()
     async with anyio.create_task_group() as tg:
         for i in range(total):
-            delay = start + i * interval - time.perf_counter()
-            if delay > 0:
-                await anyio.sleep(delay)
-            tg.start_soon(one, i)
-    return samples, failed
+            due = start + i * interval
+            await anyio.sleep(max(0.0, due - time.perf_counter()))  # a checkpoint when late
+            tg.start_soon(one, i, due)
+    return Level(samples, failed, len(samples) / (time.perf_counter() - start))
 
 
 class Baseline(NamedTuple):
@@ -120,17 +134,25 @@ async def measure(
 ) -> list[Row]:
     """Peak, then p50/p95/p99 at 50% and 90% of it (and at ``fixed_rate`` if given),
     of ``context()`` and ``add`` asks to ``args.agents`` agents of ``rt``; each level
-    next to ``baseline`` at the same rate, measured just before it. The baseline's
-    own peak is measured first: a rate at or above it would only measure its queue,
-    so such a level has no baseline (``extra["over_raw_peak"]``).
+    next to ``baseline`` at the same rate, measured just before it. The rows go to
+    :func:`recorded_rows` as each level finishes.
+
+    A percentile has a baseline only where the baseline kept up with the rate (its
+    closed-loop peak above it, and its asks answered at :data:`SUSTAINED` of it at
+    least); elsewhere the baseline's figures would measure its queue, and a row
+    says how fast it answered instead. A level at which actormem did not keep up
+    says so in its rows' names (``over capacity``).
 
     ``where`` names the transport in the row names (``in-process``, ``Redis``);
     ``settle`` waits after each level until what timed-out asks left queued is
     handled, so it does not weigh on the next level.
     """
-    rows: list[Row] = []
+    rows = recorded_rows()
     texts = message_texts(1000)
     addresses = [f"memory/agent{i}" for i in range(args.agents)]
+    levels_per_ask = 3 if fixed_rate else 2
+    plan(2 + 2 * (1 + 2 * levels_per_ask))
+    step("filling the agents")
     for a in addresses:  # each agent holds a short conversation
         await rt.ask(a, Add(messages=[Message(role="user", content=t) for t in texts[:20]]))
 
@@ -141,9 +163,11 @@ async def measure(
         msg = Message(role="user", content=texts[i % len(texts)])
         return await rt.ask(addresses[i % len(addresses)], Add(messages=[msg]))
 
+    step(f"{baseline.name}: peak")
     raw_peak = await peak_rate(baseline.ask, args.seconds, args.concurrency)
     rows.append(Row(name=f"{baseline.name} peak (closed loop)", value=raw_peak, unit="ask/s"))
     for label, ask in (("context()", ask_context), ("add", ask_add)):
+        step(f"{label}: peak")
         peak = await peak_rate(ask, args.seconds, args.concurrency)
         rows.append(
             compared(f"{where} {label} peak (closed loop)", peak, "ask/s", baseline.name, raw_peak)
@@ -154,28 +178,34 @@ async def measure(
         if fixed_rate:
             levels.append((f"at {fixed_rate:,.0f}/s", fixed_rate, "< 2 ms at 5k/s"))
         for level, rate, target in levels:
-            over = rate >= raw_peak
-            raw = [] if over else (await open_loop(baseline.ask, rate, args.seconds))[0]
-            samples, failed = await open_loop(ask, rate, args.seconds)
+            step(f"{label} {level} ({rate:,.0f}/s): {baseline.name}")
+            raw = None if rate >= raw_peak else await open_loop(baseline.ask, rate, args.seconds)
+            step(f"{label} {level} ({rate:,.0f}/s): actormem")
+            ours = await open_loop(ask, rate, args.seconds)
             if settle is not None:
                 await settle()
+            raw_kept_up = raw is not None and raw.answered >= SUSTAINED * rate
+            kept_up = ours.answered >= SUSTAINED * rate
+            over = "" if kept_up else " (over capacity)"
             for p in (50, 95, 99):
-                ours = percentile(samples, p) * 1e3
-                theirs = None if over else percentile(raw, p) * 1e3
+                value = percentile(ours.samples, p) * 1e3
+                theirs = percentile(raw.samples, p) * 1e3 if raw and raw_kept_up else None
                 rows.append(
                     Row(
-                        name=f"{where} {label} p{p} {level}",
-                        value=ours,
+                        name=f"{where} {label} p{p} {level}{over}",
+                        value=value,
                         unit="ms",
-                        baseline=None if over else baseline.name,
+                        baseline=baseline.name if theirs else None,
                         baseline_value=theirs,
-                        ratio=ours / theirs if theirs else None,
+                        ratio=value / theirs if theirs else None,
                         target=target if p == 99 else None,
                         extra={
-                            "over_raw_peak": over,
+                            "raw_sustained": raw_kept_up,
+                            "sustained": kept_up,
                             "rate": rate,
-                            "samples": len(samples),
-                            "failed": failed,
+                            "answered_rate": ours.answered,
+                            "samples": len(ours.samples),
+                            "failed": ours.failed,
                             "percentile": p,
                             "ask": label,
                             "transport": where,
@@ -183,9 +213,28 @@ async def measure(
                         },
                     )
                 )
-            if failed:
+            if not raw_kept_up:
+                # What the baseline can answer at most: why it has no figures here.
+                most, how = (
+                    (raw_peak, "its closed-loop peak")
+                    if raw is None
+                    else (
+                        raw.answered,
+                        "answered at this level",
+                    )
+                )
                 rows.append(
-                    Row(name=f"{where} {label} asks failed {level}", value=failed, unit="asks")
+                    Row(
+                        name=f"{baseline.name} {level} ({rate:,.0f}/s offered, beside {label}): "
+                        f"{how}, too few, so no baseline",
+                        value=most,
+                        unit="ask/s",
+                        extra={"rate": rate, "raw_sustained": False},
+                    )
+                )
+            if ours.failed:
+                rows.append(
+                    Row(name=f"{where} {label} asks failed {level}", value=ours.failed, unit="asks")
                 )
     return rows
 
@@ -216,8 +265,3 @@ async def raw_anyio_asker() -> AsyncIterator[Callable[[int], Awaitable[object]]]
         tg.start_soon(respond)
         yield ask
         tg.cancel_scope.cancel()
-
-
-def plot(result: BenchResult, out_dir: Path) -> list[Path]:
-    """Draw ``latency.png`` (see :func:`actormem.benchmarks._plots.latency_plot`)."""
-    return latency_plot(result, out_dir)

@@ -1,5 +1,7 @@
-"""Load: a steady or stepped open-loop load of memory commands, with a live display,
-reporting throughput, latency percentiles, errors, redeliveries and mailbox depths over time.
+"""An open-loop load of memory commands, in process, over Redis or on a running deployment.
+
+A steady or stepped load with a live display, reporting throughput, latency
+percentiles, errors, redeliveries and mailbox depths over time.
 
 ``--transport redis`` runs against a private ``redis-server``: with ``--workers N``
 (N >= 1) the load comes from a client runtime here and N worker processes host
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import secrets
 import sys
 import time
@@ -41,7 +44,10 @@ from actormem.benchmarks._common import (
     bench_config,
     fraction,
     message_texts,
+    on_stop,
     percentile,
+    plan,
+    step,
 )
 from actormem.benchmarks._redis import (
     client_runtime,
@@ -50,6 +56,7 @@ from actormem.benchmarks._redis import (
     server,
     stream_backlog,
     wait_drained,
+    worker_count,
     worker_runtime,
     workers,
 )
@@ -74,9 +81,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--step-every", type=above(0), default=2.0, help="seconds per load step")
     parser.add_argument(
-        "--mix", type=fraction, default=0.2, help="share of context() asks (the rest are adds)"
+        "--mix", type=fraction, default=0.2, help="share of context() asks, 0..1 (the rest: adds)"
     )
-    parser.add_argument("--mailbox", type=at_least(1), default=1_000, help="mailbox size per agent")
+    parser.add_argument(
+        "--mailbox", type=at_least(1), default=1_000, help="mailbox size per agent (messages)"
+    )
     parser.add_argument(
         "--timeout", type=above(0), default=30.0, help="seconds each ask waits for its reply"
     )
@@ -84,7 +93,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-inflight",
         type=at_least(0),
         default=5_000,
-        help="asks in flight at most: a command due while this many wait is not sent "
+        help="asks in flight at most (asks): a command due while this many wait is not sent "
         "(counted as skipped), as a client with a bounded pool would (0: no bound)",
     )
     parser.add_argument(
@@ -92,7 +101,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="handle asks whose asker gave up (runtime.shed_expired_asks = false)",
     )
-    parser.add_argument("--quiet", action="store_true", help="no live display")
     parser.add_argument(
         "--transport",
         choices=("local", "redis", "memory"),
@@ -102,7 +110,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--workers",
-        type=at_least(0),
+        type=worker_count(0),
         default=None,
         help="Redis worker processes to start (default 1; 0: this process is the worker)",
     )
@@ -396,8 +404,20 @@ async def run(args: argparse.Namespace) -> list[Row]:
             all_latencies.append(latency)
 
         started = time.perf_counter()
+
+        def so_far() -> list[Row]:  # if a signal stops the run: the seconds it ran
+            last = next((s.gauges for s in reversed(seconds) if s.gauges), {})
+            took = time.perf_counter() - started
+            return _summary(args, seconds, all_latencies, errors, took, last)
+
+        on_stop(so_far)
+        # On a terminal the live table shows the progress; elsewhere a line every 5 s
+        # (the runner shows neither with --quiet).
+        show_table = console.is_terminal and not args.quiet
+        lines = not console.is_terminal
+        plan(math.ceil(args.duration / _LINE_EVERY))
         live = Live(_table(seconds), console=console, refresh_per_second=2, transient=False)
-        with live if not args.quiet else _Null():
+        with live if show_table else _Null():
             async with anyio.create_task_group() as tg:
                 i = 0
                 next_at = started
@@ -407,8 +427,10 @@ async def run(args: argparse.Namespace) -> list[Row]:
                     if not seconds or seconds[-1].t != t:
                         if seconds:
                             seconds[-1].gauges = await gauges()
-                            if not args.quiet:
+                            if show_table:
                                 live.update(_table(seconds))
+                        if lines and t % _LINE_EVERY == 0:
+                            step(_line(t, args.duration, seconds))
                         seconds.append(_Second(t, rate))
                     bucket = seconds[-1]
                     while next_at <= now:
@@ -424,11 +446,23 @@ async def run(args: argparse.Namespace) -> list[Row]:
                 seconds[-1].gauges = await gauges()
             elapsed = time.perf_counter() - started
             final = await gauges()
-            if not args.quiet:
+            if show_table:
                 live.update(_table(seconds))
-        sent = sum(s.sent for s in seconds)
-        skipped = sum(s.skipped for s in seconds)
-        done = sum(s.done for s in seconds)
+    return _summary(args, seconds, all_latencies, errors, elapsed, final)
+
+
+def _summary(
+    args: argparse.Namespace,
+    seconds: list[_Second],
+    all_latencies: list[float],
+    errors: dict[str, int],
+    elapsed: float,
+    final: dict[str, int],
+) -> list[Row]:
+    """The rows of a load run over ``seconds`` (``final``: the gauges at its end)."""
+    sent = sum(s.sent for s in seconds)
+    skipped = sum(s.skipped for s in seconds)
+    done = sum(s.done for s in seconds)
     if args.config:
         where = f"the deployment of {args.config}"
     elif args.transport in ("local", "memory"):
@@ -436,27 +470,33 @@ async def run(args: argparse.Namespace) -> list[Row]:
     else:
         where = f"Redis, {1 if args.workers is None else args.workers} worker(s)"
     rows = [
-        Row(name=f"commands sent ({where})", value=sent, unit="", extra={"errors": errors}),
-        Row(name="throughput (completed)", value=done / elapsed, unit="cmd/s"),
+        Row(name=f"commands sent ({where})", value=sent, unit="commands", extra={"errors": errors}),
+        Row(name="throughput (completed)", value=done / elapsed if elapsed else 0.0, unit="cmd/s"),
     ]
-    counts: list[tuple[str, float]] = [
-        ("errors", sum(errors.values())),
-        ("not sent: --max-inflight asks already waiting", skipped),
+    counts: list[tuple[str, float, str]] = [
+        ("errors", sum(errors.values()), "asks"),
+        ("not sent: --max-inflight asks already waiting", skipped, "commands"),
     ]
     if args.transport in ("local", "memory") and not args.config:
-        counts.append(("redeliveries (in-process: none by design)", 0))
+        counts.append(("redeliveries (in-process: none by design)", 0, "commands"))
     elif "redelivered" in final:
-        counts.append(("redeliveries (the worker's RedisTransport.stats())", final["redelivered"]))
+        counts.append(
+            ("redeliveries (the worker's RedisTransport.stats())", final["redelivered"], "commands")
+        )
     else:
         most = max((s.gauges.get("redelivered_pending", 0) for s in seconds), default=0)
-        counts.append(("redelivered entries pending, most seen (XPENDING)", most))
+        counts.append(("redelivered entries pending, most seen (XPENDING)", most, "entries"))
     if "expired" in final:
         counts.append(
-            ("asks dropped unhandled, their asker gone (RuntimeStats.expired)", final["expired"])
+            (
+                "asks dropped unhandled, their asker gone (RuntimeStats.expired)",
+                final["expired"],
+                "asks",
+            )
         )
     if "dead_letters" in final:
-        counts.append(("dead letters", final["dead_letters"]))
-    rows += [Row(name=name, value=value, unit="") for name, value in counts]
+        counts.append(("dead letters", final["dead_letters"], "entries"))
+    rows += [Row(name=name, value=value, unit=unit) for name, value, unit in counts]
     for p in (50, 95, 99):
         rows.append(Row(name=f"latency p{p}", value=percentile(all_latencies, p) * 1e3, unit="ms"))
     series = [s.row() for s in seconds]
@@ -471,6 +511,22 @@ async def run(args: argparse.Namespace) -> list[Row]:
             )
     rows[-1].extra["series"] = series
     return rows
+
+
+#: Seconds between progress lines when stderr is not a terminal.
+_LINE_EVERY = 5
+
+
+def _line(t: int, duration: float, seconds: list[_Second]) -> str:
+    """A progress line: where the run is, and what its last second did."""
+    if not seconds:
+        return f"{t} s of {duration:g} s"
+    last = seconds[-1].row()
+    p99 = "-" if last["p99_ms"] is None else f"{last['p99_ms']:,.1f} ms"
+    return (
+        f"{t} s of {duration:g} s: last second {last['done']:,} done of "
+        f"{last['target_rate']:,.0f}/s offered, p99 {p99}, {last['errors']:,} errors"
+    )
 
 
 class _Null:

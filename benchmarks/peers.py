@@ -1,5 +1,9 @@
-"""Peers: the same workloads on autogen-core's SingleThreadedAgentRuntime and on Pykka,
-in the same run (install the ``bench-peers`` extra)."""
+"""The same workloads on actormem, Pykka and autogen-core, in one run (the bench-peers extra).
+
+Ask round trips next to Pykka's ThreadingActor and autogen-core's
+SingleThreadedAgentRuntime, and adds to many agents next to autogen-core's
+publish (install the ``bench-peers`` extra).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,15 @@ import argparse
 import time
 from typing import Any
 
-from actormem.benchmarks._common import Row, at_least, compared, message_texts
+from actormem.benchmarks._common import (
+    Row,
+    at_least,
+    compared,
+    message_texts,
+    plan,
+    recorded_rows,
+    step,
+)
 from actormem.benchmarks.throughput import actormem_add
 from actormem.runtime import Actor, Runtime
 
@@ -77,12 +89,14 @@ async def _autogen(texts: list[str], agents: int) -> tuple[float, float]:
 
 async def run(args: argparse.Namespace) -> list[Row]:
     texts = message_texts(args.messages)
-    inline, mailbox = await _actormem_asks(args.messages)
+    rows = recorded_rows()
+    plan(4)
+    step("Pykka ask round trips")
     pykka_ask = _pykka_ask(args.messages)
-    publish, send = await _autogen(texts, args.agents)
-    adds = await actormem_add(texts, args.agents)
-    return [
-        Row(name="Pykka ask round trip (ThreadingActor)", value=pykka_ask, unit="ask/s"),
+    rows.append(Row(name="Pykka ask round trip (ThreadingActor)", value=pykka_ask, unit="ask/s"))
+    step("actormem ask round trips")
+    inline, mailbox = await _actormem_asks(args.messages)
+    rows += [
         compared(
             "actormem ask round trip, inline path",
             inline,
@@ -92,15 +106,11 @@ async def run(args: argparse.Namespace) -> list[Row]:
             target=">= 2x Pykka",
         ),
         compared("actormem ask round trip, mailbox path", mailbox, "ask/s", "Pykka ask", pykka_ask),
+    ]
+    step(f"autogen-core publish to {args.agents} agents, send_message round trips")
+    publish, send = await _autogen(texts, args.agents)
+    rows += [
         Row(name=f"autogen-core publish to {args.agents} agents", value=publish, unit="msg/s"),
-        compared(
-            f"actormem add (tell) to {args.agents} agents, token counting included",
-            adds,
-            "msg/s",
-            "autogen publish",
-            publish,
-            target=">= 5x autogen publish",
-        ),
         Row(name="autogen-core send_message round trip", value=send, unit="ask/s"),
         compared(
             "actormem ask round trip (inline) vs autogen send_message",
@@ -110,3 +120,16 @@ async def run(args: argparse.Namespace) -> list[Row]:
             send,
         ),
     ]
+    step(f"actormem add to {args.agents} agents")
+    adds = await actormem_add(texts, args.agents)
+    rows.append(
+        compared(
+            f"actormem add (tell) to {args.agents} agents, token counting included",
+            adds,
+            "msg/s",
+            "autogen publish",
+            publish,
+            target=">= 5x autogen publish",
+        )
+    )
+    return rows

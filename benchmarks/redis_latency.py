@@ -1,6 +1,8 @@
-"""Redis latency: p50/p95/p99 of ``ask`` round trips (``context()`` and ``add``) from a
-client process to one worker process over Redis streams, at 50% and 90% of the
-measured peak and at the target's fixed 5,000 asks/s, open loop.
+"""Ask round trips from a client process to a worker over Redis: p50/p95/p99 under open-loop load.
+
+The asks (``context()`` and ``add``) go from a client runtime in this process to
+one worker process over Redis streams, at 50% and 90% of the measured peak and at
+the target's fixed 5,000 asks/s, open loop (see :mod:`actormem.benchmarks.latency`).
 
 A rate above the measured peak queues without bound, so its percentiles mostly
 measure the queue: the fixed-rate rows say how far off the target is, honestly.
@@ -14,10 +16,8 @@ from __future__ import annotations
 
 import argparse
 from functools import partial
-from pathlib import Path
 
-from actormem.benchmarks._common import BenchResult, Row, above, at_least, message_texts
-from actormem.benchmarks._plots import latency_plot
+from actormem.benchmarks._common import Row, above, at_least, message_texts
 from actormem.benchmarks._raw_echo import raw_responder
 from actormem.benchmarks._redis import (
     client_runtime,
@@ -72,8 +72,3 @@ async def run(args: argparse.Namespace) -> list[Row]:
                 return await measure(rt, "Redis", args, baseline, args.fixed_rate, settle)
         finally:
             await client.aclose()
-
-
-def plot(result: BenchResult, out_dir: Path) -> list[Path]:
-    """Draw ``latency.png`` (see :func:`actormem.benchmarks._plots.latency_plot`)."""
-    return latency_plot(result, out_dir)

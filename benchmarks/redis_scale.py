@@ -1,5 +1,7 @@
-"""Redis scale: memory per passivated agent (Redis ``used_memory`` and the worker's
-resident memory) at 1,000 / 10,000 agents, and the activation time of a passivated
+"""Memory per passivated agent (Redis and worker) and the time to activate one again.
+
+Memory per passivated agent (Redis ``used_memory`` and the worker's resident
+memory) at 1,000 / 10,000 agents, and the activation time of a passivated
 agent, next to an ask to an agent still in memory. Each size runs in a fresh process
 with its own ``redis-server``.
 
@@ -26,7 +28,6 @@ import argparse
 import gc
 import json
 import time
-from pathlib import Path
 from typing import Any, cast
 
 import anyio
@@ -34,14 +35,15 @@ import anyio
 from actormem.actors import Message
 from actormem.actors.memory.commands import Add, Context
 from actormem.benchmarks._common import (
-    BenchResult,
     Row,
     at_least,
     child_json,
     percentile,
+    plan,
+    recorded_rows,
     rss_bytes,
+    step,
 )
-from actormem.benchmarks._plots import memory_plot
 from actormem.benchmarks._redis import (
     agent_keys_memory,
     redis_app_config,
@@ -140,8 +142,10 @@ async def run(args: argparse.Namespace) -> list[Row]:
     if args.child:
         print(json.dumps(await _child(args.n, args.activations, args.rounds)))
         raise SystemExit(0)
-    rows: list[Row] = []
+    rows = recorded_rows()
+    plan(len(args.agents))
     for n in args.agents:
+        step(f"{n:,} agents (a process and a Redis of its own)")
         m = await _measure(n, args.activations, args.rounds)
         per_agent: tuple[tuple[str, str, str | None, dict[str, Any]], ...] = (
             ("passivated agent in Redis (used_memory)", "redis_per_agent", None, {}),
@@ -193,15 +197,10 @@ async def run(args: argparse.Namespace) -> list[Row]:
                     name=f"activation of a passivated agent (ask context()), p{p}, {n:,} agents",
                     value=m[f"activation_p{p}"] * 1e6,
                     unit="us",
-                    baseline="ask to an active agent, us",
+                    baseline="ask to an active agent",
                     baseline_value=m[f"active_ask_p{p}"] * 1e6,
                     ratio=m[f"activation_p{p}"] / m[f"active_ask_p{p}"],
                     extra={"agents": n},
                 )
             )
     return rows
-
-
-def plot(result: BenchResult, out_dir: Path) -> list[Path]:
-    """Draw ``memory.png`` (see :func:`actormem.benchmarks._plots.memory_plot`)."""
-    return memory_plot(result, out_dir)

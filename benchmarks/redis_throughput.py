@@ -1,5 +1,4 @@
-"""Redis throughput: memory ``add`` commands/s through one worker over Redis streams,
-next to the raw redis-py limit on the same server.
+"""Add commands per second through one worker over Redis, next to raw redis-py on that server.
 
 The worker is a :class:`MemoryRuntime` whose :class:`RedisTransport` owns every
 shard of a private ``redis-server``; the producer tells ``add`` commands from the
@@ -24,22 +23,22 @@ from __future__ import annotations
 
 import argparse
 import statistics
-from pathlib import Path
 
 import anyio
 
 from actormem.actors import Message
 from actormem.actors.memory.commands import Add
 from actormem.benchmarks._common import (
-    BenchResult,
     Row,
     above,
     at_least,
     message_texts,
+    plan,
+    recorded_rows,
+    step,
     timed_adds,
     wait_processed,
 )
-from actormem.benchmarks._plots import throughput_plot
 from actormem.benchmarks._redis import (
     floor_redis,
     raw_redis,
@@ -63,7 +62,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--cold", action="store_true", help="do not activate the agents before timing"
     )
     parser.add_argument(
-        "--timeout", type=above(0), default=300.0, help="give up on one agent count after this (s)"
+        "--timeout",
+        type=above(0),
+        default=300.0,
+        help="give up on one agent count after this many seconds",
     )
     parser.add_argument(
         "--repeat",
@@ -98,14 +100,19 @@ async def run(args: argparse.Namespace) -> list[Row]:
     texts = message_texts(args.messages)
     payloads = [wire_payload(t) for t in texts]
     raws: list[float] = []
-    rows: list[Row] = []
+    rows = recorded_rows()
+    plan(3 * args.repeat * len(args.agents))
     async with server() as redis:
         for agents in args.agents:
             pairs = []
             floors = []
-            for _ in range(args.repeat):
+            for n in range(args.repeat):
+                run = f"{agents:,} agents, run {n + 1} of {args.repeat}"
+                step(f"{run}: raw redis-py")
                 raw = await raw_redis(redis.url, payloads)
+                step(f"{run}: least work, no runtime")
                 floors.append(await floor_redis(redis.url, texts, agents))
+                step(f"{run}: actormem add")
                 ours = await actormem_add(redis.url, texts, agents, args.timeout, args.cold)
                 pairs.append((raw, ours))
             raws += [raw for raw, _ in pairs]
@@ -145,9 +152,5 @@ async def run(args: argparse.Namespace) -> list[Row]:
         unit="msg/s",
         extra={"runs": raws},
     )
-    return [baseline, *rows]
-
-
-def plot(result: BenchResult, out_dir: Path) -> list[Path]:
-    """Draw ``throughput.png`` (see :func:`actormem.benchmarks._plots.throughput_plot`)."""
-    return throughput_plot(result, out_dir)
+    rows.insert(0, baseline)
+    return rows

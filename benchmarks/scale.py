@@ -1,5 +1,7 @@
-"""Scale: resident memory per idle agent actor at 1,000 / 10,000 / 100,000 agents, next to
-a raw anyio task with its own stream per agent. Each size runs in a fresh process.
+"""Resident memory per idle in-process agent at 1,000 to 100,000 agents, next to a raw anyio task.
+
+Memory per idle agent actor at 1,000 / 10,000 / 100,000 agents, next to a raw
+anyio task with its own stream per agent. Each size runs in a fresh process.
 
 Also the pause of a full garbage collection (``gc.collect()``) with that many agents
 in memory, and, at the largest size, the same with ``runtime.gc_freeze`` off: what
@@ -13,7 +15,6 @@ import gc
 import json
 import statistics
 import time
-from pathlib import Path
 
 import anyio
 import msgspec
@@ -21,16 +22,17 @@ import msgspec
 from actormem.actors import MemoryRuntime, Message
 from actormem.actors.memory.commands import Add
 from actormem.benchmarks._common import (
-    BenchResult,
     Row,
     at_least,
     bench_config,
     child_json,
     compared,
+    plan,
+    recorded_rows,
     rss_bytes,
+    step,
     wait_processed,
 )
-from actormem.benchmarks._plots import memory_plot
 
 NAME = "scale"
 
@@ -104,9 +106,12 @@ async def run(args: argparse.Namespace) -> list[Row]:
         else:
             print(json.dumps(await _child_actormem(args.n, args.child == "actormem")))
         raise SystemExit(0)
-    rows = []
+    rows = recorded_rows()
+    plan(2 * len(args.agents) + 1)
     for n in args.agents:
+        step(f"{n:,} agents: raw anyio tasks (a process of its own)")
         raw = (await _measure("anyio", n))["per_agent"]
+        step(f"{n:,} agents: actormem (a process of its own)")
         measured = await _measure("actormem", n)
         ours = measured["per_agent"]
         rows.append(
@@ -128,7 +133,10 @@ async def run(args: argparse.Namespace) -> list[Row]:
                 extra={"agents": n},
             )
         )
-        unfrozen = await _measure("actormem-nofreeze", n) if n == max(args.agents) else None
+        unfrozen = None
+        if n == max(args.agents):
+            step(f"{n:,} agents: actormem with gc_freeze = false")
+            unfrozen = await _measure("actormem-nofreeze", n)
         rows.append(
             Row(
                 name=f"full gc.collect() pause, {n:,} idle agents",
@@ -141,8 +149,3 @@ async def run(args: argparse.Namespace) -> list[Row]:
             )
         )
     return rows
-
-
-def plot(result: BenchResult, out_dir: Path) -> list[Path]:
-    """Draw ``memory.png`` (see :func:`actormem.benchmarks._plots.memory_plot`)."""
-    return memory_plot(result, out_dir)

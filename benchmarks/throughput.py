@@ -1,4 +1,4 @@
-"""Throughput: memory ``add`` commands per second, next to the raw limits of the machine.
+"""In-process add commands per second at 1 to 10,000 agents, next to raw anyio and tiktoken.
 
 Baselines, measured in the same run on the same messages:
 - anyio: one producer ``await send``-ing to N memory object streams, each drained
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 
 import anyio
 import tiktoken
@@ -19,27 +18,30 @@ import tiktoken
 from actormem.actors import MemoryRuntime, Message
 from actormem.actors.memory.commands import Add
 from actormem.benchmarks._common import (
-    BenchResult,
     Row,
     at_least,
     bench_config,
     compared,
     message_texts,
+    plan,
+    recorded_rows,
+    step,
     timed_adds,
 )
-from actormem.benchmarks._plots import throughput_plot
 
 NAME = "throughput"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--messages", type=at_least(1), default=60_000, help="messages per run")
+    parser.add_argument(
+        "--messages", type=at_least(1), default=60_000, help="messages added per agent count"
+    )
     parser.add_argument(
         "--agents",
         type=at_least(1),
         nargs="+",
         default=[1, 100, 1_000, 10_000],
-        help="agent counts",
+        help="agent counts to measure (agents)",
     )
 
 
@@ -88,10 +90,15 @@ async def actormem_add(texts: list[str], agents: int) -> float:
 async def run(args: argparse.Namespace) -> list[Row]:
     """Measure the baselines and actormem for each agent count."""
     texts = message_texts(args.messages)
+    plan(1 + 2 * len(args.agents))
+    step("raw tiktoken encode")
     tok = raw_tiktoken(texts)
-    rows = [Row(name="raw tiktoken encode_ordinary (200 chars)", value=tok, unit="msg/s")]
+    rows = recorded_rows()
+    rows.append(Row(name="raw tiktoken encode_ordinary (200 chars)", value=tok, unit="msg/s"))
     for agents in args.agents:
+        step(f"{agents:,} agents: raw anyio send")
         base = await raw_anyio(texts, agents)
+        step(f"{agents:,} agents: actormem add")
         ours = await actormem_add(texts, agents)
         rows.append(
             Row(
@@ -125,8 +132,3 @@ async def run(args: argparse.Namespace) -> list[Row]:
             )
         )
     return rows
-
-
-def plot(result: BenchResult, out_dir: Path) -> list[Path]:
-    """Draw ``throughput.png`` (see :func:`actormem.benchmarks._plots.throughput_plot`)."""
-    return throughput_plot(result, out_dir)

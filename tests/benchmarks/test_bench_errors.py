@@ -27,22 +27,27 @@ def test_load_against_a_closed_port_is_one_line_without_the_password(tmp_path: P
     proc = bench("--config", str(deployment_file(tmp_path, url, "am")))
     assert proc.returncode == 2
     [line] = proc.stderr.splitlines()
-    assert line.startswith("python -m actormem.benchmarks load: error: connecting to Redis: ")
+    assert line.startswith("actormem bench load: error: connecting to Redis: ")
     assert "Redis unavailable" in line and "hunter2" not in line
 
 
 @pytest.mark.slow
-def test_load_against_a_redis_that_wants_a_password_names_the_variable(
+def test_load_against_a_redis_that_wants_a_password_is_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("ACTORMEM_REDIS_PASSWORD", raising=False)
     with private_redis(tmp_path, "--requirepass", ADMIN_PASSWORD) as port:
-        path = deployment_file(tmp_path, f"redis://127.0.0.1:{port}/0", "am")
-        proc = bench("--config", str(path))
-    assert proc.returncode == 2
-    [line] = proc.stderr.splitlines()
+        none = deployment_file(tmp_path, f"redis://127.0.0.1:{port}/0", "am")
+        missing = bench("--config", str(none))
+        wrong = deployment_file(tmp_path, f"redis://:not-it@127.0.0.1:{port}/0", "am")
+        refused = bench("--config", str(wrong))
+    assert missing.returncode == refused.returncode == 2
+    [line] = missing.stderr.splitlines()
     assert "Redis requires a password and none was given" in line, line
     assert "ACTORMEM_REDIS_PASSWORD" in line
+    [line] = refused.stderr.splitlines()
+    assert line.startswith("actormem bench load: error: connecting to Redis: ")
+    assert "invalid username-password pair" in line and "not-it" not in line
 
 
 def test_a_benchmark_without_its_extra_says_which_to_install(

@@ -7,9 +7,13 @@ import importlib
 import subprocess
 import sys
 
+import anyio
 import pytest
 
+from actormem.actors import MemoryRuntime
 from actormem.benchmarks.__main__ import build_parser
+from actormem.benchmarks._common import bench_config
+from actormem.benchmarks.latency import SUSTAINED, Baseline, measure, open_loop
 from tests.benchmarks.helpers import check_rows
 
 pytestmark = pytest.mark.anyio
@@ -72,3 +76,36 @@ def test_a_bad_option_is_one_line_and_exit_status_2(argv: list[str], message: st
     assert proc.stdout == ""
     [line] = proc.stderr.splitlines()
     assert message in line
+
+
+async def test_an_open_loop_level_that_is_not_kept_up_with_says_so() -> None:
+    lock = anyio.Lock()
+
+    async def serial(_: int) -> object:  # 100 asks/s at most, one at a time
+        async with lock:
+            await anyio.sleep(0.01)
+        return None
+
+    level = await open_loop(serial, rate=1_000, seconds=0.05)
+    assert len(level.samples) == 50
+    assert level.answered < SUSTAINED * 1_000
+
+
+@pytest.mark.slow
+async def test_a_baseline_that_cannot_keep_up_gives_no_ratio() -> None:
+    async def serial(_: int) -> object:
+        await anyio.sleep(0.01)
+        return None
+
+    argv = ["latency", "--agents", "2", "--seconds", "0.1", "--concurrency", "2"]
+    args = build_parser().parse_args(argv)
+    async with MemoryRuntime(bench_config()) as rt:
+        rows = await measure(rt, "in-process", args, Baseline("slow", serial))
+    check_rows("latency", rows)
+    percentiles = [row for row in rows if "percentile" in row.extra]
+    assert len(percentiles) == 12
+    assert all(row.ratio is None and not row.extra["raw_sustained"] for row in percentiles)
+    explained = [row.name for row in rows if row.name.startswith("slow at")]
+    assert len(explained) == 4 and all(
+        name.endswith("too few, so no baseline") for name in explained
+    )

@@ -1,5 +1,6 @@
-"""The ``--plot`` PNGs are written from results, combined across related benchmarks,
-and a missing matplotlib is reported in one line instead of failing the run."""
+"""The ``--plot`` PNGs: every benchmark has a plot, each is drawn from the results it
+is given (the run's own and the ``--compare`` ones), and a missing matplotlib is
+reported in one line instead of failing."""
 
 from __future__ import annotations
 
@@ -8,12 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from actormem.benchmarks._common import BenchResult, Row, write_result
-from actormem.benchmarks._plots import distributed_plot, latency_plot, memory_plot, throughput_plot
+from actormem.benchmarks.__main__ import BENCHMARKS
+from actormem.benchmarks._common import BenchResult, Row
+from actormem.benchmarks._plots import PLOTS, draw
 
 
-def _result(name: str, rows: list[Row]) -> BenchResult:
-    return BenchResult(name=name, command=name, rows=rows, machine={}, started=0.0, elapsed_s=0.0)
+def _result(name: str, rows: list[Row], started: float = 0.0) -> BenchResult:
+    return BenchResult(
+        name=name, command=name, rows=rows, machine={}, started=started, elapsed_s=0.0
+    )
 
 
 def _latency_rows(where: str) -> list[Row]:
@@ -22,6 +26,9 @@ def _latency_rows(where: str) -> list[Row]:
             name=f"{where} add p{p} at {rate}",
             value=0.1 * p,
             unit="ms",
+            baseline="raw",
+            baseline_value=0.05 * p,
+            ratio=2.0,
             extra={"rate": rate, "percentile": p, "ask": "add", "transport": where},
         )
         for rate in (100.0, 200.0)
@@ -29,64 +36,93 @@ def _latency_rows(where: str) -> list[Row]:
     ]
 
 
-def test_each_plot_writes_a_png_combining_related_results(tmp_path: Path) -> None:
-    local = _result(
-        "throughput",
-        [
-            Row(
-                name="actormem add, in-process, 1 agents",
-                value=10.0,
-                unit="msg/s",
-                extra={"agents": 1},
-            ),
-            Row(
-                name="actormem add, in-process, 9 agents",
-                value=20.0,
-                unit="msg/s",
-                extra={"agents": 9},
-            ),
-        ],
-    )
-    write_result(local, tmp_path)
-    redis = _result(
-        "redis_throughput",
-        [
-            Row(name="raw redis-py XADD", value=30.0, unit="msg/s"),
-            Row(name="actormem add over Redis, 1", value=5.0, unit="msg/s", extra={"agents": 1}),
-        ],
-    )
-    write_result(_result("latency", _latency_rows("in-process")), tmp_path)
-    scale = _result(
-        "redis_scale",
-        [Row(name="passivated agent in Redis, 10", value=900.0, unit="B", extra={"agents": 10})],
-    )
-    dist = _result(
-        "distributed",
-        [
-            Row(name=f"{w} workers", value=100.0 * w, unit="msg/s", extra={"workers": w})
-            for w in (1, 2)
-        ],
-    )
-    written = [
-        *throughput_plot(redis, tmp_path),
-        *latency_plot(_result("redis_latency", _latency_rows("Redis")), tmp_path),
-        *memory_plot(scale, tmp_path),
-        *distributed_plot(dist, tmp_path),
+def _agents(name: str, values: list[float], unit: str) -> list[Row]:
+    return [
+        Row(name=f"{name}, {n}", value=v, unit=unit, extra={"agents": n})
+        for n, v in zip((1, 10, 100), values, strict=False)
     ]
-    assert [p.name for p in written] == [
-        "throughput.png",
-        "latency.png",
-        "memory.png",
-        "distributed.png",
+
+
+#: A small result of each benchmark, with the rows its plot draws.
+RESULTS = {
+    "throughput": _agents("actormem add, in-process", [10.0, 20.0], "msg/s")
+    + _agents("raw anyio send", [15.0, 9.0], "msg/s")
+    + [Row(name="raw tiktoken encode", value=30.0, unit="msg/s")],
+    "redis_throughput": _agents("actormem add over Redis", [5.0, 4.0], "msg/s")
+    + _agents("least work for the same adds", [8.0, 7.0], "msg/s")
+    + [Row(name="raw redis-py XADD", value=30.0, unit="msg/s")],
+    "latency": _latency_rows("in-process"),
+    "redis_latency": _latency_rows("Redis"),
+    "scale": _agents("actormem idle agent", [900.0, 1_200.0], "B")
+    + _agents("raw anyio task", [8_000.0, 9_000.0], "B"),
+    "redis_scale": _agents("passivated agent in Redis", [900.0, 800.0], "B"),
+    "distributed": [
+        Row(name=f"{w} workers", value=100.0 * w, unit="msg/s", extra={"workers": w})
+        for w in (1, 2)
     ]
-    for path in written:
-        assert path.read_bytes().startswith(b"\x89PNG")
+    + [Row(name="raw redis-py", value=300.0, unit="msg/s")],
+    "context": [
+        Row(name="raw tiktoken", value=100.0, unit="msg/s"),
+        Row(name="actormem count", value=90.0, unit="msg/s", baseline="raw", baseline_value=100.0),
+        Row(name="context() p50", value=0.2, unit="ms"),
+    ],
+    "compression": [
+        Row(name="tokens saved", value=80.0, unit="%"),
+        Row(name="latency p50", value=40.0, unit="ms"),
+        Row(name="stall", value=20.0, unit="ms", baseline="idle", baseline_value=2.0, ratio=10.0),
+    ],
+    "peers": [
+        Row(name="Pykka ask", value=1e4, unit="ask/s"),
+        Row(name="actormem ask", value=1e6, unit="ask/s", baseline="Pykka", baseline_value=1e4),
+    ],
+    "load": [
+        Row(name="commands sent", value=20.0, unit="commands"),
+        Row(
+            name="latency p99",
+            value=3.0,
+            unit="ms",
+            extra={
+                "series": [
+                    {"t": t, "target_rate": 10.0, "done": 10, "p50_ms": 1.0, "p99_ms": 3.0}
+                    for t in range(2)
+                ]
+            },
+        ),
+    ],
+}
+
+
+def test_every_benchmark_has_a_plot() -> None:
+    assert sorted(PLOTS) == sorted(BENCHMARKS) == sorted(RESULTS)
+
+
+#: One benchmark per plot (related benchmarks share one).
+ONE_EACH = sorted({plot: name for name, plot in sorted(PLOTS.items())}.values())
+
+
+@pytest.mark.parametrize("name", ONE_EACH)
+def test_each_plot_writes_a_png_of_the_results_it_is_given(name: str, tmp_path: Path) -> None:
+    path = tmp_path / f"{name}-20260101T000000Z.png"
+    current = _result(name, RESULTS[name], started=1.0)
+    earlier = _result(name, RESULTS[name], started=0.0)  # the same benchmark, told apart
+    assert draw(current, [earlier], path) == [path]
+    assert path.read_bytes().startswith(b"\x89PNG")
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]
+
+
+def test_a_plot_combines_the_compared_results_of_related_benchmarks(tmp_path: Path) -> None:
+    local = _result("throughput", RESULTS["throughput"])
+    redis = _result("redis_throughput", RESULTS["redis_throughput"])
+    latency = _result("latency", RESULTS["latency"])  # not on a throughput plot: left out
+    path = tmp_path / "throughput.png"
+    assert draw(local, [redis, latency], path) == [path]
+    assert path.read_bytes().startswith(b"\x89PNG")
 
 
 def test_missing_matplotlib_is_reported_not_raised(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
-    assert throughput_plot(_result("throughput", []), tmp_path) == []
+    assert draw(_result("throughput", []), [], tmp_path / "t.png") == []
     assert "plots need matplotlib" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())

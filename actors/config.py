@@ -183,6 +183,8 @@ class SimulationConfig(_Section, frozen=True):
             facts and goal questions; see
             :mod:`actormem.actors.app.simulation.scenario`), relative to the config
             file when loaded from one; ``""``: the built-in town.
+        runs_dir: where ``actormem simulate`` writes each run's directory,
+            ``<runs_dir>/<run id>/`` (relative to the working directory; ``""``: none).
     """
 
     agents: int = 50
@@ -199,6 +201,7 @@ class SimulationConfig(_Section, frozen=True):
     max_workers: int = 0
     brain: BrainConfig = msgspec.field(default_factory=BrainConfig)
     scenario: str = ""
+    runs_dir: str = "runs"
 
     def __post_init__(self) -> None:
         self._at_least(1, "agents", "steps", "facts_per_agent", "fact_steps", "concurrency")

@@ -31,6 +31,8 @@ from actormem.actors.app.simulation import (
     run_simulation,
 )
 from actormem.actors.app.simulation.display import ModelRateColumn, print_report
+from actormem.actors.app.simulation.plots import draw_plots
+from actormem.actors.app.simulation.rundir import RunDir, check_runs_dir, write_json
 from actormem.actors.app.simulation.scenario import check_scenario
 from actormem.actors.app.wiring import CONFIG_ENV, MemoryRuntime
 from actormem.actors.config import AppConfig, load_app_config
@@ -44,7 +46,11 @@ from actormem.runtime.redis.config import check_namespace
 from actormem.runtime.redis.transport import RedisTransport
 from actormem.runtime.redis.worker import WORKERS_PER_CPU, WorkerProcesses, worker_limit
 
-__all__ = ("add_commands",)
+__all__ = ("RUNS_DIR_ENV", "add_commands")
+
+#: The environment variable naming the runs directory (below ``--runs-dir``, above
+#: ``[simulation] runs_dir``).
+RUNS_DIR_ENV = "ACTORMEM_RUNS_DIR"
 
 
 def add_commands(subs: Any) -> None:
@@ -108,6 +114,18 @@ def add_commands(subs: Any) -> None:
     sim.add_argument("--model", metavar="NAME", help="the chat model (simulation.brain.model)")
     _metrics_port_option(sim, " (with --workers, worker i serves on PORT + i)")
     sim.add_argument("--json", metavar="PATH", help="also write the report as JSON to PATH")
+    sim.add_argument(
+        "--runs-dir",
+        metavar="DIR",
+        help="write the run directory in DIR/<run id>/ (override simulation.runs_dir and "
+        f"${RUNS_DIR_ENV}; default: runs)",
+    )
+    sim.add_argument("--no-run-dir", action="store_true", help="write no run directory")
+    sim.add_argument(
+        "--plot",
+        action="store_true",
+        help="draw PNG plots of the run's time series into its run directory (needs matplotlib)",
+    )
     sim.add_argument("--no-progress", action="store_true", help="no progress bar")
     sim.set_defaults(func=_simulate)
 
@@ -267,15 +285,34 @@ def _start_run(config: AppConfig, fresh: bool) -> AppConfig:
     return config
 
 
+def _runs_dir(args: argparse.Namespace, config: AppConfig) -> Path | None:
+    """Where the run directory goes: ``--runs-dir``, else ``$ACTORMEM_RUNS_DIR``, else
+    ``[simulation] runs_dir``; None for ``--no-run-dir`` or an empty one."""
+    if args.no_run_dir:
+        return None
+    chosen = args.runs_dir
+    if chosen is None:
+        chosen = os.environ.get(RUNS_DIR_ENV) or config.simulation.runs_dir
+    return Path(chosen) if chosen else None
+
+
 def _simulate(args: argparse.Namespace) -> int:
     config = _load(args)
     check_brain(config)
     check_scenario(config)
     if args.json:
         _check_output(Path(args.json))
+    runs = _runs_dir(args, config)
+    if runs is not None:
+        check_runs_dir(runs)
+    elif args.plot:
+        raise ConfigError("--plot draws into the run directory: it cannot go with no run directory")
     workers = args.workers or 0
     _check_workers(workers, args.max_workers or config.simulation.max_workers)
     config = _start_run(config, args.fresh)
+    run_dir = RunDir.create(runs, config.simulation.run_id) if runs is not None else None
+    if run_dir is not None:
+        print(f"actormem: run directory {run_dir.path}", file=sys.stderr)
     err = Console(stderr=True, soft_wrap=True)
     show = not args.no_progress and err.is_terminal
     usage = LLMUsage()
@@ -317,17 +354,22 @@ def _simulate(args: argparse.Namespace) -> int:
         config_path = str(Path(args.config).resolve()) if args.config else None
         report = anyio.run(
             stops.run,
-            lambda: _run(config, config_path, workers, (step, moved), stops.requested, usage),
+            lambda: _run(
+                config, config_path, workers, (step, moved), stops.requested, (usage, run_dir)
+            ),
         )
-    report = msgspec.structs.replace(report, workers=workers)
     print_report(report)
+    partial = "partial " if report.partial else ""
     if args.json:
         path = Path(args.json)
-        try:
-            path.write_text(msgspec.json.format(msgspec.json.encode(report_dict(report))).decode())
-        except OSError as exc:
-            raise ConfigError(f"cannot write the report to {path}: {exc.strerror}") from exc
-        print(f"{'partial ' if report.partial else ''}report written to {path}")
+        write_json(path, report_dict(report))
+        print(f"{partial}report written to {path}")
+    if run_dir is not None:
+        print(f"{partial}run directory written: {run_dir.path}")
+        if args.plot:
+            drawn = draw_plots(run_dir.path)
+            if drawn:
+                print(f"plots written: {', '.join(p.name for p in drawn)}")
     return stops.exit_code
 
 
@@ -369,13 +411,13 @@ async def _run(
     workers: int,
     watch: tuple[Callable[[int], None], Callable[[str, int, int], None]],
     stop: anyio.Event,
-    usage: LLMUsage,
+    record: tuple[LLMUsage, RunDir | None],
 ) -> SimulationReport:
     """Run in this process, or drive ``workers`` worker processes over one Redis.
 
     ``path`` (absolute) is the config file the workers load too; ``watch`` is the
-    progress display's ``on_step`` and ``on_progress``, and ``usage`` counts the
-    model calls for it. Once ``stop`` is
+    progress display's ``on_step`` and ``on_progress``; ``record`` is where the model
+    calls are counted for it, and the run directory to write (if any). Once ``stop`` is
     set (SIGINT or SIGTERM) the simulation stops taking steps and returns a partial
     report; the runtime, the workers and the embedded Redis then close as usual. A
     signal while the workers start is seen once they have: the run then takes no
@@ -389,7 +431,9 @@ async def _run(
             on_progress=watch[1],
             runtime=rt,
             stop=stop,
-            llm_usage=usage,
+            llm_usage=record[0],
+            run_dir=record[1],
+            workers=workers,
         )
 
 

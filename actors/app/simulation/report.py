@@ -23,6 +23,7 @@ __all__ = (
     "build_report",
     "known_share",
     "measure",
+    "package_version",
     "report_dict",
 )
 
@@ -202,7 +203,7 @@ def build_report(
     totals.setdefault("goals_answered_by_search", sum(g.by_search for g in goals))
     totals.setdefault("goals_answered_by_retrieve", sum(g.by_retrieve for g in goals))
     totals.setdefault("goals_answered", sum(g.answered for g in goals))
-    totals.setdefault("version", _version())
+    totals.setdefault("version", package_version())
     totals.setdefault("config", msgspec.to_builtins(redacted(config)))
     return SimulationReport(
         agents=sim.agents,
@@ -237,7 +238,8 @@ def build_report(
     )
 
 
-def _version() -> str:
+def package_version() -> str:
+    """actormem's version (``0+unknown`` when it is not installed)."""
     try:
         return version("actormem")
     except PackageNotFoundError:

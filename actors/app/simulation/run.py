@@ -45,14 +45,19 @@ from actormem.actors.app.simulation.report import (
     build_report,
     known_share,
     measure,
+    package_version,
+    report_dict,
 )
+from actormem.actors.app.simulation.rundir import RunDir, RunInfo
 from actormem.actors.app.simulation.scenario import Cast, check_scenario
 from actormem.actors.app.simulation.tally import CountedMemory, Tally
+from actormem.actors.app.simulation.timeline import Sink, Timeline
 from actormem.actors.app.simulation.town import PlantedFact
 from actormem.actors.app.wiring import MemoryRuntime
 from actormem.actors.config import AppConfig
 from actormem.actors.messages import Message
 from actormem.actors.pool.commands import GetPoolStats, PoolStats
+from actormem.runtime.config import redacted
 
 __all__ = ("DRAIN_S", "PARTIAL_REPORT_S", "run_simulation")
 
@@ -72,6 +77,8 @@ async def run_simulation(
     runtime: MemoryRuntime | None = None,
     stop: anyio.Event | None = None,
     llm_usage: LLMUsage | None = None,
+    run_dir: RunDir | None = None,
+    workers: int = 0,
 ) -> SimulationReport:
     """Run the simulation ``config.simulation`` describes and return its report.
 
@@ -93,22 +100,79 @@ async def run_simulation(
         stop: set it to stop the run early; the report is then partial.
         llm_usage: where the model client counts its calls and tokens, for a
             progress display to read while the run goes on.
+        run_dir: the run directory to write (:class:`RunDir`; closed at the end):
+            ``run.json`` first, the events and the time series as the run goes,
+            then the report (a failed run: ``run.json`` with its error).
+        workers: the worker processes the memories run in, for the report.
 
     Raises:
         BrainError: the brain spec is bad (before anything runs), a brain broke the
             protocol, or the model failed for good.
         ConfigError: the scenario is bad (before anything runs).
     """
+    watch = (on_step, on_progress)
+    stop = stop or anyio.Event()
     if runtime is None:
         config = for_run(config, config.simulation.run_id or new_run_id())
         async with MemoryRuntime(config) as rt:
-            return await _run(config, rt, (on_step, on_progress), stop or anyio.Event(), llm_usage)
+            return await _recorded(config, rt, watch, stop, llm_usage, run_dir, workers)
     if not config.simulation.run_id:
         run_id = runtime.namespace or new_run_id()
         config = msgspec.structs.replace(
             config, simulation=msgspec.structs.replace(config.simulation, run_id=run_id)
         )
-    return await _run(config, runtime, (on_step, on_progress), stop or anyio.Event(), llm_usage)
+    return await _recorded(config, runtime, watch, stop, llm_usage, run_dir, workers)
+
+
+async def _recorded(
+    config: AppConfig,
+    rt: MemoryRuntime,
+    progress: tuple[Callable[[int], None] | None, Progress | None],
+    stop: anyio.Event,
+    llm_usage: LLMUsage | None,
+    run_dir: RunDir | None,
+    workers: int,
+) -> SimulationReport:
+    """The run, and its run directory written around it."""
+    if run_dir is None:
+        return await _run(config, rt, progress, stop, llm_usage, None, workers)
+    sim = config.simulation
+    info = RunInfo(
+        run_id=sim.run_id,
+        status="running",
+        partial=False,
+        version=package_version(),
+        seed=sim.seed,
+        agents=sim.agents,
+        steps=sim.steps,
+        steps_completed=0,
+        transport=rt.transport.name,
+        workers=workers,
+        brain=_brain_name(config),
+        started_at=_utc_now(),
+        config=msgspec.to_builtins(redacted(config)),
+    )
+    try:
+        run_dir.info(info)
+        try:
+            report = await _run(config, rt, progress, stop, llm_usage, run_dir, workers)
+        except BaseException as exc:
+            info.status, info.partial, info.ended_at = "failed", True, _utc_now()
+            info.error = f"{type(exc).__name__}: {exc}"[:400]
+            run_dir.info(info)
+            raise
+        info.partial = report.partial
+        info.status = "stopped" if report.partial else "finished"
+        info.steps_completed, info.ended_at = report.steps_completed, _utc_now()
+        run_dir.report(report_dict(report))
+        run_dir.info(info)
+        return report
+    finally:
+        run_dir.close()
+
+
+def _utc_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 async def _cancel_when_set(stop: anyio.Event, scope: anyio.CancelScope, delay: float) -> None:
@@ -161,6 +225,8 @@ async def _run(
     progress: tuple[Callable[[int], None] | None, Progress | None],
     stop: anyio.Event,
     llm_usage: LLMUsage | None,
+    sink: Sink | None,
+    workers: int,
 ) -> SimulationReport:
     sim = config.simulation
     cast = check_scenario(config)
@@ -185,8 +251,18 @@ async def _run(
             llm=llm,
             relations=cast.relations,
         )
+        if sink is not None:
+            tally.timeline = Timeline(
+                rt,
+                config.compression,
+                names,
+                told,
+                seed=sim.seed,
+                sink=sink,
+                usage=llm.usage if llm is not None else None,
+            )
         started = time.perf_counter()
-        started_at = datetime.now(UTC).isoformat(timespec="seconds")
+        started_at = _utc_now()
         with _brain_errors_unwrapped():
             known_before, done = await _steps(config, rt, crowd, tally, cast, told, progress, stop)
         elapsed = time.perf_counter() - started
@@ -242,6 +318,7 @@ async def _run(
         llm_seconds=round(usage.seconds, 3),
         scenario=cast.name,
         goals=goals,
+        workers=workers,
     )
 
 
@@ -303,6 +380,8 @@ async def _steps(
             except BrainError:
                 raise
             except Exception as exc:
+                if tally.timeline is not None:
+                    tally.timeline.failed(name, exc)
                 # The user's own brain failing is a user's error: one line, and the
                 # traceback in the debug log.
                 log.debug("brain_failed", agent=name, step=step, exc_info=True)
@@ -310,7 +389,10 @@ async def _steps(
                     f"the brain of {name} failed at step {step}: {type(exc).__name__}: {exc}"
                 ) from exc
             await turn.flush()
-            tally.turn_seconds += time.perf_counter() - started
+            took = time.perf_counter() - started
+            tally.turn_seconds += took
+            if tally.timeline is not None:
+                tally.timeline.turn_took(took)
         turns += 1
         if on_turn is not None:
             on_turn(turns)
@@ -322,6 +404,10 @@ async def _steps(
             watch.start_soon(_cancel_when_set, stop, stepping, DRAIN_S)
             for name in names:
                 await introduce(name)
+            # The turns' time is what the report splits; the introductions are no turn.
+            tally.memory_seconds = 0.0
+            if tally.timeline is not None:
+                await tally.timeline.start_steps()
             log.info(
                 "simulation_started",
                 run=sim.run_id,
@@ -340,6 +426,8 @@ async def _steps(
                 async with anyio.create_task_group() as tg:
                     for name in names:
                         tg.start_soon(take_turn, name, step)
+                if tally.timeline is not None:
+                    await tally.timeline.end_step(step)
                 done = step + 1
                 if on_step is not None:
                     on_step(done)

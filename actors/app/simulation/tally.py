@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import time
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from actormem.actors.memory.commands import Add
 from actormem.actors.memory.handle import MemoryHandle
 from actormem.runtime import Command, Runtime
+
+if TYPE_CHECKING:
+    from actormem.actors.app.simulation.timeline import Timeline
 
 __all__ = ("CountedMemory", "Tally")
 
@@ -17,15 +20,17 @@ R = TypeVar("R")
 class Tally:
     """The run's counts: ``commands`` asked of a memory or the pool, ``messages``
     added, and the seconds the turns took (``turn_seconds``) and spent waiting for
-    their memory commands (``memory_seconds``)."""
+    their memory commands (``memory_seconds``); each command is shown to the
+    ``timeline`` too, when the run keeps one."""
 
-    __slots__ = ("commands", "memory_seconds", "messages", "turn_seconds")
+    __slots__ = ("commands", "memory_seconds", "messages", "timeline", "turn_seconds")
 
     def __init__(self) -> None:
         self.commands = 0
         self.messages = 0
         self.turn_seconds = 0.0
         self.memory_seconds = 0.0
+        self.timeline: Timeline | None = None
 
 
 class CountedMemory(MemoryHandle):
@@ -46,10 +51,17 @@ class CountedMemory(MemoryHandle):
 
     async def _checked_ask(self, address: str, command: Command[R]) -> R:
         started = time.perf_counter()
+        timeline = self.tally.timeline
         try:
             result = await super()._checked_ask(address, command)
+        except Exception as exc:
+            if timeline is not None:
+                timeline.command(self.agent, command, None, time.perf_counter() - started, exc)
+            raise
         finally:
             self.tally.memory_seconds += time.perf_counter() - started
+        if timeline is not None:
+            timeline.command(self.agent, command, result, time.perf_counter() - started, None)
         self.tally.commands += 1
         if isinstance(command, Add):
             self.tally.messages += len(command.messages)

@@ -1,0 +1,132 @@
+"""PNG plots of a run's time series (``actormem simulate --plot``), drawn with matplotlib.
+
+matplotlib is an optional extra (``pip install 'actormem[plots]'``), imported only
+when plots are asked for; when it is missing, :func:`draw_plots` says so in one line
+and draws nothing (the run itself has succeeded).
+"""
+
+from __future__ import annotations
+
+import sys
+from itertools import accumulate
+from pathlib import Path
+from typing import Any, Final
+
+import msgspec
+
+from actormem.actors.app.simulation.rundir import TIMESERIES
+from actormem.actors.app.simulation.timeline import StepRow
+
+__all__ = ("PLOTS", "draw_plots", "read_timeseries")
+
+#: The files :func:`draw_plots` writes, in the run directory.
+PLOTS: Final = ("knowledge.png", "tokens.png", "compressions.png", "latency.png")
+_HINT: Final = "plots need matplotlib: pip install 'actormem[plots]' (or pip install matplotlib)"
+
+
+def read_timeseries(run_dir: Path) -> list[StepRow]:
+    """The rows of ``run_dir``'s ``timeseries.jsonl``, in step order."""
+    decoder = msgspec.json.Decoder(StepRow)
+    with (run_dir / TIMESERIES).open("rb") as lines:
+        return [decoder.decode(line) for line in lines if line.strip()]
+
+
+def _pyplot() -> Any:
+    """matplotlib's pyplot on the file-only Agg backend, or None (and a line on stderr)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print(f"no plots: {_HINT}", file=sys.stderr)
+        return None
+    return plt
+
+
+def draw_plots(run_dir: Path) -> list[Path]:
+    """Draw :data:`PLOTS` from ``run_dir``'s time series into ``run_dir``; return the
+    files written (none when matplotlib is missing)."""
+    plt = _pyplot()
+    if plt is None:
+        return []
+    rows = read_timeseries(run_dir)
+    steps = [r.step for r in rows]
+    written = []
+    for name, draw in zip(PLOTS, (_knowledge, _tokens, _compressions, _latency), strict=True):
+        fig = draw(plt, rows, steps)
+        path = run_dir / name
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def _axes(plt: Any, title: str, ylabel: str) -> tuple[Any, Any]:
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    ax.set(title=title, xlabel="step", ylabel=ylabel)
+    ax.grid(True, alpha=0.3)
+    return fig, ax
+
+
+def _knowledge(plt: Any, rows: list[StepRow], steps: list[int]) -> Any:
+    """The share of the facts told so far that the agents know, with its spread."""
+    agents = rows[-1].facts_known_agents if rows else 0
+    fig, ax = _axes(plt, f"knowledge spreading ({agents} agents measured)", "share of facts known")
+    ax.fill_between(
+        steps,
+        [r.facts_known_min for r in rows],
+        [r.facts_known_max for r in rows],
+        alpha=0.15,
+        label="min - max",
+    )
+    ax.fill_between(
+        steps,
+        [r.facts_known_p10 for r in rows],
+        [r.facts_known_median for r in rows],
+        alpha=0.3,
+        label="p10 - median",
+    )
+    ax.plot(steps, [r.facts_known_mean for r in rows], "o-", label="mean")
+    ax.set_ylim(0, 1.02)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def _tokens(plt: Any, rows: list[StepRow], steps: list[int]) -> Any:
+    """Tokens stored (the whole history) against the tokens in the working views."""
+    fig, ax = _axes(plt, "tokens stored vs in context (all agents)", "tokens")
+    ax.plot(steps, [r.tokens_stored for r in rows], "o-", label="stored (history)")
+    ax.plot(steps, [r.tokens_working for r in rows], "s-", label="in context (working views)")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def _compressions(plt: Any, rows: list[StepRow], steps: list[int]) -> Any:
+    """Compressions per step, and the tokens they saved so far."""
+    fig, ax = _axes(plt, "compressions", "compressions in the step")
+    ax.bar(steps, [r.compressions for r in rows], color="tab:blue", alpha=0.6)
+    saved = ax.twinx()
+    saved.plot(steps, list(accumulate(r.tokens_saved for r in rows)), "-", color="tab:red")
+    saved.set_ylabel("tokens saved so far", color="tab:red")
+    if not any(r.compressions for r in rows):
+        ax.text(0.5, 0.5, "no compressions", ha="center", transform=ax.transAxes)
+    return fig
+
+
+def _latency(plt: Any, rows: list[StepRow], steps: list[int]) -> Any:
+    """Memory-operation latency per step; the model's, or a note that it was not called."""
+    fig, (mem, llm) = plt.subplots(1, 2, figsize=(11, 4.5))
+    for ax, title in ((mem, "memory operations"), (llm, "model calls")):
+        ax.set(title=title, xlabel="step", ylabel="ms")
+        ax.grid(True, alpha=0.3)
+    mem.plot(steps, [r.memory_p50_ms for r in rows], "o-", label="p50")
+    mem.plot(steps, [r.memory_p99_ms for r in rows], "^-", label="p99")
+    mem.legend(fontsize=8)
+    if any(r.llm_calls for r in rows):
+        llm.plot(steps, [r.llm_mean_ms for r in rows], "o-", label="mean per call")
+        llm.legend(fontsize=8)
+    else:
+        llm.text(0.5, 0.5, "no LLM calls", ha="center", transform=llm.transAxes)
+    return fig

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import importlib.abc
+import os
 import sys
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from types import ModuleType
 
 import pytest
@@ -40,6 +41,19 @@ def _every_level_is_logged() -> None:
     events too (a CLI test may have configured less); pytest keeps the output and
     shows it only for failing tests."""
     configure_logging("console", "debug")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _runs_in_a_temp_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """``actormem simulate`` (in process or as a child) writes its run directories in
+    the session's temp dir, not in the checkout it runs from."""
+    before = os.environ.get("ACTORMEM_RUNS_DIR")
+    os.environ["ACTORMEM_RUNS_DIR"] = str(tmp_path_factory.mktemp("runs"))
+    yield
+    if before is None:
+        os.environ.pop("ACTORMEM_RUNS_DIR", None)
+    else:
+        os.environ["ACTORMEM_RUNS_DIR"] = before
 
 
 @pytest.fixture

@@ -311,8 +311,6 @@ def _simulate(args: argparse.Namespace) -> int:
     _check_workers(workers, args.max_workers or config.simulation.max_workers)
     config = _start_run(config, args.fresh)
     run_dir = RunDir.create(runs, config.simulation.run_id) if runs is not None else None
-    if run_dir is not None:
-        print(f"actormem: run directory {run_dir.path}", file=sys.stderr)
     err = Console(stderr=True, soft_wrap=True)
     show = not args.no_progress and err.is_terminal
     usage = LLMUsage()

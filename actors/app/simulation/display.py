@@ -166,14 +166,16 @@ def _model_rows(report: SimulationReport) -> list[tuple[str, str]]:
 
 
 def _time_rows(report: SimulationReport) -> list[tuple[str, str]]:
-    """Where the agents' turns spent their time: memory commands, the model."""
+    """Where the agents' turns spent their time: memory commands, the model, the rest."""
     turns = report.turn_seconds
     if turns <= 0:
         return []
-    shares = f"{report.memory_seconds / turns:.0%} memory"
+    shares = f"{report.memory_share:.0%} memory"
     if report.llm_calls:
-        shares += f", {report.llm_seconds / turns:.0%} model"
-    return [("turn time spent on", f"{shares} (of {turns:,.2f} s)")]
+        shares += f", {report.llm_share:.0%} model"
+    rest = max(0.0, 1.0 - report.memory_share - report.llm_share)
+    shares += f", {rest:.0%} other"
+    return [("turn time spent on", f"{shares} (of {turns:,.2f} s, summed over the turns)")]
 
 
 def _partial_rows(report: SimulationReport) -> list[tuple[str, str]]:

@@ -58,7 +58,8 @@ class SimulationReport(msgspec.Struct, frozen=True, kw_only=True):
     (retries included), and the tokens the endpoint reported. ``turn_seconds`` sums
     the agents' turns (they overlap: more than ``elapsed_s``), of which
     ``memory_seconds`` went waiting for memory commands and ``llm_seconds`` for
-    the model. ``version`` is
+    the model: ``memory_share`` and ``llm_share`` of it (the rest is the brains'
+    own work, and waiting for a free model request slot). ``version`` is
     actormem's, ``started_at`` when the steps began (UTC, ISO 8601), ``workers``
     the worker processes the agents' memories ran in (0: this process), and
     ``config`` the run's whole config (secrets shown as ``***``). ``scenario`` is
@@ -117,6 +118,8 @@ class SimulationReport(msgspec.Struct, frozen=True, kw_only=True):
     goals_answered_by_search: int = 0
     goals_answered_by_retrieve: int = 0
     goals_answered: int = 0
+    memory_share: float = 0.0
+    llm_share: float = 0.0
 
 
 async def known_share(handle: MemoryHandle, facts: list[PlantedFact]) -> float:
@@ -204,6 +207,10 @@ def build_report(
     totals.setdefault("goals_answered_by_retrieve", sum(g.by_retrieve for g in goals))
     totals.setdefault("goals_answered", sum(g.answered for g in goals))
     totals.setdefault("version", package_version())
+    turns = totals.get("turn_seconds", 0.0)
+    if turns > 0:
+        totals.setdefault("memory_share", round(totals.get("memory_seconds", 0.0) / turns, 4))
+        totals.setdefault("llm_share", round(totals.get("llm_seconds", 0.0) / turns, 4))
     totals.setdefault("config", msgspec.to_builtins(redacted(config)))
     return SimulationReport(
         agents=sim.agents,

@@ -427,7 +427,7 @@ async def _steps(
                     for name in names:
                         tg.start_soon(take_turn, name, step)
                 if tally.timeline is not None:
-                    await tally.timeline.end_step(step)
+                    await tally.timeline.end_step(step, last=step == sim.steps - 1)
                 done = step + 1
                 if on_step is not None:
                     on_step(done)

@@ -34,12 +34,14 @@ from actormem.actors.memory.commands import Add, AddResult, ToPool
 from actormem.actors.messages import Message
 from actormem.actors.pool.commands import POOL_ADDRESS, GetPoolStats, Share, ShareResult
 
-__all__ = ("FACTS_SAMPLE", "TEXT_CHARS", "Event", "Sink", "StepRow", "Timeline")
+__all__ = ("FACTS_SAMPLE", "SETTLE_S", "TEXT_CHARS", "Event", "Sink", "StepRow", "Timeline")
 
 #: The most agents whose facts known are measured each step.
 FACTS_SAMPLE: Final = 200
 #: An event's text is cut to this many characters (``chars`` says how long it was).
 TEXT_CHARS: Final = 160
+#: How long the last step's row waits for the compressions still in flight.
+SETTLE_S: Final = 2.0
 #: Memories asked about their compressions at once, at the end of a step.
 _CHECKS_AT_ONCE: Final = 64
 _WORD: Final = re.compile(r"\w+")
@@ -213,6 +215,7 @@ class Timeline:
         self._now = _Totals()
         self._working: dict[str, int] = {}
         self._watched: set[str] = set()
+        self._compressing: set[str] = set()
         self._compressed: dict[str, tuple[int, int]] = {}
         chosen = list(names)
         if len(chosen) > FACTS_SAMPLE:
@@ -325,11 +328,18 @@ class Timeline:
 
     # -- at the end of a step ---------------------------------------------------------
 
-    async def end_step(self, step: int) -> StepRow:
+    async def end_step(self, step: int, *, last: bool = False) -> StepRow:
         """Ask what the step changed, write its row (and its compression and failure
-        events) and return the row; the next events belong to ``step + 1``."""
+        events) and return the row; the next events belong to ``step + 1``. After the
+        ``last`` step, compressions still in flight are waited for (up to
+        :data:`SETTLE_S` seconds), so that the rows add up to the report."""
         ended = time.perf_counter()
         compressions, saved = await self._check_compressions()
+        with anyio.move_on_after(SETTLE_S):
+            while last and self._compressing:
+                await anyio.sleep(0.02)
+                more, more_saved = await self._check_compressions()
+                compressions, saved = compressions + more, saved + more_saved
         known = await self._facts_known()
         calls0, retries0, in0, out0, seconds0, delivered0, failures0 = self._before
         self._before = counters = await self._counters()
@@ -384,6 +394,7 @@ class Timeline:
     async def _check_compressions(self) -> tuple[int, int]:
         """Ask the memories that went over their budget what they compressed since their
         last check; keep watching those still compressing or over it."""
+        self._compressing.clear()
         if not self._watched:
             return 0, 0
         watched, self._watched = sorted(self._watched), set()
@@ -407,6 +418,8 @@ class Timeline:
                     tokens=stats.working_tokens,
                 )
             self._working[agent] = stats.working_tokens
+            if stats.compressing:
+                self._compressing.add(agent)
             if stats.compressing or cfg.over_budget(stats.size, stats.working_tokens):
                 self._watched.add(agent)
 

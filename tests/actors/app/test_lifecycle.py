@@ -35,7 +35,11 @@ _SIMULATE = [sys.executable, "-m", "actormem", "simulate", "configs/town.toml", 
 
 
 def _env(tmp: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ACTORMEM_", "REDIS_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("ACTORMEM_", "REDIS_")) or k == "ACTORMEM_RUNS_DIR"
+    }
     env["TMPDIR"] = str(tmp)
     return env
 

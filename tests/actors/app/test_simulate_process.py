@@ -34,7 +34,11 @@ def _path_without_redis_server() -> str:
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ACTORMEM_", "REDIS_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("ACTORMEM_", "REDIS_")) or k == "ACTORMEM_RUNS_DIR"
+    }
     env["PATH"] = _path_without_redis_server()
     env.update(extra)
     return env

@@ -14,18 +14,18 @@ apart by their start time.
 from __future__ import annotations
 
 import datetime
-import sys
 import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from actormem.actors.app.simulation.plots import pyplot
 from actormem.benchmarks._common import BenchResult, Row
 
 __all__ = ("PLOTS", "draw")
 
-#: What to install for plots.
-_HINT = "plots need matplotlib: pip install 'actormem[plots]' (or pip install matplotlib)"
+#: matplotlib's pyplot on the file-only Agg backend, or None (and a line on stderr).
+_pyplot = pyplot
 
 Plot = Callable[[list[BenchResult], Path], list[Path]]
 
@@ -33,19 +33,6 @@ Plot = Callable[[list[BenchResult], Path], list[Path]]
 def draw(result: BenchResult, compare: list[BenchResult], path: Path) -> list[Path]:
     """Draw ``result``'s plot (with ``compare`` on it) to ``path``; the files written."""
     return PLOTS[result.name]([result, *compare], path)
-
-
-def _pyplot() -> Any:
-    """matplotlib's pyplot on the file-only Agg backend, or None (and a message)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print(f"no plots: {_HINT}", file=sys.stderr)
-        return None
-    return plt
 
 
 def _named(results: list[BenchResult], *names: str) -> list[BenchResult]:

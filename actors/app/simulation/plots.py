@@ -17,7 +17,7 @@ import msgspec
 from actormem.actors.app.simulation.rundir import TIMESERIES
 from actormem.actors.app.simulation.timeline import StepRow
 
-__all__ = ("PLOTS", "draw_plots", "read_timeseries")
+__all__ = ("PLOTS", "draw_plots", "pyplot", "read_timeseries")
 
 #: The files :func:`draw_plots` writes, in the run directory.
 PLOTS: Final = ("knowledge.png", "tokens.png", "compressions.png", "latency.png")
@@ -31,7 +31,7 @@ def read_timeseries(run_dir: Path) -> list[StepRow]:
         return [decoder.decode(line) for line in lines if line.strip()]
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
     """matplotlib's pyplot on the file-only Agg backend, or None (and a line on stderr)."""
     try:
         import matplotlib
@@ -47,7 +47,7 @@ def _pyplot() -> Any:
 def draw_plots(run_dir: Path) -> list[Path]:
     """Draw :data:`PLOTS` from ``run_dir``'s time series into ``run_dir``; return the
     files written (none when matplotlib is missing)."""
-    plt = _pyplot()
+    plt = pyplot()
     if plt is None:
         return []
     rows = read_timeseries(run_dir)
@@ -74,20 +74,14 @@ def _knowledge(plt: Any, rows: list[StepRow], steps: list[int]) -> Any:
     """The share of the facts told so far that the agents know, with its spread."""
     agents = rows[-1].facts_known_agents if rows else 0
     fig, ax = _axes(plt, f"knowledge spreading ({agents} agents measured)", "share of facts known")
-    ax.fill_between(
-        steps,
-        [r.facts_known_min for r in rows],
-        [r.facts_known_max for r in rows],
-        alpha=0.15,
-        label="min - max",
-    )
-    ax.fill_between(
-        steps,
-        [r.facts_known_p10 for r in rows],
-        [r.facts_known_median for r in rows],
-        alpha=0.3,
-        label="p10 - median",
-    )
+    for low, high, alpha in (("min", "max", 0.15), ("p10", "median", 0.3)):
+        ax.fill_between(
+            steps,
+            [getattr(r, f"facts_known_{low}") for r in rows],
+            [getattr(r, f"facts_known_{high}") for r in rows],
+            alpha=alpha,
+            label=f"{low} - {high}",
+        )
     ax.plot(steps, [r.facts_known_mean for r in rows], "o-", label="mean")
     ax.set_ylim(0, 1.02)
     ax.legend(fontsize=8)

@@ -15,13 +15,15 @@ import pytest
 
 from actormem.actors import AppConfig
 from actormem.actors.app.simulation import BrainError, report_dict, run_simulation
-from actormem.actors.app.simulation.plots import PLOTS
+from actormem.actors.app.simulation.plots import PLOTS, draw_plots
 from actormem.actors.app.simulation.rundir import RunDir
 from actormem.actors.app.simulation.timeline import Event, StepRow
 from actormem.actors.compression.config import CompressionConfig
 from actormem.actors.config import BrainConfig, SimulationConfig
 from actormem.runtime import RuntimeConfig
 from actormem.runtime.cli import main
+from tests.actors.app.test_brains import llm_config, town_model
+from tests.support.openai_server import OpenAIStub
 
 pytestmark = pytest.mark.anyio
 
@@ -128,6 +130,21 @@ async def test_a_failed_run_records_its_error(
     failures = [e for e in _lines(path / "events.jsonl", Event) if e.kind == "failure"]
     assert failures and failures[0].step == 1 and "boom" in (failures[0].error or "")
     assert [r.step for r in _lines(path / "timeseries.jsonl", StepRow)] == [0]
+
+
+async def test_an_llm_run_records_its_model_calls_and_memory_tools(tmp_path: Path) -> None:
+    with OpenAIStub(reply=town_model) as server:
+        run_dir = RunDir.create(tmp_path, "llm")
+        report = await run_simulation(llm_config(server), run_dir=run_dir)
+    path = tmp_path / "llm"
+    rows = _lines(path / "timeseries.jsonl", StepRow)
+    assert sum(r.llm_calls for r in rows) == report.llm_calls == server.requests
+    assert sum(r.llm_tokens_in for r in rows) == report.llm_tokens_in
+    assert all(r.llm_mean_ms > 0 for r in rows)
+    tools = {e.tool for e in _lines(path / "events.jsonl", Event) if e.kind == "tool_call"}
+    assert {"record_to_memory", "retrieve_from_memory", "talk_to", "share_insight"} <= tools
+    assert 0 < report.llm_share < 1 and 0 < report.memory_share < 1
+    assert [p.name for p in draw_plots(path)] == list(PLOTS)
 
 
 def test_a_resumed_run_id_gets_a_directory_of_its_own(tmp_path: Path) -> None:

@@ -135,7 +135,11 @@ async def test_a_failed_run_records_its_error(
 async def test_an_llm_run_records_its_model_calls_and_memory_tools(tmp_path: Path) -> None:
     with OpenAIStub(reply=town_model) as server:
         run_dir = RunDir.create(tmp_path, "llm")
-        report = await run_simulation(llm_config(server), run_dir=run_dir)
+        config = llm_config(server)
+        config = msgspec.structs.replace(
+            config, simulation=msgspec.structs.replace(config.simulation, steps=1)
+        )
+        report = await run_simulation(config, run_dir=run_dir)
     path = tmp_path / "llm"
     rows = _lines(path / "timeseries.jsonl", StepRow)
     assert sum(r.llm_calls for r in rows) == report.llm_calls == server.requests
@@ -167,6 +171,16 @@ def test_plot_draws_the_pngs_into_the_run_directory(
     assert f"run directory written: {tmp_path / 'plotted'}" in out
     for name in PLOTS:
         assert (tmp_path / "plotted" / name).read_bytes().startswith(_PNG), name
+
+
+def test_the_runs_dir_comes_from_the_environment_and_no_run_dir_writes_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ACTORMEM_RUNS_DIR", str(tmp_path))
+    assert main([*_SMALL, "--run-id", "from-env"]) == 0
+    assert json.loads((tmp_path / "from-env" / "run.json").read_text())["status"] == "finished"
+    assert main([*_SMALL, "--run-id", "none", "--no-run-dir"]) == 0
+    assert not (tmp_path / "none").exists()
 
 
 def test_plot_without_matplotlib_is_one_line_and_the_run_succeeds(

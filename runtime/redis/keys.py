@@ -15,6 +15,7 @@ Layout (prefix ``am``)::
     am:{s17}:agent:<addr>:snap   the rest of an actor's state (a string)
     am:{s17}:agent:<addr>:done   command ids the actor applied (zset by time)
     am:{s17}:agent:<addr>:reply:<id>  the reply to an ask it applied (with a TTL)
+    am:{s17}:unsent              tells of stored commands not yet written (hash: tell id -> record)
     am:{bcast}:stream            the broadcast stream every worker reads
     am:{dlq}:stream              dead letters, with the reason
     am:{workers}                 live workers (zset: worker id -> expiry ms)
@@ -105,6 +106,11 @@ class Keys:
     def reply(self, shard: int, address: str, command: str) -> str:
         """The reply kept for command ``command`` applied by the actor at ``address``."""
         return f"{self.tag(shard)}:agent:{address}:reply:{command}"
+
+    def unsent(self, shard: int) -> str:
+        """The tells sent by the shard's stored commands that the outbox had not
+        written when they were stored (a hash: tell id -> record)."""
+        return f"{self.tag(shard)}:unsent"
 
     def attempts(self, shard: int, entry: str) -> str:
         """How often handling a redelivered entry started (expiring counter)."""

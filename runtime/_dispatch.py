@@ -9,7 +9,9 @@ one actor never runs two messages at once.
 
 The tells a handler sends while it handles a command with an id get ids derived
 from it (``<id>.<n>``), so a command delivered again sends the same ids again and
-their recipients skip what they already applied.
+their recipients skip what they already applied. While such a tell (or the
+command's forward) is sent, :func:`sending_for` names the command, so that a
+transport that stores effects can keep the tell with the command's commit.
 
 A message that cannot reach an actor for a reason of its own (an address that is
 not ``kind/key``, a kind not registered, a factory that refuses the address, an

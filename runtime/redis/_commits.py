@@ -2,9 +2,9 @@
 
 A durable actor's changes join its shard's next *group commit*: one fenced Lua
 call stores every command handled while the previous call was in flight (its
-changes, its id among the applied ones, the reply to it if it was asked, its
-XACK), and the replies to those commands are sent only once their changes are
-stored. A reply kept so (until its ask's deadline, at most ``reply_ttl_ms``)
+changes, its id among the applied ones, the reply to it if it was asked, the
+tells it sent that are not written yet (``_unsent``), its XACK), and the replies
+to those commands are sent only once their changes are stored. A reply kept so (until its ask's deadline, at most ``reply_ttl_ms``)
 answers the same ask sent again, even after the worker that applied it died
 before its reply went out. A command that stores
 nothing (a read, or one to an actor that is not durable) is acked in the next

@@ -24,8 +24,10 @@ batches, retrying while Redis is away; :meth:`RedisTransport.flush` waits until
 everything queued is in Redis, and closing flushes too. Tells a handler sends
 go out when it runs, not when its commit lands, so a redelivered command sends
 them again, but with the same ids (``<command id>.<n>``): their recipients skip
-what they already applied. Asks it makes, and effects outside the runtime (an
-LLM call, a file), happen again.
+what they already applied. Those not yet written when the command's commit is
+stored are stored with it, and sent again by the shard's next owner
+(``_unsent``). Asks it makes, and effects outside the runtime (an LLM call, a
+file), happen again.
 
 A durable actor's changes are stored by *group commits*: one fenced call per
 shard stores every command handled while the previous call was in flight, and

@@ -4,11 +4,12 @@ A durable actor's changes join its shard's next *group commit*: one fenced Lua
 call stores every command handled while the previous call was in flight (its
 changes, its id among the applied ones, the reply to it if it was asked, the
 tells it sent that are not written yet (``_unsent``), its XACK), and the replies
-to those commands are sent only once their changes are stored. A reply kept so (until its ask's deadline, at most ``reply_ttl_ms``)
-answers the same ask sent again, even after the worker that applied it died
-before its reply went out. A command that stores
-nothing (a read, or one to an actor that is not durable) is acked in the next
-batch of acks, one fenced call too. A durable actor's state is loaded from
+to those commands are sent only once their changes are stored. A reply kept so
+(until its ask's deadline, at most ``reply_ttl_ms``) answers the same ask sent
+again, even after the worker that applied it died before its reply went out. A
+command that stores nothing (a read, or one to an actor that is not durable) is
+acked in the next batch of acks, one fenced call too, unless it sent tells not
+written yet (then it joins the commit). A durable actor's state is loaded from
 Redis when it is activated.
 
 A durable actor is one that implements :class:`~actormem.runtime.state.Durable`:
@@ -338,10 +339,6 @@ class GroupCommit:
                 kept = self._kept_reply(pending)
                 if kept is not None:
                     reply_keys.append(keys.reply(number, address, env.id))
-                tells, last = self._unsent.unwritten(env)
-                if tells:
-                    unsent += (tell for tell, _ in tells)
-                    through = max(through, last)
                 args += (
                     env.entry if isinstance(env, StreamEnvelope) else "",
                     env.id if pending.remember else "",
@@ -352,9 +349,15 @@ class GroupCommit:
                     self._reply_ttl_ms(env, now),
                     len(changes.log_appends),
                     *changes.log_appends,
-                    len(tells),
-                    *chain.from_iterable(tells),
                 )
+                tells, last = self._unsent.unwritten(env)
+                if tells:
+                    args.append(len(tells))
+                    args += chain.from_iterable(tells)
+                    unsent += (tell for tell, _ in tells)
+                    through = max(through, last)
+                else:
+                    args.append(0)
         names += reply_keys
         with redis_errors(f"storing the state of {len(batch)} commands of shard {number}"):
             result = await run_script(self._link.client, _scripts.COMMIT, names, args)

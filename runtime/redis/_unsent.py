@@ -175,14 +175,14 @@ class Unsent:
                 continue
             item = (stream, data, math.inf if deadline is None else deadline)
             tells.append((order, name, item))
-        tells.sort(key=lambda t: t[0])
-        outbox = self._outbox
-        for _, _, item in tells:
-            outbox.put_nowait(item)
         if broken:
             log.error("unsent_tells_unreadable", shard=shard.number, tells=len(broken))
             with redis_errors(f"HDEL {key}"):
                 await self._link.client.hdel(key, *broken)
+        tells.sort(key=lambda t: t[0])
+        outbox = self._outbox
+        for _, _, item in tells:
+            outbox.put_nowait(item)
         self.stored(shard, [name for _, name, _ in tells], outbox.appended)
         log.info("unsent_tells_sent_again", shard=shard.number, tells=len(tells))
 

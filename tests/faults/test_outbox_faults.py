@@ -76,7 +76,7 @@ def applied(stored: dict[str, list[str]], tokens: Iterable[str]) -> bool:
 async def test_tells_and_forwards_stored_unsent_survive_a_worker_killed_before_writing_them(
     redis_client: aioredis.Redis, redis_config: RedisConfig, fault_report: Recorder
 ) -> None:
-    kills, after = (4, 400) if full_size() else (2, 100)
+    kills, after = (4, 400) if full_size() else (2, 50)
     chunk = 2 * after
     sinks, relays = History(), History()
     kept: set[str] = set()

@@ -163,15 +163,15 @@ class Unsent:
         if not stored:
             return
         tells: list[tuple[tuple[int, int, int], str, tuple[str, bytes, float]]] = []
-        broken: list[str] = []
+        broken: list[bytes] = []
         for field, value in stored.items():
-            name = field.decode(errors="replace")
             try:
+                name = field.decode()
                 entry, n, stream, data, deadline = _record_decoder.decode(value)
                 ms, _, seq = entry.partition("-")
-                order = (int(ms), int(seq or 0), n)
-            except (msgspec.DecodeError, ValueError):
-                broken.append(name)
+                order = (int(ms), int(seq), n)
+            except (msgspec.DecodeError, ValueError):  # UnicodeDecodeError is one
+                broken.append(field)
                 continue
             item = (stream, data, math.inf if deadline is None else deadline)
             tells.append((order, name, item))
@@ -179,6 +179,8 @@ class Unsent:
             log.error("unsent_tells_unreadable", shard=shard.number, tells=len(broken))
             with redis_errors(f"HDEL {key}"):
                 await self._link.client.hdel(key, *broken)
+        if not tells:
+            return
         tells.sort(key=lambda t: t[0])
         outbox = self._outbox
         for _, _, item in tells:

@@ -173,6 +173,7 @@ async def test_a_new_owner_sends_kept_tells_again_in_order_and_each_is_applied_o
             "c2.2": record("200-0", 1, "c2.2", "t2"),
             applied.decode(): record("100-0", 0, applied.decode(), "t0"),
             "c2.1": record("200-0", 0, "c2.1", "t1"),
+            "unreadable": b"\xc1",  # dropped, and the others sent all the same
         },
     )
     async with worker(redis_client, redis_config) as rt:

@@ -9,7 +9,9 @@ one actor never runs two messages at once.
 
 The tells a handler sends while it handles a command with an id get ids derived
 from it (``<id>.<n>``), so a command delivered again sends the same ids again and
-their recipients skip what they already applied.
+their recipients skip what they already applied. While such a tell (or the
+command's forward) is sent, :func:`sending_for` names the command, so that a
+transport that stores effects can keep the tell with the command's commit.
 
 A message that cannot reach an actor for a reason of its own (an address that is
 not ``kind/key``, a kind not registered, a factory that refuses the address, an
@@ -51,7 +53,7 @@ if TYPE_CHECKING:
     from actormem.runtime._runtime import Runtime
     from actormem.runtime.metrics import Metrics
 
-__all__ = ("Census", "Dispatcher", "derived_id", "outside_handling")
+__all__ = ("Census", "Dispatcher", "derived_id", "outside_handling", "sending_for")
 
 log = structlog.get_logger("actormem.runtime")
 
@@ -60,24 +62,27 @@ _MAX_DERIVED_ID: Final = 48
 
 
 class _Origin:
-    """The command a dispatcher is handling, and how many tells its handler sent."""
+    """The command a dispatcher is handling, how many tells its handler sent, and
+    the id of the tell (or forward) being sent now."""
 
-    __slots__ = ("id", "sent")
+    __slots__ = ("envelope", "mark", "sent")
 
-    def __init__(self, command: str) -> None:
-        self.id = command
+    def __init__(self, command: Envelope) -> None:
+        self.envelope = command
         self.sent = 0
+        self.mark = ""
 
 
 #: Set while a handler runs a command that has an id (over Redis, every one).
 _handling: ContextVar[_Origin | None] = ContextVar("actormem_handling", default=None)
 
 
-async def _receive_as_command(actor: Actor, env: Envelope) -> Any:
-    """``actor.receive(env.body)``, with the tells it sends numbered after ``env.id``."""
-    token = _handling.set(_Origin(env.id))
+async def _receive_as_command(actor: Actor, origin: _Origin) -> Any:
+    """``actor.receive(...)`` of ``origin``'s command, with the tells it sends numbered
+    after the command's id."""
+    token = _handling.set(origin)
     try:
-        return await actor.receive(env.body)
+        return await actor.receive(origin.envelope.body)
     finally:
         _handling.reset(token)
 
@@ -91,10 +96,21 @@ def derived_id() -> str:
     if origin is None:
         return ""
     origin.sent += 1
-    derived = f"{origin.id}.{origin.sent}"
+    derived = f"{origin.envelope.id}.{origin.sent}"
     if len(derived) > _MAX_DERIVED_ID:  # a chain of relays: keep ids short
         derived = hashlib.blake2b(derived.encode(), digest_size=16).hexdigest()
+    origin.mark = derived
     return derived
+
+
+def sending_for(envelope_id: str) -> Envelope | None:
+    """The command whose handler sends the tell (or the forward) ``envelope_id`` now,
+    or None when this send is no tell of a handler (an ask, a piped task's tell): a
+    transport that stores effects keeps such tells with the command's commit."""
+    origin = _handling.get()
+    if origin is None or not envelope_id or origin.mark != envelope_id:
+        return None
+    return origin.envelope
 
 
 @contextmanager
@@ -395,11 +411,12 @@ class Dispatcher:
             actor.ctx.sender = env.sender
             if metrics is not None:
                 started = time.perf_counter()
+            origin = _Origin(env) if env.id else None
             try:
                 if env.track_start:
                     await transport.starting(env)
-                if env.id:
-                    value = await _receive_as_command(actor, env)
+                if origin is not None:
+                    value = await _receive_as_command(actor, origin)
                 else:
                     value = await actor.receive(env.body)
             except actor.expected_errors as exc:
@@ -429,12 +446,17 @@ class Dispatcher:
                 continue
             if metrics is not None:
                 metrics.handled(cell.kind.name, env.body, time.perf_counter() - started, 0)
+            forward_failed: Exception | None = None
+            if type(value) is Forward:
+                # Sent before the command is settled, as its tells are, so a transport
+                # that stores effects keeps it with the command's commit.
+                forward_failed = await self._forward(cell.address, env, value, origin)
             if hooked and not await transport.handled(env, actor, True):
                 actor = cell.actor = None
                 continue
-            if type(value) is Forward:
-                await self._forward(cell.address, env, value)
-            elif env.correlation is not None:
+            if forward_failed is not None:
+                await self._forward_failed(cell.address, env, value, forward_failed)
+            elif type(value) is not Forward and env.correlation is not None:
                 await self._asks.send_reply(env, Reply(env.correlation, value))
         self.processed += handled
         if cell.stopped is None and cell.mailbox:
@@ -445,8 +467,11 @@ class Dispatcher:
                 cell.mailbox = None
         return handled
 
-    async def _forward(self, address: str, env: Envelope, forward: Forward) -> None:
-        """Send ``forward``'s message on as ``address``, answered straight to ``env``'s asker.
+    async def _forward(
+        self, address: str, env: Envelope, forward: Forward, origin: _Origin | None
+    ) -> Exception | None:
+        """Send ``forward``'s message on as ``address``, answered straight to ``env``'s
+        asker; return why it could not be sent, if it could not.
 
         Its id is derived from ``env``'s, so a command delivered again forwards the
         same id and the recipient skips the copy.
@@ -460,13 +485,27 @@ class Dispatcher:
             correlation=env.correlation,
             deadline=env.deadline,
         )
+        token = None
+        if origin is not None:
+            origin.mark = onward.id
+            token = _handling.set(origin)
         try:
             await self._runtime.transport.send(onward)
         except Exception as exc:  # the asker hears why; nothing else may stop a dispatcher
-            if env.correlation is None:
-                log.warning("forward_failed", actor=address, to=forward.address, reason=str(exc))
-            else:
-                await self._asks.send_reply(env, Reply(env.correlation, error=exc))
+            return exc
+        finally:
+            if token is not None:
+                _handling.reset(token)
+        return None
+
+    async def _forward_failed(
+        self, address: str, env: Envelope, forward: Forward, exc: Exception
+    ) -> None:
+        """Tell ``env``'s asker why its command could not be forwarded (log it for a tell)."""
+        if env.correlation is None:
+            log.warning("forward_failed", actor=address, to=forward.address, reason=str(exc))
+        else:
+            await self._asks.send_reply(env, Reply(env.correlation, error=exc))
 
     async def _activate(self, cell: Cell, first: Envelope) -> Actor | None:
         """Make the actor from its kind and start it. A factory that raises refuses

@@ -2,13 +2,14 @@
 
 A durable actor's changes join its shard's next *group commit*: one fenced Lua
 call stores every command handled while the previous call was in flight (its
-changes, its id among the applied ones, the reply to it if it was asked, its
-XACK), and the replies to those commands are sent only once their changes are
-stored. A reply kept so (until its ask's deadline, at most ``reply_ttl_ms``)
-answers the same ask sent again, even after the worker that applied it died
-before its reply went out. A command that stores
-nothing (a read, or one to an actor that is not durable) is acked in the next
-batch of acks, one fenced call too. A durable actor's state is loaded from
+changes, its id among the applied ones, the reply to it if it was asked, the
+tells it sent that are not written yet (``_unsent``), its XACK), and the replies
+to those commands are sent only once their changes are stored. A reply kept so
+(until its ask's deadline, at most ``reply_ttl_ms``) answers the same ask sent
+again, even after the worker that applied it died before its reply went out. A
+command that stores nothing (a read, or one to an actor that is not durable) is
+acked in the next batch of acks, one fenced call too, unless it sent tells not
+written yet (then it joins the commit). A durable actor's state is loaded from
 Redis when it is activated.
 
 A durable actor is one that implements :class:`~actormem.runtime.state.Durable`:
@@ -22,6 +23,7 @@ one string key, rewritten when it changed (see
 from __future__ import annotations
 
 import time
+from itertools import chain
 from typing import TYPE_CHECKING, Any, Final, cast
 
 import anyio
@@ -35,6 +37,7 @@ from actormem.runtime.redis._due import DueTimes, latest_due
 from actormem.runtime.redis._erasure import Erasure
 from actormem.runtime.redis._retry import forever, retrying
 from actormem.runtime.redis._shards import PendingCommit, StreamEnvelope
+from actormem.runtime.redis._unsent import Unsent
 from actormem.runtime.redis.keys import CONSUMER_GROUP, shard_of
 from actormem.runtime.state import Durable, DurableChanges, is_durable
 
@@ -66,17 +69,19 @@ class GroupCommit:
         link: the transport.
         held: the shards and actors this worker holds.
         replies: where the replies that waited for a commit go.
+        unsent: keeps the tells of stored commands until the outbox wrote them.
 
     Attributes:
         metrics: records each commit's size and time (None: metrics are off).
     """
 
-    def __init__(self, link: Link, *, held: Holdings, replies: Replies) -> None:
+    def __init__(self, link: Link, *, held: Holdings, replies: Replies, unsent: Unsent) -> None:
         self._link = link
         self._config = link.config
         self._keys = link.keys
         self._held = held
         self._replies = replies
+        self._unsent = unsent
         self._erasure = Erasure(link)
         self.metrics: Metrics | None = None
         #: The due times of the actors of the shards owned here.
@@ -151,6 +156,7 @@ class GroupCommit:
             if durable:
                 record.durable = True
             if not ok:
+                self._unsent.failed(env)
                 return not durable  # not acked: delivered again after claim_idle_ms
             if durable:
                 changes = await self._changes(env, cast(Durable, actor))
@@ -163,6 +169,11 @@ class GroupCommit:
                     await self._queue(shard, record, env, changes)
                     queued = True
                     return True
+            if self._unsent.waiting(env):
+                # Its tells are not all written yet: its ack goes with them, in a commit.
+                await self._queue(shard, record, env, _NO_CHANGES, remember=durable)
+                queued = True
+                return True
             # Nothing to store (a read, or a non-durable actor, whose effect lives in
             # memory only): its ack can wait for the next batch.
             shard.acks.append(env.entry)
@@ -221,14 +232,21 @@ class GroupCommit:
             log.warning("trim_failed", actor=env.recipient, msg_id=env.id, reason=str(exc))
 
     async def _queue(
-        self, shard: Shard, record: ActorRecord, env: Envelope, changes: DurableChanges
+        self,
+        shard: Shard,
+        record: ActorRecord,
+        env: Envelope,
+        changes: DurableChanges,
+        *,
+        remember: bool = True,
     ) -> None:
-        """Queue ``changes`` for the shard's next group commit, waiting while it is full."""
+        """Queue ``changes`` for the shard's next group commit, waiting while it is full
+        (``remember``: store the command's id among the actor's applied ones)."""
         while len(shard.commits) >= _COMMIT_QUEUE:
             if shard.commit_space is None:
                 shard.commit_space = anyio.Event()
             await shard.commit_space.wait()
-        pending = PendingCommit(env, changes)
+        pending = PendingCommit(env, changes, remember)
         if isinstance(env, StreamEnvelope):
             env.commit = pending
         shard.commits.append(pending)
@@ -310,7 +328,7 @@ class GroupCommit:
         by_actor: dict[str, list[int]] = {}
         for i, pending in enumerate(batch):
             by_actor.setdefault(pending.envelope.recipient, []).append(i)
-        names = [keys.lease(number), keys.stream(number)]
+        names = [keys.lease(number), keys.stream(number), keys.unsent(number)]
         args: list[Any] = [
             shard.lease,
             CONSUMER_GROUP,
@@ -321,6 +339,8 @@ class GroupCommit:
         now = time.time()
         reply_keys: list[str] = []
         order: list[int] = []
+        unsent: list[str] = []
+        through = 0
         for address, indices in by_actor.items():
             names += (
                 keys.actor_log(number, address),
@@ -337,7 +357,7 @@ class GroupCommit:
                     reply_keys.append(keys.reply(number, address, env.id))
                 args += (
                     env.entry if isinstance(env, StreamEnvelope) else "",
-                    env.id,
+                    env.id if pending.remember else "",
                     "0" if changes.snapshot is None else "1",
                     changes.snapshot or b"",
                     "1" if changes.replace_log else "0",
@@ -346,12 +366,22 @@ class GroupCommit:
                     len(changes.log_appends),
                     *changes.log_appends,
                 )
+                tells, last = self._unsent.unwritten(env)
+                if tells:
+                    args.append(len(tells))
+                    args += chain.from_iterable(tells)
+                    unsent += (tell for tell, _ in tells)
+                    through = max(through, last)
+                else:
+                    args.append(0)
         names += reply_keys
         with redis_errors(f"storing the state of {len(batch)} commands of shard {number}"):
             result = await run_script(self._link.client, _scripts.COMMIT, names, args)
         if result == -1:
             log.warning("write_fenced_off", shard=number, commands=len(batch))
             return None
+        if unsent:
+            self._unsent.stored(shard, unsent, through)
         await self._expire(number, {a: [batch[n].changes for n in i] for a, i in by_actor.items()})
         statuses = [0] * len(batch)
         for i, status in zip(order, result, strict=True):
@@ -432,8 +462,13 @@ class GroupCommit:
             try:
                 await self.flush(shard)
                 await self.flush_acks(shard)
+                await self._unsent.forget_written(shard)
             except TransportError as exc:
                 log.warning("commit_or_ack_failed", shard=shard.number, reason=str(exc))
+
+
+#: What a command that changed nothing stores (with the tells it sent).
+_NO_CHANGES: Final = DurableChanges([])
 
 
 def _stores_something(changes: DurableChanges) -> bool:

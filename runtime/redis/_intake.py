@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from actormem.runtime.redis._dead_letters import DeadLetters
     from actormem.runtime.redis._replies import Replies
     from actormem.runtime.redis._shards import Holdings, Link, Shard
+    from actormem.runtime.redis._unsent import Unsent
 
 __all__ = ("Intake",)
 
@@ -60,6 +61,7 @@ class Intake:
         commits: stores and acks what was handled.
         dead_letters: takes the entries given up on.
         replies: answers the asks that fail here.
+        unsent: sends again what earlier owners' commits kept unsent.
         lease_fresh: whether this worker's lease on a shard was recently renewed.
     """
 
@@ -71,6 +73,7 @@ class Intake:
         commits: GroupCommit,
         dead_letters: DeadLetters,
         replies: Replies,
+        unsent: Unsent,
         lease_fresh: Callable[[int], bool],
     ) -> None:
         self._link = link
@@ -82,6 +85,7 @@ class Intake:
         self._commits = commits
         self._dead_letters = dead_letters
         self._replies = replies
+        self._unsent = unsent
         self._lease_fresh = lease_fresh
         #: Entries delivered again (after a failure or a worker's death).
         self.redelivered = 0
@@ -91,16 +95,19 @@ class Intake:
         self.answered_again = 0
 
     async def consume(self, shard: Shard) -> None:
-        """Serve ``shard`` until cancelled: claim what earlier owners left, then read."""
+        """Serve ``shard`` until cancelled: send again the tells earlier owners stored
+        unsent, claim what they left pending, then read."""
         stream = self._keys.stream(shard.number)
         client: Any = self._link.client
         await forever("create_group", lambda: _ensure_group(client, stream))
         await wait_open(self._link)
+        await forever("resend_unsent", lambda: self._unsent.resend(shard))
         await forever("recover", lambda: self._recover(shard, 0))
         claim_every = self._config.claim_idle_ms / 2000
         next_claim = time.monotonic() + claim_every
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._commits.run, shard)
+            tg.start_soon(self._unsent.run, shard)
             await self._read_loop(shard, stream, claim_every, next_claim)
 
     async def _read_loop(

@@ -85,6 +85,11 @@ class Outbox:
         # Each stream's length as last read, plus what was written since: an upper
         # bound (workers only shorten streams), read again once it reaches the limit.
         self._lengths: dict[str, int] = {}
+        #: Entries ever queued, and ever taken off the queue (written, or dropped
+        #: expired): the entry queued n-th is done once ``finished >= n``.
+        self.appended = 0
+        self.finished = 0
+        self._progress: anyio.Event | None = None
 
     def __len__(self) -> int:
         return len(self._queue)
@@ -96,7 +101,24 @@ class Outbox:
     def put_nowait(self, item: tuple[str, bytes, float]) -> None:
         """Queue ``item`` (the caller checked :meth:`full`)."""
         self._queue.append(item)
+        self.appended += 1
         self._ready.set()
+
+    async def written(self, position: int) -> None:
+        """Wait until the entry queued ``position``-th (see :attr:`appended`) is
+        written, or dropped because its deadline passed."""
+        while self.finished < position:
+            if self._progress is None:
+                self._progress = anyio.Event()
+            await self._progress.wait()
+
+    def _taken(self, count: int) -> None:
+        """``count`` entries left the head of the queue: wake who waits for them."""
+        self.finished += count
+        progress, self._progress = self._progress, None
+        if progress is not None:
+            progress.set()
+        self._wake(count)
 
     async def put(self, item: tuple[str, bytes, float]) -> None:
         """Queue ``item``, waiting while the outbox is full."""
@@ -151,7 +173,7 @@ class Outbox:
             self.expired += taken - len(batch)
             for _ in range(taken):
                 self._queue.popleft()
-            self._wake(taken)
+            self._taken(taken)
         drained, self._drained = self._drained, None
         if drained is not None:
             drained.set()
@@ -188,7 +210,7 @@ class Outbox:
                 queue.popleft()
                 dropped += 1
             self.expired += dropped
-            self._wake(dropped)
+            self._taken(dropped)
         return bool(queue)
 
     def _next_batch(self) -> tuple[list[tuple[str, bytes]], int]:

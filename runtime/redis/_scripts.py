@@ -53,18 +53,19 @@ return redis.call('XACK', KEYS[2], ARGV[2], unpack(ARGV, 3))
 #: batch (group commit), so a command's effect, its reply and its ack are stored
 #: together or not at all. The commands come grouped by actor, so that each actor's
 #: log grows by one RPUSH and its applied ids by one ZADD, whatever the number of
-#: its commands in the batch.
-#: KEYS: lease, stream, then per actor: log, snapshot, applied; then the reply key
-#: of each command that carries a reply, in order.
+#: its commands in the batch. The tells a command sent that were not written yet go
+#: into the shard's unsent hash with it (see ``_unsent``).
+#: KEYS: lease, stream, unsent, then per actor: log, snapshot, applied; then the
+#: reply key of each command that carries a reply, in order.
 #: ARGV: lease value, group, score, applied ids to keep, number of actors, then per
 #: actor: its number of commands, then per command: entry id ('' = none), command
 #: id ('' = none), has snapshot ('0'/'1'), snapshot, replace the log ('0'/'1'),
 #: encoded reply ('' = none), the reply's time to live (ms), number of log items,
-#: log items...
+#: log items, number of unsent tells, then per tell: its id, its record.
 #: An empty snapshot deletes the stored one (the actor's state was erased).
 #: Returns -1 when fenced off (nothing is changed), else one status per command, in
 #: order: 1 stored, 2 its command id was already applied (only its XACK is done;
-#: the reply kept from the first time stays).
+#: the reply and the tells kept from the first time stay).
 COMMIT: Final = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
 local group, score, keep = ARGV[2], ARGV[3], tonumber(ARGV[4])
@@ -81,8 +82,8 @@ local function chunked(command, key, head, list)
     i = j + 1
   end
 end
-local out, acks = {}, {}
-local a, k, r, n = 6, 3, 3 + 3 * actors, #ARGV
+local out, acks, unsent = {}, {}, {}
+local a, k, r, n = 6, 4, 4 + 3 * actors, #ARGV
 while a <= n do
   local count = tonumber(ARGV[a])
   a = a + 1
@@ -94,6 +95,7 @@ while a <= n do
     local entry, id, has_snap = ARGV[a], ARGV[a + 1], ARGV[a + 2]
     local replace, reply, ttl = ARGV[a + 4], ARGV[a + 5], ARGV[a + 6]
     local m = tonumber(ARGV[a + 7])
+    local q = tonumber(ARGV[a + 8 + m])
     local reply_key = false
     if reply ~= '' then
       reply_key = KEYS[r]
@@ -114,10 +116,11 @@ while a <= n do
         done[id] = true
       end
       if reply_key then redis.call('SET', reply_key, reply, 'PX', ttl) end
+      for i = a + 9 + m, a + 8 + m + 2 * q do unsent[#unsent + 1] = ARGV[i] end
       out[#out + 1] = 1
     end
     if entry ~= '' then acks[#acks + 1] = entry end
-    a = a + 8 + m
+    a = a + 9 + m + 2 * q
   end
   chunked('RPUSH', log, false, items)
   if snap == '' then
@@ -130,6 +133,7 @@ while a <= n do
     redis.call('ZREMRANGEBYRANK', applied, 0, -(keep + 1))
   end
 end
+chunked('HSET', KEYS[3], false, unsent)
 chunked('XACK', KEYS[2], group, acks)
 return out
 """

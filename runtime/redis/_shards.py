@@ -77,6 +77,8 @@ class StreamEnvelope(Envelope, kw_only=True):
     commit: PendingCommit | None = None
     # Handler failures so far on this delivery (each retried at once, in order).
     failures: int = 0
+    # What its handler sent: (tell id, outbox item, outbox position), see ``_unsent``.
+    sent: list[tuple[str, tuple[str, bytes, float], int]] | None = None
 
 
 class RedeliveredEnvelope(StreamEnvelope, kw_only=True):
@@ -93,11 +95,13 @@ class PendingCommit:
     replies to it are sent only once it is stored (the encoded reply is stored with
     it: ``kept_reply``)."""
 
-    __slots__ = ("changes", "envelope", "kept_reply", "replies")
+    __slots__ = ("changes", "envelope", "kept_reply", "remember", "replies")
 
-    def __init__(self, envelope: Envelope, changes: DurableChanges) -> None:
+    def __init__(self, envelope: Envelope, changes: DurableChanges, remember: bool = True) -> None:
         self.envelope = envelope
         self.changes = changes
+        # Store its id among the actor's applied ones (a durable actor's command).
+        self.remember = remember
         self.replies: list[Reply] = []
         self.kept_reply: bytes | None = None
 
@@ -116,6 +120,8 @@ class Shard:
         "lease",
         "number",
         "scope",
+        "unsent",
+        "unsent_ready",
     )
 
     def __init__(self, number: int, lease: str) -> None:
@@ -132,6 +138,10 @@ class Shard:
         # Set (and replaced) after every commit call.
         self.committed = anyio.Event()
         self.commit_lock = anyio.Lock(fast_acquire=True)
+        # Tells stored by a commit, to delete once the outbox wrote through the
+        # position: (position, tell ids), see ``_unsent``.
+        self.unsent: deque[tuple[int, list[str]]] = deque()
+        self.unsent_ready = anyio.Event()
 
 
 class ActorRecord:

@@ -16,6 +16,7 @@ Layout (prefix ``am``)::
     am:{s17}:agent:<addr>:done   command ids the actor applied (zset by time)
     am:{s17}:agent:<addr>:reply:<id>  the reply to an ask it applied (with a TTL)
     am:{s17}:due                 actors' due times (zset: address -> wall-clock time)
+    am:{s17}:unsent              tells of stored commands not yet written (hash: tell id -> record)
     am:{bcast}:stream            the broadcast stream every worker reads
     am:{dlq}:stream              dead letters, with the reason
     am:{workers}                 live workers (zset: worker id -> expiry ms)
@@ -110,6 +111,11 @@ class Keys:
     def due(self, shard: int) -> str:
         """When the actors of a shard are next due (``DurableChanges.due_at``)."""
         return f"{self.tag(shard)}:due"
+
+    def unsent(self, shard: int) -> str:
+        """The tells sent by the shard's stored commands that the outbox had not
+        written when they were stored (a hash: tell id -> record)."""
+        return f"{self.tag(shard)}:unsent"
 
     def attempts(self, shard: int, entry: str) -> str:
         """How often handling a redelivered entry started (expiring counter)."""

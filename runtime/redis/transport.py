@@ -24,8 +24,10 @@ batches, retrying while Redis is away; :meth:`RedisTransport.flush` waits until
 everything queued is in Redis, and closing flushes too. Tells a handler sends
 go out when it runs, not when its commit lands, so a redelivered command sends
 them again, but with the same ids (``<command id>.<n>``): their recipients skip
-what they already applied. Asks it makes, and effects outside the runtime (an
-LLM call, a file), happen again.
+what they already applied. Those not yet written when the command's commit is
+stored are stored with it, and sent again by the shard's next owner
+(``_unsent``). Asks it makes, and effects outside the runtime (an LLM call, a
+file), happen again.
 
 A durable actor's changes are stored by *group commits*: one fenced call per
 shard stores every command handled while the previous call was in flight, and
@@ -50,6 +52,7 @@ import redis.asyncio as aioredis
 import structlog
 
 from actormem.runtime._actor import Actor
+from actormem.runtime._dispatch import sending_for
 from actormem.runtime._envelope import Envelope, Reply
 from actormem.runtime.errors import (
     ActorError,
@@ -69,6 +72,7 @@ from actormem.runtime.redis._retry import forever, retrying
 from actormem.runtime.redis._server import EmbeddedRedis
 from actormem.runtime.redis._shards import Holdings, RedeliveredEnvelope
 from actormem.runtime.redis._unowned import UnownedAsks
+from actormem.runtime.redis._unsent import Unsent
 from actormem.runtime.redis.codec import Codec, default_codec
 from actormem.runtime.redis.config import RedisConfig
 from actormem.runtime.redis.keys import Keys, shard_of
@@ -173,7 +177,10 @@ class RedisTransport(Transport):
         self._asks_resent = 0
         self._held = Holdings()
         self._replies = Replies(self)
-        self._commits = GroupCommit(self, held=self._held, replies=self._replies)
+        self._unsent = Unsent(self, self._outbox)
+        self._commits = GroupCommit(
+            self, held=self._held, replies=self._replies, unsent=self._unsent
+        )
         self._dead_letters = DeadLetters(self, commits=self._commits, replies=self._replies)
         self._intake = Intake(
             self,
@@ -181,6 +188,7 @@ class RedisTransport(Transport):
             commits=self._commits,
             dead_letters=self._dead_letters,
             replies=self._replies,
+            unsent=self._unsent,
             lease_fresh=self.lease_fresh,
         )
         self._owner = Owner(self, held=self._held, intake=self._intake, commits=self._commits)
@@ -323,7 +331,10 @@ class RedisTransport(Transport):
         """
         item = self._prepare(envelope)
         self._require_host()
+        command = sending_for(envelope.id)
         await self._outbox.put(item)
+        if command is not None:
+            self._unsent.sent(command, envelope.id, item)
 
     def send_nowait(self, envelope: Envelope) -> None:
         """Queue ``envelope`` now, or raise; never waits (see :meth:`send`).
@@ -340,6 +351,9 @@ class RedisTransport(Transport):
         item = self._prepare(envelope)
         self._require_host()
         self._outbox.put_nowait(item)
+        command = sending_for(envelope.id)
+        if command is not None:
+            self._unsent.sent(command, envelope.id, item)
 
     def resend_after(self) -> float:
         """Half a lease (0.1 s at least): an ask with no reply by then is sent again, unchanged (see

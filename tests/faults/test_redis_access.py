@@ -62,7 +62,7 @@ WORKER_USER = "actormem-worker"
 ACL_RULES = (
     "resetkeys ~am:* resetchannels -@all "
     "+ping +select +info +exists +get +set +del +incr +pexpire +lrange +rpush "
-    "+zadd +zrem +zscore +zcard +zrange +zremrangebyscore +zremrangebyrank "
+    "+zadd +zrem +zscore +zcard +zrange +zremrangebyscore +zremrangebyrank +hset +hdel +hgetall "
     "+xadd +xread +xreadgroup +xack +xclaim +xpending +xrange +xrevrange +xlen +xtrim "
     "+xdel +xinfo|groups +xgroup|create +evalsha +script|load"
 )

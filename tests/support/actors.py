@@ -78,7 +78,16 @@ class Relay(msgspec.Struct, frozen=True, tag="ledger.Relay"):
     to: str
 
 
-register_message_types(Add, GetState, Boom, Crash, Refuse, Reset, Flaky, Relay, Erase)
+class Pass(msgspec.Struct, frozen=True, tag="ledger.Pass"):
+    """Has a ledger record ``token`` and tell ``Add(token)`` to ``to``; with
+    ``forward``, hand ``Add(token)`` on to ``to`` instead (recording nothing)."""
+
+    token: str
+    to: str
+    forward: bool = False
+
+
+register_message_types(Add, GetState, Boom, Crash, Refuse, Reset, Flaky, Relay, Erase, Pass)
 
 _encoder = msgspec.msgpack.Encoder()
 _int = msgspec.msgpack.Decoder(int)
@@ -145,6 +154,14 @@ class Ledger(Actor):
                 os._exit(3)
             case Refuse():
                 raise RefusedError("refused on purpose")
+            case Pass(token=token, to=to, forward=forward):
+                if forward:
+                    return self.ctx.forward(to, Add(token))
+                self.tokens.append(token)
+                self._new.append(token.encode())
+                self._dirty = True
+                await self.ctx.tell(to, Add(token))
+                return None
         raise TypeError(f"unexpected {message!r}")
 
     def durable_changes(self) -> DurableChanges:

@@ -8,7 +8,7 @@ import pytest
 from actormem.runtime import Runtime, RuntimeConfig
 from actormem.runtime.redis import Keys, RedisConfig, connect, shard_of
 from actormem.runtime.redis.transport import RedisTransport
-from tests.support.actors import Add, Erase, GetState, register
+from tests.support.actors import Add, Erase, GetState, Pass, register
 from tests.support.redis import delete_prefix
 from tests.support.streams import eventually
 
@@ -30,6 +30,17 @@ async def test_asks_durable_state_and_dead_letters_work_on_a_cluster(
                 await rt.ref(f"ledger/c{i}").tell(Add(f"t{i}"))
             states = [await rt.ref(f"ledger/c{i}").ask(GetState()) for i in range(12)]
             assert [s.tokens for s in states] == [[f"t{i}"] for i in range(12)]
+            # Tells and forwards sent by handlers, kept unsent with their commits
+            # under each shard's hash tag until written.
+            for i in range(8):
+                await rt.ref(f"ledger/r{i}").tell(Pass(f"p{i}", "ledger/sink", forward=i % 2 == 1))
+            await rt.ref("ledger/r7").ask(GetState())
+
+            async def relayed() -> bool:
+                state = await rt.ref("ledger/sink").ask(GetState())
+                return sorted(state.tokens) == [f"p{i}" for i in range(8)]
+
+            await eventually(relayed, "every tell and forward applied")
             await client.xadd(keys.stream(0), {b"e": b"not msgpack"})
 
             async def dead() -> bool:

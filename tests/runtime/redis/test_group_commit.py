@@ -128,15 +128,21 @@ async def test_commands_handled_while_a_commit_is_in_flight_share_the_next_one(
 Command = tuple[str, str, bytes | None, bool, list[bytes]]
 
 
-def _group(commands: list[Command], replies: dict[str, bytes] | None = None) -> list[Any]:
+def _group(
+    commands: list[Command],
+    replies: dict[str, bytes] | None = None,
+    unsent: dict[str, list[tuple[str, bytes]]] | None = None,
+) -> list[Any]:
     """One agent's part of the commit script's ARGV: (entry, id, snapshot, replace,
-    items) per command, and the reply of the commands named in ``replies``."""
+    items) per command, the reply of the commands named in ``replies`` and the
+    unsent tells of those named in ``unsent``."""
     args: list[Any] = [len(commands)]
     for entry, command, snapshot, replace, items in commands:
         has = "0" if snapshot is None else "1"
         reply = (replies or {}).get(entry, b"")
+        tells = (unsent or {}).get(entry, [])
         args += [entry, command, has, snapshot or b"", "1" if replace else "0", reply, 60_000]
-        args += [len(items), *items]
+        args += [len(items), *items, len(tells), *(x for tell in tells for x in tell)]
     return args
 
 
@@ -144,7 +150,7 @@ async def test_the_commit_script_stores_each_agent_s_commands_once_and_in_order(
     redis_client: aioredis.Redis, redis_config: RedisConfig
 ) -> None:
     keys = Keys(redis_config.prefix)
-    stream, lease = keys.stream(0), keys.lease(0)
+    stream, lease, unsent = keys.stream(0), keys.lease(0), keys.unsent(0)
     await redis_client.set(lease, "1:w")
     await redis_client.xgroup_create(stream, "g", id="0", mkstream=True)
     entries = [(await redis_client.xadd(stream, {b"e": b"x"})).decode() for _ in range(7)]
@@ -163,17 +169,26 @@ async def test_the_commit_script_stores_each_agent_s_commands_once_and_in_order(
 
     reply_a1 = keys.reply(0, "a", "a1")
     first = await commit(
-        keys=[lease, stream, *agent_keys("a"), reply_a1],
-        args=[*head(1), *_group([(entries[0], "a1", None, False, [b"x1"])], {entries[0]: b"R1"})],
+        keys=[lease, stream, unsent, *agent_keys("a"), reply_a1],
+        args=[
+            *head(1),
+            *_group(
+                [(entries[0], "a1", None, False, [b"x1"])],
+                {entries[0]: b"R1"},
+                {entries[0]: [("a1.1", b"T1"), ("a1.fwd", b"F1")]},
+            ),
+        ],
     )
     assert first == [1]
+    # The tells it sent that were not written yet are kept with it.
+    assert await redis_client.hgetall(unsent) == {b"a1.1": b"T1", b"a1.fwd": b"F1"}
     # The reply is kept with the effect, for a bounded time.
     assert await redis_client.get(reply_a1) == b"R1"
     assert 0 < await redis_client.pttl(reply_a1) <= 60_000
     # The same command again (a commit whose reply was lost), with new ones of the
     # same agent behind it; another agent replaces its log mid-batch.
     second = await commit(
-        keys=[lease, stream, *agent_keys("a"), *agent_keys("c"), reply_a1],
+        keys=[lease, stream, unsent, *agent_keys("a"), *agent_keys("c"), reply_a1],
         args=[
             *head(2),
             *_group(
@@ -183,6 +198,7 @@ async def test_the_commit_script_stores_each_agent_s_commands_once_and_in_order(
                     (entries[2], "", None, False, [b"x4"]),
                 ],
                 {entries[0]: b"R1 again"},
+                {entries[0]: [("a1.1", b"T1 again")], entries[1]: [("a2.1", b"T2")]},
             ),
             *_group(
                 [
@@ -196,6 +212,8 @@ async def test_the_commit_script_stores_each_agent_s_commands_once_and_in_order(
     )
     assert second == [2, 1, 1, 1, 1, 1, 2]
     assert await redis_client.get(reply_a1) == b"R1"  # the first reply stays
+    # ... and so do the first tells; the new command's are kept too.
+    assert await redis_client.hgetall(unsent) == {b"a1.1": b"T1", b"a1.fwd": b"F1", b"a2.1": b"T2"}
     assert await redis_client.lrange(keys.actor_log(0, "a"), 0, -1) == [b"x1", b"x2", b"x3", b"x4"]
     assert await redis_client.lrange(keys.actor_log(0, "c"), 0, -1) == [b"q1", b"q2"]
     assert await redis_client.get(keys.actor_snapshot(0, "c")) == b"S2"
@@ -206,8 +224,9 @@ async def test_the_commit_script_stores_each_agent_s_commands_once_and_in_order(
     # Fenced off: another owner's lease changes nothing.
     await redis_client.set(lease, "2:other")
     fenced = await commit(
-        keys=[lease, stream, *agent_keys("a")],
-        args=[*head(1), *_group([("", "a9", None, False, [b"late"])])],
+        keys=[lease, stream, unsent, *agent_keys("a")],
+        args=[*head(1), *_group([("", "a9", None, False, [b"late"])], None, {"": [("a9.1", b"")]})],
     )
     assert fenced == -1
+    assert await redis_client.hlen(unsent) == 3
     assert await redis_client.llen(keys.actor_log(0, "a")) == 4

@@ -37,6 +37,8 @@ log = structlog.get_logger("actormem.redis")
 _START_TIMEOUT: Final = 10.0
 #: How long a stopping server may take before it is killed.
 _STOP_TIMEOUT: Final = 10.0
+#: The longest Unix socket path a socket address holds (108 bytes on Linux, with its NUL).
+_MAX_SOCKET_PATH: Final = 100
 #: What starts a line of redis-server's log ("4242:M 25 Nov 2026 15:10:25.447 # ").
 _LOG_PREFIX: Final = re.compile(r"^\d+:[A-Z] \d+ \w+ \d+ [\d:.]+ [#*.-] ")
 
@@ -105,6 +107,7 @@ class EmbeddedRedis(AsyncClosing):
         self._binary = binary
         self._given_dir = Path(directory) if directory is not None else None
         self._dir: Path | None = None
+        self._sock_dir: Path | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._state = "new"
         self.url = ""
@@ -138,7 +141,7 @@ class EmbeddedRedis(AsyncClosing):
         else:
             self._dir = Path(tempfile.mkdtemp(prefix="actormem-redis-"))
             keeper().track_dir(self._dir)
-        sock = self._dir / "redis.sock"
+        sock = self._socket_path()
         port = free_port() if self._port == 0 else self._port
         args = [
             binary,
@@ -194,6 +197,17 @@ class EmbeddedRedis(AsyncClosing):
             raise
         log.debug("embedded_redis_started", url=self.url, pid=self._proc.pid, aof=self.aof)
 
+    def _socket_path(self) -> Path:
+        """The server's Unix socket: in its dir, or in a short temp dir of its own when
+        the dir's path is too long for a socket address (about 107 bytes on Linux)."""
+        assert self._dir is not None
+        sock = self._dir / "redis.sock"
+        if len(os.fsencode(sock)) <= _MAX_SOCKET_PATH:
+            return sock
+        self._sock_dir = Path(tempfile.mkdtemp(prefix="am-sock-"))
+        keeper().track_dir(self._sock_dir)
+        return self._sock_dir / "redis.sock"
+
     async def _wait_ready(self, sock: Path, port: int | None) -> None:
         proc = self._proc
         assert proc is not None
@@ -237,9 +251,10 @@ class EmbeddedRedis(AsyncClosing):
             if proc is not None:
                 await anyio.to_thread.run_sync(_stop, proc)
                 keeper().untrack_pid(proc.pid)
-            if self._dir is not None and self._given_dir is None:
-                shutil.rmtree(self._dir, ignore_errors=True)
-                keeper().untrack_dir(self._dir)
+            for made in (self._dir if self._given_dir is None else None, self._sock_dir):
+                if made is not None:
+                    shutil.rmtree(made, ignore_errors=True)
+                    keeper().untrack_dir(made)
         log.debug("embedded_redis_stopped", url=self.url)
 
 

@@ -47,6 +47,21 @@ async def test_embedded_server_serves_on_a_unix_socket_and_cleans_up() -> None:
 
 
 @pytest.mark.anyio
+async def test_a_dir_too_long_for_a_socket_address_gets_a_short_socket(tmp_path: Path) -> None:
+    deep = tmp_path / ("d" * 120)
+    async with EmbeddedRedis(directory=deep) as server:
+        sock = Path(server.url.removeprefix("unix://"))
+        assert sock.parent != deep
+        client = connect(RedisConfig(), server.url)
+        try:
+            assert await client.ping()
+        finally:
+            await client.aclose()
+    assert not sock.parent.exists()
+    assert deep.exists()
+
+
+@pytest.mark.anyio
 async def test_embedded_server_with_aof_keeps_data_across_a_restart(tmp_path: Path) -> None:
     port = free_port()
     async with EmbeddedRedis(aof=True, port=port, directory=tmp_path) as server:

@@ -111,11 +111,13 @@ async def run_worker(
             raise ConfigError(str(exc)) from None
     metrics = metrics or MetricsConfig()
     transport = RedisTransport(None, redis, worker=True, worker_id=worker_id)
-    async with Runtime(runtime, transport=transport, metrics=metrics) as rt:
-        register(rt)
-        log.info("worker_started", worker=transport.id, shards=redis.shards)
-        watched = (signal.SIGTERM, signal.SIGINT) if signals else ()
-        with anyio.open_signal_receiver(*watched) as received:
+    # The signals are watched from before the start, so that one sent while the worker
+    # connects and takes its shards stops it the same way (not by the default action).
+    watched = (signal.SIGTERM, signal.SIGINT) if signals else ()
+    with anyio.open_signal_receiver(*watched) as received:
+        async with Runtime(runtime, transport=transport, metrics=metrics) as rt:
+            register(rt)
+            log.info("worker_started", worker=transport.id, shards=redis.shards)
             async with anyio.create_task_group() as tg:
 
                 async def on_signal() -> None:
@@ -132,7 +134,7 @@ async def run_worker(
                 tg.start_soon(on_stop)
                 if metrics.status_interval:
                     tg.start_soon(log_status, rt, transport, metrics.status_interval)
-        log.info("worker_stopped", worker=transport.id, processed=rt.stats().processed)
+            log.info("worker_stopped", worker=transport.id, processed=rt.stats().processed)
 
 
 def load_register(spec: str) -> Callable[[Runtime], None]:

@@ -17,8 +17,10 @@ import time
 from pathlib import Path
 
 import pytest
+import redis
 
 from actormem.runtime.cli import main
+from actormem.runtime.redis.keys import Keys
 from actormem.runtime.redis.worker import WORKERS_PER_CPU, worker_limit
 from tests.support import ROOT
 from tests.support.processes import (
@@ -133,7 +135,8 @@ def test_a_second_signal_ends_the_run_at_once_and_still_leaves_nothing(tmp_path:
 @needs_proc
 def test_the_worker_command_stops_on_sigterm_in_one_line(redis_url: str, tmp_path: Path) -> None:
     config = tmp_path / "worker.toml"
-    config.write_text(f'[redis]\nurl = "{redis_url}"\nprefix = "lifecycle{os.getpid()}"\n')
+    prefix = f"lifecycle{os.getpid()}"
+    config.write_text(f'[redis]\nurl = "{redis_url}"\nprefix = "{prefix}"\n')
     proc = subprocess.Popen(
         [sys.executable, "-m", "actormem", "--log-level", "warning", "worker", str(config)],
         stdout=subprocess.PIPE,
@@ -142,14 +145,27 @@ def test_the_worker_command_stops_on_sigterm_in_one_line(redis_url: str, tmp_pat
         cwd=ROOT,
         env=_env(tmp_path),
     )
-    time.sleep(3)  # it owns its shards by now
-    assert proc.poll() is None
+    # Registered, it watches the signals (a signal before the interpreter got that far
+    # would end it by the default action).
+    _wait_until_registered(proc, redis_url, Keys(prefix).workers())
     stdout, stderr, _ = signal_and_wait(proc, signal.SIGTERM)
     assert proc.returncode == 143, stderr
     assert stderr == (
         "actormem: stopping (SIGTERM): draining its mailboxes and handing its shards back...\n"
     )
     assert stdout == ""
+
+
+def _wait_until_registered(proc: subprocess.Popen[str], redis_url: str, key: str) -> None:
+    client = redis.Redis.from_url(redis_url)
+    try:
+        deadline = time.monotonic() + 60
+        while not client.zcard(key):
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            assert time.monotonic() < deadline, "the worker did not register"
+            time.sleep(0.1)
+    finally:
+        client.close()
 
 
 def test_more_workers_than_the_limit_is_a_one_line_error(

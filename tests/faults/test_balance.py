@@ -19,6 +19,7 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -310,6 +311,12 @@ async def test_a_kill_storm_under_the_default_lease_stalls_no_agent_past_a_lease
     assert unowned <= LEASE_S + HEARTBEAT_S + MARGIN_S, unowned
 
 
+async def logged(path: Path, shards: int) -> bool:
+    """Whether a worker's log has a line for each of the ``shards`` leases it took."""
+    text = await anyio.Path(path).read_text()
+    return text.count("shard_taken_back") + text.count("shard_acquired") >= shards
+
+
 async def test_a_worker_started_again_from_the_command_line_under_its_id_takes_its_shards_back(
     tmp_path: Path, redis_client: aioredis.Redis, redis_config: RedisConfig
 ) -> None:
@@ -341,6 +348,9 @@ async def test_a_worker_started_again_from_the_command_line_under_its_id_takes_i
             proc = await anyio.open_process(argv, cwd=tmp_path, env=env, stdout=log, stderr=log)
         try:
             await eventually(all_held_anew, f"run {run} holds every shard")
+            # The worker logs a lease just after taking it: wait for the lines.
+            log_path = tmp_path / f"run{run}.log"
+            await eventually(partial(logged, log_path, config.shards), f"run {run} logged")
         finally:
             with anyio.CancelScope(shield=True):
                 proc.kill()

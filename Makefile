@@ -47,15 +47,18 @@ lint: $(VENV)/.installed-test
 typecheck: $(VENV)/.installed-test
 	$(BIN)/mypy
 
+# The unit tests in four processes, then the tests marked slow in two: both mostly
+# wait on Redis, timers and child processes, so this 2-core budget holds either way.
 pytest: $(VENV)/.installed-test
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -m "not slow" -n 4
+	$(BIN)/python -m pytest -m slow -n 2
 
 test: lint typecheck pytest
 
 # The quick loop while working (under a minute): the unit tests of every module, in
 # four processes (they mostly wait on Redis and timers); the tests marked slow
 # (end-to-end, subprocess, multi-process, benchmark, packaging and fault tests) run
-# in make test, in one process.
+# in make test too.
 test-fast: $(VENV)/.installed-test
 	$(BIN)/ruff check $(CODE)
 	ACTORMEM_TESTS=fast $(BIN)/python -m pytest -q -m "not slow" -n 4

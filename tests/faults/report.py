@@ -53,8 +53,8 @@ class FaultReport:
     def __init__(self) -> None:
         self.rows: list[Row] = []
 
-    def row(
-        self,
+    @staticmethod
+    def make_row(
         fault: str,
         load: str,
         verdict: Verdict,
@@ -62,24 +62,20 @@ class FaultReport:
         recovery_s: float | None = None,
         applied_timed_out: int | None = None,
         test: str = "",
-    ) -> None:
-        """Record one fault's outcome (call it before asserting on the verdict, so a
-        failing row is in the table too); ``applied_timed_out``: the asks that timed
-        out although their command was applied, for a row that counts them (a row
-        with any fails)."""
-        self.rows.append(
-            Row(
-                fault=fault,
-                load=load,
-                sent=verdict.sent,
-                lost=verdict.lost,
-                duplicated=verdict.duplicated,
-                reordered=verdict.reordered,
-                recovery_s=None if recovery_s is None else round(recovery_s, 2),
-                passed=verdict.ok and not applied_timed_out,
-                test=test,
-                applied_timed_out=applied_timed_out,
-            )
+    ) -> Row:
+        """One fault's outcome; ``applied_timed_out``: the asks that timed out although
+        their command was applied, for a row that counts them (a row with any fails)."""
+        return Row(
+            fault=fault,
+            load=load,
+            sent=verdict.sent,
+            lost=verdict.lost,
+            duplicated=verdict.duplicated,
+            reordered=verdict.reordered,
+            recovery_s=None if recovery_s is None else round(recovery_s, 2),
+            passed=verdict.ok and not applied_timed_out,
+            test=test,
+            applied_timed_out=applied_timed_out,
         )
 
     def table(self) -> list[str]:
@@ -104,21 +100,39 @@ _REPORT = FaultReport()
 
 
 class Recorder:
-    """What a test gets from ``fault_report``: rows that name the test."""
+    """What a test gets from ``fault_report``: rows that name the test.
 
-    def __init__(self, report: FaultReport, test: str) -> None:
-        self._report, self._test = report, test
+    A row travels with the test's report (its ``user_properties``), so that the rows
+    of tests run in pytest-xdist's worker processes reach the table too.
+    """
+
+    def __init__(self, node: pytest.Item) -> None:
+        self._node = node
 
     def row(self, fault: str, load: str, verdict: Verdict, **measured: Any) -> None:
-        """See :meth:`FaultReport.row` (``measured``: ``recovery_s``,
-        ``applied_timed_out``)."""
-        self._report.row(fault, load, verdict, test=self._test, **measured)
+        """Record one fault's outcome (call it before asserting on the verdict, so a
+        failing row is in the table too); see :meth:`FaultReport.make_row` for
+        ``measured`` (``recovery_s``, ``applied_timed_out``)."""
+        row = FaultReport.make_row(fault, load, verdict, test=self._node.nodeid, **measured)
+        self._node.user_properties.append((_PROPERTY, asdict(row)))
+
+
+_PROPERTY = "fault_row"
 
 
 @pytest.fixture
 def fault_report(request: pytest.FixtureRequest) -> Recorder:
     """Records this test's rows in the run's fault report."""
-    return Recorder(_REPORT, request.node.nodeid)
+    assert isinstance(request.node, pytest.Item)
+    return Recorder(request.node)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    # Each phase's report carries every property recorded so far: take the last's.
+    if report.when == "teardown":
+        for name, value in report.user_properties:
+            if name == _PROPERTY:
+                _REPORT.rows.append(Row(**value))
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -36,6 +36,7 @@ from actormem.actors.app.simulation.rundir import RunDir, check_runs_dir, write_
 from actormem.actors.app.simulation.scenario import check_scenario
 from actormem.actors.app.wiring import CONFIG_ENV, MemoryRuntime
 from actormem.actors.config import AppConfig, load_app_config
+from actormem.actors.integrations import cli as integrations
 from actormem.runtime.cli import StopSignals
 from actormem.runtime.cli import positive_int as _positive
 from actormem.runtime.config import LoggingConfig, decode_config, redacted
@@ -153,6 +154,7 @@ def add_commands(subs: Any) -> None:
     cfg.add_argument("config", nargs="?", default=None, help="a TOML config")
     cfg.set_defaults(func=_show_config)
     ops.add_commands(subs)
+    integrations.add_commands(subs)
 
 
 def _metrics_port_option(parser: argparse.ArgumentParser, note: str) -> None:

@@ -24,6 +24,5 @@ def require(module: str, extra: str, what: str) -> None:
         importlib.import_module(module)
     except ImportError as exc:
         raise MissingExtraError(
-            f"{what} needs the optional extra {extra!r} ({exc}): "
-            f"pip install 'actormem[{extra}]'"
+            f"{what} needs the optional extra {extra!r} ({exc}): pip install 'actormem[{extra}]'"
         ) from exc

@@ -40,7 +40,9 @@ def add_commands(subs: Any) -> None:
         f"http://HOST:PORT{mcp.DEFAULT_PATH}",
     )
     cmd.add_argument(
-        "--host", default=None, help=f"with --transport http: the address (default {mcp.DEFAULT_HOST})"
+        "--host",
+        default=None,
+        help=f"with --transport http: the address (default {mcp.DEFAULT_HOST})",
     )
     cmd.add_argument(
         "--port",

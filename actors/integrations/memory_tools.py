@@ -44,7 +44,7 @@ _MESSAGE: Final[dict[str, Any]] = {
         "name": {"type": "string", "description": "The speaker."},
         "tool_calls": {"type": "array", "items": {"type": "object"}},
         "tool_call_id": {"type": "string"},
-        "metadata": {"type": "object", "description": "JSON tags, e.g. {\"important\": true}."},
+        "metadata": {"type": "object", "description": 'JSON tags, e.g. {"important": true}.'},
         "importance": {"type": "number", "minimum": 0, "maximum": 1},
     },
     "required": ["role"],
@@ -131,9 +131,7 @@ async def _share(memory: MemoryHandle, args: dict[str, Any]) -> Any:
 async def _start_episode(memory: MemoryHandle, args: dict[str, Any]) -> Any:
     metadata = args.get("metadata", {})
     if not isinstance(metadata, dict):
-        raise MemoryInputError(
-            f"start_episode: metadata must be an object, got {shown(metadata)}"
-        )
+        raise MemoryInputError(f"start_episode: metadata must be an object, got {shown(metadata)}")
     return {"closed": _data(await memory.start_episode(**metadata))}
 
 
@@ -321,9 +319,7 @@ class MemoryTools:
         unknown = sorted(set(args) - set(schema["properties"]))
         if unknown:
             takes = ", ".join(schema["properties"]) or "no arguments"
-            raise MemoryInputError(
-                f"{name}: unknown argument {unknown[0]!r} (it takes {takes})"
-            )
+            raise MemoryInputError(f"{name}: unknown argument {unknown[0]!r} (it takes {takes})")
         missing = [key for key in schema["required"] if key not in args]
         if missing:
             raise MemoryInputError(f"{name}: missing argument {missing[0]!r}")

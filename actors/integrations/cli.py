@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import functools
 import sys
 from typing import Any
 
@@ -69,6 +68,13 @@ def _port(text: str) -> int:
     return value
 
 
+class _Listening:
+    """Says where the HTTP server listens, once it does (its ``task_status``)."""
+
+    def started(self, value: str | None = None) -> None:
+        print(f"actormem: serving MCP on {value}", file=sys.stderr, flush=True)
+
+
 def _load(args: argparse.Namespace) -> AppConfig:
     config = load_app_config(args.config)
     given = config.logging or LoggingConfig()
@@ -91,18 +97,14 @@ def _mcp(args: argparse.Namespace) -> int:
             if args.transport == "stdio":
                 await mcp.serve_stdio(rt, agent=args.agent, stop=stops.requested)
                 return
-            async with anyio.create_task_group() as tg:
-                url = await tg.start(
-                    functools.partial(
-                        mcp.serve_http,
-                        rt,
-                        agent=args.agent,
-                        host=args.host or mcp.DEFAULT_HOST,
-                        port=mcp.DEFAULT_PORT if args.port is None else args.port,
-                        stop=stops.requested,
-                    )
-                )
-                print(f"actormem: serving MCP on {url}", file=sys.stderr, flush=True)
+            await mcp.serve_http(
+                rt,
+                agent=args.agent,
+                host=args.host or mcp.DEFAULT_HOST,
+                port=mcp.DEFAULT_PORT if args.port is None else args.port,
+                stop=stops.requested,
+                task_status=_Listening(),
+            )
 
     anyio.run(stops.run, serve)
     return stops.exit_code

@@ -14,6 +14,7 @@ imports without it; building one without it raises :class:`MissingExtraError`.
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 from typing import TYPE_CHECKING, Any, Final
 
@@ -55,9 +56,10 @@ def check_mcp() -> None:
     """Check that the ``mcp`` package is installed.
 
     Raises:
-        MissingExtraError: it is not; the message says how to install the extra.
+        MissingExtraError: it is not (or not version 2); the message says how to
+            install the extra.
     """
-    require("mcp.server.lowlevel", "mcp", "the MCP server")
+    require("mcp.server.lowlevel", "mcp", "the MCP server", major=("mcp", 2))
 
 
 def mcp_server(
@@ -171,7 +173,7 @@ def _listen(host: str, port: int) -> socket.socket:
         family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
         return socket.create_server((host, port), family=family)
     except OSError as exc:
-        reason = exc.strerror or str(exc)
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
         raise ConfigError(f"cannot listen on {host}:{port}: {reason}") from exc
 
 

@@ -115,7 +115,7 @@ def mcp_server(
         try:
             result = await tools.call(params.name, params.arguments)
         except ActormemError as exc:
-            log.info("mcp_tool_refused", tool=params.name, error=str(exc))
+            log.debug("mcp_tool_refused", tool=params.name, error=str(exc))
             return _error(types, f"{type(exc).__name__}: {exc}")
         except Exception:
             log.exception("mcp_tool_failed", tool=params.name)

@@ -49,6 +49,18 @@ async def test_stdio_serves_one_agent_until_the_client_closes() -> None:
         assert context["messages"] == [{"role": "user", "content": note["content"]}]
 
 
+def test_stdio_exits_when_its_client_closes_stdin() -> None:
+    proc = subprocess.run(
+        [*_ACTORMEM, "mcp", "--agent", "alice"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert (proc.returncode, proc.stdout) == (0, ""), proc.stderr
+
+
 @contextmanager
 def _http_server(config: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
     """``actormem mcp CONFIG --transport http --port 0``, and the URL it serves."""

@@ -48,6 +48,8 @@ async def test_every_tool_acts_on_the_named_agents_memory(
     assert all(t.input_schema["required"][0] == "agent" for t in listed.tools)
     forget = next(t for t in listed.tools if t.name == "forget_agent")
     assert forget.annotations is not None and forget.annotations.destructive_hint
+    hints = {t.name: t.annotations.read_only_hint for t in listed.tools if t.annotations}
+    assert hints["get_context"] and hints["search_messages"] and not hints["add_messages"]
 
     added = await call(
         client,

@@ -12,10 +12,8 @@ import msgspec
 from actormem.actors.app.wiring import MemoryRuntime
 from actormem.actors.config import AppConfig, load_app_config
 from actormem.actors.integrations import mcp
-from actormem.runtime.cli import StopSignals
-from actormem.runtime.config import LoggingConfig
+from actormem.runtime.cli import StopSignals, chosen_logging, port_number
 from actormem.runtime.errors import ConfigError
-from actormem.runtime.logging import configure_logging
 
 __all__ = ("add_commands",)
 
@@ -45,7 +43,7 @@ def add_commands(subs: Any) -> None:
     )
     cmd.add_argument(
         "--port",
-        type=_port,
+        type=port_number,
         default=None,
         help=f"with --transport http: the port (default {mcp.DEFAULT_PORT}; 0: a free one)",
     )
@@ -58,16 +56,6 @@ def add_commands(subs: Any) -> None:
     cmd.set_defaults(func=_mcp)
 
 
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"expected a port within 0..65535, got {value}")
-    return value
-
-
 class _Listening:
     """Says where the HTTP server listens, once it does (its ``task_status``)."""
 
@@ -77,12 +65,7 @@ class _Listening:
 
 def _load(args: argparse.Namespace) -> AppConfig:
     config = load_app_config(args.config)
-    given = config.logging or LoggingConfig()
-    chosen = LoggingConfig(
-        format=args.log_format or given.format, level=args.log_level or given.level
-    )
-    configure_logging(chosen.format, chosen.level)
-    return msgspec.structs.replace(config, logging=chosen)
+    return msgspec.structs.replace(config, logging=chosen_logging(args, config.logging))
 
 
 def _mcp(args: argparse.Namespace) -> int:

@@ -71,10 +71,15 @@ def mcp_server(
 ) -> Server[Any]:
     """An MCP server (``mcp.server.Server``) of the memory tools over ``runtime``.
 
+    Over HTTP a client may bind its session to one agent with the URL's
+    ``?agent=NAME`` (``http://host:port/mcp?agent=alice``): its tools then take no
+    ``agent`` argument, as with ``agent`` here.
+
     Args:
         runtime: an open memory runtime, kept open while the server serves.
         agent: serve this agent's memory only (the tools take no ``agent``
-            argument); None: every tool call names its agent.
+            argument); None: every tool call names its agent, unless its session
+            is bound to one.
         timeout: seconds a tool call waits for the memory (the runtime's default).
         name: the server's name in the MCP handshake.
 
@@ -87,33 +92,39 @@ def mcp_server(
     from mcp.server import Server
 
     tools = MemoryTools(runtime, agent=agent, timeout=timeout)
-    listed = types.ListToolsResult(
-        tools=[
-            types.Tool(
-                name=tool.name,
-                description=tool.description,
-                input_schema=schema,
-                annotations=types.ToolAnnotations(
-                    read_only_hint=tool.read_only,
-                    destructive_hint=tool.destructive,
-                    idempotent_hint=tool.idempotent or tool.read_only,
-                    open_world_hint=False,
-                ),
-            )
-            for tool, schema in tools.schemas()
-        ]
-    )
+    # What a session bound to one agent lists (no agent argument), and the others.
+    listed = {
+        bound: types.ListToolsResult(
+            tools=[
+                types.Tool(
+                    name=tool.name,
+                    description=tool.description,
+                    input_schema=schema,
+                    annotations=types.ToolAnnotations(
+                        read_only_hint=tool.read_only,
+                        destructive_hint=tool.destructive,
+                        idempotent_hint=tool.idempotent or tool.read_only,
+                        open_world_hint=False,
+                    ),
+                )
+                for tool, schema in tools.schemas(bound=bound)
+            ]
+        )
+        for bound in (False, True)
+    }
 
     async def list_tools(
         ctx: ServerRequestContext[Any], params: mcp.types.PaginatedRequestParams | None
     ) -> mcp.types.ListToolsResult:
-        return listed
+        return listed[_session_agent(ctx) is not None]
 
     async def call_tool(
         ctx: ServerRequestContext[Any], params: mcp.types.CallToolRequestParams
     ) -> mcp.types.CallToolResult:
         try:
-            result = await tools.call(params.name, params.arguments)
+            result = await tools.call(
+                params.name, params.arguments, session_agent=_session_agent(ctx)
+            )
         except ActormemError as exc:
             log.debug("mcp_tool_refused", tool=params.name, error=str(exc))
             return _error(types, f"{type(exc).__name__}: {exc}")
@@ -126,6 +137,15 @@ def mcp_server(
         )
 
     return Server(name, on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+def _session_agent(ctx: ServerRequestContext[Any]) -> str | None:
+    """The agent an HTTP session is bound to: its URL's ``?agent=NAME``."""
+    query = getattr(ctx.request, "query_params", None)
+    if query is None:
+        return None
+    agent: str | None = query.get("agent")
+    return agent
 
 
 def _error(types: Any, text: str) -> mcp.types.CallToolResult:

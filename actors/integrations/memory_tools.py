@@ -8,8 +8,9 @@ checked exactly as the handle checks it and fails with the same
 from Python (an argument the tool does not take, a missing one, arguments that are
 no JSON object) is refused here with a ``MemoryInputError`` naming it.
 
-Served for one agent (``agent=`` given), the tools take no ``agent`` argument: the
-caller cannot reach another agent's memory. Otherwise every call names its agent.
+Served for one agent (``agent=`` given, or a session bound to one), the tools take
+no ``agent`` argument: the caller cannot reach another agent's memory. Otherwise
+every call names its agent.
 """
 
 from __future__ import annotations
@@ -295,27 +296,43 @@ class MemoryTools:
         if agent is not None:
             runtime.memory(agent, timeout=timeout)  # checks the name now
 
-    def schemas(self) -> list[tuple[MemoryTool, dict[str, Any]]]:
-        """Every tool with its input schema, in a stable order."""
-        return [(tool, tool.input_schema(agent=self.agent is None)) for tool in TOOLS.values()]
+    def schemas(self, *, bound: bool = False) -> list[tuple[MemoryTool, dict[str, Any]]]:
+        """Every tool with its input schema, in a stable order; ``bound``: for a
+        session bound to one agent (no ``agent`` argument then)."""
+        named = self.agent is None and not bound
+        return [(tool, tool.input_schema(agent=named)) for tool in TOOLS.values()]
 
-    async def call(self, name: str, arguments: Mapping[str, Any] | None) -> dict[str, Any]:
+    async def call(
+        self, name: str, arguments: Mapping[str, Any] | None, *, session_agent: str | None = None
+    ) -> dict[str, Any]:
         """Run tool ``name`` with ``arguments``; return its result (a JSON object).
+
+        Args:
+            name: the tool.
+            arguments: its arguments, as the caller sent them.
+            session_agent: the agent the caller's session is bound to, if any (the
+                call then takes no ``agent`` argument).
 
         Raises:
             MemoryInputError: no such tool, an argument it does not take or lacks,
-                or arguments the handle refuses (its message, unchanged).
+                a session bound to another agent than the one served, or arguments
+                the handle refuses (its message, unchanged).
             ActormemError: any other error of the memory (a timeout, say).
         """
         tool = TOOLS.get(name)
         if tool is None:
             raise MemoryInputError(f"no memory tool {name!r} (expected one of {sorted(TOOLS)})")
+        fixed = self.agent if self.agent is not None else session_agent
+        if session_agent is not None and session_agent != fixed:
+            raise MemoryInputError(
+                f"this server serves agent {fixed!r} only, not {session_agent!r}"
+            )
         if arguments is None:
             arguments = {}
         if not isinstance(arguments, Mapping):
             raise MemoryInputError(f"{name}: arguments must be an object, got {shown(arguments)}")
         args = dict(arguments)
-        schema = tool.input_schema(agent=self.agent is None)
+        schema = tool.input_schema(agent=fixed is None)
         unknown = sorted(set(args) - set(schema["properties"]))
         if unknown:
             takes = ", ".join(schema["properties"]) or "no arguments"
@@ -323,7 +340,7 @@ class MemoryTools:
         missing = [key for key in schema["required"] if key not in args]
         if missing:
             raise MemoryInputError(f"{name}: missing argument {missing[0]!r}")
-        agent = args.pop("agent") if self.agent is None else self.agent
+        agent = args.pop("agent") if fixed is None else fixed
         if not isinstance(agent, str):
             raise MemoryInputError(f"{name}: agent must be a string, got {shown(agent)}")
         result: dict[str, Any] = await tool.run(

@@ -114,11 +114,18 @@ async def test_http_serves_many_agents_from_redis_across_a_restart(
                 _result(await client.call_tool("add_messages", args))
             refused = await bob.call_tool("search_messages", {"agent": "bob"})
             assert refused.is_error
+        # A session bound to one agent by its URL names no agent.
+        async with Client(f"{url}?agent=carol") as carol:
+            listed = await carol.list_tools()
+            assert all("agent" not in t.input_schema["properties"] for t in listed.tools)
+            note = {"role": "user", "content": "I am carol."}
+            _result(await carol.call_tool("add_messages", {"messages": [note]}))
         err = _stop(proc)
         assert "Traceback" not in err, err
     with _http_server(config) as (proc, url):
         async with Client(url) as client:
-            args = {"agent": "alice", "query": "I am"}
-            found = _result(await client.call_tool("search_messages", args))
-            assert [m["content"] for m in found["messages"]] == ["I am alice."]
+            for agent in ("alice", "carol"):
+                args = {"agent": agent, "query": "I am"}
+                found = _result(await client.call_tool("search_messages", args))
+                assert [m["content"] for m in found["messages"]] == [f"I am {agent}."]
         _stop(proc)

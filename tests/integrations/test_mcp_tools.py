@@ -13,7 +13,7 @@ from mcp import Client
 
 from actormem import ContextBudgetError, MemoryHandle, MemoryInputError, MemoryRuntime
 from actormem.actors.integrations.mcp import mcp_server
-from actormem.actors.integrations.memory_tools import TOOLS
+from actormem.actors.integrations.memory_tools import TOOLS, MemoryTools
 
 pytestmark = pytest.mark.anyio
 
@@ -182,3 +182,15 @@ async def test_a_server_for_one_agent_takes_no_agent_argument(memory_rt: MemoryR
 async def test_a_bad_agent_name_is_refused_when_the_server_is_built() -> None:
     with pytest.raises(MemoryInputError, match="agent name"):
         mcp_server(MemoryRuntime(), agent="")
+
+
+async def test_a_session_bound_to_an_agent_acts_on_it_only(memory_rt: MemoryRuntime) -> None:
+    tools = MemoryTools(memory_rt)
+    note = {"role": "user", "content": "hello"}
+    await tools.call("add_messages", {"messages": [note]}, session_agent="gil")
+    assert await memory_rt.memory("gil").size() == 1
+    with pytest.raises(MemoryInputError, match="unknown argument 'agent'"):
+        await tools.call("forget_agent", {"agent": "hal"}, session_agent="gil")
+    with pytest.raises(MemoryInputError, match="serves agent 'ivy' only, not 'gil'"):
+        await MemoryTools(memory_rt, agent="ivy").call("forget_agent", {}, session_agent="gil")
+    assert await memory_rt.memory("gil").size() == 1

@@ -4,11 +4,13 @@ back as a tool error with the handle's own message, changing nothing."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
+import structlog
 from mcp import Client
 
 from actormem import ContextBudgetError, MemoryHandle, MemoryInputError, MemoryRuntime
@@ -194,3 +196,18 @@ async def test_a_session_bound_to_an_agent_acts_on_it_only(memory_rt: MemoryRunt
     with pytest.raises(MemoryInputError, match="serves agent 'ivy' only, not 'gil'"):
         await MemoryTools(memory_rt, agent="ivy").call("forget_agent", {}, session_agent="gil")
     assert await memory_rt.memory("gil").size() == 1
+
+
+async def test_a_failure_of_the_server_itself_is_a_tool_error_and_logged(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def broken(memory: MemoryHandle, args: dict[str, Any]) -> Any:
+        raise RuntimeError("a bug")
+
+    tool = TOOLS["summarize_episodes"]
+    monkeypatch.setitem(TOOLS, tool.name, dataclasses.replace(tool, run=broken))
+    with structlog.testing.capture_logs() as logs:
+        text = await refused(client, "summarize_episodes", agent="kim")
+    assert text == "summarize_episodes: internal error (the server logged it)"
+    assert [e["event"] for e in logs if e["log_level"] == "error"] == ["mcp_tool_failed"]
+    assert (await call(client, "search_messages", agent="kim", query="x"))["messages"] == []

@@ -31,15 +31,18 @@ from typing import NoReturn, TypeVar
 import anyio
 from anyio.abc import TaskStatus
 
+from actormem.runtime.config import LoggingConfig
 from actormem.runtime.errors import ActormemError
 from actormem.runtime.logging import configure_logging
 
 __all__ = (
     "OneLineParser",
     "StopSignals",
+    "chosen_logging",
     "main",
     "package_version",
     "parser",
+    "port_number",
     "positive_int",
 )
 
@@ -149,6 +152,29 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a number >= 1, got {value}")
     return value
+
+
+def port_number(text: str) -> int:
+    """An argument type: a TCP port, 0..65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port within 0..65535, got {value}")
+    return value
+
+
+def chosen_logging(args: argparse.Namespace, given: LoggingConfig | None) -> LoggingConfig:
+    """Configure logging as the command line (``--log-format``, ``--log-level``) and
+    then the config's ``given`` choice say; return that choice, for the config (which
+    the runtime applies again)."""
+    given = given or LoggingConfig()
+    chosen = LoggingConfig(
+        format=args.log_format or given.format, level=args.log_level or given.level
+    )
+    configure_logging(chosen.format, chosen.level)
+    return chosen
 
 
 def _say(line: str) -> None:

@@ -36,11 +36,12 @@ from actormem.actors.app.simulation.rundir import RunDir, check_runs_dir, write_
 from actormem.actors.app.simulation.scenario import check_scenario
 from actormem.actors.app.wiring import CONFIG_ENV, MemoryRuntime
 from actormem.actors.config import AppConfig, load_app_config
-from actormem.runtime.cli import StopSignals
+from actormem.actors.integrations import cli as integrations
+from actormem.runtime.cli import StopSignals, chosen_logging
+from actormem.runtime.cli import port_number as _port
 from actormem.runtime.cli import positive_int as _positive
-from actormem.runtime.config import LoggingConfig, decode_config, redacted
+from actormem.runtime.config import decode_config, redacted
 from actormem.runtime.errors import ConfigError
-from actormem.runtime.logging import configure_logging
 from actormem.runtime.redis import EmbeddedRedis
 from actormem.runtime.redis.config import check_namespace
 from actormem.runtime.redis.transport import RedisTransport
@@ -153,6 +154,7 @@ def add_commands(subs: Any) -> None:
     cfg.add_argument("config", nargs="?", default=None, help="a TOML config")
     cfg.set_defaults(func=_show_config)
     ops.add_commands(subs)
+    integrations.add_commands(subs)
 
 
 def _metrics_port_option(parser: argparse.ArgumentParser, note: str) -> None:
@@ -163,17 +165,6 @@ def _metrics_port_option(parser: argparse.ArgumentParser, note: str) -> None:
         help="serve Prometheus metrics on http://HOST:PORT/metrics (override [metrics] port; "
         f"HOST is [metrics] host, default 127.0.0.1; 0: off){note}",
     )
-
-
-def _port(text: str) -> int:
-    """An argument type: a TCP port, 0..65535."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"expected a port within 0..65535, got {value}")
-    return value
 
 
 def _brain_spec(text: str) -> dict[str, str]:
@@ -229,12 +220,7 @@ def _load(args: argparse.Namespace) -> AppConfig:
             data[section].update(values)
         config = decode_config(data, AppConfig, source="command line")
     # The command line's choice becomes the config's, which MemoryRuntime applies again.
-    given = config.logging or LoggingConfig()
-    chosen = LoggingConfig(
-        format=args.log_format or given.format, level=args.log_level or given.level
-    )
-    configure_logging(chosen.format, chosen.level)
-    return msgspec.structs.replace(config, logging=chosen)
+    return msgspec.structs.replace(config, logging=chosen_logging(args, config.logging))
 
 
 def _worker(args: argparse.Namespace) -> int:

@@ -1,0 +1,10 @@
+"""Adapters that plug agent memory into the frameworks and protocols people already
+run; each lives in its own module behind its own optional extra, imported only
+when used (``import actormem`` never needs them).
+
+- :mod:`actormem.actors.integrations.mcp`: a Model Context Protocol server of the
+  memory tools (extra ``mcp``; ``actormem mcp CONFIG``).
+- :mod:`actormem.actors.integrations.memory_tools`: the memory tools themselves
+  (names, input schemas, and their calls on a memory handle), for any
+  tool-calling protocol.
+"""

@@ -22,7 +22,7 @@ from actormem.actors.config import AppConfig, load_app_config
 from tests.support import ROOT
 
 README = ROOT / "README.md"
-DOCS = sorted((ROOT / "docs").glob("*.md"))
+DOCS = sorted((ROOT / "docs").rglob("*.md"))
 PAGES = [README, *DOCS]
 CONFIG_PAGE = ROOT / "docs" / "configuration.md"
 README_MAX_LINES = 350

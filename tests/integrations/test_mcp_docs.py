@@ -1,5 +1,5 @@
 """docs/integrations/: each page's example runs as printed and prints what the page
-says, and the pages pass the checks every page of docs/ passes."""
+says (tests/test_docs.py checks these pages as it does every page of docs/)."""
 
 from __future__ import annotations
 
@@ -13,16 +13,6 @@ import pytest
 
 from tests import test_docs as checks
 from tests.support import ROOT
-
-PAGES = sorted((ROOT / "docs" / "integrations").glob("*.md"))
-
-
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
-def test_the_page_names_only_what_exists(page: Path) -> None:
-    checks.test_named_paths_exist(page)
-    checks.test_named_make_targets_exist(page)
-    checks.test_named_commands_exist(page)
-    checks.test_named_modules_exist(page)
 
 
 @pytest.mark.slow

@@ -27,22 +27,27 @@ from actormem.actors.memory.commands import (
     CompressionDone,
     Context,
     Delete,
+    DeleteEntry,
     EndRun,
     Expire,
     Export,
     Forget,
     Get,
+    GetEntry,
     HeldInsights,
+    ListNamespaces,
     Load,
     MemoryExport,
     MemoryStats,
     MemoryTools,
     Prune,
+    PutEntry,
     RecallEpisode,
     Record,
     Reload,
     Retrieve,
     Search,
+    SearchEntries,
     SetSummary,
     StartEpisode,
     Stats,
@@ -229,6 +234,8 @@ class AgentMemory(Actor):
                 return None
             case ToPool(command=command):
                 return self._to_pool(command)
+            case PutEntry() | GetEntry() | DeleteEntry() | SearchEntries() | ListNamespaces():
+                return self._keyed(message)
         raise MemoryInputError(f"an agent memory does not serve {type(message).__name__}")
 
     @property
@@ -407,6 +414,39 @@ class AgentMemory(Actor):
             with contextlib.suppress(MailboxFullError):
                 self.ctx.tell_nowait(sender, DeliveryAck(through=through, resend=missing))
         return applied
+
+    def _keyed(
+        self, command: PutEntry | GetEntry | DeleteEntry | SearchEntries | ListNamespaces
+    ) -> Any:
+        """Serve a keyed long-term entry command (:mod:`actormem.actors.recall.keyed`)."""
+        keyed = self.recall.keyed
+        self.recall.changed()
+        match command:
+            case PutEntry():
+                return keyed.put(
+                    command.namespace,
+                    command.key,
+                    command.value,
+                    command.text,
+                    command.importance,
+                    command.ttl,
+                )
+            case GetEntry(namespace=namespace, key=key, refresh_ttl=refresh):
+                return keyed.get(namespace, key, refresh)
+            case DeleteEntry(namespace=namespace, key=key):
+                return keyed.delete(namespace, key)
+            case SearchEntries():
+                return keyed.search(
+                    command.prefix,
+                    command.query,
+                    command.filter,
+                    command.limit,
+                    command.offset,
+                    command.refresh_ttl,
+                )
+        return keyed.namespaces(
+            command.prefix, command.suffix, command.max_depth, command.limit, command.offset
+        )
 
     # -- reads ----------------------------------------------------------------------
 

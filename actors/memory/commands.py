@@ -18,6 +18,7 @@ from actormem.actors.messages import Message, Role, ToolCall
 from actormem.actors.pool.commands import AgentCommand
 from actormem.actors.pool.insights import Insight
 from actormem.actors.recall.episodes import Episode
+from actormem.actors.recall.keyed import FoundEntry, KeyedEntry
 from actormem.actors.recall.longterm import Recalled
 from actormem.runtime import Command
 
@@ -30,12 +31,15 @@ __all__ = (
     "CompressionDone",
     "Context",
     "Delete",
+    "DeleteEntry",
     "EndRun",
     "Expire",
     "Export",
     "Forget",
     "Get",
+    "GetEntry",
     "HeldInsights",
+    "ListNamespaces",
     "Load",
     "MemoryCommand",
     "MemoryExport",
@@ -43,11 +47,13 @@ __all__ = (
     "MemoryTools",
     "Prune",
     "PruneResult",
+    "PutEntry",
     "RecallEpisode",
     "Record",
     "Reload",
     "Retrieve",
     "Search",
+    "SearchEntries",
     "SetSummary",
     "StartEpisode",
     "Stats",
@@ -381,6 +387,66 @@ class EndRun(Command[None], frozen=True):
     """A run ended: apply the retention policy (clear single_run, save persistent)."""
 
 
+class PutEntry(Command[KeyedEntry], frozen=True):
+    """Store a keyed long-term entry, replacing the one under the same namespace and
+    key (see :mod:`actormem.actors.recall.keyed`); the reply is the entry stored.
+
+    Attributes:
+        namespace: its namespace (1..16 labels).
+        key: its key.
+        value: a JSON object.
+        text: what a ranked search matches (None: the value's strings).
+        importance: 0..1 (None: ``[longterm] default_importance``).
+        ttl: seconds it lives after its last write or refreshing read (None: for ever).
+    """
+
+    namespace: tuple[str, ...]
+    key: str
+    value: dict[str, Any]
+    text: str | None = None
+    importance: float | None = None
+    ttl: float | None = None
+
+
+class GetEntry(Command[KeyedEntry | None], frozen=True):
+    """The keyed entry under (namespace, key), or None; ``refresh_ttl`` restarts its
+    time to live."""
+
+    namespace: tuple[str, ...]
+    key: str
+    refresh_ttl: bool = True
+
+
+class DeleteEntry(Command[bool], frozen=True):
+    """Delete the keyed entry under (namespace, key); the reply says whether there was one."""
+
+    namespace: tuple[str, ...]
+    key: str
+
+
+class SearchEntries(Command[list[FoundEntry]], frozen=True):
+    """Keyed entries within a namespace prefix whose value meets ``filter``: ranked
+    for ``query`` by the long-term score, or the newest first without one."""
+
+    prefix: tuple[str, ...] = ()
+    query: str | None = None
+    filter: dict[str, Any] | None = None
+    limit: int = 10
+    offset: int = 0
+    refresh_ttl: bool = True
+
+
+class ListNamespaces(Command[list[tuple[str, ...]]], frozen=True):
+    """The namespaces of the keyed entries that start with ``prefix`` and end with
+    ``suffix`` (``*`` matches any label), cut to ``max_depth`` labels, sorted."""
+
+    prefix: tuple[str, ...] = ()
+    suffix: tuple[str, ...] = ()
+    max_depth: int | None = None
+    limit: int = 100
+    offset: int = 0
+
+
 MemoryCommand = (
     Add
     | Get
@@ -408,6 +474,11 @@ MemoryCommand = (
     | EndRun
     | CompressionDone
     | ToPool
+    | PutEntry
+    | GetEntry
+    | DeleteEntry
+    | SearchEntries
+    | ListNamespaces
 )
 
 # A command over Redis may come from any client: one whose fields fail validation

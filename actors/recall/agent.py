@@ -18,6 +18,7 @@ from actormem.actors.messages import Message
 from actormem.actors.pool.config import PoolConfig
 from actormem.actors.recall.episodes import EpisodeConfig, EpisodicMemory
 from actormem.actors.recall.inbox import InsightInbox
+from actormem.actors.recall.keyed import KeyedEntries
 from actormem.actors.recall.longterm import (
     LongTermConfig,
     LongTermMemory,
@@ -67,6 +68,8 @@ class AgentRecall:
         self.longterm = LongTermMemory(config.longterm)
         self.control = LongTermControl(self.longterm)
         self.episodes = EpisodicMemory(config.episodes)
+        #: Entries under (namespace, key): part of long-term memory, kept and erased with it.
+        self.keyed = KeyedEntries(config.longterm)
         self._since_reply: list[Message] = []
         # The last blocks() answer: recomputed only when the question or anything
         # recall holds changed (context() is often asked again with nothing new).
@@ -80,6 +83,7 @@ class AgentRecall:
             "insights": self.inbox,
             "longterm": self.longterm,
             "episodes": self.episodes,
+            "keyed": self.keyed,
         }
         retained = dict(self._parts)
         if conversation is not None:

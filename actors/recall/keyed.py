@@ -416,8 +416,9 @@ class KeyedEntries(SnapshotState[KeyedState]):
         if query is not None and query.strip():
             found = self._ranked(candidates, query, now)
         else:
-            candidates.sort(key=lambda c: c[1].updated, reverse=True)
-            found = [(where, e, None) for where, e in candidates]
+            # Newest first; of entries written at the same time, the last one put.
+            newest = sorted(reversed(candidates), key=lambda c: c[1].updated, reverse=True)
+            found = [(where, e, None) for where, e in newest]
         out = []
         for where, entry, score in found[offset : offset + limit]:
             self._accessed[where] = now

@@ -68,6 +68,7 @@ async def plant(mem: MemoryHandle) -> None:
     await mem.set_summary(f"summary of {CANARY}", replaces=spare.ids)
     assert await mem.record({"role": "user", "content": f"remember {CANARY} forever"}) == 1
     assert await mem.start_episode(topic="vault") is not None
+    await mem.put_entry((mem.agent, "vault"), CANARY, {"code": CANARY}, ttl=3600)
     for i in range(30):
         await mem.add(
             [

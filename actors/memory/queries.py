@@ -69,7 +69,7 @@ class MessageQueries:
         source = self._store.source(q.scope)
         found = [m for m in source if all(t(m) for t in tests)] if tests else list(source)
         if q.recent_n is not None:
-            found = found[len(found) - q.recent_n :] if q.recent_n else []
+            found = found[max(0, len(found) - q.recent_n) :] if q.recent_n else []
         return found
 
     def search(self, q: Search) -> list[Message]:

@@ -39,9 +39,7 @@ async def test_put_get_search_delete_and_list_act_on_the_namespaces_agent(
         "trip",
         "pet",
     ]
-    assert [i.key for i in await store.asearch(("alice", "facts"), limit=1, offset=1)] == [
-        "colour"
-    ]
+    assert [i.key for i in await store.asearch(("alice", "facts"), limit=1, offset=1)] == ["colour"]
     assert await store.alist_namespaces(prefix=("alice",)) == [
         ("alice", "facts"),
         ("alice", "plans"),

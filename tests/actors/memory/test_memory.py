@@ -102,6 +102,8 @@ async def test_get_filters(memory_rt: MemoryRuntime) -> None:
     assert [m.id for m in await alice.get(metadata={"category": "fact"})] == [msgs[5].id]
     assert [m.id for m in await alice.important()] == [msgs[5].id, msgs[6].id]
     assert [m.id for m in await alice.get(roles=["assistant"], recent_n=1)] == [msgs[6].id]
+    # More than there are: all of them.
+    assert [m.id for m in await alice.get(recent_n=len(msgs) + 3)] == [m.id for m in msgs]
     with pytest.raises(MemoryInputError, match="recent_n must be an int >= 0"):
         await alice.get(recent_n=-1)
 

@@ -164,7 +164,7 @@ async def test_the_handle_serves_keyed_entries_and_forget_erases_them(
     assert await memory_rt.memory("bob").get_entry(("alice", "facts"), "colour") is None
     with pytest.raises(MemoryInputError, match="key must be a non-empty string"):
         await alice.get_entry(("alice",), "")
-    with pytest.raises(MemoryInputError, match="value.when is"):
+    with pytest.raises(MemoryInputError, match=r"value\.when is"):
         await alice.put_entry(("alice",), "k", {"when": b"bytes"})
     assert (await alice.stats()).longterm_entries == 0  # keyed entries are apart
     assert await alice.delete_entry(("alice", "notes"), "n1") is True

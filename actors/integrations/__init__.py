@@ -4,6 +4,9 @@ when used (``import actormem`` never needs them).
 
 - :mod:`actormem.actors.integrations.mcp`: a Model Context Protocol server of the
   memory tools (extra ``mcp``; ``actormem mcp CONFIG``).
+- :mod:`actormem.actors.integrations.langgraph`: a LangGraph store over agents'
+  keyed long-term entries, and a graph's message history in an agent's memory
+  (extra ``langgraph``).
 - :mod:`actormem.actors.integrations.memory_tools`: the memory tools themselves
   (names, input schemas, and their calls on a memory handle), for any
   tool-calling protocol.

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -153,7 +152,10 @@ class MemoryStore(BaseStore):
                 "MemoryStore: the synchronous API needs the runtime's event loop: make "
                 "the store inside it, or call an async method (aget, aput...) first"
             )
-        if loop.is_running() and getattr(loop, "_thread_id", None) == threading.get_ident():
+        running = None
+        with contextlib.suppress(RuntimeError):
+            running = asyncio.get_running_loop()
+        if running is loop:
             raise RuntimeError(
                 "MemoryStore: a synchronous call on the event loop's own thread would "
                 "block it: use aget, aput, asearch, adelete or alist_namespaces there"

@@ -196,7 +196,11 @@ def matches_filter(value: Mapping[str, Any], conditions: Mapping[str, Any]) -> b
     """
     for name, wanted in conditions.items():
         have = value.get(name)
-        if isinstance(wanted, dict) and wanted and all(k.startswith("$") for k in wanted):
+        if (
+            isinstance(wanted, dict)
+            and wanted
+            and all(isinstance(k, str) and k.startswith("$") for k in wanted)
+        ):
             if not all(_compare(have, op, arg) for op, arg in wanted.items()):
                 return False
         elif isinstance(wanted, dict) and isinstance(have, dict):

@@ -70,6 +70,12 @@ def test_search_ranks_within_a_prefix_and_filters_and_pages(
     assert [f.entry.key for f in keyed.search(("a",), filter={"n": {"$ne": 1}})] == ["2", "3"]
     # A value that does not compare with the operand does not match.
     assert keyed.search(("a",), filter={"likes": {"$gt": 3}}) == []
+    # A nested dict whose keys are not all operators matches the nested value.
+    keyed.put(("a", "deep"), "5", {"meta": {"tag": "x"}})
+    assert [f.entry.key for f in keyed.search(("a", "deep"), filter={"meta": {"tag": "x"}})] == [
+        "5"
+    ]
+    assert keyed.search(("a", "deep"), filter={"meta": {1: "x"}}) == []
     with pytest.raises(MemoryInputError, match=r"unknown filter operator '\$near'"):
         keyed.search(("a",), filter={"n": {"$near": 1}})
 

@@ -58,6 +58,8 @@ __all__ = (
     "to_memory_messages",
 )
 
+#: History records beyond the state's messages a save looks back through.
+_HISTORY_SLACK: Final = 16
 #: LangGraph's time to live is in minutes, the memory's in seconds.
 _SECONDS_PER_MINUTE: Final = 60.0
 
@@ -353,7 +355,10 @@ class MessageHistory:
         memory = self.memory(config)
         if not messages:
             return 0
-        held = {m.id for m in await memory.get(recent_n=len(messages), scope="history")}
+        # The messages are the newest of the conversation: the history's tail holds
+        # any stored before, with room for edit records and messages added elsewhere.
+        window = 2 * len(messages) + _HISTORY_SLACK
+        held = {m.id for m in await memory.get(recent_n=window, scope="history")}
         new = [m for m in to_memory_messages(messages) if m.get("id") not in held]
         if new:
             await memory.add(new)

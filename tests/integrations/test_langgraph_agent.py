@@ -10,16 +10,27 @@ from typing import Annotated, Any
 
 import pytest
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, convert_to_openai_messages
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    ToolMessage,
+    convert_to_openai_messages,
+)
 from langchain_core.outputs import ChatResult
 from langchain_core.tools import tool
 from langgraph.prebuilt import InjectedStore, create_react_agent
 from langgraph.store.base import BaseStore
 
-from actormem import AppConfig, MemoryRuntime, RuntimeConfig
+from actormem import AppConfig, MemoryInputError, MemoryRuntime, RuntimeConfig
 from actormem.actors import check_openai_messages
 from actormem.actors.app.wiring import worker_env
-from actormem.actors.integrations.langgraph import MemoryStore, MessageHistory
+from actormem.actors.integrations.langgraph import (
+    MemoryStore,
+    MessageHistory,
+    to_langchain_messages,
+    to_memory_messages,
+)
 from actormem.runtime.redis import RedisConfig
 from actormem.runtime.redis.transport import RedisTransport
 from actormem.runtime.redis.worker import WorkerProcesses
@@ -73,11 +84,14 @@ async def recall(query: str, store: Annotated[BaseStore, InjectedStore()]) -> st
     return "; ".join(item.value["fact"] for item in found) or "nothing"
 
 
-def agent(rt: MemoryRuntime, model: ScriptedModel, max_tokens: int | None = None) -> Any:
+def agent(
+    rt: MemoryRuntime, model: ScriptedModel, max_tokens: int | None = None, prompt: Any = None
+) -> Any:
     history = MessageHistory(rt, max_tokens=max_tokens)
     return create_react_agent(
         model,
         [remember, recall],
+        prompt=prompt,
         store=MemoryStore(rt),
         pre_model_hook=history.pre_model_hook,
         post_model_hook=history.post_model_hook,
@@ -103,17 +117,17 @@ async def test_a_react_agent_keeps_its_conversation_and_facts_in_memory(
     memory_rt: MemoryRuntime,
 ) -> None:
     model = ScriptedModel(messages=script())
-    graph = agent(memory_rt, model)
-    await memory_rt.memory("ana").add({"role": "system", "content": "You are Ana's helper."})
+    graph = agent(memory_rt, model, prompt="You are Ana's helper.")
     assert await turn(graph, TURNS[0]) == "Noted: teal."
     assert await turn(graph, TURNS[1]) == "Your favourite colour is teal."
     assert await turn(graph, TURNS[2]) == "You are welcome."
 
-    # Each model call saw the memory's context: the system prompt, every earlier
-    # turn with its tool call and result, always a valid list.
+    # Each model call saw the prompt, then the memory's context: every earlier turn
+    # with its tool call and result, always a valid list.
     assert all(valid(seen) for seen in model.seen)
     last = model.seen[-1]
     assert last[0].content == "You are Ana's helper."
+    assert [m.type for m in last].count("system") == 1  # the prompt is not stored
     said = [m.content for m in last if m.type in ("human", "ai", "tool")]
     assert said == [
         TURNS[0],
@@ -165,3 +179,20 @@ async def test_the_conversation_and_facts_survive_a_worker_crash(
     said = [m.content for m in model.seen[-1] if m.type in ("human", "ai", "tool")]
     assert said[:4] == [TURNS[0], "", "saved", "Noted: teal."]
     assert said[-1] == "Ana's favourite colour is teal"
+
+
+async def test_the_history_without_an_agent_takes_the_thread_id(memory_rt: MemoryRuntime) -> None:
+    history = MessageHistory(memory_rt)
+    assert history.memory(THREAD).agent == "ana"
+    with pytest.raises(MemoryInputError, match="MessageHistory has no agent"):
+        await history.save([HumanMessage("hi", id="h1")], {"configurable": {}})
+    # Saving again stores nothing twice; the conversions keep a tool pair and ids.
+    pair = [call("recall", "c9", query="x"), ToolMessage("found", tool_call_id="c9")]
+    pair[0].id, pair[1].id = "a9", "t9"
+    assert await history.save(pair, THREAD) == 2
+    assert await history.save(pair, THREAD) == 0
+    dicts = to_memory_messages(pair)
+    assert [d["id"] for d in dicts] == ["a9", "t9"]
+    back = to_langchain_messages(await memory_rt.memory("ana").context())
+    assert back[0].tool_calls == pair[0].tool_calls  # type: ignore[attr-defined]
+    assert isinstance(back[1], ToolMessage) and back[1].tool_call_id == "c9"

@@ -124,3 +124,26 @@ async def test_agent_for_maps_namespaces_to_agents(memory_rt: MemoryRuntime) -> 
     entry = await memory_rt.memory("user-ann").get_entry(("profiles", "ann"), "name")
     assert entry is not None and entry.value == {"name": "Ann"}
     assert [i.key for i in await store.asearch(("profiles", "ann"))] == ["name"]
+
+
+async def test_reads_refresh_the_ttl_unless_the_config_says_not(memory_rt: MemoryRuntime) -> None:
+    alice = memory_rt.memory("alice")
+    for refresh in (True, False):
+        store = MemoryStore(memory_rt, ttl={"default_ttl": 10, "refresh_on_read": refresh})
+        ns = ("alice", f"refresh-{refresh}")
+        await store.aput(ns, "k", {"v": 1})
+        put = await alice.get_entry(ns, "k", refresh_ttl=False)
+        assert put is not None and put.expires is not None
+        await anyio.sleep(0.01)
+        await store.aget(ns, "k")
+        await store.asearch(ns)
+        read = await alice.get_entry(ns, "k", refresh_ttl=False)
+        assert read is not None and read.expires is not None
+        assert (read.expires > put.expires) is refresh
+
+
+async def test_clearing_the_history_erases_the_items(memory_rt: MemoryRuntime) -> None:
+    store = MemoryStore(memory_rt)
+    await store.aput(("alice", "facts"), "k", {"v": 1})
+    await memory_rt.memory("alice").clear(history=True)
+    assert await store.aget(("alice", "facts"), "k") is None

@@ -99,8 +99,8 @@ class MemoryStore(BaseStore):
       returned; it is dropped from the memory on the agent's next keyed command.
 
     The memory's own checks apply: a key is 1..1024 characters, a value at most
-    64 KiB as JSON, a namespace 1..16 labels (LangGraph's own rule: no ``.`` in a
-    label); a bad one raises :class:`MemoryInputError`.
+    64 KiB as JSON, a namespace 1..16 labels of 1..256 printable characters; a bad
+    one raises :class:`MemoryInputError`.
 
     The synchronous methods (``get``, ``put``...) are for code in another thread
     than the event loop of the runtime (LangGraph runs synchronous nodes and tools

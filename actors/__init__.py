@@ -24,6 +24,7 @@ from actormem.actors.pool.config import PoolConfig
 from actormem.actors.pool.insights import Insight, InsightError, InsightSignatureError
 from actormem.actors.pool.sanitize import sanitize_insight_text
 from actormem.actors.recall.episodes import Episode, EpisodeConfig
+from actormem.actors.recall.keyed import FoundEntry, KeyedEntry
 from actormem.actors.recall.longterm import ControlMode, LongTermConfig, Recalled
 from actormem.actors.recall.tools import MEMORY_TOOLS, ToolArgumentsError
 from actormem.actors.retention import RetentionConfig, SessionFileError
@@ -41,9 +42,11 @@ __all__ = (
     "ControlMode",
     "Episode",
     "EpisodeConfig",
+    "FoundEntry",
     "Insight",
     "InsightError",
     "InsightSignatureError",
+    "KeyedEntry",
     "LLMConfig",
     "LongTermConfig",
     "MemoryConfig",

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
 import structlog
 
 from actormem.actors.compression import CONTEXT_RELOAD_TOOL, RELOAD_TOOL_NAME, reload_tool_result
@@ -418,35 +419,18 @@ class AgentMemory(Actor):
     def _keyed(
         self, command: PutEntry | GetEntry | DeleteEntry | SearchEntries | ListNamespaces
     ) -> Any:
-        """Serve a keyed long-term entry command (:mod:`actormem.actors.recall.keyed`)."""
+        """Serve a keyed long-term entry command (:mod:`actormem.actors.recall.keyed`):
+        its fields are the arguments of the method of the same job."""
         keyed = self.recall.keyed
         self.recall.changed()
-        match command:
-            case PutEntry():
-                return keyed.put(
-                    command.namespace,
-                    command.key,
-                    command.value,
-                    command.text,
-                    command.importance,
-                    command.ttl,
-                )
-            case GetEntry(namespace=namespace, key=key, refresh_ttl=refresh):
-                return keyed.get(namespace, key, refresh)
-            case DeleteEntry(namespace=namespace, key=key):
-                return keyed.delete(namespace, key)
-            case SearchEntries():
-                return keyed.search(
-                    command.prefix,
-                    command.query,
-                    command.filter,
-                    command.limit,
-                    command.offset,
-                    command.refresh_ttl,
-                )
-        return keyed.namespaces(
-            command.prefix, command.suffix, command.max_depth, command.limit, command.offset
-        )
+        methods: dict[type, Callable[..., Any]] = {
+            PutEntry: keyed.put,
+            GetEntry: keyed.get,
+            DeleteEntry: keyed.delete,
+            SearchEntries: keyed.search,
+            ListNamespaces: keyed.namespaces,
+        }
+        return methods[type(command)](**msgspec.structs.asdict(command))
 
     # -- reads ----------------------------------------------------------------------
 

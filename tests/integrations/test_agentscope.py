@@ -1,0 +1,177 @@
+"""AgentScope's own ReAct agent, with a scripted model, on an agent's memory: the
+middleware adds every reply to the memory with each tool call next to its result,
+brings received insights and long-term memories to the model, and a fresh agent
+picks the conversation up from the memory."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from agentscope.agent import Agent
+from agentscope.credential import CredentialBase
+from agentscope.formatter import OpenAIChatFormatter
+from agentscope.message import Msg, TextBlock, ToolCallBlock, UserMsg
+from agentscope.model import ChatModelBase, ChatResponse
+from agentscope.permission import PermissionBehavior, PermissionDecision
+from agentscope.tool import FunctionTool, Toolkit, ToolResponse
+from pydantic import BaseModel
+
+from actormem import MemoryInputError, MemoryRuntime
+from actormem.actors import AppConfig, MemoryConfig
+from actormem.actors.conversation import check_openai_messages
+from actormem.actors.integrations._extras import MissingExtraError
+from actormem.actors.integrations.agentscope import ActormemMiddleware, to_openai
+from actormem.runtime import LocalTransport
+
+pytestmark = pytest.mark.anyio
+
+
+class ScriptedModel(ChatModelBase):
+    """A chat model that answers with the next scripted blocks and keeps what it was
+    sent, as the OpenAI formatter makes it."""
+
+    class Parameters(BaseModel):
+        pass
+
+    def __init__(self, *replies: list[Any]) -> None:
+        super().__init__(CredentialBase(), "scripted", self.Parameters(), stream=False)
+        self.formatter = OpenAIChatFormatter()
+        self.replies = list(replies)
+        self.sent: list[list[dict[str, Any]]] = []
+
+    async def _call_api(self, model_name: str, messages: list[Msg], *_: Any, **__: Any) -> Any:
+        self.sent.append(await self.formatter.format(messages))
+        return ChatResponse(content=self.replies.pop(0), is_last=True)
+
+
+def weather(city: str) -> ToolResponse:
+    """The weather in a city.
+
+    Args:
+        city (str): the city.
+    """
+    return f"sunny in {city}"  # type: ignore[return-value]  # AgentScope wraps text
+
+
+def calls(city: str, call_id: str) -> list[Any]:
+    return [ToolCallBlock(id=call_id, name="weather", input=json.dumps({"city": city}))]
+
+
+def says(text: str) -> list[Any]:
+    return [TextBlock(text=text)]
+
+
+def make_agent(model: ScriptedModel, middleware: ActormemMiddleware) -> Agent:
+    allowed = PermissionDecision(behavior=PermissionBehavior.ALLOW, message="allowed")
+    return Agent(
+        name="alice",
+        system_prompt="You are helpful.",
+        model=model,
+        toolkit=Toolkit(tools=[FunctionTool(weather, permission=allowed)]),
+        middlewares=[middleware],
+    )
+
+
+def ask(text: str) -> Msg:
+    return UserMsg(name="user", content=text)
+
+
+@pytest.fixture
+async def local_rt() -> AsyncIterator[MemoryRuntime]:
+    async with MemoryRuntime(AppConfig(), transport=LocalTransport()) as rt:
+        yield rt
+
+
+async def test_a_react_run_with_a_tool_call_lands_in_memory_paired(
+    memory_rt: MemoryRuntime,
+) -> None:
+    memory = memory_rt.memory("alice")
+    model = ScriptedModel(calls("Paris", "c1"), says("Sunny in Paris."), says("Goodbye."))
+    agent = make_agent(model, ActormemMiddleware(memory))
+    assert (await agent.reply(ask("Weather in Paris?"))).get_text_content() == "Sunny in Paris."
+    assert (await agent.reply(ask("Thanks!"))).get_text_content() == "Goodbye."
+
+    stored = [m.to_openai() for m in await memory.get()]
+    assert [m["role"] for m in stored] == ["user", "assistant", "tool", "assistant"] + [
+        "user",
+        "assistant",
+    ]
+    assert stored[1]["tool_calls"][0]["id"] == "c1"
+    assert stored[2]["tool_call_id"] == "c1" and stored[2]["content"] == "sunny in Paris"
+    assert "system-reminder" not in json.dumps(stored)  # runtime hints are not stored
+    assert check_openai_messages(await memory.context()) == []
+
+    # A fresh agent (a restarted process) picks the conversation up from the memory.
+    later = ScriptedModel(says("You asked about Paris."))
+    middleware = ActormemMiddleware(memory)
+    fresh = make_agent(later, middleware)
+    assert await middleware.restore(fresh) == 4
+    await fresh.reply(ask("What did I ask?"))
+    roles = [(m["role"], bool(m.get("tool_calls"))) for m in later.sent[0] if m["role"] != "system"]
+    assert roles[:4] == [("user", False), ("assistant", True), ("tool", False), ("assistant", False)]
+    assert await memory.size() == 8  # the restored messages were not added twice
+
+
+async def test_restore_fits_the_budget_and_keeps_calls_with_results(
+    local_rt: MemoryRuntime,
+) -> None:
+    memory = local_rt.memory("alice")
+    replies = [r for i in range(4) for r in (calls(f"city{i}", f"c{i}"), says(f"Done {i} " * 30))]
+    agent = make_agent(ScriptedModel(*replies), ActormemMiddleware(memory))
+    for i in range(4):
+        await agent.reply(ask(f"Weather in city{i}? " * 5))
+    assert await memory.size() == 16
+
+    middleware = ActormemMiddleware(memory, max_tokens=250)
+    fresh = make_agent(ScriptedModel(), middleware)
+    kept = await middleware.restore(fresh)
+    assert 0 < kept < 8
+    assert check_openai_messages(await to_openai(fresh.state.context)) == []
+    assert fresh.state.context[0].role == "user"  # a whole turn, never a cut pair
+
+
+async def test_the_model_gets_insights_and_memories_as_quoted_data(
+    local_rt: MemoryRuntime,
+) -> None:
+    alice, bob = local_rt.memory("alice"), local_rt.memory("bob")
+    await alice.subscribe("harbour")
+    await bob.share("The ferry leaves at 7:40 from pier 3.", "harbour", 0.8)
+    model = ScriptedModel(says("The blue boat is Nora's."), says("Nora's."))
+    agent = make_agent(model, ActormemMiddleware(alice))
+    await agent.reply(ask("Whose is the blue boat at the ferry?"))
+    quoted = [m for m in model.sent[0] if "7:40" in json.dumps(m)]
+    assert [m["role"] for m in quoted] == ["user"]
+    assert "<shared_insights>" in json.dumps(quoted[0])
+    # The note went to the model only: the agent's state and the memory do not keep it.
+    assert "7:40" not in json.dumps([m.model_dump() for m in agent.state.context])
+    assert "7:40" not in json.dumps([m.to_openai() for m in await alice.get()])
+
+    # The exchange was recorded: a later question recalls it.
+    await agent.reply(ask("Tell me about the blue boat."))
+    recalled = [m for m in model.sent[1] if "<long_term_memory>" in json.dumps(m)]
+    assert len(recalled) == 1 and "Nora" in json.dumps(recalled[0])
+
+
+async def test_a_reply_the_memory_refuses_fails_and_stores_nothing() -> None:
+    config = AppConfig(memory=MemoryConfig(max_message_chars=100))
+    async with MemoryRuntime(config, transport=LocalTransport()) as rt:
+        memory = rt.memory("alice")
+        agent = make_agent(ScriptedModel(says("ok")), ActormemMiddleware(memory, record=False))
+        with pytest.raises(MemoryInputError, match="the limit is 100"):
+            await agent.reply(ask("a long question " * 20))
+        assert await memory.size() == 0
+
+
+def test_without_the_extra_the_import_says_how_to_install_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    name = "actormem.actors.integrations.agentscope"
+    monkeypatch.setitem(sys.modules, "agentscope.agent", None)  # as if not installed
+    monkeypatch.delitem(sys.modules, name)
+    with pytest.raises(MissingExtraError, match=r"pip install 'actormem\[agentscope\]'"):
+        importlib.import_module(name)

@@ -36,6 +36,7 @@ require(
     major=("agent-framework-core", 1),
 )
 
+from agent_framework import AgentSession as _Session  # noqa: E402
 from agent_framework import (  # noqa: E402  (after the extra is checked)
     Content,
     ContextProvider,
@@ -44,7 +45,6 @@ from agent_framework import (  # noqa: E402  (after the extra is checked)
     SessionContext,
     SupportsAgentRun,
 )
-from agent_framework import AgentSession as _Session  # noqa: E402
 
 from actormem.actors.memory.handle import MemoryHandle  # noqa: E402
 from actormem.actors.recall.inbox import render_insights_block  # noqa: E402

@@ -134,7 +134,7 @@ def _newest_user_text(messages: list[Msg]) -> str | None:
     return None
 
 
-class ActormemMiddleware(MiddlewareBase):  # type: ignore[misc]
+class ActormemMiddleware(MiddlewareBase):
     """An AgentScope agent's conversation kept in its actormem memory.
 
     Give it to an agent: ``Agent(..., middlewares=[ActormemMiddleware(memory)])``.

@@ -36,6 +36,9 @@ from actormem.runtime import LocalTransport
 
 pytestmark = pytest.mark.anyio
 
+#: Two turns: a question answered through a tool call, then a thank-you.
+TURNS = ["user", "assistant", "tool", "assistant", "user", "assistant"]
+
 
 class ScriptedClient(FunctionInvocationLayer[Any], BaseChatClient[Any]):
     """A chat client that answers with the next scripted message and keeps what it
@@ -99,10 +102,7 @@ async def test_a_conversation_with_a_tool_call_lands_in_memory_paired(
     assert (await agent.run("Thanks!", session=session)).text == "Goodbye."
 
     stored = [m.to_openai() for m in await memory.get()]
-    assert [m["role"] for m in stored] == ["user", "assistant", "tool", "assistant"] * 1 + [
-        "user",
-        "assistant",
-    ]
+    assert [m["role"] for m in stored] == TURNS
     assert stored[1]["tool_calls"][0]["id"] == "c1"
     assert stored[1]["tool_calls"][0]["function"]["name"] == "weather"
     assert stored[2] == {"role": "tool", "tool_call_id": "c1", "content": "sunny in Paris"}
@@ -195,7 +195,9 @@ async def test_a_run_that_cannot_fit_the_budget_fails_and_stores_nothing(
 def test_messages_convert_both_ways_with_call_ids() -> None:
     messages = [
         Message("user", ["hi"], author_name="sam"),
-        Message("assistant", ["let me look", Content.from_function_call("k", "weather", arguments="{}")]),
+        Message(
+            "assistant", ["let me look", Content.from_function_call("k", "weather", arguments="{}")]
+        ),
         Message("tool", [Content.from_function_result("k", result={"sky": "clear"})]),
     ]
     openai = to_openai(messages)

@@ -30,6 +30,9 @@ from actormem.runtime import LocalTransport
 
 pytestmark = pytest.mark.anyio
 
+#: Two turns: a question answered through a tool call, then a thank-you.
+TURNS = ["user", "assistant", "tool", "assistant", "user", "assistant"]
+
 
 class ScriptedModel(ChatModelBase):
     """A chat model that answers with the next scripted blocks and keeps what it was
@@ -97,10 +100,7 @@ async def test_a_react_run_with_a_tool_call_lands_in_memory_paired(
     assert (await agent.reply(ask("Thanks!"))).get_text_content() == "Goodbye."
 
     stored = [m.to_openai() for m in await memory.get()]
-    assert [m["role"] for m in stored] == ["user", "assistant", "tool", "assistant"] + [
-        "user",
-        "assistant",
-    ]
+    assert [m["role"] for m in stored] == TURNS
     assert stored[1]["tool_calls"][0]["id"] == "c1"
     assert stored[2]["tool_call_id"] == "c1" and stored[2]["content"] == "sunny in Paris"
     assert "system-reminder" not in json.dumps(stored)  # runtime hints are not stored
@@ -112,8 +112,9 @@ async def test_a_react_run_with_a_tool_call_lands_in_memory_paired(
     fresh = make_agent(later, middleware)
     assert await middleware.restore(fresh) == 4
     await fresh.reply(ask("What did I ask?"))
-    roles = [(m["role"], bool(m.get("tool_calls"))) for m in later.sent[0] if m["role"] != "system"]
-    assert roles[:4] == [("user", False), ("assistant", True), ("tool", False), ("assistant", False)]
+    sent = [m for m in later.sent[0] if m["role"] != "system"]
+    assert [m["role"] for m in sent[:4]] == TURNS[:4]
+    assert sent[1]["tool_calls"][0]["id"] == sent[2]["tool_call_id"] == "c1"
     assert await memory.size() == 8  # the restored messages were not added twice
 
 

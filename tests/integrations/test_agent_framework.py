@@ -16,11 +16,11 @@ from agent_framework import (
     BaseChatClient,
     ChatResponse,
     Content,
+    FunctionInvocationLayer,
     InMemoryHistoryProvider,
     Message,
     tool,
 )
-from agent_framework._tools import FunctionInvocationLayer
 
 from actormem import ContextBudgetError, MemoryRuntime
 from actormem.actors import AppConfig

@@ -32,6 +32,7 @@ pytestmark = pytest.mark.anyio
 
 #: Two turns: a question answered through a tool call, then a thank-you.
 TURNS = ["user", "assistant", "tool", "assistant", "user", "assistant"]
+TEXTS = ("question", "answer")
 
 
 class ScriptedModel(ChatModelBase):
@@ -156,6 +157,40 @@ async def test_the_model_gets_insights_and_memories_as_quoted_data(
     await agent.reply(ask("Tell me about the blue boat."))
     recalled = [m for m in model.sent[1] if "<long_term_memory>" in json.dumps(m)]
     assert len(recalled) == 1 and "Nora" in json.dumps(recalled[0])
+
+
+async def test_the_memory_operations_act_on_what_the_agent_said(local_rt: MemoryRuntime) -> None:
+    # The cases of AgentScope 1's memory tests (add, get in order, marks, delete by
+    # id and by mark, size, compressed summary, clear), on what the middleware added.
+    memory = local_rt.memory("alice")
+    model = ScriptedModel(*[says(f"answer {i}") for i in range(4)])
+    agent = make_agent(model, ActormemMiddleware(memory, recall=False, record=False))
+    for i in range(3):
+        await agent.reply(ask(f"question {i}"))
+    said = await memory.get()
+    assert [m.text() for m in said] == [f"{kind} {i}" for i in range(3) for kind in TEXTS]
+    ids = [m.id for m in said]
+
+    await memory.mark(ids[0], todo=True)
+    await memory.mark(ids[1], todo=True)
+    await memory.unmark(ids[1], "todo")
+    todo = [m.id for m in await memory.get(metadata={"todo": True})]
+    assert todo == [ids[0]]
+    assert await memory.delete(*todo) == 1
+    assert await memory.size() == 5
+
+    summary = await memory.set_summary("Alice was asked question 1.", replaces=ids[2:4])
+    assert [m.id for m in await memory.get()] == [ids[1], summary.id, *ids[4:]]
+    fresh = make_agent(ScriptedModel(), middleware := ActormemMiddleware(memory))
+    await middleware.restore(fresh)
+    assert "Alice was asked question 1." in json.dumps(await to_openai(fresh.state.context))
+    history = {m.id for m in await memory.get(scope="history")}
+    assert history >= set(ids)  # nothing said is lost
+
+    assert await memory.clear() == 4
+    assert await memory.size() == 0
+    await agent.reply(ask("question 3"))  # only the new reply is added
+    assert [m.text() for m in await memory.get()] == ["question 3", "answer 3"]
 
 
 async def test_a_reply_the_memory_refuses_fails_and_stores_nothing() -> None:

@@ -22,8 +22,8 @@ from agent_framework import (
     tool,
 )
 
-from actormem import ContextBudgetError, MemoryRuntime
-from actormem.actors import AppConfig
+from actormem import ContextBudgetError, MemoryInputError, MemoryRuntime
+from actormem.actors import AppConfig, MemoryConfig
 from actormem.actors.conversation import check_openai_messages
 from actormem.actors.integrations._extras import MissingExtraError
 from actormem.actors.integrations.agent_framework import (
@@ -190,6 +190,22 @@ async def test_a_run_that_cannot_fit_the_budget_fails_and_stores_nothing(
     with pytest.raises(ContextBudgetError, match="max_tokens is 20"):
         await agent.run("hi", session=agent.create_session())
     assert await memory.size() == 1
+
+
+async def test_a_message_the_memory_refuses_fails_the_run_and_stores_nothing() -> None:
+    config = AppConfig(memory=MemoryConfig(max_message_chars=100))
+    async with MemoryRuntime(config, transport=LocalTransport()) as rt:
+        memory = rt.memory("alice")
+        agent = Agent(
+            client=ScriptedClient(says("not stored"), says("fine")),
+            context_providers=[ActormemHistoryProvider(memory)],
+        )
+        with pytest.raises(MemoryInputError, match="the limit is 100"):
+            await agent.run("a long question " * 20, session=agent.create_session())
+        assert await memory.size() == 0
+        # The memory is the agent's whatever the session: a new one goes on from it.
+        await agent.run("short", session=agent.create_session())
+        assert [m.text() for m in await memory.get()] == ["short", "fine"]
 
 
 def test_messages_convert_both_ways_with_call_ids() -> None:

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from agentscope.agent import Agent
 from agentscope.credential import CredentialBase
+from agentscope.event import ConfirmResult, UserConfirmResultEvent
 from agentscope.formatter import OpenAIChatFormatter
 from agentscope.message import Msg, TextBlock, ToolCallBlock, UserMsg
 from agentscope.model import ChatModelBase, ChatResponse
@@ -157,6 +158,30 @@ async def test_the_model_gets_insights_and_memories_as_quoted_data(
     await agent.reply(ask("Tell me about the blue boat."))
     recalled = [m for m in model.sent[1] if "<long_term_memory>" in json.dumps(m)]
     assert len(recalled) == 1 and "Nora" in json.dumps(recalled[0])
+
+
+async def test_a_reply_waiting_for_permission_is_added_once_it_ends(
+    local_rt: MemoryRuntime,
+) -> None:
+    memory = local_rt.memory("alice")
+    model = ScriptedModel(calls("Oslo", "c7"), says("Sunny in Oslo."))
+    agent = Agent(  # the tool asks the user's permission (AgentScope's default)
+        name="alice",
+        system_prompt="You are helpful.",
+        model=model,
+        toolkit=Toolkit(tools=[FunctionTool(weather)]),
+        middlewares=[ActormemMiddleware(memory, record=False)],
+    )
+    await agent.reply(ask("Weather in Oslo?"))
+    (pending,) = agent.state.get_awaiting_tool_calls("alice")
+    assert await memory.size() == 0  # the call has no result yet
+    confirmed = ConfirmResult(confirmed=True, tool_call=pending)
+    await agent.reply(
+        UserConfirmResultEvent(reply_id=agent.state.reply_id, confirm_results=[confirmed])
+    )
+    stored = [m.to_openai() for m in await memory.get()]
+    assert [m["role"] for m in stored] == TURNS[:4]
+    assert stored[2]["tool_call_id"] == "c7" and stored[2]["content"] == "sunny in Oslo"
 
 
 async def test_the_memory_operations_act_on_what_the_agent_said(local_rt: MemoryRuntime) -> None:

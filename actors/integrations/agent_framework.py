@@ -46,9 +46,8 @@ from agent_framework import (  # noqa: E402  (after the extra is checked)
     SupportsAgentRun,
 )
 
+from actormem.actors.integrations import _common  # noqa: E402
 from actormem.actors.memory.handle import MemoryHandle  # noqa: E402
-from actormem.actors.recall.inbox import render_insights_block  # noqa: E402
-from actormem.actors.recall.longterm import render_memories_block  # noqa: E402
 from actormem.runtime import TokenCounter  # noqa: E402
 
 __all__ = (
@@ -111,18 +110,6 @@ def to_openai(messages: Sequence[Message]) -> list[dict[str, Any]]:
     return out
 
 
-def _content_text(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(
-            str(part.get("text", "")) for part in content if isinstance(part, dict)
-        ).strip()
-    return json.dumps(content)
-
-
 def from_openai(messages: Sequence[dict[str, Any]]) -> list[Message]:
     """OpenAI-style message dicts (a memory's ``context()``) as Agent Framework messages.
 
@@ -132,7 +119,7 @@ def from_openai(messages: Sequence[dict[str, Any]]) -> list[Message]:
     out: list[Message] = []
     for data in messages:
         role = data["role"]
-        text = _content_text(data.get("content"))
+        text = _common.content_text(data.get("content"))
         contents: list[Content] = [Content.from_text(text)] if text else []
         if role == "tool":
             contents = [Content.from_function_result(data["tool_call_id"], result=text)]
@@ -265,15 +252,7 @@ class ActormemContextProvider(ContextProvider):
     async def recall(self, query: str | None) -> str | None:
         """The recall text for ``query``: the insights (quoted, with their sources)
         and long-term memories relevant to it, within ``max_tokens``; None if none."""
-        insights = await self.memory.held_insights(query, self.k)
-        recalled = await self.memory.retrieve(query, self.k) if query else []
-        half = self.max_tokens // 2
-        blocks = [
-            render_memories_block(recalled, half, self._counter) if recalled else None,
-            render_insights_block(insights, half, self._counter) if insights else None,
-        ]
-        found = [b for b in blocks if b]
-        return "\n\n".join(found) if found else None
+        return await _common.recall_text(self.memory, query, self.k, self.max_tokens, self._counter)
 
     async def before_run(
         self,

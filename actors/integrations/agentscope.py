@@ -26,7 +26,6 @@ says how to install it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any, Final
 
@@ -46,9 +45,8 @@ from agentscope.message import (  # noqa: E402
 )
 from agentscope.middleware import MiddlewareBase  # noqa: E402
 
+from actormem.actors.integrations import _common  # noqa: E402
 from actormem.actors.memory.handle import MemoryHandle  # noqa: E402
-from actormem.actors.recall.inbox import render_insights_block  # noqa: E402
-from actormem.actors.recall.longterm import render_memories_block  # noqa: E402
 from actormem.runtime import TokenCounter  # noqa: E402
 
 __all__ = ("ActormemMiddleware", "MissingExtraError", "from_openai", "to_openai")
@@ -59,6 +57,8 @@ DEFAULT_RECALL_TOKENS: Final = 1024
 STATE_KEY: Final = "actormem"
 #: Blocks that are not part of the conversation (runtime hints, reasoning).
 _SKIPPED_BLOCKS: Final = frozenset({"hint", "thinking"})
+#: How the context's message of received insights starts (it is not the agent's).
+_QUOTED: Final = "<shared_insights>"
 
 _formatter = OpenAIChatFormatter()
 
@@ -75,16 +75,6 @@ async def to_openai(messages: list[Msg]) -> list[dict[str, Any]]:
     return await _formatter.format(kept) if kept else []
 
 
-def _text(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict)).strip()
-    return json.dumps(content)
-
-
 def from_openai(messages: list[dict[str, Any]], agent_name: str) -> list[Msg]:
     """OpenAI messages (a memory's ``context()``) as AgentScope messages, the way
     an AgentScope agent keeps them: one assistant message per reply, holding its
@@ -93,7 +83,7 @@ def from_openai(messages: list[dict[str, Any]], agent_name: str) -> list[Msg]:
     out: list[Msg] = []
     for data in messages:
         role = data["role"]
-        text = _text(data.get("content"))
+        text = _common.content_text(data.get("content"))
         if role == "tool":
             result = ToolResultBlock(
                 id=data["tool_call_id"],
@@ -190,7 +180,11 @@ class ActormemMiddleware(MiddlewareBase):
         """
         context = await self.memory.context(self.max_tokens)
         messages = from_openai(
-            [m for m in context if not _text(m.get("content")).startswith("<shared_insights>")],
+            [
+                m
+                for m in context
+                if not _common.content_text(m.get("content")).startswith("<shared_insights>")
+            ],
             agent.name,
         )
         agent.state.context = messages
@@ -215,15 +209,9 @@ class ActormemMiddleware(MiddlewareBase):
     async def recall_text(self, query: str | None) -> str | None:
         """The recall for ``query``: the received insights (quoted, with their
         sources) and the long-term memories relevant to it; None if none."""
-        insights = await self.memory.held_insights(query, self.k)
-        recalled = await self.memory.retrieve(query, self.k) if query else []
-        half = self.recall_tokens // 2
-        blocks = [
-            render_memories_block(recalled, half, self._counter) if recalled else None,
-            render_insights_block(insights, half, self._counter) if insights else None,
-        ]
-        found = [b for b in blocks if b]
-        return "\n\n".join(found) if found else None
+        return await _common.recall_text(
+            self.memory, query, self.k, self.recall_tokens, self._counter
+        )
 
     async def on_reply(
         self,

@@ -5,9 +5,7 @@ adds received insights and long-term memories and records each exchange."""
 
 from __future__ import annotations
 
-import importlib
-import sys
-from collections.abc import AsyncIterator, Awaitable, Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Any
 
 import pytest
@@ -25,7 +23,6 @@ from agent_framework import (
 from actormem import ContextBudgetError, MemoryInputError, MemoryRuntime
 from actormem.actors import AppConfig, MemoryConfig
 from actormem.actors.conversation import check_openai_messages
-from actormem.actors.integrations._extras import MissingExtraError
 from actormem.actors.integrations.agent_framework import (
     ActormemContextProvider,
     ActormemHistoryProvider,
@@ -77,12 +74,6 @@ def says(text: str) -> Message:
 
 def shape(messages: Sequence[Message]) -> list[tuple[str, list[str]]]:
     return [(m.role, [c.type for c in m.contents]) for m in messages]
-
-
-@pytest.fixture
-async def local_rt() -> AsyncIterator[MemoryRuntime]:
-    async with MemoryRuntime(AppConfig(), transport=LocalTransport()) as rt:
-        yield rt
 
 
 async def test_a_conversation_with_a_tool_call_lands_in_memory_paired(
@@ -239,13 +230,3 @@ def test_messages_convert_both_ways_with_call_ids() -> None:
         ("tool", ["function_result"]),
     ]
     assert back[0].author_name == "sam" and back[2].contents[0].call_id == "k"
-
-
-def test_without_the_extra_the_import_says_how_to_install_it(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    name = "actormem.actors.integrations.agent_framework"
-    monkeypatch.setitem(sys.modules, "agent_framework", None)  # as if not installed
-    monkeypatch.delitem(sys.modules, name)
-    with pytest.raises(MissingExtraError, match=r"pip install 'actormem\[agent-framework\]'"):
-        importlib.import_module(name)

@@ -5,10 +5,7 @@ picks the conversation up from the memory."""
 
 from __future__ import annotations
 
-import importlib
 import json
-import sys
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -25,7 +22,6 @@ from pydantic import BaseModel
 from actormem import MemoryInputError, MemoryRuntime
 from actormem.actors import AppConfig, MemoryConfig
 from actormem.actors.conversation import check_openai_messages
-from actormem.actors.integrations._extras import MissingExtraError
 from actormem.actors.integrations.agentscope import ActormemMiddleware, to_openai
 from actormem.runtime import LocalTransport
 
@@ -84,12 +80,6 @@ def make_agent(model: ScriptedModel, middleware: ActormemMiddleware) -> Agent:
 
 def ask(text: str) -> Msg:
     return UserMsg(name="user", content=text)
-
-
-@pytest.fixture
-async def local_rt() -> AsyncIterator[MemoryRuntime]:
-    async with MemoryRuntime(AppConfig(), transport=LocalTransport()) as rt:
-        yield rt
 
 
 async def test_a_react_run_with_a_tool_call_lands_in_memory_paired(
@@ -226,13 +216,3 @@ async def test_a_reply_the_memory_refuses_fails_and_stores_nothing() -> None:
         with pytest.raises(MemoryInputError, match="the limit is 100"):
             await agent.reply(ask("a long question " * 20))
         assert await memory.size() == 0
-
-
-def test_without_the_extra_the_import_says_how_to_install_it(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    name = "actormem.actors.integrations.agentscope"
-    monkeypatch.setitem(sys.modules, "agentscope.agent", None)  # as if not installed
-    monkeypatch.delitem(sys.modules, name)
-    with pytest.raises(MissingExtraError, match=r"pip install 'actormem\[agentscope\]'"):
-        importlib.import_module(name)

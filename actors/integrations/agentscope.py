@@ -119,7 +119,7 @@ def _newest_user_text(messages: list[Msg]) -> str | None:
     for msg in reversed(messages):
         if msg.role == "user":
             text = "\n".join(b.text for b in msg.content if isinstance(b, TextBlock)).strip()
-            if text and not text.startswith("<system-reminder>"):
+            if text:
                 return text
     return None
 

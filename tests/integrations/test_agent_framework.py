@@ -5,7 +5,7 @@ adds received insights and long-term memories and records each exchange."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import pytest
@@ -20,7 +20,7 @@ from agent_framework import (
     tool,
 )
 
-from actormem import ContextBudgetError, MemoryInputError, MemoryRuntime
+from actormem import ContextBudgetError, MemoryHandle, MemoryInputError, MemoryRuntime
 from actormem.actors import AppConfig, MemoryConfig
 from actormem.actors.conversation import check_openai_messages
 from actormem.actors.integrations.agent_framework import (
@@ -29,7 +29,7 @@ from actormem.actors.integrations.agent_framework import (
     from_openai,
     to_openai,
 )
-from actormem.runtime import LocalTransport
+from actormem.runtime import LocalTransport, Transport
 
 pytestmark = pytest.mark.anyio
 
@@ -77,9 +77,9 @@ def shape(messages: Sequence[Message]) -> list[tuple[str, list[str]]]:
 
 
 async def test_a_conversation_with_a_tool_call_lands_in_memory_paired(
-    memory_rt: MemoryRuntime,
+    local_rt: MemoryRuntime,
 ) -> None:
-    memory = memory_rt.memory("alice")
+    memory = local_rt.memory("alice")
     client = ScriptedClient(calls("Paris", "c1"), says("Sunny in Paris."), says("Goodbye."))
     agent = Agent(
         client=client,
@@ -107,6 +107,32 @@ async def test_a_conversation_with_a_tool_call_lands_in_memory_paired(
         ("user", ["text"]),
     ]
     assert client.sent[-1][2].contents[0].call_id == "c1"
+
+
+async def test_a_restarted_worker_goes_on_from_redis(
+    make_redis_transport: Callable[[], Transport],
+) -> None:
+    def alice(memory: MemoryHandle, *replies: Message) -> tuple[Agent, ScriptedClient]:
+        client = ScriptedClient(*replies)
+        provider = ActormemHistoryProvider(memory)
+        return Agent(client=client, tools=[weather], context_providers=[provider]), client
+
+    async with MemoryRuntime(AppConfig(), transport=make_redis_transport()) as rt:
+        agent, _ = alice(rt.memory("alice"), calls("Paris", "c1"), says("Sunny in Paris."))
+        await agent.run("Weather in Paris?", session=agent.create_session())
+
+    async with MemoryRuntime(AppConfig(), transport=make_redis_transport()) as rt:
+        memory = rt.memory("alice")
+        agent, client = alice(memory, says("Goodbye."))
+        assert (await agent.run("Thanks!", session=agent.create_session())).text == "Goodbye."
+        assert shape(client.sent[0])[:4] == [
+            ("user", ["text"]),
+            ("assistant", ["function_call"]),
+            ("tool", ["function_result"]),
+            ("assistant", ["text"]),
+        ]
+        assert client.sent[0][2].contents[0].call_id == "c1"
+        assert [m.role for m in await memory.get()] == TURNS
 
 
 async def test_each_run_gets_the_context_within_budget_with_calls_next_to_results(

@@ -6,6 +6,7 @@ picks the conversation up from the memory."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -19,11 +20,11 @@ from agentscope.permission import PermissionBehavior, PermissionDecision
 from agentscope.tool import FunctionTool, Toolkit, ToolResponse
 from pydantic import BaseModel
 
-from actormem import MemoryInputError, MemoryRuntime
+from actormem import MemoryHandle, MemoryInputError, MemoryRuntime
 from actormem.actors import AppConfig, MemoryConfig
 from actormem.actors.conversation import check_openai_messages
 from actormem.actors.integrations.agentscope import ActormemMiddleware, to_openai
-from actormem.runtime import LocalTransport
+from actormem.runtime import LocalTransport, Transport
 
 pytestmark = pytest.mark.anyio
 
@@ -82,15 +83,19 @@ def ask(text: str) -> Msg:
     return UserMsg(name="user", content=text)
 
 
-async def test_a_react_run_with_a_tool_call_lands_in_memory_paired(
-    memory_rt: MemoryRuntime,
-) -> None:
-    memory = memory_rt.memory("alice")
+async def two_turns(memory: MemoryHandle) -> None:
+    """Alice answers a question through a tool call, then a thank-you."""
     model = ScriptedModel(calls("Paris", "c1"), says("Sunny in Paris."), says("Goodbye."))
     agent = make_agent(model, ActormemMiddleware(memory))
     assert (await agent.reply(ask("Weather in Paris?"))).get_text_content() == "Sunny in Paris."
     assert (await agent.reply(ask("Thanks!"))).get_text_content() == "Goodbye."
 
+
+async def test_a_react_run_with_a_tool_call_lands_in_memory_paired(
+    local_rt: MemoryRuntime,
+) -> None:
+    memory = local_rt.memory("alice")
+    await two_turns(memory)
     stored = [m.to_openai() for m in await memory.get()]
     assert [m["role"] for m in stored] == TURNS
     assert stored[1]["tool_calls"][0]["id"] == "c1"
@@ -98,16 +103,24 @@ async def test_a_react_run_with_a_tool_call_lands_in_memory_paired(
     assert "system-reminder" not in json.dumps(stored)  # runtime hints are not stored
     assert check_openai_messages(await memory.context()) == []
 
-    # A fresh agent (a restarted process) picks the conversation up from the memory.
-    later = ScriptedModel(says("You asked about Paris."))
-    middleware = ActormemMiddleware(memory)
-    fresh = make_agent(later, middleware)
-    assert await middleware.restore(fresh) == 4
-    await fresh.reply(ask("What did I ask?"))
-    sent = [m for m in later.sent[0] if m["role"] != "system"]
-    assert [m["role"] for m in sent[:4]] == TURNS[:4]
-    assert sent[1]["tool_calls"][0]["id"] == sent[2]["tool_call_id"] == "c1"
-    assert await memory.size() == 8  # the restored messages were not added twice
+
+async def test_a_restarted_worker_picks_the_conversation_up_from_redis(
+    make_redis_transport: Callable[[], Transport],
+) -> None:
+    async with MemoryRuntime(AppConfig(), transport=make_redis_transport()) as rt:
+        await two_turns(rt.memory("alice"))
+
+    async with MemoryRuntime(AppConfig(), transport=make_redis_transport()) as rt:
+        memory = rt.memory("alice")
+        later = ScriptedModel(says("You asked about Paris."))
+        middleware = ActormemMiddleware(memory)
+        fresh = make_agent(later, middleware)
+        assert await middleware.restore(fresh) == 4  # one assistant message per reply
+        await fresh.reply(ask("What did I ask?"))
+        sent = [m for m in later.sent[0] if m["role"] != "system"]
+        assert [m["role"] for m in sent[:4]] == TURNS[:4]
+        assert sent[1]["tool_calls"][0]["id"] == sent[2]["tool_call_id"] == "c1"
+        assert await memory.size() == 8  # the restored messages were not added twice
 
 
 async def test_restore_fits_the_budget_and_keeps_calls_with_results(

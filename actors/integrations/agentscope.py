@@ -164,8 +164,8 @@ class ActormemMiddleware(MiddlewareBase):
 
     @staticmethod
     def _stored(agent: Agent) -> list[str]:
-        """The ids of the agent's messages already in the memory (kept in its state,
-        so a saved and loaded state carries them)."""
+        """The ids of the agent's context messages already in the memory (kept in
+        its state, so a saved and loaded state carries them)."""
         data: dict[str, Any] = agent.state.middle_context.setdefault(STATE_KEY, {})
         stored: list[str] = data.setdefault("stored", [])
         return stored
@@ -179,14 +179,10 @@ class ActormemMiddleware(MiddlewareBase):
             ContextBudgetError: the newest message does not fit ``max_tokens``.
         """
         context = await self.memory.context(self.max_tokens)
-        messages = from_openai(
-            [
-                m
-                for m in context
-                if not _common.content_text(m.get("content")).startswith("<shared_insights>")
-            ],
-            agent.name,
-        )
+        said = [
+            m for m in context if not _common.content_text(m.get("content")).startswith(_QUOTED)
+        ]
+        messages = from_openai(said, agent.name)
         agent.state.context = messages
         agent.state.middle_context[STATE_KEY] = {"stored": [m.id for m in messages]}
         return len(messages)
@@ -197,13 +193,13 @@ class ActormemMiddleware(MiddlewareBase):
         messages that added to the memory."""
         if agent.state.has_awaiting_tool_calls(agent.name):
             return 0
-        stored = self._stored(agent)
-        done = set(stored)
+        done = set(self._stored(agent))
         new = [m for m in agent.state.context if m.id not in done]
         converted = await to_openai(new)
         if converted:
             await self.memory.add(converted)
-        stored.extend(m.id for m in new)
+        # Only what the context still holds can come up again.
+        agent.state.middle_context[STATE_KEY]["stored"] = [m.id for m in agent.state.context]
         return len(converted)
 
     async def recall_text(self, query: str | None) -> str | None:

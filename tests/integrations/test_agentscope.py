@@ -17,6 +17,7 @@ from agentscope.formatter import OpenAIChatFormatter
 from agentscope.message import Msg, TextBlock, ToolCallBlock, UserMsg
 from agentscope.model import ChatModelBase, ChatResponse
 from agentscope.permission import PermissionBehavior, PermissionDecision
+from agentscope.state import AgentState
 from agentscope.tool import FunctionTool, Toolkit, ToolResponse
 from pydantic import BaseModel
 
@@ -121,6 +122,26 @@ async def test_a_restarted_worker_picks_the_conversation_up_from_redis(
         assert [m["role"] for m in sent[:4]] == TURNS[:4]
         assert sent[1]["tool_calls"][0]["id"] == sent[2]["tool_call_id"] == "c1"
         assert await memory.size() == 8  # the restored messages were not added twice
+
+
+async def test_a_saved_and_loaded_agent_state_adds_nothing_twice(local_rt: MemoryRuntime) -> None:
+    memory = local_rt.memory("alice")
+    await two_turns(memory)
+    middleware = ActormemMiddleware(memory, record=False)
+    saved = make_agent(ScriptedModel(), middleware)
+    await middleware.restore(saved)
+    state = AgentState.model_validate_json(saved.state.model_dump_json())  # as stored
+
+    loaded = Agent(
+        name="alice",
+        system_prompt="You are helpful.",
+        model=ScriptedModel(says("Bye again.")),
+        state=state,
+        middlewares=[middleware],
+    )
+    await loaded.reply(ask("Bye!"))
+    assert [m.text() for m in await memory.get()][-3:] == ["Goodbye.", "Bye!", "Bye again."]
+    assert await memory.size() == len(TURNS) + 2
 
 
 async def test_restore_fits_the_budget_and_keeps_calls_with_results(

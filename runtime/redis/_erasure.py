@@ -39,8 +39,8 @@ import structlog
 
 from actormem.runtime.errors import TransportError
 from actormem.runtime.redis._client import redis_errors
+from actormem.runtime.redis._loops import EntryId, entry_id, trim_settled
 from actormem.runtime.redis._shards import StreamEnvelope
-from actormem.runtime.redis.keys import CONSUMER_GROUP
 
 if TYPE_CHECKING:
     from actormem.runtime.redis._shards import Link, PendingCommit
@@ -54,9 +54,6 @@ _PAGE: Final = 500
 #: How long the background pass waits for the entries pending at an erasure.
 _SETTLE_WAIT_S: Final = 60.0
 
-#: An entry's id as ``(milliseconds, sequence)``: ordered as Redis orders them.
-EntryId = tuple[int, int]
-
 
 class _Parties(msgspec.Struct):
     """Who an encoded envelope is to and from (its other fields are skipped)."""
@@ -66,12 +63,6 @@ class _Parties(msgspec.Struct):
 
 
 _parties = msgspec.msgpack.Decoder(_Parties)
-
-
-def _entry_id(entry: str | bytes) -> EntryId:
-    text = entry.decode() if isinstance(entry, bytes) else entry
-    ms, _, seq = text.partition("-")
-    return int(ms), int(seq or 0)
 
 
 def _involves(data: bytes | None, address: str) -> tuple[bool, bool]:
@@ -107,15 +98,15 @@ class Erasure:
         """
         removed = 0
         unsettled: dict[str, EntryId] = {}
-        cutoff = _entry_id(before)
+        cutoff = entry_id(before)
         for number in range(self._config.shards):
             stream = self._keys.stream(number)
             with redis_errors(f"erasing {address} from {stream}"):
-                settled = await self._trim_settled(stream)
+                settled = await trim_settled(self._link.client, stream)
                 if settled is not None and settled < cutoff:
                     unsettled[stream] = cutoff
                 if number == shard:
-                    own = await self._find(stream, address, settled or (0, 0), _entry_id(before))
+                    own = await self._find(stream, address, settled or (0, 0), entry_id(before))
                     removed += await self._delete(stream, own)
         with redis_errors(f"erasing the replies kept for {address}"):
             removed += await self._delete_replies(address, shard)
@@ -146,9 +137,9 @@ class Erasure:
             stream = self._keys.stream(number)
             with redis_errors(f"trimming {stream}"):
                 newest = await client.xrevrange(stream, count=1)
-                settled = await self._trim_settled(stream)
+                settled = await trim_settled(self._link.client, stream)
             if newest and settled is not None:
-                ms, seq = _entry_id(newest[0][0])
+                ms, seq = entry_id(newest[0][0])
                 if settled <= (ms, seq):
                     unsettled[stream] = (ms, seq + 1)
         if unsettled:
@@ -180,7 +171,7 @@ class Erasure:
                 for stream, cutoff in list(waiting.items()):
                     try:
                         with redis_errors(f"trimming {stream} after an erasure"):
-                            settled = await self._trim_settled(stream)
+                            settled = await trim_settled(self._link.client, stream)
                     except TransportError as exc:
                         log.warning("erase_trim_failed", stream=stream, reason=str(exc))
                         continue
@@ -206,7 +197,7 @@ class Erasure:
         while True:
             page = await client.xrange(stream, first, "+", count=_PAGE)
             for entry, fields in page:
-                if until is not None and _entry_id(entry) >= until:
+                if until is not None and entry_id(entry) >= until:
                     return found
                 to_it, from_it = _involves(fields.get(b"e"), address)
                 if to_it or (senders and from_it):
@@ -231,23 +222,3 @@ class Erasure:
         for i in range(0, len(entries), _PAGE):
             await client.xdel(stream, *entries[i : i + _PAGE])
         return len(entries)
-
-    async def _trim_settled(self, stream: str) -> EntryId | None:
-        """Trim ``stream`` below its lowest pending entry (below its last delivered
-        one when none is pending) and return that bound; None when the stream or its
-        group does not exist."""
-        client: Any = self._link.client
-        if not await client.exists(stream):
-            return None
-        groups = await client.xinfo_groups(stream)
-        group = next((g for g in groups if g["name"] == CONSUMER_GROUP.encode()), None)
-        if group is None:
-            return None
-        summary = await client.xpending(stream, CONSUMER_GROUP)
-        if summary["pending"]:
-            bound = _entry_id(summary["min"])
-        else:
-            ms, seq = _entry_id(group["last-delivered-id"])
-            bound = (ms, seq + 1)
-        await client.xtrim(stream, minid=f"{bound[0]}-{bound[1]}", approximate=False)
-        return bound

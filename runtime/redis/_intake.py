@@ -32,7 +32,7 @@ from actormem.runtime.errors import (
 from actormem.runtime.ids import split_address
 from actormem.runtime.redis._client import redis_errors
 from actormem.runtime.redis._dead_letters import given_up
-from actormem.runtime.redis._loops import wait_open
+from actormem.runtime.redis._loops import trim_settled, wait_open
 from actormem.runtime.redis._retry import forever
 from actormem.runtime.redis._shards import ActorRecord, RedeliveredEnvelope, StreamEnvelope
 from actormem.runtime.redis.keys import CONSUMER_GROUP, shard_of
@@ -208,27 +208,9 @@ class Intake:
         with redis_errors(f"trimming {stream}"):
             if await client.xlen(stream) <= self._config.stream_maxlen:
                 return
-            summary = await client.xpending(stream, CONSUMER_GROUP)
-            if summary["pending"]:
-                minid = summary["min"].decode()
-            else:
-                groups = await client.xinfo_groups(stream)
-                last = next(
-                    (
-                        g["last-delivered-id"]
-                        for g in groups
-                        if g["name"] == CONSUMER_GROUP.encode()
-                    ),
-                    None,
-                )
-                if last is None:
-                    return
-                ms, _, seq = last.decode().partition("-")
-                minid = f"{ms}-{int(seq) + 1}"
-            # Exact: approximate trimming only drops whole radix-tree nodes (~100 entries).
-            removed = await client.xtrim(stream, minid=minid, approximate=False)
-        if removed:
-            log.debug("stream_trimmed", stream=stream, removed=removed, below=minid)
+            bound = await trim_settled(client, stream)
+        if bound is not None:
+            log.debug("stream_trimmed", stream=stream, below=f"{bound[0]}-{bound[1]}")
 
     async def _accept(
         self,

@@ -1,5 +1,6 @@
 """What the transport's background loops share: waiting for the runtime to open,
-and reading a stream without a consumer group, for ever."""
+reading a stream without a consumer group, for ever, and trimming a consumer
+group's stream below what it still needs."""
 
 from __future__ import annotations
 
@@ -12,16 +13,53 @@ import anyio
 
 from actormem.runtime.redis._client import redis_errors
 from actormem.runtime.redis._retry import forever
+from actormem.runtime.redis.keys import CONSUMER_GROUP
 
 if TYPE_CHECKING:
     from actormem.runtime.redis._shards import Link
 
-__all__ = ("OPEN_POLL", "stream_end", "tail", "wait_open")
+__all__ = ("OPEN_POLL", "EntryId", "entry_id", "stream_end", "tail", "trim_settled", "wait_open")
 
 #: Entries read per XREAD of a reply or broadcast stream.
 _BATCH: Final = 1_000
 #: How often a waiting loop looks whether the runtime opened (s).
 OPEN_POLL: Final = 0.01
+
+#: An entry's id as ``(milliseconds, sequence)``: ordered as Redis orders them.
+EntryId = tuple[int, int]
+
+
+def entry_id(entry: str | bytes) -> EntryId:
+    """``b"1700000000000-3"`` as ``(1700000000000, 3)``."""
+    text = entry.decode() if isinstance(entry, bytes) else entry
+    ms, _, seq = text.partition("-")
+    return int(ms), int(seq or 0)
+
+
+async def trim_settled(client: Any, stream: str) -> EntryId | None:
+    """Trim the shard stream ``stream`` below its lowest pending entry (below the
+    entry after its last delivered one when none is pending) and return that bound;
+    None when the stream or its consumer group does not exist.
+
+    The group's last delivered entry is read before the pending entries: an entry
+    delivered in between has a higher id than the one read, so it is never trimmed
+    while pending (a worker that dies before settling it leaves it to be claimed
+    by the next owner, which must still find it).
+    """
+    if not await client.exists(stream):
+        return None
+    groups = await client.xinfo_groups(stream)
+    group = next((g for g in groups if g["name"] == CONSUMER_GROUP.encode()), None)
+    if group is None:
+        return None
+    summary = await client.xpending(stream, CONSUMER_GROUP)
+    if summary["pending"]:
+        bound = entry_id(summary["min"])
+    else:
+        ms, seq = entry_id(group["last-delivered-id"])
+        bound = (ms, seq + 1)
+    await client.xtrim(stream, minid=f"{bound[0]}-{bound[1]}", approximate=False)
+    return bound
 
 
 async def wait_open(link: Link) -> None:

@@ -366,7 +366,8 @@ def _show_agent(out: Console, found: dict[str, Any]) -> None:
     stats = found["stats"]
     sizes = _table(f"memory of {found['agent']}", "what", "value", right=("value",))
     for key, value in stats.items():
-        sizes.add_row(key.replace("_", " "), f"{value:,}" if isinstance(value, int) else str(value))
+        shown = ("yes" if value else "no") if isinstance(value, bool) else f"{value:,}"
+        sizes.add_row(key.replace("_", " "), shown)
     out.print(sizes)
     recent = _table(
         f"last {len(found['recent'])} messages (working view)",
@@ -396,15 +397,17 @@ def _show_agent(out: Console, found: dict[str, Any]) -> None:
     for i, m in enumerate(found["context"]):
         context.add_row(str(i), m.get("role", ""), Text(_short(m.get("content"))))
     out.print(context)
+    entries = found["longterm"]
+    shown = entries[-len(found["recent"]) :] if found["recent"] else entries
     longterm = _table(
-        f"long-term entries ({len(found['longterm'])})",
+        f"long-term entries (the newest {len(shown)} of {len(entries)})",
         "created (UTC)",
         "importance",
         "speaker",
         "text",
         right=("importance",),
     )
-    for e in found["longterm"]:
+    for e in shown:
         longterm.add_row(
             _time(e["created"]),
             f"{e['importance']:.2f}",

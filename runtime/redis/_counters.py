@@ -37,6 +37,7 @@ __all__ = (
     "publish_counters",
     "read_counters",
     "read_fresh_counters",
+    "read_workers_total",
     "total",
     "write_counters",
 )
@@ -230,3 +231,25 @@ def total(counters: Iterable[WorkerCounters]) -> WorkerCounters:
     return WorkerCounters(
         worker=f"{len(listed)} workers", updated_ms=newest, active_by_kind=dict(kinds), **sums
     )
+
+
+async def read_workers_total(transport: RedisTransport) -> WorkerCounters:
+    """The counters of every worker registered on ``transport``'s deployment, summed,
+    each as written after this call began (waiting up to three writes for it), so
+    that they count what the workers did before it: a client's view of its workers'
+    failures and restarts.
+
+    Raises:
+        TransportUnavailableError: Redis did not answer.
+        TransportError: Redis refused.
+    """
+    since_ms = int(time.time() * 1000)
+    client, keys = transport.client, transport.keys
+    redis: Any = client  # redis-py's zset replies are loosely typed
+    with redis_errors("reading the worker registry"):
+        registered = [w.decode() for w in await redis.zrange(keys.workers(), 0, -1)]
+    interval = min(PUBLISH_INTERVAL, transport.config.lease_ms / 3000)
+    found = await read_fresh_counters(
+        client, keys, registered, since_ms=since_ms, timeout=3 * interval
+    )
+    return total(found.values())

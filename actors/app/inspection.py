@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 from collections import Counter
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
@@ -63,6 +64,8 @@ DEFAULT_TOP: Final = 10
 DEFAULT_RECENT: Final = 10
 EXIT_UNKNOWN: Final = 1
 _MEMORY: Final = "memory"
+#: The widest a table printed to a pipe or a file may be.
+_PIPED_WIDTH: Final = 200
 #: Characters of a message shown in a table cell (``--json`` has them whole).
 _CELL: Final = 120
 
@@ -144,7 +147,8 @@ def _inspect(args: argparse.Namespace) -> int:
     if args.json:
         print_json(dataclasses.asdict(found) if isinstance(found, DeploymentStatus) else found)
         return 0
-    out = Console(soft_wrap=False)
+    # Piped or redirected, a table is as wide as its content (a terminal folds it).
+    out = Console(soft_wrap=False, width=None if sys.stdout.isatty() else _PIPED_WIDTH)
     if args.agent is not None:
         _show_agent(out, found)
     elif args.pool:

@@ -1,5 +1,5 @@
 """The operator's commands against a running deployment: ``dead-letters``, ``health``
-and ``inspect``.
+and ``inspect`` (the last from :mod:`.inspection`).
 
 Each takes the deployment's config file the way ``actormem worker`` does (its
 ``[redis]`` section: url, prefix, shards, lease time), or ``--redis-url`` (with the
@@ -7,8 +7,8 @@ defaults for the rest, or the config's). ``dead-letters list`` and ``show``,
 ``health`` and ``inspect`` are read-only: they change nothing stored.
 
 Exit codes: 0 done (healthy); 1 some of the ids given are no dead letter, or
-could not be requeued (the rest were handled), or the deployment is unhealthy;
-2 a usage or config error, or (``dead-letters``) Redis unreachable or refusing.
+could not be requeued (the rest were handled), or the deployment is unhealthy, or
+(``inspect --agent``) no such agent; 2 a usage or config error, or (``dead-letters``) Redis unreachable or refusing.
 """
 
 from __future__ import annotations

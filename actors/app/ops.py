@@ -8,7 +8,8 @@ defaults for the rest, or the config's). ``dead-letters list`` and ``show``,
 
 Exit codes: 0 done (healthy); 1 some of the ids given are no dead letter, or
 could not be requeued (the rest were handled), or the deployment is unhealthy, or
-(``inspect --agent``) no such agent; 2 a usage or config error, or (``dead-letters``) Redis unreachable or refusing.
+(``inspect --agent``) no such agent; 2 a usage or config error, or
+(``dead-letters``) Redis unreachable or refusing.
 """
 
 from __future__ import annotations

@@ -6,7 +6,10 @@ Each worker rewrites one hash, ``Keys.worker_counters`` (``am:{workers}:counters
 <worker>``), every :data:`PUBLISH_INTERVAL` seconds while it runs and once more
 when it has stopped and drained; the hash expires :data:`KEEP_LEASES` leases after
 its last write, so a stopped worker's final figures stay readable for a while and
-then go. A write is one pipelined ``HSET`` and ``PEXPIRE`` (both in a worker's ACL).
+then go. The workers that wrote some are listed in ``Keys.counted_workers`` (a zset
+scored by when their counters expire), so a reader finds them without a SCAN. A
+write is one pipeline of ``HSET``, ``PEXPIRE``, ``ZADD`` and ``ZREMRANGEBYSCORE``
+(all in a worker's ACL).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ if TYPE_CHECKING:
 __all__ = (
     "PUBLISH_INTERVAL",
     "WorkerCounters",
+    "counted_workers",
     "counters_of",
     "publish_counters",
     "read_counters",
@@ -120,13 +124,18 @@ async def write_counters(
         TransportUnavailableError: Redis did not answer.
         TransportError: Redis refused.
     """
-    key = keys.worker_counters(counters.worker)
+    key, index = keys.worker_counters(counters.worker), keys.counted_workers()
     mapping = {name: int(getattr(counters, name)) for name in _NUMBERS}
     mapping.update({_KIND + kind: n for kind, n in counters.active_by_kind.items()})
+    keep_ms = KEEP_LEASES * lease_ms
+    now_ms = int(time.time() * 1000)
     with redis_errors("writing the worker's counters"):
         async with client.pipeline(transaction=False) as pipe:
             pipe.hset(key, mapping=mapping)  # type: ignore[arg-type]
-            pipe.pexpire(key, KEEP_LEASES * lease_ms)
+            pipe.pexpire(key, keep_ms)
+            pipe.zadd(index, {counters.worker: now_ms + keep_ms})
+            pipe.zremrangebyscore(index, "-inf", now_ms)
+            pipe.pexpire(index, keep_ms)
             await pipe.execute()
 
 
@@ -143,6 +152,21 @@ async def publish_counters(rt: Runtime, transport: RedisTransport) -> None:
         except ActormemError as exc:
             log.debug("worker_counters_unwritten", reason=str(exc))
         await anyio.sleep(interval)
+
+
+async def counted_workers(client: aioredis.Redis, keys: Keys) -> list[str]:
+    """The workers whose counters Redis still keeps (registered or not). Read-only.
+
+    Raises:
+        TransportUnavailableError: Redis did not answer.
+        TransportError: Redis refused.
+    """
+    now_ms = int(time.time() * 1000)
+    redis: Any = client  # redis-py's zset replies are loosely typed
+    with redis_errors("listing the workers' counters"):
+        # ZRANGE BYSCORE: in a worker's ACL (ZRANGEBYSCORE is not).
+        found = await redis.zrange(keys.counted_workers(), now_ms, "+inf", byscore=True)
+    return sorted(w.decode() for w in found)
 
 
 async def read_counters(

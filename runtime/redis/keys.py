@@ -22,6 +22,7 @@ Layout (prefix ``am``)::
     am:{workers}                 live workers (zset: worker id -> expiry ms)
     am:{workers}:starts:<worker> starts under one worker id within the last lease
     am:{workers}:counters:<worker>  what a worker handled, failed and dead-lettered (hash)
+    am:{workers}:counted         workers with counters (zset: worker id -> their expiry ms)
     am:{r:<client>}:replies      one client's reply stream
 
 The ``agent`` segment names the state of any actor: it is part of the stored
@@ -146,6 +147,10 @@ class Keys:
     def worker_counters(self, worker: str) -> str:
         """A worker's counters since its start (a hash it rewrites every second)."""
         return f"{self.workers()}:counters:{worker}"
+
+    def counted_workers(self) -> str:
+        """The workers whose counters are kept (zset: worker id -> their expiry, ms)."""
+        return f"{self.workers()}:counted"
 
     def replies(self, client: str) -> str:
         """One client's reply stream."""

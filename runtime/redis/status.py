@@ -17,7 +17,7 @@ import redis.asyncio as aioredis
 
 from actormem.runtime.redis._balance import holder_of
 from actormem.runtime.redis._client import redis_errors
-from actormem.runtime.redis._counters import WorkerCounters, read_counters
+from actormem.runtime.redis._counters import WorkerCounters, counted_workers, read_counters
 from actormem.runtime.redis._dead_letters import count_dead_letters
 from actormem.runtime.redis._leases import read_survey
 from actormem.runtime.redis.config import RedisConfig
@@ -144,7 +144,7 @@ async def read_status(client: aioredis.Redis, config: RedisConfig) -> Deployment
             )
         )
     live = set(survey.live())
-    known = sorted(set(survey.registered) | set(await _counted_workers(client, keys)))
+    known = sorted(set(survey.registered) | set(await counted_workers(client, keys)))
     counters = await read_counters(client, keys, known)
     workers = [
         WorkerStatus(
@@ -159,14 +159,6 @@ async def read_status(client: aioredis.Redis, config: RedisConfig) -> Deployment
     departed = [counters[w] for w in known if w not in survey.registered and w in counters]
     dead = await count_dead_letters(client, config)
     return DeploymentStatus(shards, workers, dead, departed)
-
-
-async def _counted_workers(client: aioredis.Redis, keys: Keys) -> list[str]:
-    """The workers whose counters Redis holds (registered or not)."""
-    start = keys.worker_counters("")
-    with redis_errors("listing the workers' counters"):
-        found = [k async for k in client.scan_iter(match=_glob(start) + "*", count=_SCAN_BATCH)]
-    return [k.decode()[len(start) :] for k in found]
 
 
 def _glob(text: str) -> str:

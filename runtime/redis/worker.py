@@ -91,7 +91,8 @@ async def run_worker(
 
     The worker takes its fair share of the shards, serves their actors, and on
     the way out drains its mailboxes and gives its leases back, so other
-    workers take the shards over at once.
+    workers take the shards over at once. It writes its counters to Redis every
+    second and once more when it has stopped (see ``_counters``).
 
     Args:
         redis: where Redis is (None ``url`` = an embedded server, for one process).

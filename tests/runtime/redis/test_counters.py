@@ -12,6 +12,7 @@ from actormem.runtime.redis import Keys, RedisConfig
 from actormem.runtime.redis._counters import (
     KEEP_LEASES,
     WorkerCounters,
+    counted_workers,
     read_counters,
     read_fresh_counters,
     total,
@@ -33,6 +34,7 @@ async def test_counters_round_trip_and_sum(
     assert 0 < ttl <= KEEP_LEASES * redis_config.lease_ms
     # A field someone else wrote is left out; a worker with no hash is absent.
     await redis_client.hset(keys.worker_counters("a"), "handled_per_s", "fast")
+    assert await counted_workers(redis_client, keys) == ["a", "b"]
     found = await read_counters(redis_client, keys, ["a", "b", "ghost"])
     assert found == {"a": a, "b": b}
     summed = total(found.values())

@@ -41,6 +41,7 @@ from actormem.actors.pool.actor import PoolState
 from actormem.actors.pool.commands import POOL_ADDRESS
 from actormem.runtime import ActorContext, Runtime
 from actormem.runtime.cli import positive_int
+from actormem.runtime.errors import ConfigError
 from actormem.runtime.redis import open_client
 from actormem.runtime.redis._counters import WorkerCounters
 from actormem.runtime.redis.status import (
@@ -64,6 +65,8 @@ DEFAULT_TOP: Final = 10
 DEFAULT_RECENT: Final = 10
 EXIT_UNKNOWN: Final = 1
 _MEMORY: Final = "memory"
+#: What a stored state that cannot be decoded raises.
+_UNREADABLE: Final = (msgspec.MsgspecError, ValueError, TypeError, KeyError)
 #: The widest a table printed to a pipe or a file may be.
 _PIPED_WIDTH: Final = 200
 #: Characters of a message shown in a table cell (``--json`` has them whole).
@@ -105,16 +108,16 @@ def add_inspect(subs: Any) -> None:
     inspect.add_argument(
         "--top",
         type=positive_int,
-        default=DEFAULT_TOP,
+        default=None,
         metavar="N",
-        help="with --agents: list the N largest (default: %(default)s)",
+        help=f"with --agents: list the N largest (default: {DEFAULT_TOP})",
     )
     inspect.add_argument(
         "--recent",
         type=positive_int,
-        default=DEFAULT_RECENT,
+        default=None,
         metavar="N",
-        help="with --agent: show its last N messages (default: %(default)s)",
+        help=f"with --agent: show its last N messages (default: {DEFAULT_RECENT})",
     )
     inspect.add_argument(
         "--max-tokens",
@@ -127,6 +130,13 @@ def add_inspect(subs: Any) -> None:
 
 
 def _inspect(args: argparse.Namespace) -> int:
+    for option, dest, view in (
+        ("--top", "top", "agents"),
+        ("--recent", "recent", "agent"),
+        ("--max-tokens", "max_tokens", "agent"),
+    ):
+        if getattr(args, dest) is not None and getattr(args, view) in (None, False):
+            raise ConfigError(f"{option} goes with --{view}")
     config = deployment_config(args)
 
     async def main() -> tuple[int, Any]:
@@ -135,9 +145,9 @@ def _inspect(args: argparse.Namespace) -> int:
             if args.agent is not None:
                 return await _agent(client, config, args)
             if args.pool:
-                return 0, await _pool(client, config)
+                return await _pool(client, config)
             if args.agents:
-                return 0, await _agents(client, config, args.top)
+                return 0, await _agents(client, config, args.top or DEFAULT_TOP)
             return 0, await read_status(client, config.redis)
 
     code, found = anyio.run(main)
@@ -189,7 +199,10 @@ async def _agents(client: aioredis.Redis, config: AppConfig, top: int) -> dict[s
     for actor in largest:
         agent = actor.address.partition("/")[2]
         state = await read_stored_state(client, config.redis, actor.address)
-        stats = await stored_memory(config, agent, *state).receive(Stats()) if state else None
+        try:
+            stats = await stored_memory(config, agent, *state).receive(Stats()) if state else None
+        except _UNREADABLE:
+            stats = None  # its sizes unknown; the stored sizes still show
         rows.append(_agent_row(agent, actor, stats))
     return {
         "agents": len(stored),
@@ -227,9 +240,12 @@ async def _agent(
             f"actormem: no agent {agent!r}: nothing is stored for memory/{agent} under the "
             f"prefix {config.redis.prefix!r} (see 'actormem inspect --agents')"
         )
-    memory = stored_memory(config, agent, *state)
+    try:
+        memory = stored_memory(config, agent, *state)
+    except _UNREADABLE as exc:
+        return EXIT_UNKNOWN, f"actormem: the stored state of memory/{agent} cannot be read: {exc}"
     stats = await memory.receive(Stats())
-    recent = await memory.receive(Get(recent_n=args.recent))
+    recent = await memory.receive(Get(recent_n=args.recent or DEFAULT_RECENT))
     context = await memory.receive(Context(max_tokens=args.max_tokens))
     recall = memory.recall
     return 0, {
@@ -252,13 +268,19 @@ async def _agent(
     }
 
 
-async def _pool(client: aioredis.Redis, config: AppConfig) -> dict[str, Any]:
+async def _pool(client: aioredis.Redis, config: AppConfig) -> tuple[int, Any]:
     state = await read_stored_state(client, config.redis, POOL_ADDRESS)
     pool = PoolState()
     if state is not None and state[0]:
-        pool = msgspec.msgpack.decode(state[0], type=PoolState)
+        try:
+            pool = msgspec.msgpack.decode(state[0], type=PoolState)
+        except msgspec.MsgspecError as exc:
+            return (
+                EXIT_UNKNOWN,
+                f"actormem: the stored state of {POOL_ADDRESS} cannot be read: {exc}",
+            )
     topics = Counter(i.topic for i in pool.insights)
-    return {
+    return 0, {
         "stored": state is not None,
         "insights": len(pool.insights),
         "topics": [{"topic": t, "insights": n} for t, n in sorted(topics.items())],

@@ -9,6 +9,7 @@ import secrets
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -18,6 +19,7 @@ import redis.asyncio as aioredis
 
 from actormem.actors import AppConfig, MemoryRuntime
 from actormem.actors.app.wiring import CONFIG_ENV
+from actormem.actors.pool.commands import POOL_ADDRESS
 from actormem.runtime.config import MetricsConfig, RuntimeConfig
 from actormem.runtime.redis import Keys, RedisConfig, connect, free_port, shard_of
 from actormem.runtime.redis._counters import read_workers_total
@@ -211,3 +213,25 @@ async def test_each_worker_serves_metrics_that_agree_with_its_counters(
     crashes = sum(value(s, "actormem_handler_failures_total") for s in scraped)
     assert crashes == deployment.config.max_deliveries
     assert sum(value(s, "actormem_dead_letters_total") for s in scraped) == 1
+
+
+async def test_a_stored_state_that_cannot_be_read_is_one_line(
+    redis_client: aioredis.Redis, redis_config: RedisConfig, tmp_path: Path
+) -> None:
+    path = write_config(tmp_path / "deployment.toml", redis_config)
+    keys = Keys(redis_config.prefix)
+    for address in ("memory/broken", POOL_ADDRESS):
+        shard = shard_of(address, redis_config.shards)
+        await redis_client.set(keys.actor_snapshot(shard, address), b"\xc1 not msgpack")
+    broken = await cli("inspect", path, "--agent", "broken")
+    assert (broken.code, broken.out) == (1, "")
+    assert broken.err.startswith("actormem: the stored state of memory/broken cannot be read: ")
+    assert len(broken.err.splitlines()) == 1
+    pool = await cli("inspect", path, "--pool")
+    assert pool.code == 1 and len(pool.err.splitlines()) == 1, pool.err
+    # Listed with what Redis holds of it; its sizes are unknown.
+    [row] = json.loads((await cli("inspect", path, "--agents", "--json")).out)["largest"]
+    assert (row["agent"], row["snapshot_bytes"]) == ("broken", len(b"\xc1 not msgpack"))
+    assert "history_tokens" not in row
+    misplaced = await cli("inspect", path, "--top", "3")
+    assert (misplaced.code, misplaced.err) == (2, "actormem: error: --top goes with --agents\n")

@@ -18,6 +18,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from actormem.actors import AppConfig, MemoryRuntime
+from actormem.actors.app.simulation.run import _actor_failures
 from actormem.actors.app.wiring import CONFIG_ENV
 from actormem.actors.pool.commands import POOL_ADDRESS
 from actormem.runtime.config import MetricsConfig, RuntimeConfig
@@ -128,7 +129,9 @@ async def test_inspect_shows_each_worker_s_counters(deployment: Deployment) -> N
     async with client(deployment.config) as rt:
         assert isinstance(rt.transport, RedisTransport)
         summed = await read_workers_total(rt.transport)
+        reported = await _actor_failures(rt, workers=2)
     assert summed.failures == deployment.config.max_deliveries
+    assert reported == (summed.failures, summed.restarts)
     assert summed.handled >= sum(c["handled"] for c in workers.values())
 
 

@@ -95,23 +95,26 @@ _KIND: Final = "active:"
 
 
 def counters_of(rt: Runtime, transport: RedisTransport, *, stopped: bool = False) -> WorkerCounters:
-    """The counters of the worker ``rt`` and ``transport`` make, now."""
-    stats = rt.stats()
+    """The counters of the worker ``rt`` and ``transport`` make, now.
+
+    It walks the worker's actors once (``Runtime.stats`` makes the same walk: a few
+    ms at 100,000 actors), for the active ones by kind.
+    """
+    dispatch, supervisor = rt._dispatch, rt._supervisor
+    census = dispatch.census()
     ours = transport.stats()
-    # The runtime's own census (the one walk stats() makes, by kind).
-    by_kind = rt._dispatch.census().active_by_kind
     return WorkerCounters(
         worker=transport.id,
-        handled=stats.processed,
-        rejected=stats.rejected,
-        failures=stats.failures,
-        restarts=stats.restarts,
+        handled=dispatch.processed,
+        rejected=dispatch.rejected,
+        failures=supervisor.failures,
+        restarts=supervisor.restarts,
         dead_letters=ours.dead_lettered,
         redelivered=ours.redelivered,
-        active=stats.active,
+        active=census.active,
         updated_ms=int(time.time() * 1000),
         stopped=stopped,
-        active_by_kind=by_kind,
+        active_by_kind=census.active_by_kind,
     )
 
 

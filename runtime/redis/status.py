@@ -33,7 +33,7 @@ __all__ = (
     "read_stored_state",
 )
 
-#: Keys asked for per SCAN call.
+#: Keys asked for per SCAN call, and actors sized per pipeline.
 _SCAN_BATCH: Final = 1000
 _GLOB: Final = re.compile(r"[\\*?\[\]]")
 
@@ -190,11 +190,13 @@ async def read_stored_actors(
             if match is not None and int(match[1]) < config.shards:
                 found[match[2]] = int(match[1])
         addresses = sorted(found)
-        async with client.pipeline(transaction=False) as pipe:
-            for address in addresses:
-                pipe.llen(keys.actor_log(found[address], address))
-                pipe.strlen(keys.actor_snapshot(found[address], address))
-            sizes = await pipe.execute() if addresses else []
+        sizes: list[Any] = []
+        for start in range(0, len(addresses), _SCAN_BATCH):
+            async with client.pipeline(transaction=False) as pipe:
+                for address in addresses[start : start + _SCAN_BATCH]:
+                    pipe.llen(keys.actor_log(found[address], address))
+                    pipe.strlen(keys.actor_snapshot(found[address], address))
+                sizes += await pipe.execute()
     return [
         StoredActor(address, found[address], int(sizes[2 * i]), int(sizes[2 * i + 1]))
         for i, address in enumerate(addresses)

@@ -1,5 +1,5 @@
 """The operator's commands against a running deployment: ``dead-letters``, ``health``
-and ``inspect``.
+and ``inspect`` (the last from :mod:`.inspection`).
 
 Each takes the deployment's config file the way ``actormem worker`` does (its
 ``[redis]`` section: url, prefix, shards, lease time), or ``--redis-url`` (with the
@@ -7,18 +7,16 @@ defaults for the rest, or the config's). ``dead-letters list`` and ``show``,
 ``health`` and ``inspect`` are read-only: they change nothing stored.
 
 Exit codes: 0 done (healthy); 1 some of the ids given are no dead letter, or
-could not be requeued (the rest were handled), or the deployment is unhealthy;
-2 a usage or config error, or (``dead-letters``) Redis unreachable or refusing.
+could not be requeued (the rest were handled), or the deployment is unhealthy, or
+(``inspect --agent``) no such agent; 2 a usage or config error, or
+(``dead-letters``) Redis unreachable or refusing.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
-import sys
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, Final
 
 import anyio
@@ -28,11 +26,19 @@ from rich.table import Table
 from rich.text import Text
 
 from actormem.actors.app import wiring  # noqa: F401  (registers the app's message types)
-from actormem.actors.config import load_app_config
+from actormem.actors.app._deployment import (
+    READ_ONLY,
+    check_url,
+    deployment_arguments,
+    deployment_config,
+    print_json,
+    run_on,
+    say,
+)
+from actormem.actors.app.inspection import add_inspect
 from actormem.runtime.cli import OneLineParser, positive_int
-from actormem.runtime.config import redact_url
-from actormem.runtime.errors import ConfigError, MessageDecodeError
-from actormem.runtime.redis import connect, default_codec, open_client, requeue_dead_letters
+from actormem.runtime.errors import MessageDecodeError
+from actormem.runtime.redis import default_codec, requeue_dead_letters
 from actormem.runtime.redis._dead_letters import (
     DeadLetter,
     count_dead_letters,
@@ -42,14 +48,12 @@ from actormem.runtime.redis._dead_letters import (
 )
 from actormem.runtime.redis.config import RedisConfig
 from actormem.runtime.redis.health import DEFAULT_HEALTH_TIMEOUT, Health, check_health
-from actormem.runtime.redis.status import DeploymentStatus, read_status
 
 __all__ = ("add_commands", "describe")
 
 #: Dead letters ``list`` shows unless told otherwise.
 DEFAULT_LIST_LIMIT: Final = 50
 EXIT_SOME_FAILED: Final = 1
-_READ_ONLY: Final = "Read-only: it changes nothing stored."
 
 
 def add_commands(subs: Any) -> None:
@@ -68,9 +72,9 @@ def add_commands(subs: Any) -> None:
         "list",
         help="list the dead letters, oldest first (read-only)",
         description=f"List the dead letters, oldest first: id, time, recipient, command "
-        f"and reason. {_READ_ONLY}",
+        f"and reason. {READ_ONLY}",
     )
-    _deployment(listing)
+    deployment_arguments(listing)
     listing.add_argument(
         "--limit",
         type=positive_int,
@@ -83,9 +87,9 @@ def add_commands(subs: Any) -> None:
         "show",
         help="show one dead letter with its envelope decoded (read-only)",
         description=f"Show one dead letter: why, where from, and the original command "
-        f"decoded where possible. {_READ_ONLY}",
+        f"decoded where possible. {READ_ONLY}",
     )
-    _deployment(show, ids="ID")
+    deployment_arguments(show, ids="ID")
     show.set_defaults(func=_show)
     requeue = actions.add_parser(
         "requeue",
@@ -94,12 +98,12 @@ def add_commands(subs: Any) -> None:
         "with their original command ids: one that was applied after all is not "
         "applied again. A requeued letter leaves the dead letters.",
     )
-    _deployment(requeue, ids="ID...")
+    deployment_arguments(requeue, ids="ID...")
     requeue.set_defaults(func=_requeue)
     drop = actions.add_parser(
         "drop", help="delete dead letters", description="Delete these dead letters."
     )
-    _deployment(drop, ids="ID...")
+    deployment_arguments(drop, ids="ID...")
     drop.set_defaults(func=_drop)
 
     health = subs.add_parser(
@@ -108,9 +112,9 @@ def add_commands(subs: Any) -> None:
         description="Check a running deployment, for container probes: exit 0 when Redis "
         "answers within the timeout and every shard has an owner whose lease is fresh "
         "(renewed within two heartbeats); else exit 1 with one line per problem (2: a "
-        f"usage or config error). {_READ_ONLY}",
+        f"usage or config error). {READ_ONLY}",
     )
-    _deployment(health, json=False)
+    deployment_arguments(health, json=False)
     health.add_argument(
         "--timeout",
         type=_seconds,
@@ -119,34 +123,7 @@ def add_commands(subs: Any) -> None:
         help="how long Redis has to answer (default: %(default)s)",
     )
     health.set_defaults(func=_health)
-
-    inspect = subs.add_parser(
-        "inspect",
-        help="show a running deployment's shards and workers (read-only)",
-        description="Show a running deployment: each shard's owner, lease age, stream "
-        "length, pending and lag (entries not yet delivered); each registered worker's "
-        f"last heartbeat and shards; the number of dead letters. {_READ_ONLY}",
-    )
-    _deployment(inspect)
-    inspect.set_defaults(func=_inspect)
-
-
-def _deployment(parser: argparse.ArgumentParser, *, ids: str = "", json: bool = True) -> None:
-    """The arguments naming the deployment (and the dead letters, ``ids``)."""
-    parser.add_argument(
-        "config", nargs="?", default=None, help="the deployment's TOML config ([redis] url)"
-    )
-    parser.add_argument("--config", dest="config_opt", default=None, help=argparse.SUPPRESS)
-    if ids:
-        parser.add_argument("ids", nargs=1 if ids == "ID" else "+", metavar="ID")
-    parser.add_argument(
-        "--redis-url",
-        metavar="URL",
-        help="the deployment's Redis (default: the config's [redis] url); a password "
-        "comes from the config's password_env variable (ACTORMEM_REDIS_PASSWORD by default)",
-    )
-    if json:
-        parser.add_argument("--json", action="store_true", help="print JSON, for scripts")
+    add_inspect(subs)
 
 
 def _seconds(text: str) -> float:
@@ -157,53 +134,6 @@ def _seconds(text: str) -> float:
     if not 0 < value < float("inf"):
         raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text}")
     return value
-
-
-def _redis_config(args: argparse.Namespace) -> RedisConfig:
-    """The deployment's ``[redis]`` section, from the config file and ``--redis-url``."""
-    path = args.config_opt or args.config
-    ids = getattr(args, "ids", None)
-    # ``requeue ID ID`` with --redis-url: the first id is no config file.
-    if path and ids is not None and not args.config_opt and _not_a_file(path):
-        args.ids = [path, *ids]
-        path = None
-    config = load_app_config(path).redis
-    if args.redis_url:
-        try:
-            config = config.replace(url=args.redis_url)
-        except ValueError as exc:
-            raise ConfigError(f"--redis-url {redact_url(args.redis_url)}: {exc}") from None
-    if not config.url:
-        raise ConfigError(
-            f"{path or 'no config given'}: name the deployment's Redis with [redis] url "
-            "or --redis-url"
-        )
-    return config
-
-
-def _not_a_file(path: str) -> bool:
-    return is_letter_id(path) and not Path(path).exists()
-
-
-def _run(args: argparse.Namespace, work: Any) -> Any:
-    """Return ``await work(client, config)`` with a checked client of the deployment."""
-    config = _redis_config(args)
-
-    async def main() -> Any:
-        await _check_url(config)
-        async with open_client(config) as client:
-            return await work(client, config)
-
-    return anyio.run(main)
-
-
-async def _check_url(config: RedisConfig) -> None:
-    """Refuse, as a config error, a url redis-py cannot use (nothing is sent)."""
-    try:
-        client = connect(config)
-    except ValueError as exc:
-        raise ConfigError(f"the Redis url {redact_url(config.url or '')}: {exc}") from None
-    await client.aclose()
 
 
 # -- describing a dead letter --------------------------------------------------------------
@@ -278,14 +208,6 @@ def _text(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def _print_json(data: Any) -> None:
-    sys.stdout.write(msgspec.json.format(msgspec.json.encode(data)).decode() + "\n")
-
-
-def _say(line: str) -> None:
-    print(line, file=sys.stderr)
-
-
 # -- the commands ------------------------------------------------------------------------
 
 
@@ -294,10 +216,10 @@ def _list(args: argparse.Namespace) -> int:
         letters = await read_dead_letters(client, config, limit=args.limit)
         return letters, await count_dead_letters(client, config)
 
-    letters, total = _run(args, work)
+    letters, total = run_on(args, work)
     rows = [describe(letter) for letter in letters]
     if args.json:
-        _print_json(rows)
+        print_json(rows)
         return 0
     if not rows:
         print("no dead letters")
@@ -315,7 +237,7 @@ def _list(args: argparse.Namespace) -> int:
         )
     Console(soft_wrap=False).print(table)
     if total > len(rows):
-        _say(f"actormem: {total - len(rows)} more not shown (--limit)")
+        say(f"actormem: {total - len(rows)} more not shown (--limit)")
     return 0
 
 
@@ -323,13 +245,13 @@ def _show(args: argparse.Namespace) -> int:
     async def work(client: Any, config: RedisConfig) -> list[DeadLetter]:
         return await read_dead_letters(client, config, ids=args.ids)
 
-    letters = _run(args, work)
+    letters = run_on(args, work)
     if not letters:
-        _say(_unknown(args.ids[0]))
+        say(_unknown(args.ids[0]))
         return EXIT_SOME_FAILED
     row = describe(letters[0])
     if args.json:
-        _print_json(row)
+        print_json(row)
         return 0
     table = Table(title=f"dead letter {row['id']}", show_header=False, title_justify="left")
     table.add_column("what", style="bold")
@@ -356,7 +278,7 @@ def _requeue(args: argparse.Namespace) -> int:
         entries = [letter.id for letter in found]
         return found, await requeue_dead_letters(client, config, entries=entries)
 
-    found, requeued = _run(args, work)
+    found, requeued = run_on(args, work)
     done = set(requeued)
     known = {letter.id: letter for letter in found}
     for letter in requeued:
@@ -364,10 +286,10 @@ def _requeue(args: argparse.Namespace) -> int:
     failed = 0
     for letter in dict.fromkeys(args.ids):
         if letter not in known:
-            _say(_unknown(letter))
+            say(_unknown(letter))
             failed += 1
         elif letter not in done:
-            _say(
+            say(
                 f"actormem: dead letter {letter}: holds no command that can be requeued "
                 f"(left in place; reason: {known[letter].reason})"
             )
@@ -379,13 +301,13 @@ def _drop(args: argparse.Namespace) -> int:
     async def work(client: Any, config: RedisConfig) -> list[str]:
         return await drop_dead_letters(client, config, args.ids)
 
-    dropped = set(_run(args, work))
+    dropped = set(run_on(args, work))
     failed = 0
     for letter in dict.fromkeys(args.ids):
         if letter in dropped:
             print(f"dropped {letter}")
         else:
-            _say(_unknown(letter))
+            say(_unknown(letter))
             failed += 1
     return EXIT_SOME_FAILED if failed else 0
 
@@ -400,10 +322,10 @@ def _unknown(letter: str) -> str:
 
 
 def _health(args: argparse.Namespace) -> int:
-    config = _redis_config(args)
+    config = deployment_config(args).redis
 
     async def main() -> Health:
-        await _check_url(config)
+        await check_url(config)
         return await check_health(config, timeout=args.timeout)
 
     health = anyio.run(main)
@@ -416,38 +338,4 @@ def _health(args: argparse.Namespace) -> int:
         f"ok: {health.shards} shards owned, {workers} worker{'s' if workers != 1 else ''} "
         f"live, Redis answered in {1000 * (health.seconds or 0):.0f} ms"
     )
-    return 0
-
-
-def _inspect(args: argparse.Namespace) -> int:
-    status: DeploymentStatus = _run(args, read_status)
-    if args.json:
-        _print_json(dataclasses.asdict(status))
-        return 0
-    out = Console(soft_wrap=False)
-    shards = Table(title="shards", title_justify="left")
-    for column in ("shard", "owner", "lease age", "stream", "pending", "lag"):
-        shards.add_column(column, justify="left" if column == "owner" else "right")
-    for shard in status.shards:
-        shards.add_row(
-            str(shard.shard),
-            Text(shard.owner or "no owner", style="" if shard.owner else "bold red"),
-            f"{shard.lease_age:.1f} s" if shard.lease_age is not None else "-",
-            f"{shard.length:,}",
-            f"{shard.pending:,}",
-            f"{shard.lag:,}" if shard.lag is not None else "?",
-        )
-    out.print(shards)
-    workers = Table(title="workers", title_justify="left")
-    for column in ("worker", "last heartbeat", "live", "shards"):
-        workers.add_column(column, overflow="fold")
-    for worker in status.workers:
-        workers.add_row(
-            Text(worker.worker),
-            f"{worker.heartbeat_age:.1f} s ago",
-            "yes" if worker.live else Text("no", style="bold red"),
-            ", ".join(map(str, worker.shards)) or "-",
-        )
-    out.print(workers if status.workers else "no worker registered")
-    print(f"dead letters: {status.dead_letters:,}")
     return 0

@@ -21,6 +21,8 @@ Layout (prefix ``am``)::
     am:{dlq}:stream              dead letters, with the reason
     am:{workers}                 live workers (zset: worker id -> expiry ms)
     am:{workers}:starts:<worker> starts under one worker id within the last lease
+    am:{workers}:counters:<worker>  what a worker handled, failed and dead-lettered (hash)
+    am:{workers}:counted         workers with counters (zset: worker id -> their expiry ms)
     am:{r:<client>}:replies      one client's reply stream
 
 The ``agent`` segment names the state of any actor: it is part of the stored
@@ -141,6 +143,14 @@ class Keys:
     def worker_starts(self, worker: str) -> str:
         """How often a worker id was started within the last lease (an expiring counter)."""
         return f"{self.workers()}:starts:{worker}"
+
+    def worker_counters(self, worker: str) -> str:
+        """A worker's counters since its start (a hash it rewrites every second)."""
+        return f"{self.workers()}:counters:{worker}"
+
+    def counted_workers(self) -> str:
+        """The workers whose counters are kept (zset: worker id -> their expiry, ms)."""
+        return f"{self.workers()}:counted"
 
     def replies(self, client: str) -> str:
         """One client's reply stream."""

@@ -31,8 +31,14 @@ from actormem.runtime._closing import AsyncClosing
 from actormem.runtime._lifetime import die_with_parent, keeper
 from actormem.runtime._runtime import Runtime
 from actormem.runtime.config import MetricsConfig, RuntimeConfig
-from actormem.runtime.errors import ConfigError, TransportUnavailableError
+from actormem.runtime.errors import ActormemError, ConfigError, TransportUnavailableError
 from actormem.runtime.redis._client import connect, redis_errors
+from actormem.runtime.redis._counters import (
+    WorkerCounters,
+    counters_of,
+    publish_counters,
+    write_counters,
+)
 from actormem.runtime.redis._status_line import log_status
 from actormem.runtime.redis.config import RedisConfig, check_namespace
 from actormem.runtime.redis.keys import Keys
@@ -55,6 +61,8 @@ REDIS_JSON_ENV: Final = "ACTORMEM_WORKER_REDIS_JSON"
 _READY_TIMEOUT: Final = 30.0
 #: How long a worker may take to stop after SIGTERM before it is killed.
 _STOP_TIMEOUT: Final = 15.0
+#: How long a stopped worker may take to write its final counters (s).
+_FINAL_WRITE_TIMEOUT: Final = 2.0
 #: Worker processes per CPU core that :class:`WorkerProcesses` starts at most by default.
 WORKERS_PER_CPU: Final = 4
 
@@ -83,7 +91,8 @@ async def run_worker(
 
     The worker takes its fair share of the shards, serves their actors, and on
     the way out drains its mailboxes and gives its leases back, so other
-    workers take the shards over at once.
+    workers take the shards over at once. It writes its counters to Redis every
+    second and once more when it has stopped (see ``_counters``).
 
     Args:
         redis: where Redis is (None ``url`` = an embedded server, for one process).
@@ -132,9 +141,29 @@ async def run_worker(
 
                 tg.start_soon(on_signal)
                 tg.start_soon(on_stop)
+                tg.start_soon(publish_counters, rt, transport)
                 if metrics.status_interval:
                     tg.start_soon(log_status, rt, transport, metrics.status_interval)
             log.info("worker_stopped", worker=transport.id, processed=rt.stats().processed)
+        # After the runtime closed: its final counters include what it drained.
+        await _write_final_counters(redis, counters_of(rt, transport, stopped=True))
+
+
+async def _write_final_counters(redis: RedisConfig, counters: WorkerCounters) -> None:
+    """Write a stopped worker's counters (what it handled while draining too), through a
+    client of its own: the transport's closed with the runtime. Redis being away (or
+    embedded, and gone) leaves the last figures written while it ran."""
+    if not redis.url:
+        return
+    client = connect(redis, connections=1)
+    try:
+        with anyio.move_on_after(_FINAL_WRITE_TIMEOUT, shield=True):
+            await write_counters(client, Keys(redis.prefix), counters, redis.lease_ms)
+    except ActormemError as exc:
+        log.warning("worker_counters_unwritten", worker=counters.worker, reason=str(exc))
+    finally:
+        with anyio.CancelScope(shield=True):
+            await client.aclose()
 
 
 def load_register(spec: str) -> Callable[[Runtime], None]:

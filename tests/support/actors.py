@@ -253,3 +253,12 @@ class Brittle(Ledger):
 def register_named(rt: Runtime) -> None:
     """Register the ledger under the kind named by ``TEST_LEDGER_KIND``."""
     rt.register(os.environ["TEST_LEDGER_KIND"], Ledger)
+
+
+def register_app_and_ledger(rt: Runtime) -> None:
+    """Register the app's actors (its config from the worker's environment) and the
+    ledger, whose ``Boom`` makes a handler crash."""
+    from actormem.actors.app.wiring import worker_register
+
+    worker_register(rt)
+    rt.register("ledger", Ledger)

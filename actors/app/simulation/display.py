@@ -141,11 +141,12 @@ def _goal_table(report: SimulationReport) -> Table:
 
 
 def _failure_row(report: SimulationReport) -> tuple[str, str]:
-    """This process's actor failures: with workers, the agents' are in the workers."""
-    counts = f"{report.runtime.failures} / {report.runtime.restarts}"
+    """Actor failures and restarts, summed over this process and its workers."""
+    counts = f"{report.actor_failures} / {report.actor_restarts}"
     if not report.workers:
         return ("actor failures / restarts", counts)
-    return ("actor failures / restarts", f"{counts} here (workers: see their logs)")
+    workers = f"{report.workers} worker{'s' if report.workers > 1 else ''}"
+    return ("actor failures / restarts", f"{counts} (this process and {workers})")
 
 
 def _reload_rows(report: SimulationReport) -> list[tuple[str, str]]:

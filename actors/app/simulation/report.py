@@ -65,6 +65,9 @@ class SimulationReport(msgspec.Struct, frozen=True, kw_only=True):
     ``config`` the run's whole config (secrets shown as ``***``). ``scenario`` is
     the scenario's name (its file's stem; ``town`` built in), ``goals`` the score
     of each of its goal questions, and the ``goals_*`` figures their sums.
+    ``actor_failures`` and ``actor_restarts`` are the handler crashes and
+    supervision restarts of this process and of every worker (``runtime`` holds
+    this process's alone).
     """
 
     agents: int
@@ -120,6 +123,8 @@ class SimulationReport(msgspec.Struct, frozen=True, kw_only=True):
     goals_answered: int = 0
     memory_share: float = 0.0
     llm_share: float = 0.0
+    actor_failures: int = 0
+    actor_restarts: int = 0
 
 
 async def known_share(handle: MemoryHandle, facts: list[PlantedFact]) -> float:
@@ -212,6 +217,8 @@ def build_report(
         totals.setdefault("memory_share", round(totals.get("memory_seconds", 0.0) / turns, 4))
         totals.setdefault("llm_share", round(totals.get("llm_seconds", 0.0) / turns, 4))
     totals.setdefault("config", msgspec.to_builtins(redacted(config)))
+    totals.setdefault("actor_failures", runtime.failures)
+    totals.setdefault("actor_restarts", runtime.restarts)
     return SimulationReport(
         agents=sim.agents,
         steps=sim.steps,

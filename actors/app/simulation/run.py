@@ -58,6 +58,9 @@ from actormem.actors.config import AppConfig
 from actormem.actors.messages import Message
 from actormem.actors.pool.commands import GetPoolStats, PoolStats
 from actormem.runtime.config import redacted
+from actormem.runtime.errors import ActormemError
+from actormem.runtime.redis import RedisTransport
+from actormem.runtime.redis._counters import read_workers_total
 
 __all__ = ("DRAIN_S", "PARTIAL_REPORT_S", "run_simulation")
 
@@ -295,6 +298,7 @@ async def _run(
             await score_questions(rt, cast.questions, goals, concurrency=sim.concurrency)
         watch.cancel_scope.cancel()
     usage = llm.usage if llm is not None else LLMUsage()
+    failures, restarts = await _actor_failures(rt, workers)
     return build_report(
         config,
         per_agent,
@@ -319,7 +323,23 @@ async def _run(
         scenario=cast.name,
         goals=goals,
         workers=workers,
+        actor_failures=failures,
+        actor_restarts=restarts,
     )
+
+
+async def _actor_failures(rt: MemoryRuntime, workers: int) -> tuple[int, int]:
+    """Actor failures and restarts: this process's, plus those of every worker."""
+    here = rt.stats()
+    transport = rt.transport
+    if not workers or not isinstance(transport, RedisTransport):
+        return here.failures, here.restarts
+    try:
+        summed = await read_workers_total(transport)
+    except ActormemError as exc:  # the report still comes, with this process's alone
+        log.warning("worker_counters_unread", reason=str(exc))
+        return here.failures, here.restarts
+    return here.failures + summed.failures, here.restarts + summed.restarts
 
 
 def _agent_infos(cast: Cast, seed: int) -> list[AgentInfo]:

@@ -203,6 +203,9 @@ async def test_read_only_commands_change_nothing(
         ("health", config_file),
         ("inspect", config_file),
         ("inspect", config_file, "--json"),
+        ("inspect", config_file, "--agents"),
+        ("inspect", config_file, "--agent", "bob"),
+        ("inspect", config_file, "--pool"),
     ):
         await cli(*args)
     assert await snapshot() == before
@@ -301,6 +304,9 @@ async def test_inspect_shows_owners_workers_and_backlog(
     await redis_client.xreadgroup(CONSUMER_GROUP, "gone", {stream: ">"}, count=1)
     status = json.loads((await cli("inspect", config_file, "--json")).out)
     assert status["workers"] == []
+    # Each wrote its final counters as it stopped; they stay readable for a while.
+    assert sorted(c["worker"] for c in status["departed"]) == sorted(workers.ids)
+    assert all(c["stopped"] for c in status["departed"])
     assert {shard["owner"] for shard in status["shards"]} == {None}
     one = status["shards"][1]
     assert (one["pending"], one["lag"]) == (1, 2)

@@ -81,10 +81,14 @@ async def test_the_printed_report_shows_reload_only_after_compression_and_the_wo
     # Cleo found the fewest of her own facts; then Bram knows the fewest facts at all.
     rows = [line.split("│")[1].strip() for line in out.splitlines() if line.count("│") == 6]
     assert rows == ["Cleo", "Bram", "Ada"]
-    print_report(msgspec.structs.replace(report, compressions=3, workers=2))
+    print_report(
+        msgspec.structs.replace(
+            report, compressions=3, workers=2, actor_failures=3, actor_restarts=1
+        )
+    )
     out = capsys.readouterr().out
     assert "found by reload" in out
-    assert "0 / 0 here (workers: see their logs)" in out
+    assert "3 / 1 (this process and 2 workers)" in out
 
 
 @pytest.mark.parametrize(

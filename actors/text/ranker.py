@@ -1,0 +1,238 @@
+"""The ranked retrieval of an agent's memory (ranked ``search()`` and ``retrieve()``).
+
+Offline and general: no model, nothing tuned to one data set. A query is scored
+against each document in five steps:
+
+1. **Terms.** BM25 over stemmed words without stop words (:mod:`.terms`).
+2. **Speakers.** A query word that names a speaker of the memory is not matched
+   as a word (every message of that speaker would match it); the speaker's own
+   messages get a bonus instead (``speaker_boost``).
+3. **Time.** A question asking *when* favours messages that place something in
+   time ("yesterday", "last May", "2019"; ``when_boost``); a query naming a month
+   or a year matches the date each message was said.
+4. **Feedback.** The best first-pass documents lend their most telling other
+   words to the query (pseudo-relevance feedback, as in RM3): ``feedback_docs``
+   documents, ``feedback_terms`` words, each weighted by ``feedback_weight``
+   times its share of the feedback.
+5. **Neighbours.** A message is read in its conversation: it gains
+   ``neighbour_weight`` times the better score of the messages just before and
+   after it (an answer often holds none of the question's words, its question does).
+
+Documents are appended in the order they were said; removing one leaves its
+slot empty (it scores nothing and is no one's neighbour).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import Counter
+from collections.abc import Iterable
+from typing import Final
+
+import msgspec
+
+from actormem.actors.text.bm25 import tokenize
+from actormem.actors.text.terms import (
+    MONTHS,
+    STOP_WORDS,
+    asks_when,
+    date_terms,
+    index_terms,
+    mentions_time,
+)
+
+__all__ = ("Ranker", "RankerConfig")
+
+K1: Final = 0.9
+B: Final = 0.4
+_MONTH_SET: Final = frozenset(MONTHS)
+
+
+class RankerConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """How :class:`Ranker` scores (see the module doc for each step)."""
+
+    speaker_boost: float = 1.0
+    when_boost: float = 0.3
+    date_weight: float = 0.5
+    feedback_docs: int = 5
+    feedback_terms: int = 8
+    feedback_weight: float = 0.3
+    neighbour_weight: float = 0.5
+    neighbour_window: int = 2
+    k1: float = K1
+    b: float = B
+
+
+class Ranker:
+    """A ranked index over documents said in order.
+
+    Args:
+        config: the scoring parameters.
+    """
+
+    def __init__(self, config: RankerConfig | None = None) -> None:
+        self.config = config or RankerConfig()
+        self._postings: dict[str, dict[int, int]] = {}
+        self._lengths: list[int] = []
+        self._terms: list[Counter[str]] = []
+        self._speakers: list[str] = []
+        self._dates: list[tuple[str, ...]] = []
+        self._timely: list[bool] = []
+        self._speaker_docs: dict[str, set[int]] = {}
+        self._total = 0
+        self._live = 0
+
+    def __len__(self) -> int:
+        return len(self._lengths)
+
+    def add(self, text: str, speaker: str | None = None, said: float | None = None) -> int:
+        """Append a document (its text, who said it, when); return its index."""
+        index = len(self._lengths)
+        words = tokenize(text)
+        counts = Counter(index_terms(text))
+        for term, freq in counts.items():
+            self._postings.setdefault(term, {})[index] = freq
+        length = sum(counts.values())
+        self._lengths.append(length)
+        self._terms.append(counts)
+        who = " ".join(tokenize(speaker or ""))
+        self._speakers.append(who)
+        if who:
+            self._speaker_docs.setdefault(who, set()).add(index)
+        self._dates.append(date_terms(said) if said is not None else ())
+        self._timely.append(mentions_time(words))
+        self._total += length
+        self._live += 1
+        return index
+
+    def remove(self, index: int) -> None:
+        """Empty slot ``index``: it scores nothing from now on."""
+        counts = self._terms[index]
+        if self._lengths[index] < 0:
+            return
+        for term in counts:
+            docs = self._postings.get(term)
+            if docs is not None:
+                docs.pop(index, None)
+                if not docs:
+                    del self._postings[term]
+        who = self._speakers[index]
+        if who:
+            self._speaker_docs.get(who, set()).discard(index)
+        self._total -= self._lengths[index]
+        self._lengths[index] = -1
+        self._terms[index] = Counter()
+        self._live -= 1
+
+    # -- scoring ----------------------------------------------------------------------
+
+    def _idf(self, term: str) -> float:
+        docs = self._postings.get(term)
+        if not docs:
+            return 0.0
+        n = self._live
+        return math.log(1 + (n - len(docs) + 0.5) / (len(docs) + 0.5))
+
+    def _bm25(self, weighted: dict[str, float]) -> dict[int, float]:
+        out: dict[int, float] = {}
+        if not self._total:
+            return out
+        avg = self._total / max(1, self._live)
+        lengths = self._lengths
+        k1, b = self.config.k1, self.config.b
+        for term, weight in weighted.items():
+            docs = self._postings.get(term)
+            if not docs:
+                continue
+            idf = self._idf(term) * weight
+            for i, f in docs.items():
+                norm = k1 * (1 - b + b * lengths[i] / avg)
+                out[i] = out.get(i, 0.0) + idf * f * (k1 + 1) / (f + norm)
+        return out
+
+    def _query(self, query: str) -> tuple[dict[str, float], set[int], bool, set[str]]:
+        """The weighted terms of ``query``, the documents of the speakers it names,
+        whether it asks when, and the month and year names it holds."""
+        words = tokenize(query)
+        named: set[int] = set()
+        names = set()
+        for who, docs in self._speaker_docs.items():
+            parts = who.split()
+            if docs and parts and any(p in words for p in parts):
+                named |= docs
+                names.update(parts)
+        weighted: dict[str, float] = {}
+        for term in index_terms(" ".join(w for w in words if w not in names)):
+            weighted[term] = weighted.get(term, 0.0) + 1.0
+        if not weighted:  # only stop words or names: match them as they are
+            for w in words:
+                weighted[w] = weighted.get(w, 0.0) + 1.0
+        dates = {w for w in words if w in _MONTH_SET or (w.isdigit() and len(w) == 4)}
+        return weighted, named, asks_when(words), dates
+
+    def sparse_scores(self, query: str) -> dict[int, float]:
+        """Scores of the documents the query reaches (the others score 0)."""
+        cfg = self.config
+        weighted, named, when, dates = self._query(query)
+        first = self._bm25(weighted)
+        if not first:
+            return {}
+        if cfg.feedback_docs and cfg.feedback_terms and cfg.feedback_weight:
+            expansion = self._feedback(first, weighted)
+            if expansion:
+                for i, s in self._bm25(expansion).items():
+                    first[i] = first.get(i, 0.0) + s
+        scores = self._neighbours(first) if cfg.neighbour_weight else first
+        for i in scores:
+            bonus = 1.0
+            if named and i in named:
+                bonus += cfg.speaker_boost
+            if when and self._timely[i]:
+                bonus += cfg.when_boost
+            if dates and dates.intersection(self._dates[i]):
+                bonus += cfg.date_weight
+            scores[i] *= bonus
+        return scores
+
+    def _feedback(self, first: dict[int, float], weighted: dict[str, float]) -> dict[str, float]:
+        cfg = self.config
+        best = heapq.nlargest(cfg.feedback_docs, first.items(), key=lambda p: p[1])
+        top = best[0][1] or 1.0
+        pool: dict[str, float] = {}
+        for i, s in best:
+            counts = self._terms[i]
+            size = sum(counts.values()) or 1
+            for term, f in counts.items():
+                if term in weighted or term in STOP_WORDS:
+                    continue
+                pool[term] = pool.get(term, 0.0) + (s / top) * f / size * self._idf(term)
+        chosen = heapq.nlargest(cfg.feedback_terms, pool.items(), key=lambda p: p[1])
+        total = sum(w for _, w in chosen) or 1.0
+        return {t: cfg.feedback_weight * len(chosen) * w / total for t, w in chosen}
+
+    def _neighbours(self, scores: dict[int, float]) -> dict[int, float]:
+        weight = self.config.neighbour_weight
+        out = dict(scores)
+        last = len(self._lengths) - 1
+        window = self.config.neighbour_window
+        for i, s in scores.items():
+            for d in range(1, window + 1):
+                gain = weight * s / d
+                for j in (i - d, i + d):
+                    if 0 <= j <= last and self._lengths[j] >= 0:
+                        out[j] = max(out.get(j, 0.0), scores.get(j, 0.0) + gain)
+        return out
+
+    def top(self, query: str, k: int, among: Iterable[int] | None = None) -> list[tuple[int, float]]:
+        """Up to ``k`` (index, score) pairs with a positive score, best first (the
+        later document first on a tie); only indices in ``among`` when given."""
+        scores = self.sparse_scores(query)
+        if among is not None:
+            keep = set(among)
+            scores = {i: s for i, s in scores.items() if i in keep}
+        return heapq.nlargest(k, ((i, s) for i, s in scores.items() if s > 0), key=_order)
+
+
+def _order(pair: tuple[int, float]) -> tuple[float, int]:
+    return (pair[1], pair[0])

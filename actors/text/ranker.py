@@ -14,9 +14,10 @@ against each document in five steps:
    words to the query (pseudo-relevance feedback, as in RM3): ``feedback_docs``
    documents, ``feedback_terms`` words, each weighted by ``feedback_weight``
    times its share of the feedback.
-5. **Neighbours.** A message is read in its conversation: it gains
-   ``neighbour_weight`` times the better score of the messages just before and
-   after it (an answer often holds none of the question's words, its question does).
+5. **Neighbours.** A turn of a conversation is read in it: it gains
+   ``neighbour_weight`` times the best score of the turns just before and after
+   it (divided by the distance, up to ``neighbour_window`` turns away): an answer
+   often holds none of the question's words, its question does.
 
 Documents are appended in the order they were said; removing one leaves its
 slot empty (it scores nothing and is no one's neighbour).
@@ -47,6 +48,8 @@ __all__ = ("Ranker", "RankerConfig")
 K1: Final = 0.9
 B: Final = 0.4
 _MONTH_SET: Final = frozenset(MONTHS)
+#: The prefix of the terms of the speaker field (no word starts with it).
+_SPEAKER: Final = "@"
 
 
 class RankerConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -79,6 +82,7 @@ class Ranker:
         self._speakers: list[str] = []
         self._dates: list[tuple[str, ...]] = []
         self._timely: list[bool] = []
+        self._turns: list[bool] = []
         self._speaker_docs: dict[str, set[int]] = {}
         self._total = 0
         self._live = 0
@@ -86,9 +90,20 @@ class Ranker:
     def __len__(self) -> int:
         return len(self._lengths)
 
-    def add(self, text: str, speaker: str | None = None, said: float | None = None) -> int:
-        """Append a document (its text, who said it, when); return its index."""
+    def add(
+        self, text: str, speaker: str | None = None, said: float | None = None, turn: bool = True
+    ) -> int:
+        """Append a document; return its index.
+
+        Args:
+            text: what it says.
+            speaker: who said it.
+            said: when (seconds since the epoch).
+            turn: it is a turn of a conversation, read with the turns around it (a
+                note standing on its own is not).
+        """
         index = len(self._lengths)
+        self._turns.append(turn)
         words = tokenize(text)
         counts = Counter(index_terms(text))
         for term, freq in counts.items():
@@ -100,6 +115,8 @@ class Ranker:
         self._speakers.append(who)
         if who:
             self._speaker_docs.setdefault(who, set()).add(index)
+            for part in set(who.split()):  # a field term: a query of names only matches it
+                self._postings.setdefault(_SPEAKER + part, {})[index] = 1
         self._dates.append(date_terms(said) if said is not None else ())
         self._timely.append(mentions_time(words))
         self._total += length
@@ -120,6 +137,12 @@ class Ranker:
         who = self._speakers[index]
         if who:
             self._speaker_docs.get(who, set()).discard(index)
+            for part in set(who.split()):
+                docs = self._postings.get(_SPEAKER + part)
+                if docs is not None:
+                    docs.pop(index, None)
+                    if not docs:
+                        del self._postings[_SPEAKER + part]
         self._total -= self._lengths[index]
         self._lengths[index] = -1
         self._terms[index] = Counter()
@@ -167,9 +190,18 @@ class Ranker:
             weighted[term] = weighted.get(term, 0.0) + 1.0
         if not weighted:  # only stop words or names: match them as they are
             for w in words:
-                weighted[w] = weighted.get(w, 0.0) + 1.0
+                term = _SPEAKER + w if w in names else w
+                weighted[term] = weighted.get(term, 0.0) + 1.0
         dates = {w for w in words if w in _MONTH_SET or (w.isdigit() and len(w) == 4)}
         return weighted, named, asks_when(words), dates
+
+    def specific(self, query: str, share: float) -> bool:
+        """True when a word of ``query`` (not a speaker's name) is held by at most
+        ``share`` of the documents, and by one at least: the query asks for
+        something in particular."""
+        weighted, _, _, _ = self._query(query)
+        most = max(1.0, share * self._live)
+        return any(0 < len(self._postings.get(t, ())) <= most for t in weighted)
 
     def sparse_scores(self, query: str) -> dict[int, float]:
         """Scores of the documents the query reaches (the others score 0)."""
@@ -216,11 +248,14 @@ class Ranker:
         out = dict(scores)
         last = len(self._lengths) - 1
         window = self.config.neighbour_window
+        turns = self._turns
         for i, s in scores.items():
+            if not turns[i]:
+                continue
             for d in range(1, window + 1):
                 gain = weight * s / d
                 for j in (i - d, i + d):
-                    if 0 <= j <= last and self._lengths[j] >= 0:
+                    if 0 <= j <= last and self._lengths[j] >= 0 and turns[j]:
                         out[j] = max(out.get(j, 0.0), scores.get(j, 0.0) + gain)
         return out
 

@@ -27,16 +27,16 @@ from __future__ import annotations
 
 import heapq
 import math
+import operator
 from collections import Counter
 from collections.abc import Iterable
 from typing import Final
 
 import msgspec
 
-from actormem.actors.text.bm25 import tokenize
+from actormem.actors.text.bm25 import COMMON_WORD_MIN_DOCS, tokenize
 from actormem.actors.text.terms import (
     MONTHS,
-    STOP_WORDS,
     asks_when,
     date_terms,
     index_terms,
@@ -45,6 +45,11 @@ from actormem.actors.text.terms import (
 
 __all__ = ("Ranker", "RankerConfig")
 
+#: In an index of ``COMMON_WORD_MIN_DOCS`` documents or more, a word held by more
+#: than this share of them is not scored: it weighs little and costs the most.
+COMMON_SHARE: Final = 0.5
+#: A word held by more than this share of the documents is not a feedback word.
+FEEDBACK_MAX_SHARE: Final = 0.05
 K1: Final = 0.9
 B: Final = 0.4
 _MONTH_SET: Final = frozenset(MONTHS)
@@ -63,6 +68,7 @@ class RankerConfig(msgspec.Struct, frozen=True, kw_only=True):
     feedback_weight: float = 0.3
     neighbour_weight: float = 0.5
     neighbour_window: int = 2
+    candidates: int = 200
     k1: float = K1
     b: float = B
 
@@ -83,7 +89,7 @@ class Ranker:
         self._dates: list[tuple[str, ...]] = []
         self._timely: list[bool] = []
         self._turns: list[bool] = []
-        self._speaker_docs: dict[str, set[int]] = {}
+        self._speaker_docs: Counter[str] = Counter()
         self._total = 0
         self._live = 0
 
@@ -114,7 +120,7 @@ class Ranker:
         who = " ".join(tokenize(speaker or ""))
         self._speakers.append(who)
         if who:
-            self._speaker_docs.setdefault(who, set()).add(index)
+            self._speaker_docs[who] += 1
             for part in set(who.split()):  # a field term: a query of names only matches it
                 self._postings.setdefault(_SPEAKER + part, {})[index] = 1
         self._dates.append(date_terms(said) if said is not None else ())
@@ -136,7 +142,7 @@ class Ranker:
                     del self._postings[term]
         who = self._speakers[index]
         if who:
-            self._speaker_docs.get(who, set()).discard(index)
+            self._speaker_docs[who] -= 1
             for part in set(who.split()):
                 docs = self._postings.get(_SPEAKER + part)
                 if docs is not None:
@@ -161,29 +167,32 @@ class Ranker:
         out: dict[int, float] = {}
         if not self._total:
             return out
-        avg = self._total / max(1, self._live)
+        n = self._live
+        avg = self._total / max(1, n)
         lengths = self._lengths
         k1, b = self.config.k1, self.config.b
+        fixed, per_word = k1 * (1 - b), k1 * b / avg
+        get = out.get
         for term, weight in weighted.items():
             docs = self._postings.get(term)
-            if not docs:
-                continue
-            idf = self._idf(term) * weight
+            if not docs or (n >= COMMON_WORD_MIN_DOCS and len(docs) > COMMON_SHARE * n):
+                continue  # a word in most documents weighs next to nothing, and costs most
+            gain = self._idf(term) * weight * (k1 + 1)
             for i, f in docs.items():
-                norm = k1 * (1 - b + b * lengths[i] / avg)
-                out[i] = out.get(i, 0.0) + idf * f * (k1 + 1) / (f + norm)
+                out[i] = get(i, 0.0) + gain * f / (f + fixed + per_word * lengths[i])
         return out
 
-    def _query(self, query: str) -> tuple[dict[str, float], set[int], bool, set[str]]:
-        """The weighted terms of ``query``, the documents of the speakers it names,
+    def _query(self, query: str) -> tuple[dict[str, float], set[str], bool, set[str]]:
+        """The weighted terms of ``query``, the speakers it names,
         whether it asks when, and the month and year names it holds."""
-        words = tokenize(query)
-        named: set[int] = set()
+        # "Caroline's" names Caroline.
+        words = [w[:-2] if w.endswith(("'s", "\u2019s")) else w for w in tokenize(query)]
+        named: set[str] = set()
         names = set()
         for who, docs in self._speaker_docs.items():
             parts = who.split()
-            if docs and parts and any(p in words for p in parts):
-                named |= docs
+            if docs > 0 and parts and any(p in words for p in parts):
+                named.add(who)
                 names.update(parts)
         weighted: dict[str, float] = {}
         for term in index_terms(" ".join(w for w in words if w not in names)):
@@ -215,31 +224,36 @@ class Ranker:
             if expansion:
                 for i, s in self._bm25(expansion).items():
                     first[i] = first.get(i, 0.0) + s
+        if len(first) > cfg.candidates:
+            # What the bonuses and neighbours could lift into a top 10 is near the top.
+            first = dict(heapq.nlargest(cfg.candidates, first.items(), key=_SCORE))
         scores = self._neighbours(first) if cfg.neighbour_weight else first
+        speakers, timely, said = self._speakers, self._timely, self._dates
         for i in scores:
             bonus = 1.0
-            if named and i in named:
+            if named and speakers[i] in named:
                 bonus += cfg.speaker_boost
-            if when and self._timely[i]:
+            if when and timely[i]:
                 bonus += cfg.when_boost
-            if dates and dates.intersection(self._dates[i]):
+            if dates and not dates.isdisjoint(said[i]):
                 bonus += cfg.date_weight
             scores[i] *= bonus
         return scores
 
     def _feedback(self, first: dict[int, float], weighted: dict[str, float]) -> dict[str, float]:
         cfg = self.config
-        best = heapq.nlargest(cfg.feedback_docs, first.items(), key=lambda p: p[1])
+        best = heapq.nlargest(cfg.feedback_docs, first.items(), key=_SCORE)
         top = best[0][1] or 1.0
         pool: dict[str, float] = {}
+        most = max(2.0, FEEDBACK_MAX_SHARE * self._live)
         for i, s in best:
             counts = self._terms[i]
             size = sum(counts.values()) or 1
             for term, f in counts.items():
-                if term in weighted or term in STOP_WORDS:
+                if term in weighted or len(self._postings.get(term, ())) > most:
                     continue
                 pool[term] = pool.get(term, 0.0) + (s / top) * f / size * self._idf(term)
-        chosen = heapq.nlargest(cfg.feedback_terms, pool.items(), key=lambda p: p[1])
+        chosen = heapq.nlargest(cfg.feedback_terms, pool.items(), key=_SCORE)
         total = sum(w for _, w in chosen) or 1.0
         return {t: cfg.feedback_weight * len(chosen) * w / total for t, w in chosen}
 
@@ -266,8 +280,8 @@ class Ranker:
         if among is not None:
             keep = set(among)
             scores = {i: s for i, s in scores.items() if i in keep}
-        return heapq.nlargest(k, ((i, s) for i, s in scores.items() if s > 0), key=_order)
+        return heapq.nlargest(k, ((i, s) for i, s in scores.items() if s > 0), key=_ORDER)
 
 
-def _order(pair: tuple[int, float]) -> tuple[float, int]:
-    return (pair[1], pair[0])
+_SCORE: Final = operator.itemgetter(1)
+_ORDER: Final = operator.itemgetter(1, 0)

@@ -40,12 +40,14 @@ import structlog
 from actormem.actors.errors import MemoryInputError
 from actormem.actors.messages import Message
 from actormem.actors.pool.sanitize import sanitize_insight_text
+from actormem.actors.recall.facts import FactExtractor, OpenAIFactExtractor, record_facts
 from actormem.actors.recall.embeddings import Embedder, EmbeddingError, OpenAIEmbedder, cosine
 from actormem.actors.recall.ranking import reciprocal_rank_fusion, score_components
 from actormem.actors.text.blocks import format_time, quote, render_block
 from actormem.actors.text.bm25 import tokenize
-from actormem.actors.text.ranker import Ranker
 from actormem.actors.text.duplicates import words
+from actormem.actors.text.importance import estimate_importance
+from actormem.actors.text.ranker import Ranker
 from actormem.runtime.config import _Section
 from actormem.runtime.ids import new_id
 from actormem.runtime.state import SnapshotState
@@ -114,7 +116,11 @@ class LongTermConfig(_Section, frozen=True):
         recency_decay: how much recency keeps per ``recency_unit_seconds`` since a
             memory was last recalled (Generative Agents: 0.995 per hour).
         recency_unit_seconds: the decay's time unit.
-        default_importance: importance of a recorded message that has none.
+        default_importance: importance of a recorded message that has none, when
+            ``estimate_importance`` is off.
+        estimate_importance: a message or text recorded without an importance
+            gets one estimated from its text
+            (:func:`actormem.actors.text.importance.estimate_importance`).
         top_k: memories a static-control retrieval injects.
         block_tokens: the most tokens that block may cost.
         max_entries: memories kept; past it the least important, then the
@@ -132,7 +138,15 @@ class LongTermConfig(_Section, frozen=True):
         embedding_model: its embedding model.
         embedding_api_key_env: environment variable holding its key.
         embedding_timeout: seconds per embeddings request.
-        embedding_retry_after: seconds of BM25 after an embeddings failure.
+        embedding_retry_after: seconds of lexical relevance alone after an
+            embeddings failure.
+        facts_base_url: an OpenAI-compatible chat endpoint ``record()`` extracts
+            atomic facts through ("" = memories are the messages themselves).
+        facts_model: its chat model.
+        facts_api_key_env: environment variable holding its key.
+        facts_timeout: seconds per extraction request.
+        facts_retry_after: seconds of recording messages as they are after an
+            extraction failure.
     """
 
     mode: ControlMode = ControlMode.STATIC_CONTROL
@@ -142,6 +156,7 @@ class LongTermConfig(_Section, frozen=True):
     recency_decay: float = DEFAULT_DECAY
     recency_unit_seconds: float = DEFAULT_DECAY_UNIT
     default_importance: float = 0.5
+    estimate_importance: bool = True
     top_k: int = DEFAULT_TOP_K
     block_tokens: int = DEFAULT_BLOCK_TOKENS
     max_entries: int = DEFAULT_MAX_ENTRIES
@@ -155,6 +170,11 @@ class LongTermConfig(_Section, frozen=True):
     embedding_api_key_env: str = "OPENAI_API_KEY"
     embedding_timeout: float = 10.0
     embedding_retry_after: float = 60.0
+    facts_base_url: str = ""
+    facts_model: str = "gpt-4o-mini"
+    facts_api_key_env: str = "OPENAI_API_KEY"
+    facts_timeout: float = 30.0
+    facts_retry_after: float = 60.0
 
     def __post_init__(self) -> None:
         weights = (self.recency_weight, self.importance_weight, self.relevance_weight)
@@ -169,7 +189,7 @@ class LongTermConfig(_Section, frozen=True):
                 f"default_importance must be within 0..1, got {self.default_importance}"
             )
         self._at_least(1, "top_k", "block_tokens", "max_entries", "max_entry_chars")
-        self._above(0, "recency_unit_seconds", "embedding_timeout")
+        self._above(0, "recency_unit_seconds", "embedding_timeout", "facts_timeout")
 
 
 class MemoryEntry(msgspec.Struct, frozen=True, kw_only=True):
@@ -220,7 +240,10 @@ class LongTermMemory(SnapshotState[LongTermState]):
     Args:
         config: the long-term section (defaults if omitted).
         embedder: embeds texts; by default an :class:`OpenAIEmbedder` when
-            ``embedding_base_url`` is set, else none (BM25 only).
+            ``embedding_base_url`` is set, else none (lexical relevance only).
+        extractor: extracts facts in :meth:`record_messages`; by default an
+            :class:`~actormem.actors.recall.facts.OpenAIFactExtractor` when
+            ``facts_base_url`` is set, else none (messages are kept as they are).
         clock: the time source (tests pass a fake one).
     """
 
@@ -231,6 +254,7 @@ class LongTermMemory(SnapshotState[LongTermState]):
         config: LongTermConfig | None = None,
         *,
         embedder: Embedder | None = None,
+        extractor: FactExtractor | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.config = cfg = config or LongTermConfig()
@@ -242,6 +266,16 @@ class LongTermMemory(SnapshotState[LongTermState]):
                 timeout=cfg.embedding_timeout,
             )
         self.embedder = embedder
+        if extractor is None and cfg.facts_base_url:
+            extractor = OpenAIFactExtractor(
+                cfg.facts_base_url,
+                cfg.facts_model,
+                api_key=os.environ.get(cfg.facts_api_key_env),
+                timeout=cfg.facts_timeout,
+            )
+        self.extractor = extractor
+        #: Until when :meth:`record_messages` keeps messages as they are (after a failure).
+        self.facts_off_until = 0.0
         self.clock = clock
         self._entries: dict[str, MemoryEntry] = {}
         self._accessed: dict[str, float] = {}
@@ -274,9 +308,10 @@ class LongTermMemory(SnapshotState[LongTermState]):
         for m in messages:
             if m.role not in self.config.record_roles:
                 continue
-            entry = self._add(
-                m.text(),
-                self.config.default_importance if m.importance is None else m.importance,
+            text = m.text()
+            entry = self.remember(
+                text,
+                self.importance_of(text) if m.importance is None else m.importance,
                 speaker=m.name or m.role,
                 source_message_ids=(m.id,),
                 said=m.timestamp,
@@ -284,6 +319,27 @@ class LongTermMemory(SnapshotState[LongTermState]):
             if entry is not None:
                 out.append(entry)
         return out
+
+    async def record_messages(self, messages: Sequence[Message]) -> list[MemoryEntry]:
+        """:meth:`record`, or with an extractor, remember the facts the messages state
+        (see :mod:`actormem.actors.recall.facts`); return the new entries."""
+        if self.extractor is None or self.clock() < self.facts_off_until:
+            return self.record(messages)
+        return await record_facts(self, self.extractor, messages)
+
+    def related(self, text: str, n: int) -> list[MemoryEntry]:
+        """The ``n`` memories lexically closest to ``text``, best first (their
+        recency is left as it is)."""
+        scores = self._lexical_scores(text) if tokenize(text) else {}
+        best = heapq.nlargest(n, scores.items(), key=lambda p: p[1])
+        return [self._entries[i] for i, s in best if s > 0 and i in self._entries]
+
+    def refresh(self, entry_id: str, importance: float) -> None:
+        """Make a memory recent again, its importance raised to ``importance``."""
+        old = self._entries[entry_id]
+        if importance > old.importance:
+            self._entries[entry_id] = msgspec.structs.replace(old, importance=importance)
+        self._accessed[entry_id] = self.clock()
 
     def record_texts(
         self, texts: Iterable[str], importance: float | None = None, speaker: str = "agent"
@@ -295,19 +351,28 @@ class LongTermMemory(SnapshotState[LongTermState]):
         """
         if importance is not None and not 0.0 <= importance <= 1.0:
             raise MemoryInputError(f"importance must be within 0..1, got {importance}")
-        level = self.config.default_importance if importance is None else importance
-        added = (self._add(t, level, speaker=speaker) for t in texts)
+        added = (
+            self.remember(t, self.importance_of(t) if importance is None else importance, speaker)
+            for t in texts
+        )
         return [e for e in added if e is not None]
 
-    def _add(
+    def importance_of(self, text: str) -> float:
+        """The importance of a text recorded without one."""
+        if self.config.estimate_importance:
+            return estimate_importance(text)
+        return self.config.default_importance
+
+    def remember(
         self,
         raw: str,
         importance: float,
-        *,
         speaker: str,
         source_message_ids: tuple[str, ...] = (),
         said: float = 0.0,
     ) -> MemoryEntry | None:
+        """Remember one text; None when it is empty, or already remembered (that
+        memory is then refreshed with the larger importance)."""
         text = sanitize_insight_text(raw, self.config.max_entry_chars)
         norm = " ".join(words(text))
         if not norm:
@@ -315,10 +380,7 @@ class LongTermMemory(SnapshotState[LongTermState]):
         now = self.clock()
         same = self._by_text.get(norm)
         if same is not None:
-            old = self._entries[same]
-            if importance > old.importance:
-                self._entries[same] = msgspec.structs.replace(old, importance=importance)
-            self._accessed[same] = now
+            self.refresh(same, importance)
             return None
         entry = MemoryEntry(
             id=new_id(),
@@ -521,10 +583,11 @@ class LongTermMemory(SnapshotState[LongTermState]):
         return render_memories_block(recalled, self.config.block_tokens, counter)
 
     async def aclose(self) -> None:
-        """Close the embedder's HTTP client, if it has one."""
-        close = getattr(self.embedder, "aclose", None)
-        if close is not None:
-            await close()
+        """Close the embedder's and the extractor's HTTP clients, if they have one."""
+        for client in (self.embedder, self.extractor):
+            close = getattr(client, "aclose", None)
+            if close is not None:
+                await close()
 
     # -- state ------------------------------------------------------------------------
 

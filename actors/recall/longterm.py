@@ -131,7 +131,7 @@ class LongTermConfig(_Section, frozen=True):
             only memories it reaches (sharing a word with it, or next to one that does).
         specific_share: a query is specific when one of its words is held by at
             most this share of the memories; its memories are then ranked by
-            relevance, recency and importance weighing a tenth as much.
+            relevance, recency and importance weighing a tenth as much (0: never).
         touch_on_retrieve: a recalled memory becomes recent again (as in
             Generative Agents).
         embedding_base_url: an OpenAI-compatible endpoint ("" = BM25 only).

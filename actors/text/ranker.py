@@ -207,7 +207,9 @@ class Ranker:
     def specific(self, query: str, share: float) -> bool:
         """True when a word of ``query`` (not a speaker's name) is held by at most
         ``share`` of the documents, and by one at least: the query asks for
-        something in particular."""
+        something in particular (never with a ``share`` of 0)."""
+        if share <= 0:
+            return False
         weighted, _, _, _ = self._query(query)
         most = max(1.0, share * self._live)
         return any(0 < len(self._postings.get(t, ())) <= most for t in weighted)

@@ -1,4 +1,4 @@
-"""Retrieval on labelled long conversations: recall@5/10 of ranked search and retrieve next to plain BM25.
+"""Recall@5/10 of ranked search and retrieve on labelled long conversations, next to plain BM25.
 
 Each conversation of --data (the LoCoMo format: see
 actormem.benchmarks.retrieval_data) goes into one agent's memory through the
@@ -190,7 +190,7 @@ def _latency_rows(times: dict[str, list[float]], where: str, turns: str) -> list
             ours = percentile(times[method], p) * 1e3
             raw = percentile(times["plain BM25"], p) * 1e3
             name = f"{_LABELS[method]} ask round trip p{p}, {where}, {turns}"
-            extra = {"method": method, "percentile": p, "latency": where}
+            extra = {"method": method, "p": p, "latency": where}
             target = "< 5 ms" if p == 99 and turns.startswith("10,000") else None
             if raw > 0:
                 rows.append(

@@ -369,9 +369,7 @@ def retrieval_plot(results: list[BenchResult], path: Path) -> list[Path]:
                 alpha=1.0 if n == 0 else 0.5,
                 label=f"{method}{tag}",
             )
-    left.set_xticks(
-        [i + 0.4 - width / 2 for i in range(len(labels))], labels=labels, fontsize=8
-    )
+    left.set_xticks([i + 0.4 - width / 2 for i in range(len(labels))], labels=labels, fontsize=8)
     left.axhline(0.70, color="grey", linestyle=":", label="target 0.70")
     left.set(ylabel="recall@10 (higher is better)", ylim=(0, 1))
     left.set_title("evidence among the top 10, per question category")

@@ -141,9 +141,7 @@ async def _ask_all(
         t0 = time.perf_counter()
         recalled = await memory.retrieve(q.text, k=10)
         times["retrieve"].append(time.perf_counter() - t0)
-        scores["retrieve"].add(
-            q, [dia_of.get(r.entry.source_message_ids[0], "") for r in recalled]
-        )
+        scores["retrieve"].add(q, [dia_of.get(r.entry.source_message_ids[0], "") for r in recalled])
         t0 = time.perf_counter()
         top = baseline.top(q.text, 10)
         times["plain BM25"].append(time.perf_counter() - t0)

@@ -69,7 +69,8 @@ def _said(raw: Any, where: str) -> float:
     try:
         when = datetime.datetime.strptime(str(raw).strip(), _DATE_FORMAT)
     except ValueError:
-        raise DataError(f"{where}: a session date like '1:56 pm on 8 May, 2023', got {raw!r}")
+        why = f"{where}: a session date like '1:56 pm on 8 May, 2023', got {raw!r}"
+        raise DataError(why) from None
     return when.replace(tzinfo=datetime.UTC).timestamp()
 
 

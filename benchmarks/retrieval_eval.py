@@ -107,7 +107,7 @@ GRID = {
 def _grid() -> Iterable[RankerConfig]:
     names = list(GRID)
     for values in itertools.product(*(GRID[n] for n in names)):
-        yield RankerConfig(**dict(zip(names, values, strict=True)))
+        yield msgspec.convert(dict(zip(names, values, strict=True)), RankerConfig)
 
 
 class Fold(msgspec.Struct, frozen=True, kw_only=True):
@@ -122,9 +122,7 @@ class Fold(msgspec.Struct, frozen=True, kw_only=True):
     default_recall10: float
 
 
-def held_out(
-    conversations: list[Conversation], progress: Callable[[str], None]
-) -> list[Fold]:
+def held_out(conversations: list[Conversation], progress: Callable[[str], None]) -> list[Fold]:
     """Leave one conversation out: for each, the grid's configuration best on the
     others (mean recall at 10), and its recall at 10 on the one left out, next to
     the default configuration's."""

@@ -176,9 +176,7 @@ async def record_facts(
     ``memory`` records); return the new entries. A fact that repeats a memory
     refreshes it instead; a failed extraction records the messages as they are
     (and extraction rests for ``facts_retry_after`` seconds)."""
-    kept = [
-        m for m in messages if m.role in memory.config.record_roles and m.text().strip()
-    ]
+    kept = [m for m in messages if m.role in memory.config.record_roles and m.text().strip()]
     if not kept:
         return []
     related = memory.related(" ".join(m.text() for m in kept), KNOWN_SHOWN)

@@ -40,8 +40,8 @@ import structlog
 from actormem.actors.errors import MemoryInputError
 from actormem.actors.messages import Message
 from actormem.actors.pool.sanitize import sanitize_insight_text
-from actormem.actors.recall.facts import FactExtractor, OpenAIFactExtractor, record_facts
 from actormem.actors.recall.embeddings import Embedder, EmbeddingError, OpenAIEmbedder, cosine
+from actormem.actors.recall.facts import FactExtractor, OpenAIFactExtractor, record_facts
 from actormem.actors.recall.ranking import reciprocal_rank_fusion, score_components
 from actormem.actors.text.blocks import format_time, quote, render_block
 from actormem.actors.text.bm25 import tokenize
@@ -519,9 +519,7 @@ class LongTermMemory(SnapshotState[LongTermState]):
             raise MemoryInputError(f"query must be text, got {type(query).__name__}")
         return self._rank(query, k, None)
 
-    def _rank(
-        self, query: str, k: int | None, semantic: dict[str, float] | None
-    ) -> list[Recalled]:
+    def _rank(self, query: str, k: int | None, semantic: dict[str, float] | None) -> list[Recalled]:
         k = self.config.top_k if k is None else k
         if not isinstance(k, int) or k < 1:
             raise MemoryInputError(f"k must be an integer >= 1, got {k!r}")

@@ -20,7 +20,7 @@ import re
 from typing import Final
 
 from actormem.actors.text.bm25 import tokenize
-from actormem.actors.text.terms import STOP_WORDS, mentions_time, stem
+from actormem.actors.text.terms import STOP_WORDS, listed, mentions_time, stem
 
 __all__ = ("BASE", "estimate_importance")
 
@@ -31,11 +31,13 @@ _NAME: Final = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]+")
 #: Stems of words that say a fact about someone: life events, plans, likes, duties.
 _FACT_STEMS: Final = frozenset(
     stem(w)
-    for w in """moved adopted married divorced born died graduated hired fired promoted
+    for w in listed(
+        """moved adopted married divorced born died graduated hired fired promoted
     started finished quit joined bought sold won lost broke injured allergic diagnosed
     pregnant decided plan planning promise promised agreed must deadline appointment
     love loves hate hates favorite favourite prefer always never birthday anniversary
-    password code address phone""".split()
+    password code address phone"""
+    )
 )
 
 

@@ -275,7 +275,9 @@ class Ranker:
                         out[j] = max(out.get(j, 0.0), scores.get(j, 0.0) + gain)
         return out
 
-    def top(self, query: str, k: int, among: Iterable[int] | None = None) -> list[tuple[int, float]]:
+    def top(
+        self, query: str, k: int, among: Iterable[int] | None = None
+    ) -> list[tuple[int, float]]:
         """Up to ``k`` (index, score) pairs with a positive score, best first (the
         later document first on a tie); only indices in ``among`` when given."""
         scores = self.sparse_scores(query)

@@ -22,14 +22,22 @@ __all__ = (
     "asks_when",
     "date_terms",
     "index_terms",
+    "listed",
     "mentions_time",
     "stem",
 )
 
+
+def listed(text: str) -> list[str]:
+    """The words of a whitespace-separated list."""
+    return text.split()
+
+
 #: Function words that say nothing about what a text is about (question words too:
 #: "what did she paint" is about painting).
 STOP_WORDS: Final = frozenset(
-    """a about above after again against all am an and any are aren't as at be because
+    listed(
+        """a about above after again against all am an and any are aren't as at be because
     been before being below between both but by can can't could couldn't did didn't do
     does doesn't doing don't down during each few for from further had hadn't has hasn't
     have haven't having he he'd he'll he's her here here's hers herself him himself his
@@ -41,23 +49,26 @@ STOP_WORDS: Final = frozenset(
     wasn't we we'd we'll we're we've were weren't what what's when when's where where's
     which while who who's whom why why's will with won't would wouldn't you you'd you'll
     you're you've your yours yourself yourselves also just really yeah yes oh hey hi
-    wow thanks thank so got get gets getting would like kind lot much many""".split()
+    wow thanks thank so got get gets getting would like kind lot much many"""
+    )
 )
 
-MONTHS: Final = (
+MONTHS: Final = listed(
     "january february march april may june july august september october november december"
-).split()
-_WEEKDAYS: Final = "monday tuesday wednesday thursday friday saturday sunday".split()
+)
+_WEEKDAYS: Final = listed("monday tuesday wednesday thursday friday saturday sunday")
 
 #: Words that place an event in time ("yesterday", "last week", "in May", "2019").
 TEMPORAL_WORDS: Final = frozenset(
     [
         *MONTHS,
         *_WEEKDAYS,
-        *"""yesterday today tonight tomorrow ago last next weekend week weeks month
+        *listed(
+            """yesterday today tonight tomorrow ago last next weekend week weeks month
         months year years recently lately since earlier soon later morning evening night
         afternoon birthday anniversary holiday holidays summer winter spring autumn fall
-        christmas""".split(),
+        christmas"""
+        ),
     ]
 )
 _YEAR: Final = re.compile(r"^(1[89]|20)\d\d$")

@@ -27,9 +27,7 @@ TURNS = [
 
 def write_conversation(folder: Path, name: str = "c1") -> Path:
     folder.mkdir(parents=True, exist_ok=True)
-    session = [
-        {"speaker": s, "dia_id": f"D1:{n + 1}", "text": t} for n, (s, t) in enumerate(TURNS)
-    ]
+    session = [{"speaker": s, "dia_id": f"D1:{n + 1}", "text": t} for n, (s, t) in enumerate(TURNS)]
     session[3]["blip_caption"] = "a photo of clay bowls"
     data = {
         "speaker_a": "Ann",

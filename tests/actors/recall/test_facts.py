@@ -55,9 +55,10 @@ async def test_record_keeps_the_facts_the_model_extracts_with_their_sources() ->
             assert added[1].importance == 0.9  # the source's own importance
             # Again: the model sees them as known, and repeating them adds nothing.
             assert await memory.record_messages(turns) == []
-            assert "Anna said: I moved to Berlin in 2021." in server.bodies[-1]["messages"][-1][
-                "content"
-            ].split("Messages:")[0]
+            assert (
+                "Anna said: I moved to Berlin in 2021."
+                in server.bodies[-1]["messages"][-1]["content"].split("Messages:")[0]
+            )
             assert len(memory) == 2
             top = await memory.retrieve("Where did Anna move?", 1)
             assert top[0].entry.source_message_ids == (turns[1].id,)
@@ -82,9 +83,7 @@ async def test_a_failed_extraction_records_the_messages_and_rests() -> None:
             await memory.aclose()
 
 
-@pytest.mark.parametrize(
-    "content", ["not json", '{"facts": "none"}', '{"other": []}', None]
-)
+@pytest.mark.parametrize("content", ["not json", '{"facts": "none"}', '{"other": []}', None])
 def test_an_answer_without_a_facts_list_is_an_error(content: str | None) -> None:
     with pytest.raises(FactExtractionError, match="did not answer with facts"):
         parse_answer(content, 3)

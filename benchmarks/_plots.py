@@ -375,8 +375,26 @@ def retrieval_plot(results: list[BenchResult], path: Path) -> list[Path]:
     left.set_title("evidence among the top 10, per question category")
     left.grid(True, axis="y", alpha=0.3)
     left.legend(fontsize=7)
-    _bars(right, shown, lambda r: r.unit == "ms", "ms, log scale (lower is better)", log=True)
-    right.set_title("ask round trips (grey: plain BM25 in the benchmark)")
+    names: list[str] = []
+    for n, result in enumerate(shown):
+        timed = [r for r in result.rows if r.unit == "ms"]
+        names = names or [textwrap.fill(r.name, 44) for r in timed]
+        height = 0.8 / (2 * max(1, len(shown)))
+        ys = [i + 2 * n * height for i in range(len(timed))]
+        right.barh(ys, [r.value for r in timed], height=height, color=f"C{n}", label=result.name)
+        right.barh(
+            [y + height for y in ys],
+            [r.baseline_value or 0.0 for r in timed],
+            height=height,
+            color="lightgrey",
+            label="plain BM25 top 10" if n == 0 else None,
+        )
+    right.set_yticks(range(len(names)), labels=names, fontsize=7)
+    right.invert_yaxis()
+    right.set(xscale="log", xlabel="ms, log scale (lower is better)")
+    right.grid(True, axis="x", which="both", alpha=0.3)
+    right.legend(fontsize=7)
+    right.set_title("ask round trips, next to plain BM25 on the same turns")
     return _save(plt, fig, path)
 
 

@@ -42,7 +42,13 @@ from actormem.benchmarks._common import (
     step,
 )
 from actormem.benchmarks.retrieval_data import Conversation, load_conversations
-from actormem.benchmarks.retrieval_eval import CATEGORIES, PlainBM25, Scores, held_out
+from actormem.benchmarks.retrieval_eval import (
+    CATEGORIES,
+    GRID_SIZE,
+    PlainBM25,
+    Scores,
+    held_out,
+)
 
 NAME = "retrieval"
 
@@ -233,7 +239,8 @@ async def _latency(conversations: list[Conversation], turns: int, queries: int) 
 async def run(args: argparse.Namespace) -> list[Row]:
     conversations = load_conversations(Path(args.data), args.conversations)
     rows = recorded_rows()
-    plan(len(conversations) + (1 if args.latency_turns else 0) + (1 if args.held_out else 0))
+    held = GRID_SIZE if args.held_out else 0
+    plan(len(conversations) + (1 if args.latency_turns else 0) + held)
     scores = {m: Scores() for m in _METHODS}
     times: dict[str, list[float]] = {m: [] for m in _METHODS}
     where = "in-process" if args.transport == "local" else "Redis"
@@ -255,7 +262,6 @@ async def run(args: argparse.Namespace) -> list[Row]:
         step(f"latency on one memory of {args.latency_turns:,} turns (in-process)")
         rows += await _latency(conversations, args.latency_turns, args.latency_queries)
     if args.held_out:
-        step(f"held-out check over {len(conversations)} conversations")
         rows += _held_out_rows(conversations)
     return rows
 

@@ -15,7 +15,16 @@ import msgspec
 from actormem.actors.text.ranker import Ranker, RankerConfig
 from actormem.benchmarks.retrieval_data import Conversation, Question
 
-__all__ = ("CATEGORIES", "Fold", "PlainBM25", "Scores", "held_out", "ranker_recall")
+__all__ = (
+    "CATEGORIES",
+    "GRID",
+    "GRID_SIZE",
+    "Fold",
+    "PlainBM25",
+    "Scores",
+    "held_out",
+    "ranker_recall",
+)
 
 #: LoCoMo's names of its question categories (as its data card lists them).
 CATEGORIES = {1: "single-hop", 2: "temporal", 3: "open-domain", 4: "multi-hop"}
@@ -104,6 +113,9 @@ GRID = {
 }
 
 
+GRID_SIZE = math.prod(len(values) for values in GRID.values())
+
+
 def _grid() -> Iterable[RankerConfig]:
     names = list(GRID)
     for values in itertools.product(*(GRID[n] for n in names)):
@@ -129,7 +141,7 @@ def held_out(conversations: list[Conversation], progress: Callable[[str], None])
     configs = list(_grid())
     table: list[list[tuple[float, int]]] = []
     for n, config in enumerate(configs):
-        progress(f"held-out grid: configuration {n + 1}/{len(configs)}")
+        progress(f"held-out check: ranker configuration {n + 1}/{len(configs)}")
         table.append([ranker_recall(c, config) for c in conversations])
     default = [ranker_recall(c, RankerConfig()) for c in conversations]
     out: list[Fold] = []

@@ -84,7 +84,8 @@ class Ranker:
         self.config = config or RankerConfig()
         self._postings: dict[str, dict[int, int]] = {}
         self._lengths: list[int] = []
-        self._terms: list[Counter[str]] = []
+        # Plain dicts of words and counts: the collector need not track them.
+        self._terms: list[dict[str, int]] = []
         self._speakers: list[str] = []
         self._dates: list[tuple[str, ...]] = []
         self._timely: list[bool] = []
@@ -116,7 +117,7 @@ class Ranker:
             self._postings.setdefault(term, {})[index] = freq
         length = sum(counts.values())
         self._lengths.append(length)
-        self._terms.append(counts)
+        self._terms.append(dict(counts))
         who = " ".join(tokenize(speaker or ""))
         self._speakers.append(who)
         if who:
@@ -151,7 +152,7 @@ class Ranker:
                         del self._postings[_SPEAKER + part]
         self._total -= self._lengths[index]
         self._lengths[index] = -1
-        self._terms[index] = Counter()
+        self._terms[index] = {}
         self._live -= 1
 
     # -- scoring ----------------------------------------------------------------------

@@ -172,6 +172,7 @@ class LongTermMemory(SnapshotState[LongTermState]):
         self._ranker: Ranker | None = None
         self._ranker_ids: list[str] = []
         self._ranker_pos: dict[str, int] = {}
+        self._specific = False
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -349,8 +350,9 @@ class LongTermMemory(SnapshotState[LongTermState]):
         return self._ranker
 
     def _lexical_scores(self, query: str) -> dict[str, float]:
-        """Lexical scores of the memories the query reaches (absent ids score 0)."""
-        scores = self._lexical().sparse_scores(query)
+        """Lexical scores of the memories the query reaches (absent ids score 0); notes
+        whether the query is specific."""
+        scores, self._specific = self._lexical().search(query, self.config.specific_share)
         ids = self._ranker_ids
         return {ids[n]: score for n, score in scores.items()}
 
@@ -411,6 +413,7 @@ class LongTermMemory(SnapshotState[LongTermState]):
             return []
         cfg = self.config
         words = tokenize(query)
+        self._specific = False
         lexical = self._lexical_scores(query) if words else {}
         lexical = {i: s for i, s in lexical.items() if s > 0 and i in self._entries}
         if semantic is not None:
@@ -425,11 +428,7 @@ class LongTermMemory(SnapshotState[LongTermState]):
                 return []
         # A query that asks for something in particular ranks by relevance: recency
         # and importance only order memories about as relevant as each other.
-        specific = (
-            bool(lexical)
-            and cfg.relevance_weight > 0
-            and self._lexical().specific(query, cfg.specific_share)
-        )
+        specific = bool(lexical) and cfg.relevance_weight > 0 and self._specific
         others = RELEVANCE_FIRST_SHARE if specific else 1.0
         if specific and len(ids) > SPECIFIC_CANDIDATES_PER_K * k:
             ids = heapq.nlargest(SPECIFIC_CANDIDATES_PER_K * k, ids, key=relevance.__getitem__)
@@ -440,19 +439,26 @@ class LongTermMemory(SnapshotState[LongTermState]):
             [relevance.get(i, 0.0) for i in ids],
             cfg.recency_decay,
         )
-        scored = [
+        wr, wi, wl = (
+            others * cfg.recency_weight,
+            others * cfg.importance_weight,
+            cfg.relevance_weight,
+        )
+        entries = self._entries
+        scores = [wr * rc + wi * im + wl * rl for rc, im, rl in components]
+        best = heapq.nlargest(
+            k, range(len(ids)), key=lambda n: (scores[n], entries[ids[n]].created)
+        )
+        top = [
             Recalled(
-                entry=self._entries[i],
-                score=others * (cfg.recency_weight * rc + cfg.importance_weight * im)
-                + cfg.relevance_weight * rl,
-                recency=rc,
-                importance=im,
-                relevance=rl,
+                entry=entries[ids[n]],
+                score=scores[n],
+                recency=components[n][0],
+                importance=components[n][1],
+                relevance=components[n][2],
             )
-            for i, (rc, im, rl) in zip(ids, components, strict=True)
+            for n in best
         ]
-        scored.sort(key=lambda r: (-r.score, -r.entry.created))
-        top = scored[:k]
         if cfg.touch_on_retrieve and top:
             self.touches += 1
             for r in top:

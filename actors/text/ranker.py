@@ -209,16 +209,27 @@ class Ranker:
         """True when a word of ``query`` (not a speaker's name) is held by at most
         ``share`` of the documents, and by one at least: the query asks for
         something in particular (never with a ``share`` of 0)."""
+        return self._specific(self._query(query)[0], share)
+
+    def _specific(self, weighted: dict[str, float], share: float) -> bool:
         if share <= 0:
             return False
-        weighted, _, _, _ = self._query(query)
         most = max(1.0, share * self._live)
         return any(0 < len(self._postings.get(t, ())) <= most for t in weighted)
 
+    def search(self, query: str, share: float) -> tuple[dict[int, float], bool]:
+        """:meth:`sparse_scores` and :meth:`specific` of one query, in one pass."""
+        parsed = self._query(query)
+        return self._scores(*parsed), self._specific(parsed[0], share)
+
     def sparse_scores(self, query: str) -> dict[int, float]:
         """Scores of the documents the query reaches (the others score 0)."""
+        return self._scores(*self._query(query))
+
+    def _scores(
+        self, weighted: dict[str, float], named: set[str], when: bool, dates: set[str]
+    ) -> dict[int, float]:
         cfg = self.config
-        weighted, named, when, dates = self._query(query)
         first = self._bm25(weighted)
         if not first:
             return {}

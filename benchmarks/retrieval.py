@@ -13,7 +13,8 @@ all-evidence@k (the share of questions with every evidence turn in the top k),
 and each ask's round trip (p50, p99).
 
 --latency-turns also times both on one memory of that many turns (the data's
-turns, repeated as needed), in process. --held-out checks the ranker's defaults
+turns, repeated as needed), in process. --ablation reports the ranker's recall@10
+with each of its steps turned off. --held-out checks the ranker's defaults
 against overfitting: leave one conversation out, choose the ranker's parameters
 on the others (from a small grid), report recall@10 on the one left out.
 """
@@ -49,6 +50,7 @@ from actormem.benchmarks.retrieval_eval import (
     GRID_SIZE,
     PlainBM25,
     Scores,
+    ablation,
     held_out,
 )
 
@@ -88,6 +90,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--latency-queries", type=at_least(1), default=1_000, help="asks of each kind timed"
+    )
+    parser.add_argument(
+        "--ablation",
+        action="store_true",
+        help="also the ranker's recall@10 with each of its steps turned off",
     )
     parser.add_argument(
         "--held-out",
@@ -263,7 +270,8 @@ async def run(args: argparse.Namespace) -> list[Row]:
     conversations = load_conversations(Path(args.data), args.conversations)
     rows = recorded_rows()
     held = GRID_SIZE if args.held_out else 0
-    plan(len(conversations) + (1 if args.latency_turns else 0) + held)
+    extra = (1 if args.latency_turns else 0) + (1 if args.ablation else 0)
+    plan(len(conversations) + extra + held)
     scores = {m: Scores() for m in _METHODS}
     times: dict[str, list[float]] = {m: [] for m in _METHODS}
     where = "in-process" if args.transport == "local" else "Redis"
@@ -284,6 +292,12 @@ async def run(args: argparse.Namespace) -> list[Row]:
     if args.latency_turns:
         step(f"latency on one memory of {args.latency_turns:,} turns (in-process)")
         rows += await _latency(conversations, args.latency_turns, args.latency_queries)
+    if args.ablation:
+        step("ablation: the ranker with each step turned off")
+        found = ablation(conversations)
+        for label, value in found.items():
+            name = f"ranker recall@10, {label}"
+            rows.append(_versus_defaults(name, value, found["all steps"]))
     if args.held_out:
         rows += _held_out_rows(conversations)
     return rows

@@ -19,9 +19,11 @@ __all__ = (
     "CATEGORIES",
     "GRID",
     "GRID_SIZE",
+    "STEPS",
     "Fold",
     "PlainBM25",
     "Scores",
+    "ablation",
     "held_out",
     "ranker_recall",
 )
@@ -164,4 +166,27 @@ def held_out(conversations: list[Conversation], progress: Callable[[str], None])
                 default_recall10=default[left][0] / max(1, questions),
             )
         )
+    return out
+
+
+#: Each step of the ranker, and the parameters that turn it off.
+STEPS: dict[str, dict[str, float]] = {
+    "speakers": {"speaker_boost": 0.0},
+    "time": {"when_boost": 0.0, "date_weight": 0.0},
+    "feedback": {"feedback_weight": 0.0},
+    "neighbours": {"neighbour_weight": 0.0},
+}
+
+
+def ablation(conversations: list[Conversation]) -> dict[str, float]:
+    """Recall at 10 over all questions of the default ranker, with each step turned
+    off in turn, and with all of them off (stemmed BM25 without stop words alone)."""
+    variants: dict[str, dict[str, float]] = {"all steps": {}}
+    variants.update({f"without {name}": off for name, off in STEPS.items()})
+    variants["words alone"] = {k: v for off in STEPS.values() for k, v in off.items()}
+    out = {}
+    for label, off in variants.items():
+        config = msgspec.structs.replace(RankerConfig(), **off)
+        found = [ranker_recall(c, config) for c in conversations]
+        out[label] = sum(h for h, _ in found) / max(1, sum(q for _, q in found))
     return out

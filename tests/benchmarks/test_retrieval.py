@@ -82,7 +82,7 @@ async def test_the_benchmark_reports_every_method_side_by_side(tmp_path: Path) -
     write_conversation(data, "c1")
     write_conversation(data, "c2")
     argv = ["retrieval", "--data", str(data), "--latency-turns", "20", "--latency-queries", "5"]
-    rows = await run(build_parser().parse_args([*argv, "--held-out"]))
+    rows = await run(build_parser().parse_args([*argv, "--held-out", "--ablation"]))
     check_rows("retrieval", rows)
     names = {row.name for row in rows}
     for method in ("search ranked", "retrieve", "plain BM25"):
@@ -93,8 +93,16 @@ async def test_the_benchmark_reports_every_method_side_by_side(tmp_path: Path) -
     assert set(search.extra["by_category"]) == {"1 single-hop", "2 temporal", "4 multi-hop"}
     assert 0.0 <= search.value <= 1.0
     assert any("20 turns" in row.name and row.unit == "ms" for row in rows)
-    held = [row for row in rows if row.name.startswith("ranker recall@10")]
+    held = [row for row in rows if "held out" in row.name or "chosen on" in row.name]
     assert len(held) == 3 and held[0].extra["held_out"] == "c1"
+    steps = [row.name for row in rows if row.name.startswith("ranker recall@10, w")]
+    assert steps == [
+        "ranker recall@10, without speakers",
+        "ranker recall@10, without time",
+        "ranker recall@10, without feedback",
+        "ranker recall@10, without neighbours",
+        "ranker recall@10, words alone",
+    ]
 
 
 @pytest.mark.slow

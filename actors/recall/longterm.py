@@ -350,11 +350,11 @@ class LongTermMemory(SnapshotState[LongTermState]):
         return self._ranker
 
     def _lexical_scores(self, query: str) -> dict[str, float]:
-        """Lexical scores of the memories the query reaches (absent ids score 0); notes
-        whether the query is specific."""
+        """Lexical scores of the memories the query reaches (the others score 0; a
+        forgotten memory's slot reaches nothing); notes whether the query is specific."""
         scores, self._specific = self._lexical().search(query, self.config.specific_share)
         ids = self._ranker_ids
-        return {ids[n]: score for n, score in scores.items()}
+        return {ids[n]: score for n, score in scores.items() if score > 0}
 
     async def _embedding_scores(self, query: str) -> dict[str, float] | None:
         embedder = self.embedder
@@ -415,7 +415,6 @@ class LongTermMemory(SnapshotState[LongTermState]):
         words = tokenize(query)
         self._specific = False
         lexical = self._lexical_scores(query) if words else {}
-        lexical = {i: s for i, s in lexical.items() if s > 0 and i in self._entries}
         if semantic is not None:
             relevance = reciprocal_rank_fusion([lexical, semantic])
             ids = list(self._entries)

@@ -187,7 +187,7 @@ def _quality_rows(scores: dict[str, Scores]) -> list[Row]:
         for c in sorted(s.counts):
             value, baseline = s.value("recall", 10, c), base.value("recall", 10, c)
             name = f"{_LABELS[method]} recall@10, category {c} {CATEGORIES.get(c, '')}".strip()
-            extra = {"method": method, "category": c, "questions": s.counts[c]}
+            extra = {"method": method, "category": c, "in_category": s.counts[c]}
             row = Row(name=name, value=value, unit="", extra=extra)
             if baseline > 0:
                 row.baseline, row.baseline_value = "plain BM25", baseline

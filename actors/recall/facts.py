@@ -19,8 +19,8 @@ import msgspec
 import structlog
 
 from actormem.actors.messages import Message
+from actormem.actors.recall.embeddings import OpenAIEndpoint
 from actormem.actors.text.duplicates import DEFAULT_NEAR_DUPLICATE_THRESHOLD, jaccard, shingles
-from actormem.runtime.config import redact_url
 from actormem.runtime.errors import ActormemError
 
 if TYPE_CHECKING:
@@ -108,35 +108,9 @@ def parse_answer(content: str | None, count: int) -> list[ExtractedFact]:
     return out
 
 
-class OpenAIFactExtractor(FactExtractor):
-    """Extracts facts with ``openai.AsyncOpenAI(...).chat.completions.create``.
-
-    Args:
-        base_url: the endpoint (``http://127.0.0.1:8000/v1``, say).
-        model: the chat model's name.
-        api_key: the key; local servers usually take anything.
-        timeout: seconds per request.
-        max_retries: the client's own retries on connection errors, 429 and 5xx.
-    """
-
-    def __init__(
-        self,
-        base_url: str,
-        model: str,
-        api_key: str | None = None,
-        timeout: float = 30.0,
-        max_retries: int = 1,
-    ) -> None:
-        import openai  # here, not at the top: it is slow to import, and optional to use
-
-        self.model = model
-        self._client = openai.AsyncOpenAI(
-            base_url=base_url, api_key=api_key or "unused", timeout=timeout, max_retries=max_retries
-        )
-
-    def __repr__(self) -> str:
-        base_url = redact_url(str(self._client.base_url))
-        return f"OpenAIFactExtractor(base_url={base_url!r}, model={self.model!r})"
+class OpenAIFactExtractor(FactExtractor, OpenAIEndpoint):
+    """Extracts facts with ``openai.AsyncOpenAI(...).chat.completions.create`` (the
+    arguments are :class:`~actormem.actors.recall.embeddings.OpenAIEndpoint`'s)."""
 
     async def extract(
         self, messages: Sequence[Message], known: Sequence[str]
@@ -163,10 +137,6 @@ class OpenAIFactExtractor(FactExtractor):
         except (AttributeError, IndexError, TypeError) as exc:
             raise FactExtractionError(f"the chat endpoint answered garbage: {exc}") from exc
         return parse_answer(content, len(messages))
-
-    async def aclose(self) -> None:
-        """Close the HTTP client."""
-        await self._client.close()
 
 
 async def record_facts(

@@ -164,8 +164,11 @@ class Ranker:
         n = self._live
         return math.log(1 + (n - len(docs) + 0.5) / (len(docs) + 0.5))
 
-    def _bm25(self, weighted: dict[str, float]) -> dict[int, float]:
-        out: dict[int, float] = {}
+    def _bm25(
+        self, weighted: dict[str, float], out: dict[int, float] | None = None
+    ) -> dict[int, float]:
+        """BM25 scores of ``weighted`` terms, added to ``out`` when given."""
+        out = {} if out is None else out
         if not self._total:
             return out
         n = self._live
@@ -236,11 +239,12 @@ class Ranker:
         if cfg.feedback_docs and cfg.feedback_terms and cfg.feedback_weight:
             expansion = self._feedback(first, weighted)
             if expansion:
-                for i, s in self._bm25(expansion).items():
-                    first[i] = first.get(i, 0.0) + s
+                self._bm25(expansion, first)
         if len(first) > cfg.candidates:
-            # What the bonuses and neighbours could lift into a top 10 is near the top.
-            first = dict(heapq.nlargest(cfg.candidates, first.items(), key=_SCORE))
+            # What the bonuses and neighbours could lift into a top 10 is near the top
+            # (a sort in C beats a heap in Python at these sizes).
+            ranked = sorted(first.items(), key=_SCORE, reverse=True)
+            first = dict(ranked[: cfg.candidates])
         scores = self._neighbours(first) if cfg.neighbour_weight else first
         speakers, timely, said = self._speakers, self._timely, self._dates
         for i in scores:
@@ -276,15 +280,18 @@ class Ranker:
         out = dict(scores)
         last = len(self._lengths) - 1
         window = self.config.neighbour_window
-        turns = self._turns
+        turns, lengths = self._turns, self._lengths
+        own, best = scores.get, out.get
         for i, s in scores.items():
             if not turns[i]:
                 continue
             for d in range(1, window + 1):
                 gain = weight * s / d
                 for j in (i - d, i + d):
-                    if 0 <= j <= last and self._lengths[j] >= 0 and turns[j]:
-                        out[j] = max(out.get(j, 0.0), scores.get(j, 0.0) + gain)
+                    if 0 <= j <= last and turns[j] and lengths[j] >= 0:
+                        lifted = own(j, 0.0) + gain
+                        if lifted > best(j, 0.0):
+                            out[j] = lifted
         return out
 
     def top(

@@ -58,7 +58,21 @@ _SPEAKER: Final = "@"
 
 
 class RankerConfig(msgspec.Struct, frozen=True, kw_only=True):
-    """How :class:`Ranker` scores (see the module doc for each step)."""
+    """How :class:`Ranker` scores (see the module doc for each step).
+
+    Attributes:
+        speaker_boost: the bonus of what a speaker the query names said.
+        when_boost: the bonus of a message placing something in time, for a
+            question asking when.
+        date_weight: the bonus of a message said in a month or year the query names.
+        feedback_docs: the best first-pass documents feedback words come from.
+        feedback_terms: the feedback words added to the query.
+        feedback_weight: what a feedback word weighs on average (a query word: 1).
+        neighbour_weight: the share of a turn's score its neighbours gain.
+        neighbour_window: how many turns away a neighbour may be.
+        candidates: the best documents the bonuses and neighbours apply to.
+        k1, b: BM25's term frequency saturation and length normalisation.
+    """
 
     speaker_boost: float = 1.0
     when_boost: float = 0.3

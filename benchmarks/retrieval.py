@@ -4,7 +4,10 @@ Each conversation of --data (the LoCoMo format: see
 actormem.benchmarks.retrieval_data) goes into one agent's memory through the
 public API, on the transport --transport names: its turns added as user messages
 named after their speaker, with the dia id and the session's date in metadata and
-the time said as timestamp, then recorded to long-term memory. Every question is
+the time said as timestamp, then recorded to long-term memory. No model is used
+unless --embedding-url (embeddings fused into retrieve) or --facts-url (record()
+keeps the facts a chat model extracts; a memory then counts for every turn it
+comes from) is given. Every question is
 then asked three ways: search(question, mode="ranked", k=10, scope="history"),
 retrieve(question, k=10), and a plain Okapi BM25 written in the benchmark over the
 same turns (speaker and text). Reported per question category: recall@k (the
@@ -31,7 +34,7 @@ from typing import Any
 
 import msgspec
 
-from actormem.actors import MemoryRuntime, Message
+from actormem.actors import LongTermConfig, MemoryRuntime, Message
 from actormem.actors.memory.commands import Search
 from actormem.actors.memory.handle import MemoryHandle
 from actormem.benchmarks._common import (
@@ -80,6 +83,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="in-process, or a private redis-server with this process as the worker",
     )
     parser.add_argument(
+        "--embedding-url",
+        metavar="URL",
+        help="an OpenAI-compatible endpoint whose embeddings retrieve fuses in "
+        "([longterm] embedding_base_url; its key from OPENAI_API_KEY)",
+    )
+    parser.add_argument(
+        "--embedding-model", default="text-embedding-3-small", help="its embedding model"
+    )
+    parser.add_argument(
+        "--facts-url",
+        metavar="URL",
+        help="an OpenAI-compatible chat endpoint record() extracts facts through "
+        "([longterm] facts_base_url; its key from OPENAI_API_KEY)",
+    )
+    parser.add_argument("--facts-model", default="gpt-4o-mini", help="its chat model")
+    parser.add_argument(
         "--conversations", type=at_least(1), default=None, help="the first N conversations only"
     )
     parser.add_argument(
@@ -104,15 +123,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 @contextlib.asynccontextmanager
-async def _runtime(transport: str) -> AsyncIterator[MemoryRuntime]:
-    if transport == "local":
-        async with MemoryRuntime(bench_config()) as rt:
+async def _runtime(args: argparse.Namespace) -> AsyncIterator[MemoryRuntime]:
+    longterm = LongTermConfig(
+        embedding_base_url=args.embedding_url or "",
+        embedding_model=args.embedding_model,
+        facts_base_url=args.facts_url or "",
+        facts_model=args.facts_model,
+    )
+    if args.transport == "local":
+        config = msgspec.structs.replace(bench_config(), longterm=longterm)
+        async with MemoryRuntime(config) as rt:
             yield rt
         return
     from actormem.benchmarks._redis import redis_app_config, server, worker_runtime
 
-    async with server() as redis, worker_runtime(redis_app_config(redis.url)) as rt:
-        yield rt
+    async with server() as redis:
+        config = msgspec.structs.replace(redis_app_config(redis.url), longterm=longterm)
+        async with worker_runtime(config) as rt:
+            yield rt
 
 
 def _messages(conversation: Conversation, repeat: int = 0) -> list[Message]:
@@ -156,7 +184,9 @@ async def _ask_all(
         t0 = time.perf_counter()
         recalled = await memory.retrieve(q.text, k=10)
         times["retrieve"].append(time.perf_counter() - t0)
-        scores["retrieve"].add(q, [dia_of.get(r.entry.source_message_ids[0], "") for r in recalled])
+        scores["retrieve"].add(
+            q, [[dia_of.get(i, "") for i in r.entry.source_message_ids] for r in recalled]
+        )
         t0 = time.perf_counter()
         top = baseline.top(q.text, 10)
         times["plain BM25"].append(time.perf_counter() - t0)
@@ -275,7 +305,7 @@ async def run(args: argparse.Namespace) -> list[Row]:
     scores = {m: Scores() for m in _METHODS}
     times: dict[str, list[float]] = {m: [] for m in _METHODS}
     where = "in-process" if args.transport == "local" else "Redis"
-    async with _runtime(args.transport) as rt:
+    async with _runtime(args) as rt:
         for conv in conversations:
             step(
                 f"conversation {conv.name}: {len(conv.turns):,} turns, "

@@ -73,11 +73,13 @@ class Scores:
         self.sums: dict[tuple[str, int, int], float] = {}
         self.counts: Counter[int] = Counter()
 
-    def add(self, question: Question, found: Sequence[str]) -> None:
-        """Score one question's ranked dia ids."""
+    def add(self, question: Question, found: Sequence[str | Sequence[str]]) -> None:
+        """Score one question's ranked results: each a dia id, or the dia ids of the
+        turns a memory comes from (a fact from two turns holds both)."""
         self.counts[question.category] += 1
         for k in (5, 10):
-            got = question.evidence.intersection(found[:k])
+            top = {d for item in found[:k] for d in ([item] if isinstance(item, str) else item)}
+            got = question.evidence & top
             share = len(got) / len(question.evidence)
             for measure, value in (("recall", share), ("all", float(share == 1.0))):
                 key = (measure, k, question.category)

@@ -7,13 +7,16 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from actormem.benchmarks.__main__ import build_parser
 from actormem.benchmarks.retrieval import run
 from actormem.benchmarks.retrieval_data import DataError, load_conversations
+from tests.actors.recall.embeddings import embed
 from tests.benchmarks.helpers import check_rows
+from tests.support.openai_server import OpenAIStub
 
 pytestmark = pytest.mark.anyio
 
@@ -103,6 +106,27 @@ async def test_the_benchmark_reports_every_method_side_by_side(tmp_path: Path) -
         "ranker recall@10, without neighbours",
         "ranker recall@10, words alone",
     ]
+
+
+def _one_fact_per_message(body: dict[str, Any]) -> str:
+    lines = body["messages"][-1]["content"].split("Messages:\n", 1)[1].splitlines()
+    facts = [{"text": f"Fact: {line}", "sources": [n]} for n, line in enumerate(lines, 1)]
+    return json.dumps({"facts": facts})
+
+
+async def test_the_benchmark_measures_embeddings_and_facts_when_given_endpoints(
+    tmp_path: Path,
+) -> None:
+    write_conversation(tmp_path)
+    with OpenAIStub(reply=_one_fact_per_message, embed=embed) as server:
+        argv = ["retrieval", "--data", str(tmp_path), "--latency-turns", "0"]
+        argv += ["--embedding-url", server.base_url, "--facts-url", server.base_url]
+        rows = await run(build_parser().parse_args(argv))
+        asked = {b.get("model") for b in server.bodies}
+    check_rows("retrieval", rows)
+    assert asked == {"text-embedding-3-small", "gpt-4o-mini"}  # both endpoints were used
+    retrieve = next(row for row in rows if row.name == "retrieve recall@10")
+    assert retrieve.value == 1.0  # every fact leads back to its turn
 
 
 @pytest.mark.slow

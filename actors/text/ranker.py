@@ -82,7 +82,7 @@ class RankerConfig(msgspec.Struct, frozen=True, kw_only=True):
     feedback_weight: float = 0.3
     neighbour_weight: float = 0.5
     neighbour_window: int = 2
-    candidates: int = 200
+    candidates: int = 100
     k1: float = K1
     b: float = B
 

@@ -4,13 +4,12 @@ Each conversation of --data (the LoCoMo format: see
 actormem.benchmarks.retrieval_data) goes into one agent's memory through the
 public API, on the transport --transport names: its turns added as user messages
 named after their speaker, with the dia id and the session's date in metadata and
-the time said as timestamp, then recorded to long-term memory. No model is used
-unless --embedding-url (embeddings fused into retrieve) or --facts-url (record()
-keeps the facts a chat model extracts; a memory then counts for every turn it
-comes from) is given. Every question is
+the time said as timestamp, then recorded to long-term memory. Every question is
 then asked three ways: search(question, mode="ranked", k=10, scope="history"),
 retrieve(question, k=10), and a plain Okapi BM25 written in the benchmark over the
-same turns (speaker and text). Reported per question category: recall@k (the
+same turns (speaker and text). No model is used unless --embedding-url
+(embeddings fused into retrieve) or --facts-url (record() keeps the facts a chat
+model extracts; a memory then counts for every turn it comes from) is given. Reported per question category: recall@k (the
 share of a question's evidence turns among the top k, averaged) and
 all-evidence@k (the share of questions with every evidence turn in the top k),
 and each ask's round trip (p50, p99).
@@ -89,7 +88,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "([longterm] embedding_base_url; its key from OPENAI_API_KEY)",
     )
     parser.add_argument(
-        "--embedding-model", default="text-embedding-3-small", help="its embedding model"
+        "--embedding-model",
+        metavar="NAME",
+        default="text-embedding-3-small",
+        help="its embedding model",
     )
     parser.add_argument(
         "--facts-url",
@@ -97,18 +99,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="an OpenAI-compatible chat endpoint record() extracts facts through "
         "([longterm] facts_base_url; its key from OPENAI_API_KEY)",
     )
-    parser.add_argument("--facts-model", default="gpt-4o-mini", help="its chat model")
     parser.add_argument(
-        "--conversations", type=at_least(1), default=None, help="the first N conversations only"
+        "--facts-model", metavar="NAME", default="gpt-4o-mini", help="its chat model"
+    )
+    parser.add_argument(
+        "--conversations",
+        metavar="N",
+        type=at_least(1),
+        default=None,
+        help="the first N conversations only",
     )
     parser.add_argument(
         "--latency-turns",
+        metavar="N",
         type=at_least(0),
         default=10_000,
         help="turns of the memory the in-process latency is timed on (0 = skip)",
     )
     parser.add_argument(
-        "--latency-queries", type=at_least(1), default=1_000, help="asks of each kind timed"
+        "--latency-queries",
+        metavar="N",
+        type=at_least(1),
+        default=1_000,
+        help="asks of each kind timed",
     )
     parser.add_argument(
         "--ablation",

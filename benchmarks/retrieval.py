@@ -9,10 +9,10 @@ then asked three ways: search(question, mode="ranked", k=10, scope="history"),
 retrieve(question, k=10), and a plain Okapi BM25 written in the benchmark over the
 same turns (speaker and text). No model is used unless --embedding-url
 (embeddings fused into retrieve) or --facts-url (record() keeps the facts a chat
-model extracts; a memory then counts for every turn it comes from) is given. Reported per question category: recall@k (the
-share of a question's evidence turns among the top k, averaged) and
-all-evidence@k (the share of questions with every evidence turn in the top k),
-and each ask's round trip (p50, p99).
+model extracts; a memory then counts for every turn it comes from) is given.
+Reported per question category: recall@k (the share of a question's evidence
+turns among the top k, averaged) and all-evidence@k (the share of questions with
+every evidence turn in the top k), and each ask's round trip (p50, p99).
 
 --latency-turns also times both on one memory of that many turns (the data's
 turns, repeated as needed), in process. --ablation reports the ranker's recall@10

@@ -4,6 +4,7 @@ sources, duplicates refresh, failures keep the messages."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -14,6 +15,7 @@ from actormem.actors import AppConfig, MemoryRuntime
 from actormem.actors.messages import Message
 from actormem.actors.recall.facts import FactExtractionError, parse_answer
 from actormem.actors.recall.longterm import LongTermConfig, LongTermMemory
+from actormem.runtime import Transport
 from tests.support.openai_server import OpenAIStub
 
 pytestmark = pytest.mark.anyio
@@ -95,11 +97,13 @@ def test_sources_out_of_range_are_dropped_and_fences_are_read() -> None:
     assert (fact.text, fact.sources) == ("A fact.", (1,))
 
 
-async def test_record_through_the_handle_extracts_facts() -> None:
+async def test_record_through_the_handle_extracts_facts(
+    make_transport: Callable[[], Transport],
+) -> None:
     with OpenAIStub(reply=_facts) as server:
         longterm = LongTermConfig(facts_base_url=server.base_url)
         config = msgspec.structs.replace(AppConfig(), longterm=longterm)
-        async with MemoryRuntime(config) as rt:
+        async with MemoryRuntime(config, transport=make_transport()) as rt:
             anna = rt.memory("anna")
             assert await anna.record(_turns()) == 2
             found = await anna.retrieve("door code", 1)

@@ -53,6 +53,7 @@ BENCHMARKS = (
     "redis_latency",
     "distributed",
     "redis_scale",
+    "retrieval",
 )
 
 #: The optional packages benchmarks import, and the extra that installs each.

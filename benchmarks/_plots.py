@@ -332,6 +332,73 @@ def load_plot(results: list[BenchResult], path: Path) -> list[Path]:
     return _save(plt, fig, path)
 
 
+def retrieval_plot(results: list[BenchResult], path: Path) -> list[Path]:
+    """Recall@10 per question category of ranked search, retrieve and plain BM25, and
+    the asks' round trips next to plain BM25's."""
+    plt = _pyplot()
+    if plt is None:
+        return []
+    shown = _named(results, "retrieval")
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.8), width_ratios=(3, 2))
+    methods = ("search", "retrieve", "plain BM25")
+    width = 0.8 / max(1, len(methods) * len(shown))
+    labels: list[str] = []
+    for n, result in enumerate(shown):
+        tag = _tag(result, results)
+        for m, method in enumerate(methods):
+            row = next(
+                (
+                    r
+                    for r in result.rows
+                    if r.extra.get("method") == method
+                    and r.extra.get("measure") == "recall"
+                    and r.extra.get("k") == 10
+                ),
+                None,
+            )
+            if row is None:
+                continue
+            values = {"all questions": row.value, **row.extra.get("by_category", {})}
+            labels = labels or list(values)
+            offset = (n * len(methods) + m) * width
+            left.bar(
+                [i + offset for i in range(len(labels))],
+                [values.get(label, 0.0) for label in labels],
+                width=width,
+                color=f"C{m}",
+                alpha=1.0 if n == 0 else 0.5,
+                label=f"{method}{tag}",
+            )
+    left.set_xticks([i + 0.4 - width / 2 for i in range(len(labels))], labels=labels, fontsize=8)
+    left.axhline(0.70, color="grey", linestyle=":", label="target 0.70")
+    left.set(ylabel="recall@10 (higher is better)", ylim=(0, 1))
+    left.set_title("evidence among the top 10, per question category")
+    left.grid(True, axis="y", alpha=0.3)
+    left.legend(fontsize=7)
+    names: list[str] = []
+    for n, result in enumerate(shown):
+        timed = [r for r in result.rows if r.unit == "ms"]
+        names = names or [textwrap.fill(r.name, 44) for r in timed]
+        height = 0.8 / (2 * max(1, len(shown)))
+        ys = [i + 2 * n * height for i in range(len(timed))]
+        right.barh(ys, [r.value for r in timed], height=height, color=f"C{n}", label=result.name)
+        right.barh(
+            [y + height for y in ys],
+            [r.baseline_value or 0.0 for r in timed],
+            height=height,
+            color="lightgrey",
+            label="plain BM25 top 10" if n == 0 else None,
+        )
+    right.set_yticks(range(len(names)), labels=names, fontsize=7)
+    right.invert_yaxis()
+    right.set(xscale="log", xlabel="ms, log scale (lower is better)")
+    right.grid(True, axis="x", which="both", alpha=0.3)
+    right.axvline(5.0, color="grey", linestyle=":", label="target p99 5 ms at 10,000 turns")
+    right.legend(fontsize=7)
+    right.set_title("latency, next to plain BM25 (grey)")
+    return _save(plt, fig, path)
+
+
 #: The plot of each benchmark (every benchmark has one).
 PLOTS: dict[str, Plot] = {
     "throughput": throughput_plot,
@@ -345,4 +412,5 @@ PLOTS: dict[str, Plot] = {
     "compression": compression_plot,
     "peers": peers_plot,
     "load": load_plot,
+    "retrieval": retrieval_plot,
 }

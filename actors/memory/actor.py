@@ -201,7 +201,8 @@ class AgentMemory(Actor):
                 return self.recall.inbox.relevant(query, k)
             case Record(messages=messages):
                 self.recall.changed()
-                return len(self.recall.longterm.record(store.counted(messages, "record")))
+                counted = store.counted(messages, "record")
+                return len(await self.recall.longterm.record_messages(counted))
             case Retrieve(query=query, k=k):
                 self.recall.changed()  # a recall makes memories recent again
                 return await self.recall.longterm.retrieve(query, k)
@@ -572,9 +573,10 @@ def memory_factory(
         episodes=config.episodes,
         retention=config.retention,
     )
-    # Embeddings make retrieval await the network, so receive may suspend: asks
-    # must then go through the mailbox instead of running inline.
-    cls = AgentMemory if not config.longterm.embedding_base_url else _SuspendingAgentMemory
+    # Embeddings make retrieval, and fact extraction record, await the network, so
+    # receive may suspend: asks must then go through the mailbox instead of inline.
+    networked = config.longterm.embedding_base_url or config.longterm.facts_base_url
+    cls = _SuspendingAgentMemory if networked else AgentMemory
     ttl = config.retention.ttl
     if sweeper is None and ttl is not None:
         sweeper = IdleSweeper(ttl)

@@ -10,7 +10,7 @@ from actormem.actors.errors import MemoryInputError
 from actormem.actors.memory.commands import Get, MemoryExport, Search
 from actormem.actors.memory.store import MessageStore
 from actormem.actors.messages import Message
-from actormem.actors.text.bm25 import BM25
+from actormem.actors.text.ranker import Ranker
 
 __all__ = ("DEFAULT_SEARCH_K", "MessageQueries")
 
@@ -27,12 +27,12 @@ class MessageQueries:
         important_threshold: the importance at or above which a message is important.
     """
 
-    __slots__ = ("_bm25", "_important_threshold", "_store")
+    __slots__ = ("_important_threshold", "_ranked", "_store")
 
     def __init__(self, store: MessageStore, important_threshold: float) -> None:
         self._store = store
         self._important_threshold = important_threshold
-        self._bm25: tuple[tuple[str, int, int], BM25] | None = None
+        self._ranked: _RankedIndex | None = None
 
     def get(self, q: Get) -> list[Message]:
         """The messages of ``q.scope`` that pass every filter ``q`` sets, oldest first.
@@ -74,7 +74,7 @@ class MessageQueries:
 
     def search(self, q: Search) -> list[Message]:
         """The messages of ``q.scope`` matching ``q.query``: the newest substring
-        hits, or the best BM25-ranked ones.
+        hits, or the best ranked ones (see :mod:`actormem.actors.text.ranker`).
 
         Raises:
             MemoryInputError: an empty query, ``k`` below 1, an unknown mode or scope.
@@ -118,12 +118,53 @@ class MessageQueries:
             raise MemoryInputError(f"reload: no offloaded content with id {offload_id!r}")
         return list(found)
 
-    def _index(self, scope: str, source: list[Message], cacheable: bool) -> BM25:
+    def _index(self, scope: str, source: list[Message], cacheable: bool) -> Ranker:
         if not cacheable:
-            return BM25([m.searchable_text() for m in source])
-        key = (scope, self._store.version, len(source))
-        if self._bm25 is not None and self._bm25[0] == key:
-            return self._bm25[1]
-        index = BM25([m.searchable_text() for m in source])
-        self._bm25 = (key, index)
-        return index
+            return _ranker(source)
+        cached = self._ranked
+        key = (scope, self._store.version, id(source))
+        if cached is not None and cached.key == key and cached.extends(source):
+            cached.catch_up(source)
+            return cached.ranker
+        self._ranked = _RankedIndex(key, source)
+        return self._ranked.ranker
+
+
+def _ranker(messages: list[Message]) -> Ranker:
+    ranker = Ranker()
+    for m in messages:
+        ranker.add(ranked_text(m), m.name, m.timestamp)
+    return ranker
+
+
+def ranked_text(message: Message) -> str:
+    """What ranked search matches in a message: its text and its tool calls (its
+    speaker is a field of its own)."""
+    pieces = [message.text()]
+    for call in message.tool_calls:
+        pieces.append(call.name)
+        pieces.append(call.arguments)
+    return "\n".join(pieces)
+
+
+class _RankedIndex:
+    """The ranked index of one scope's message list, kept up to date as it grows."""
+
+    __slots__ = ("count", "key", "last_id", "ranker")
+
+    def __init__(self, key: tuple[str, int, int], source: list[Message]) -> None:
+        self.key = key
+        self.ranker = _ranker(source)
+        self.count = len(source)
+        self.last_id = source[-1].id if source else ""
+
+    def extends(self, source: list[Message]) -> bool:
+        """True when ``source`` is the indexed list with messages appended."""
+        n = self.count
+        return len(source) >= n and (n == 0 or source[n - 1].id == self.last_id)
+
+    def catch_up(self, source: list[Message]) -> None:
+        for m in source[self.count :]:
+            self.ranker.add(ranked_text(m), m.name, m.timestamp)
+        self.count = len(source)
+        self.last_id = source[-1].id if source else ""

@@ -14,7 +14,7 @@ from typing import Any, Final, Protocol
 from actormem.runtime.config import redact_url
 from actormem.runtime.errors import ActormemError
 
-__all__ = ("Embedder", "EmbeddingError", "OpenAIEmbedder", "cosine")
+__all__ = ("Embedder", "EmbeddingError", "OpenAIEmbedder", "OpenAIEndpoint", "cosine")
 
 #: Texts sent per request; a first retrieval over a large memory is split up.
 BATCH_SIZE: Final = 256
@@ -32,12 +32,13 @@ class Embedder(Protocol):
         ...
 
 
-class OpenAIEmbedder:
-    """Embeds texts with ``openai.AsyncOpenAI(...).embeddings.create``.
+class OpenAIEndpoint:
+    """A client of an OpenAI-compatible endpoint, ``openai.AsyncOpenAI`` underneath
+    (the embedder here, the fact extractor of :mod:`actormem.actors.recall.facts`).
 
     Args:
         base_url: the endpoint (``http://127.0.0.1:8000/v1``, say).
-        model: the embedding model's name.
+        model: the model's name.
         api_key: the key; local servers usually take anything.
         timeout: seconds per request.
         max_retries: the client's own retries on connection errors, 429 and 5xx.
@@ -63,7 +64,16 @@ class OpenAIEmbedder:
 
     def __repr__(self) -> str:
         base_url = redact_url(str(self._client.base_url))
-        return f"OpenAIEmbedder(base_url={base_url!r}, model={self.model!r})"
+        return f"{type(self).__name__}(base_url={base_url!r}, model={self.model!r})"
+
+    async def aclose(self) -> None:
+        """Close the HTTP client."""
+        await self._client.close()
+
+
+class OpenAIEmbedder(OpenAIEndpoint):
+    """Embeds texts with ``openai.AsyncOpenAI(...).embeddings.create`` (the
+    arguments are :class:`OpenAIEndpoint`'s)."""
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """Return one vector per text.
@@ -91,10 +101,6 @@ class OpenAIEmbedder:
         if out and len({len(v) for v in out}) != 1:
             raise EmbeddingError("embeddings of different lengths in one answer")
         return out
-
-    async def aclose(self) -> None:
-        """Close the HTTP client."""
-        await self._client.close()
 
 
 def cosine(a: Sequence[float], b: Sequence[float]) -> float:

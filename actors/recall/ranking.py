@@ -1,9 +1,16 @@
 """The score of a long-term memory, as Generative Agents ranks them: recency,
-importance and relevance, each min-max normalised over the candidates."""
+importance and relevance, each min-max normalised over the candidates; and the
+fusion of a lexical and an embedding ranking into one relevance."""
 
 from __future__ import annotations
 
-__all__ = ("score_components",)
+from collections.abc import Mapping, Sequence
+from typing import Final
+
+__all__ = ("RRF_K", "reciprocal_rank_fusion", "score_components")
+
+#: Reciprocal rank fusion's constant.
+RRF_K: Final = 60.0
 
 
 def score_components(
@@ -35,3 +42,21 @@ def _normalise(values: list[float], min_span: float = 1e-9) -> list[float]:
         return [1.0 if hi > 0 else 0.0] * len(values)
     span = max(hi - lo, min_span)
     return [1.0 - (hi - v) / span for v in values]
+
+
+def reciprocal_rank_fusion(
+    rankings: Sequence[Mapping[str, float]], k: float = RRF_K
+) -> dict[str, float]:
+    """Fuse scored rankings by reciprocal rank (Cormack et al., 2009): each id scores
+    the sum over the rankings holding it of ``1 / (k + its rank)``, rank 1 the best.
+
+    Args:
+        rankings: scores by id, one map per ranker (only their order counts).
+        k: how much the top ranks outweigh the next ones (60 in the paper).
+    """
+    fused: dict[str, float] = {}
+    for scores in rankings:
+        ordered = sorted(scores.items(), key=lambda p: -p[1])
+        for rank, (i, _) in enumerate(ordered, start=1):
+            fused[i] = fused.get(i, 0.0) + 1.0 / (k + rank)
+    return fused

@@ -18,7 +18,8 @@ import msgspec
 
 from actormem.actors.errors import MemoryInputError
 from actormem.actors.messages import Message, ToolCall
-from actormem.actors.recall.longterm import DEFAULT_TOP_K, ControlMode, LongTermMemory
+from actormem.actors.recall.longterm import ControlMode, LongTermMemory
+from actormem.actors.recall.longterm_config import DEFAULT_TOP_K
 from actormem.actors.text.blocks import format_time, quote
 from actormem.runtime.tokens import TokenCounter
 

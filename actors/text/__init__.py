@@ -1,1 +1,2 @@
-"""Text utilities of the domain: BM25 ranking and quoted-data context blocks."""
+"""Text utilities of the domain: ranking (BM25, the ranker of search and retrieve, its
+terms), importance estimates, duplicates and quoted-data context blocks."""

@@ -75,6 +75,30 @@ RESULTS = {
         Row(name="Pykka ask", value=1e4, unit="ask/s"),
         Row(name="actormem ask", value=1e6, unit="ask/s", baseline="Pykka", baseline_value=1e4),
     ],
+    "retrieval": [
+        Row(
+            name=f"{method} recall@10",
+            value=value,
+            unit="",
+            extra={
+                "method": method,
+                "measure": "recall",
+                "k": 10,
+                "by_category": {"1 single-hop": value / 2, "2 temporal": value},
+            },
+        )
+        for method, value in (("search", 0.7), ("retrieve", 0.7), ("plain BM25", 0.5))
+    ]
+    + [
+        Row(
+            name="search p99",
+            value=1.0,
+            unit="ms",
+            baseline="plain BM25",
+            baseline_value=2.0,
+            ratio=0.5,
+        )
+    ],
     "load": [
         Row(name="commands sent", value=20.0, unit="commands"),
         Row(

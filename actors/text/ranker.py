@@ -1,0 +1,324 @@
+"""The ranked retrieval of an agent's memory (ranked ``search()`` and ``retrieve()``).
+
+Offline and general: no model, nothing tuned to one data set. A query is scored
+against each document in five steps:
+
+1. **Terms.** BM25 over stemmed words without stop words (:mod:`.terms`).
+2. **Speakers.** A query word that names a speaker of the memory is not matched
+   as a word (every message of that speaker would match it); the speaker's own
+   messages get a bonus instead (``speaker_boost``).
+3. **Time.** A question asking *when* favours messages that place something in
+   time ("yesterday", "last May", "2019"; ``when_boost``); a query naming a month
+   or a year matches the date each message was said.
+4. **Feedback.** The best first-pass documents lend their most telling other
+   words to the query (pseudo-relevance feedback, as in RM3): ``feedback_docs``
+   documents, ``feedback_terms`` words, each weighted by ``feedback_weight``
+   times its share of the feedback.
+5. **Neighbours.** A turn of a conversation is read in it: it gains
+   ``neighbour_weight`` times the best score of the turns just before and after
+   it (divided by the distance, up to ``neighbour_window`` turns away): an answer
+   often holds none of the question's words, its question does.
+
+Documents are appended in the order they were said; removing one leaves its
+slot empty (it scores nothing and is no one's neighbour).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import operator
+from collections import Counter
+from collections.abc import Iterable
+from typing import Final
+
+import msgspec
+
+from actormem.actors.text.bm25 import COMMON_WORD_MIN_DOCS, tokenize
+from actormem.actors.text.terms import (
+    MONTHS,
+    asks_when,
+    date_terms,
+    index_terms,
+    mentions_time,
+)
+
+__all__ = ("Ranker", "RankerConfig")
+
+#: In an index of ``COMMON_WORD_MIN_DOCS`` documents or more, a word held by more
+#: than this share of them is not scored: it weighs little and costs the most.
+COMMON_SHARE: Final = 0.5
+#: A word held by more than this share of the documents is not a feedback word.
+FEEDBACK_MAX_SHARE: Final = 0.05
+K1: Final = 0.9
+B: Final = 0.4
+_MONTH_SET: Final = frozenset(MONTHS)
+#: The prefix of the terms of the speaker field (no word starts with it).
+_SPEAKER: Final = "@"
+
+
+class RankerConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """How :class:`Ranker` scores (see the module doc for each step).
+
+    Attributes:
+        speaker_boost: the bonus of what a speaker the query names said.
+        when_boost: the bonus of a message placing something in time, for a
+            question asking when.
+        date_weight: the bonus of a message said in a month or year the query names.
+        feedback_docs: the best first-pass documents feedback words come from.
+        feedback_terms: the feedback words added to the query.
+        feedback_weight: what a feedback word weighs on average (a query word: 1).
+        neighbour_weight: the share of a turn's score its neighbours gain.
+        neighbour_window: how many turns away a neighbour may be.
+        candidates: the best documents the bonuses and neighbours apply to.
+        k1, b: BM25's term frequency saturation and length normalisation.
+    """
+
+    speaker_boost: float = 1.0
+    when_boost: float = 0.3
+    date_weight: float = 0.5
+    feedback_docs: int = 5
+    feedback_terms: int = 8
+    feedback_weight: float = 0.3
+    neighbour_weight: float = 0.5
+    neighbour_window: int = 2
+    candidates: int = 100
+    k1: float = K1
+    b: float = B
+
+
+class Ranker:
+    """A ranked index over documents said in order.
+
+    Args:
+        config: the scoring parameters.
+    """
+
+    def __init__(self, config: RankerConfig | None = None) -> None:
+        self.config = config or RankerConfig()
+        self._postings: dict[str, dict[int, int]] = {}
+        self._lengths: list[int] = []
+        # Plain dicts of words and counts: the collector need not track them.
+        self._terms: list[dict[str, int]] = []
+        self._speakers: list[str] = []
+        self._dates: list[tuple[str, ...]] = []
+        self._timely: list[bool] = []
+        self._turns: list[bool] = []
+        self._speaker_docs: Counter[str] = Counter()
+        self._total = 0
+        self._live = 0
+
+    def __len__(self) -> int:
+        return len(self._lengths)
+
+    def add(
+        self, text: str, speaker: str | None = None, said: float | None = None, turn: bool = True
+    ) -> int:
+        """Append a document; return its index.
+
+        Args:
+            text: what it says.
+            speaker: who said it.
+            said: when (seconds since the epoch).
+            turn: it is a turn of a conversation, read with the turns around it (a
+                note standing on its own is not).
+        """
+        index = len(self._lengths)
+        self._turns.append(turn)
+        words = tokenize(text)
+        counts = Counter(index_terms(text))
+        for term, freq in counts.items():
+            self._postings.setdefault(term, {})[index] = freq
+        length = sum(counts.values())
+        self._lengths.append(length)
+        self._terms.append(dict(counts))
+        who = " ".join(tokenize(speaker or ""))
+        self._speakers.append(who)
+        if who:
+            self._speaker_docs[who] += 1
+            for part in set(who.split()):  # a field term: a query of names only matches it
+                self._postings.setdefault(_SPEAKER + part, {})[index] = 1
+        self._dates.append(date_terms(said) if said is not None else ())
+        self._timely.append(mentions_time(words))
+        self._total += length
+        self._live += 1
+        return index
+
+    def remove(self, index: int) -> None:
+        """Empty slot ``index``: it scores nothing from now on."""
+        counts = self._terms[index]
+        if self._lengths[index] < 0:
+            return
+        for term in counts:
+            docs = self._postings.get(term)
+            if docs is not None:
+                docs.pop(index, None)
+                if not docs:
+                    del self._postings[term]
+        who = self._speakers[index]
+        if who:
+            self._speaker_docs[who] -= 1
+            for part in set(who.split()):
+                docs = self._postings.get(_SPEAKER + part)
+                if docs is not None:
+                    docs.pop(index, None)
+                    if not docs:
+                        del self._postings[_SPEAKER + part]
+        self._total -= self._lengths[index]
+        self._lengths[index] = -1
+        self._terms[index] = {}
+        self._live -= 1
+
+    # -- scoring ----------------------------------------------------------------------
+
+    def _idf(self, term: str) -> float:
+        docs = self._postings.get(term)
+        if not docs:
+            return 0.0
+        n = self._live
+        return math.log(1 + (n - len(docs) + 0.5) / (len(docs) + 0.5))
+
+    def _bm25(
+        self, weighted: dict[str, float], out: dict[int, float] | None = None
+    ) -> dict[int, float]:
+        """BM25 scores of ``weighted`` terms, added to ``out`` when given."""
+        out = {} if out is None else out
+        if not self._total:
+            return out
+        n = self._live
+        avg = self._total / max(1, n)
+        lengths = self._lengths
+        k1, b = self.config.k1, self.config.b
+        fixed, per_word = k1 * (1 - b), k1 * b / avg
+        get = out.get
+        for term, weight in weighted.items():
+            docs = self._postings.get(term)
+            if not docs or (n >= COMMON_WORD_MIN_DOCS and len(docs) > COMMON_SHARE * n):
+                continue  # a word in most documents weighs next to nothing, and costs most
+            gain = self._idf(term) * weight * (k1 + 1)
+            for i, f in docs.items():
+                out[i] = get(i, 0.0) + gain * f / (f + fixed + per_word * lengths[i])
+        return out
+
+    def _query(self, query: str) -> tuple[dict[str, float], set[str], bool, set[str]]:
+        """The weighted terms of ``query``, the speakers it names,
+        whether it asks when, and the month and year names it holds."""
+        # "Caroline's" names Caroline.
+        words = [w[:-2] if w.endswith(("'s", "\u2019s")) else w for w in tokenize(query)]
+        named: set[str] = set()
+        names = set()
+        for who, docs in self._speaker_docs.items():
+            parts = who.split()
+            if docs > 0 and parts and any(p in words for p in parts):
+                named.add(who)
+                names.update(parts)
+        weighted: dict[str, float] = {}
+        for term in index_terms(" ".join(w for w in words if w not in names)):
+            weighted[term] = weighted.get(term, 0.0) + 1.0
+        if not weighted:  # only stop words or names: match them as they are
+            for w in words:
+                term = _SPEAKER + w if w in names else w
+                weighted[term] = weighted.get(term, 0.0) + 1.0
+        dates = {w for w in words if w in _MONTH_SET or (w.isdigit() and len(w) == 4)}
+        return weighted, named, asks_when(words), dates
+
+    def specific(self, query: str, share: float) -> bool:
+        """True when a word of ``query`` (not a speaker's name) is held by at most
+        ``share`` of the documents, and by one at least: the query asks for
+        something in particular (never with a ``share`` of 0)."""
+        return self._specific(self._query(query)[0], share)
+
+    def _specific(self, weighted: dict[str, float], share: float) -> bool:
+        if share <= 0:
+            return False
+        most = max(1.0, share * self._live)
+        return any(0 < len(self._postings.get(t, ())) <= most for t in weighted)
+
+    def search(self, query: str, share: float) -> tuple[dict[int, float], bool]:
+        """:meth:`sparse_scores` and :meth:`specific` of one query, in one pass."""
+        parsed = self._query(query)
+        return self._scores(*parsed), self._specific(parsed[0], share)
+
+    def sparse_scores(self, query: str) -> dict[int, float]:
+        """Scores of the documents the query reaches (the others score 0)."""
+        return self._scores(*self._query(query))
+
+    def _scores(
+        self, weighted: dict[str, float], named: set[str], when: bool, dates: set[str]
+    ) -> dict[int, float]:
+        cfg = self.config
+        first = self._bm25(weighted)
+        if not first:
+            return {}
+        if cfg.feedback_docs and cfg.feedback_terms and cfg.feedback_weight:
+            expansion = self._feedback(first, weighted)
+            if expansion:
+                self._bm25(expansion, first)
+        if len(first) > cfg.candidates:
+            # What the bonuses and neighbours could lift into a top 10 is near the top
+            # (a sort in C beats a heap in Python at these sizes).
+            ranked = sorted(first.items(), key=_SCORE, reverse=True)
+            first = dict(ranked[: cfg.candidates])
+        scores = self._neighbours(first) if cfg.neighbour_weight else first
+        speakers, timely, said = self._speakers, self._timely, self._dates
+        for i in scores:
+            bonus = 1.0
+            if named and speakers[i] in named:
+                bonus += cfg.speaker_boost
+            if when and timely[i]:
+                bonus += cfg.when_boost
+            if dates and not dates.isdisjoint(said[i]):
+                bonus += cfg.date_weight
+            scores[i] *= bonus
+        return scores
+
+    def _feedback(self, first: dict[int, float], weighted: dict[str, float]) -> dict[str, float]:
+        cfg = self.config
+        best = heapq.nlargest(cfg.feedback_docs, first.items(), key=_SCORE)
+        top = best[0][1] or 1.0
+        pool: dict[str, float] = {}
+        most = max(2.0, FEEDBACK_MAX_SHARE * self._live)
+        for i, s in best:
+            counts = self._terms[i]
+            size = sum(counts.values()) or 1
+            for term, f in counts.items():
+                if term in weighted or len(self._postings.get(term, ())) > most:
+                    continue
+                pool[term] = pool.get(term, 0.0) + (s / top) * f / size * self._idf(term)
+        chosen = heapq.nlargest(cfg.feedback_terms, pool.items(), key=_SCORE)
+        total = sum(w for _, w in chosen) or 1.0
+        return {t: cfg.feedback_weight * len(chosen) * w / total for t, w in chosen}
+
+    def _neighbours(self, scores: dict[int, float]) -> dict[int, float]:
+        weight = self.config.neighbour_weight
+        out = dict(scores)
+        last = len(self._lengths) - 1
+        window = self.config.neighbour_window
+        turns, lengths = self._turns, self._lengths
+        own, best = scores.get, out.get
+        for i, s in scores.items():
+            if not turns[i]:
+                continue
+            for d in range(1, window + 1):
+                gain = weight * s / d
+                for j in (i - d, i + d):
+                    if 0 <= j <= last and turns[j] and lengths[j] >= 0:
+                        lifted = own(j, 0.0) + gain
+                        if lifted > best(j, 0.0):
+                            out[j] = lifted
+        return out
+
+    def top(
+        self, query: str, k: int, among: Iterable[int] | None = None
+    ) -> list[tuple[int, float]]:
+        """Up to ``k`` (index, score) pairs with a positive score, best first (the
+        later document first on a tie); only indices in ``among`` when given."""
+        scores = self.sparse_scores(query)
+        if among is not None:
+            keep = set(among)
+            scores = {i: s for i, s in scores.items() if i in keep}
+        return heapq.nlargest(k, ((i, s) for i, s in scores.items() if s > 0), key=_ORDER)
+
+
+_SCORE: Final = operator.itemgetter(1)
+_ORDER: Final = operator.itemgetter(1, 0)

@@ -38,6 +38,7 @@ __all__ = (
     "redis_info_memory",
     "server",
     "stream_backlog",
+    "streams_memory",
     "wait_all_shards_owned",
     "wait_drained",
     "wire_payload",
@@ -165,19 +166,50 @@ async def redis_info_memory(url: str) -> int:
         await client.aclose()
 
 
-async def agent_keys_memory(url: str, prefix: str) -> tuple[int, int]:
+async def agent_keys_memory(url: str, prefix: str) -> tuple[int, int, dict[str, int]]:
     """``MEMORY USAGE`` summed over every agent key under ``prefix`` (history,
-    snapshot, applied ids), and how many keys there are."""
+    snapshot, applied ids), how many keys there are, and the bytes by the kind of
+    key (the last part of its name)."""
     client = connect(RedisConfig(url=url))
     try:
-        keys = [k async for k in client.scan_iter(match=f"{prefix}:*:agent:*", count=1_000)]
-        total = 0
-        for start in range(0, len(keys), 1_000):
+        total = count = 0
+        by_kind: dict[str, int] = {}
+        batch: list[bytes] = []
+
+        async def measure() -> None:
+            nonlocal total, count
             async with client.pipeline(transaction=False) as pipe:
-                for key in keys[start : start + 1_000]:
+                for key in batch:
                     pipe.memory_usage(key, samples=0)
-                total += sum(int(size or 0) for size in await pipe.execute())
-        return total, len(keys)
+                sizes = await pipe.execute()
+            for key, size in zip(batch, sizes, strict=True):
+                kind = key.rsplit(b":", 1)[-1].decode()
+                by_kind[kind] = by_kind.get(kind, 0) + int(size or 0)
+                total += int(size or 0)
+            count += len(batch)
+            batch.clear()
+
+        async for key in client.scan_iter(match=f"{prefix}:*:agent:*", count=1_000):
+            batch.append(key)
+            if len(batch) >= 1_000:
+                await measure()
+        await measure()
+        return total, count, by_kind
+    finally:
+        await client.aclose()
+
+
+async def streams_memory(url: str, prefix: str, shards: int) -> int:
+    """``MEMORY USAGE`` summed over the ``shards`` shard streams under ``prefix``."""
+    from actormem.runtime.redis import Keys
+
+    keys = Keys(prefix)
+    client = connect(RedisConfig(url=url))
+    try:
+        async with client.pipeline(transaction=False) as pipe:
+            for key in (keys.stream(s) for s in range(shards)):
+                pipe.memory_usage(key, samples=0)
+            return sum(int(size or 0) for size in await pipe.execute())
     finally:
         await client.aclose()
 

@@ -98,8 +98,12 @@ class GroupCommit:
         shard = shard_of(address, self._config.shards)
         owned = held.shards.get(shard)
         record = held.actors.get(address)
-        if record is not None and owned is not None:
-            record.lease = owned.lease
+        loaded = None
+        if record is not None:
+            # What was read with its record serves its first activation only.
+            loaded, record.loaded = record.loaded, None
+            if owned is not None:
+                record.lease = owned.lease
         if not is_durable(actor):
             return
         if record is not None:
@@ -117,7 +121,17 @@ class GroupCommit:
                     snapshot, entries = await pipe.execute()
             return snapshot, entries
 
-        snapshot, entries = await retrying(load, what="load", retry_for=self._config.retry_for)
+        if (
+            loaded is not None
+            and owned is not None
+            and held.shards.get(shard) is owned
+            and loaded[0] == owned.lease
+        ):
+            _, snapshot, entries = loaded
+        else:
+            snapshot, entries = await retrying(
+                load, what="load", retry_for=self._config.retry_for
+            )
         actor.durable_restore(snapshot, entries)
         log.debug("actor_state_loaded", actor=address, log_entries=len(entries))
 

@@ -142,6 +142,7 @@ class Intake:
                 continue
             response = await forever("read", read)
             for entries in _streams_read(response):
+                await self._load_records(shard, entries)
                 for entry_id, fields in entries:
                     await self._accept(shard, entry_id.decode(), fields)
             await forever("ack", lambda: self._commits.flush_acks(shard))
@@ -338,6 +339,44 @@ class Intake:
             if record is None:
                 record = actors[address] = ActorRecord(shard, [i.decode() for i in ids])
         return record
+
+    async def _load_records(self, shard: Shard, entries: list[Any]) -> None:
+        """Load, in one round trip, the records of the actors ``entries`` are for
+        that this worker does not hold, with their stored state for their
+        activation; instead of two round trips for each, one at a time. An entry
+        this cannot read is left to :meth:`_accept`, and so is everything when
+        Redis fails here."""
+        actors, shards = self._held.actors, self._config.shards
+        wanted: dict[str, None] = {}
+        for _, fields in entries:
+            data = _field_e(fields)
+            address = None if data is None else self._codec.recipient(data)
+            if address is None or address in actors or address in wanted:
+                continue
+            try:
+                split_address(address)
+            except InvalidAddressError:
+                continue
+            if shard_of(address, shards) == shard.number:
+                wanted[address] = None
+        if len(wanted) < 2:
+            return
+        keys, number, lease = self._keys, shard.number, shard.lease
+        try:
+            with redis_errors("loading the records of the actors read"):
+                async with self._link.client.pipeline(transaction=False) as pipe:
+                    for address in wanted:
+                        pipe.zrange(keys.actor_applied(number, address), 0, -1)
+                        pipe.get(keys.actor_snapshot(number, address))
+                        pipe.lrange(keys.actor_log(number, address), 0, -1)
+                    loaded = await pipe.execute()
+        except TransportError:
+            return  # each is loaded on its own as it is accepted
+        for i, address in enumerate(wanted):
+            if address not in actors:  # another task may have loaded it meanwhile
+                ids, snapshot, log_entries = loaded[3 * i : 3 * i + 3]
+                record = actors[address] = ActorRecord(number, [x.decode() for x in ids])
+                record.loaded = (lease, snapshot, log_entries)
 
     async def retry(self, env: Envelope, allowed: bool) -> bool:
         """After a handler failed: deliver ``env`` again at once (so its actor's later

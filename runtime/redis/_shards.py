@@ -154,6 +154,7 @@ class ActorRecord:
         "inflight",
         "last_used",
         "lease",
+        "loaded",
         "order",
         "shard",
         "uncommitted",
@@ -161,6 +162,9 @@ class ActorRecord:
 
     def __init__(self, shard: int, applied: list[str]) -> None:
         self.shard = shard
+        # Its stored state, read with its applied ids for its first activation:
+        # (the shard lease it was read under, snapshot, log); None once used.
+        self.loaded: tuple[str, bytes | None, list[bytes]] | None = None
         # The shard lease the actor was activated under ('' = not activated).
         self.lease = ""
         self.applied = set(applied)

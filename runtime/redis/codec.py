@@ -79,6 +79,12 @@ class _WireReply(msgspec.Struct, kw_only=True, omit_defaults=True):
     error_address: str | None = None
 
 
+class _Addressed(msgspec.Struct):
+    """The recipient of an envelope, and nothing else of it."""
+
+    recipient: str
+
+
 class Codec:
     """Encodes envelopes and replies, and decodes them into registered types.
 
@@ -95,6 +101,7 @@ class Codec:
     ) -> None:
         self._encoder = msgspec.msgpack.Encoder()
         self._wire_decoder = msgspec.msgpack.Decoder(_WireEnvelope)
+        self._recipient_decoder = msgspec.msgpack.Decoder(_Addressed)
         self._reply_decoder = msgspec.msgpack.Decoder(_WireReply)
         self._types: dict[type[Any], None] = {}
         self._by_tag: dict[tuple[str | None, Any], type[msgspec.Struct]] = {}
@@ -206,6 +213,14 @@ class Codec:
             resent=wire.resent,
             **extra,
         )
+
+    def recipient(self, data: bytes) -> str | None:
+        """The recipient of the envelope ``data``, without decoding its body; None
+        when ``data`` is not an envelope."""
+        try:
+            return self._recipient_decoder.decode(data).recipient
+        except _DECODE_ERRORS:
+            return None
 
     def reply_address(self, data: bytes) -> tuple[str, int, str] | None:
         """``(reply_to, correlation, recipient)`` of an ask whose body is invalid.

@@ -78,6 +78,14 @@ def test_garbage_is_a_decode_error(data: bytes) -> None:
         _codec().decode_envelope(data)
 
 
+def test_the_recipient_is_read_without_the_body() -> None:
+    codec = _codec()
+    data = Codec().encode_envelope(Envelope(recipient="a/b", body={"type": "Nope"}))
+    assert codec.recipient(data) == "a/b"
+    for garbage in (b"", b"\xc1", msgspec.msgpack.encode({"recipient": 3})):
+        assert codec.recipient(garbage) is None
+
+
 def test_a_body_of_an_unknown_type_is_a_decode_error() -> None:
     other = Codec()
     data = other.encode_envelope(Envelope(recipient="a/b", body={"type": "Nope", "x": 1}))

@@ -23,9 +23,10 @@ left per agent (whether anything of a passivated agent is still referenced).
 worker loads its state from Redis before handling it; next to an ask to the same
 agent right after, while it is active.
 
-**Active at once.** ``--active`` passivated agents told one message each, as fast
-as the driver sends: the rate at which they come back into memory, the worker's
-RSS per active agent, and the most seen active at once.
+**Active at once.** A worker that passivates nothing meanwhile is told one message
+for each of ``--active`` passivated agents, as fast as the driver sends: the rate
+at which they come back into memory, the worker's RSS per active agent, and asks
+to some of them while all are in memory.
 
 **Churn.** ``--rounds`` more rounds, each telling ``--churn`` new agents and
 ``--churn`` registered ones (activated from Redis, passivated again), in waves
@@ -78,6 +79,8 @@ NAME = "redis_scale"
 
 #: Seconds an idle agent stays in the worker's memory in this benchmark.
 _PASSIVATE_AFTER = 1.0
+#: Seconds an idle agent stays in memory while measuring ``--active`` agents at once.
+_KEEP_ACTIVE = 3_600.0
 #: Progress lines during a registration (one per tenth of it).
 _PROGRESS_STEPS = 10
 #: Steps per agent count besides the registration's and the churn rounds'.
@@ -263,8 +266,9 @@ async def _activations(rt: Any, n: int, activations: int, rng: random.Random) ->
 
 
 async def _active_at_once(rt: Any, n: int, active: int, rng: random.Random) -> None:
+    """Tell ``active`` passivated agents one message each (this worker passivates
+    none of them meanwhile), then ask some of them while all are in memory."""
     picked = [f"memory/a{i}" for i in rng.sample(range(n), active)]
-    await _settled(rt, rt.processed, 0)
     gc.collect()
     rss0 = rss_bytes()
     body = Add(messages=[Message(role="user", content="hello again")])
@@ -276,14 +280,21 @@ async def _active_at_once(rt: Any, n: int, active: int, rng: random.Random) -> N
         while rt.processed < base + active:  # noqa: ASYNC110
             await anyio.sleep(0.005)
     elapsed = time.perf_counter() - started
-    most = rt.stats().active
+    gc.collect()
     rss1 = rss_bytes()
+    most = rt.stats().active
+    asked: list[float] = []
+    for name in rng.sample(picked, min(200, active)):
+        t0 = time.perf_counter()
+        await rt.ask(name, Context(max_tokens=1_000))
+        asked.append(time.perf_counter() - t0)
+    extra = {"agents": n, "active": active, "most_active": most}
     _row(
         Row(
             name=f"{active:,} passivated agents activated at once, {n:,} agents",
             value=active / elapsed,
             unit="agents/s",
-            extra={"agents": n, "active": active, "most_active": most},
+            extra={**extra, "seconds": elapsed},
         )
     )
     _row(
@@ -291,10 +302,18 @@ async def _active_at_once(rt: Any, n: int, active: int, rng: random.Random) -> N
             name=f"worker RSS per active agent, {active:,} active of {n:,} agents",
             value=(rss1 - rss0) / active,
             unit="B",
-            extra={"agents": n, "active": active, "most_active": most},
+            extra=extra,
         )
     )
-    await _settled(rt, base + active, 0)
+    for p in (50, 99):
+        _row(
+            Row(
+                name=f"ask context() with {active:,} agents active, p{p}, {n:,} agents",
+                value=percentile(asked, p) * 1e6,
+                unit="us",
+                extra={**extra, "asks": len(asked)},
+            )
+        )
 
 
 async def _churn(rt: Any, n: int, rounds: int, churn: int, active: int, rng: random.Random) -> None:
@@ -352,8 +371,15 @@ async def _child(args: argparse.Namespace) -> None:
             )
             _emit(progress=f"{n:,} agents: activations")
             await _activations(rt, n, args.activations, rng)
-            _emit(progress=f"{n:,} agents: {active:,} active at once")
+        # A worker of its own that keeps them all in memory: the same agents, the
+        # same Redis, passivation out of the way.
+        _emit(progress=f"{n:,} agents: {active:,} active at once")
+        keeping = msgspec.structs.replace(
+            config, redis=config.redis.replace(passivate_after=_KEEP_ACTIVE)
+        )
+        async with worker_runtime(keeping) as rt:
             await _active_at_once(rt, n, active, rng)
+        async with worker_runtime(config) as rt:
             await _churn(rt, n, args.rounds, churn, active, rng)
 
 

@@ -25,7 +25,7 @@ TINY = {
         "50",
     ],
     "distributed": ["--messages", "60", "--agents", "5", "--workers", "1"],
-    "redis_scale": ["--agents", "20", "--activations", "3"],
+    "redis_scale": ["--agents", "20", "--activations", "3", "--rounds", "1", "--churn", "5"],
     "load": [
         "--transport",
         "redis",

@@ -65,7 +65,6 @@ from actormem.benchmarks._common import (
     rss_bytes,
     step,
 )
-from actormem.runtime.redis.transport import RedisTransport
 from actormem.benchmarks._redis import (
     agent_keys_memory,
     redis_app_config,
@@ -74,6 +73,7 @@ from actormem.benchmarks._redis import (
     streams_memory,
     worker_runtime,
 )
+from actormem.runtime.redis.transport import RedisTransport
 
 NAME = "redis_scale"
 
@@ -366,9 +366,7 @@ async def _child(args: argparse.Namespace) -> None:
         async with worker_runtime(config) as rt:
             await rt.ask("memory/warm", Add(messages=[Message(role="user", content="warm up")]))
             await _settled(rt, rt.processed, 0)
-            await _registration(
-                rt, redis.url, n, active, config.redis.prefix, config.redis.shards
-            )
+            await _registration(rt, redis.url, n, active, config.redis.prefix, config.redis.shards)
             _emit(progress=f"{n:,} agents: activations")
             await _activations(rt, n, args.activations, rng)
         # A worker of its own that keeps them all in memory: the same agents, the

@@ -129,9 +129,7 @@ class GroupCommit:
         ):
             _, snapshot, entries = loaded
         else:
-            snapshot, entries = await retrying(
-                load, what="load", retry_for=self._config.retry_for
-            )
+            snapshot, entries = await retrying(load, what="load", retry_for=self._config.retry_for)
         actor.durable_restore(snapshot, entries)
         log.debug("actor_state_loaded", actor=address, log_entries=len(entries))
 

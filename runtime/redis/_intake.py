@@ -343,9 +343,9 @@ class Intake:
     async def _load_records(self, shard: Shard, entries: list[Any]) -> None:
         """Load, in one round trip, the records of the actors ``entries`` are for
         that this worker does not hold, with their stored state for their
-        activation; instead of two round trips for each, one at a time. An entry
-        this cannot read is left to :meth:`_accept`, and so is everything when
-        Redis fails here."""
+        activation: instead of two round trips for each, one actor at a time. An
+        entry this cannot read is left to :meth:`_accept`, and so is everything
+        when Redis fails here."""
         actors, shards = self._held.actors, self._config.shards
         wanted: dict[str, None] = {}
         for _, fields in entries:
@@ -359,7 +359,7 @@ class Intake:
                 continue
             if shard_of(address, shards) == shard.number:
                 wanted[address] = None
-        if len(wanted) < 2:
+        if not wanted:
             return
         keys, number, lease = self._keys, shard.number, shard.lease
         try:

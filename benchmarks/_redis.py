@@ -183,7 +183,8 @@ async def agent_keys_memory(url: str, prefix: str) -> tuple[int, int, dict[str, 
                     pipe.memory_usage(key, samples=0)
                 sizes = await pipe.execute()
             for key, size in zip(batch, sizes, strict=True):
-                kind = key.rsplit(b":", 1)[-1].decode()
+                # The last part of the name; a kept reply's is its command id.
+                kind = "reply" if b":reply:" in key else key.rsplit(b":", 1)[-1].decode()
                 by_kind[kind] = by_kind.get(kind, 0) + int(size or 0)
                 total += int(size or 0)
             count += len(batch)

@@ -10,14 +10,17 @@ from typing import Any
 
 import msgspec
 
+from actormem.actors.config import AppConfig
 from actormem.actors.errors import MemoryInputError
 from actormem.actors.memory.commands import (
+    Add,
     MemoryExport,
 )
 from actormem.actors.memory.inputs import shown
-from actormem.actors.messages import Message, ToolCall, admit
+from actormem.actors.messages import Message, ToolCall, admit, count_tokens
+from actormem.runtime.tokens import get_counter
 
-__all__ = ("read_export", "to_message", "write_export")
+__all__ = ("counted_add", "read_export", "to_message", "write_export")
 
 
 _export_decoder = msgspec.json.Decoder(MemoryExport)
@@ -89,6 +92,21 @@ def _batch(what: str, messages: object) -> list[Message]:
         except MemoryInputError as exc:
             raise MemoryInputError(f"{what}: message {i}: {exc}") from None
     return batch
+
+
+def counted_add(what: str, messages: object, runtime: object) -> Add:
+    """The ``Add`` of ``messages`` (checked as :func:`_batch` does), each message's
+    tokens counted here, where it is made, in the encoding of the memory config
+    ``runtime`` carries; a runtime without one sends no counts (the memory counts)."""
+    batch = _batch(what, messages)
+    config = getattr(runtime, "app_config", None)
+    if not isinstance(config, AppConfig):
+        return Add(messages=batch)
+    counter = get_counter(config.memory.encoding)
+    return Add(
+        messages=[m.with_tokens(count_tokens(m, counter)) for m in batch],
+        encoding=counter.encoding,
+    )
 
 
 def _listed(value: object) -> object:

@@ -18,9 +18,9 @@ from actormem.actors.memory.commands import (
 )
 from actormem.actors.memory.inputs import shown
 from actormem.actors.messages import Message, ToolCall, admit, count_tokens
-from actormem.runtime.tokens import get_counter
+from actormem.runtime.tokens import TokenCounter, get_counter
 
-__all__ = ("counted_add", "read_export", "to_message", "write_export")
+__all__ = ("counted_add", "read_export", "sender_counter", "to_message", "write_export")
 
 
 _export_decoder = msgspec.json.Decoder(MemoryExport)
@@ -94,19 +94,29 @@ def _batch(what: str, messages: object) -> list[Message]:
     return batch
 
 
-def counted_add(what: str, messages: object, runtime: object) -> Add:
+def counted_add(what: str, messages: object, counter: TokenCounter | None) -> Add:
     """The ``Add`` of ``messages`` (checked as :func:`_batch` does), each message's
-    tokens counted here, where it is made, in the encoding of the memory config
-    ``runtime`` carries; a runtime without one sends no counts (the memory counts)."""
+    tokens counted here, where it is made, with ``counter``; None sends no counts
+    (the memory counts them).
+
+    Raises:
+        MemoryInputError: a message is invalid (named).
+    """
     batch = _batch(what, messages)
-    config = getattr(runtime, "app_config", None)
-    if not isinstance(config, AppConfig):
+    if counter is None:
         return Add(messages=batch)
-    counter = get_counter(config.memory.encoding)
     return Add(
         messages=[m.with_tokens(count_tokens(m, counter)) for m in batch],
         encoding=counter.encoding,
     )
+
+
+def sender_counter(runtime: object) -> TokenCounter | None:
+    """The counter of the memory config ``runtime`` carries (a
+    :class:`~actormem.actors.app.wiring.MemoryRuntime`'s ``app_config``); None for a
+    runtime without one."""
+    config = getattr(runtime, "app_config", None)
+    return get_counter(config.memory.encoding) if isinstance(config, AppConfig) else None
 
 
 def _listed(value: object) -> object:

@@ -126,7 +126,8 @@ async def run(args: argparse.Namespace) -> list[Row]:
             raw = statistics.median(raw for raw, _ in pairs)
             rows.append(
                 Row(
-                    name=f"least work for the same adds (counted by the sender), no runtime, {agents:,} agents",
+                    name=f"least work for the same adds (counted by the sender), no runtime, "
+                    f"{agents:,} agents",
                     value=statistics.median(floors),
                     unit="msg/s",
                     baseline="raw redis-py",

@@ -125,7 +125,7 @@ async def test_a_command_without_counts_of_its_encoding_is_counted_by_the_memory
 
 
 async def test_an_encoding_that_is_not_text_is_refused(memory_rt: MemoryRuntime) -> None:
-    with pytest.raises(MemoryInputError, match="(?i)add: encoding must be"):
+    with pytest.raises(MemoryInputError, match=r"(?i)add: encoding must be"):
         await memory_rt.ask(
             "memory/alice",
             Add(messages=[Message(role="user", content="hi")], encoding=7),  # type: ignore[arg-type]

@@ -20,6 +20,7 @@ import msgspec
 
 from actormem.actors import AppConfig, Message
 from actormem.actors.app.wiring import MemoryRuntime, worker_env
+from actormem.actors.config import MemoryConfig
 from actormem.actors.memory._exchange import counted_add
 from actormem.actors.memory.commands import Add
 from actormem.benchmarks._common import at_least, bench_config
@@ -188,8 +189,8 @@ async def agent_keys_memory(url: str, prefix: str) -> tuple[int, int]:
 def sender_adds(texts: list[str]) -> list[Add]:
     """One ``add`` of a user message per text, as a client's handle makes it: each
     message's tokens counted where it is made (in the default encoding)."""
-    counter = get_counter()
-    return [counted_add("add", Message(role="user", content=t), counter) for t in texts]
+    config = MemoryConfig()
+    return [counted_add("add", Message(role="user", content=t), config) for t in texts]
 
 
 def wire_payload(text: str) -> bytes:

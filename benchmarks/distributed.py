@@ -15,7 +15,7 @@ import argparse
 import time
 
 from actormem.actors import Message
-from actormem.actors.memory._exchange import counted_add, sender_counter
+from actormem.actors.memory._exchange import counted_add, sender_config
 from actormem.benchmarks._common import (
     Row,
     above,
@@ -66,10 +66,10 @@ async def drive(url: str, texts: list[str], agents: int, count: int, timeout: fl
     client = connect(config.redis)
     try:
         async with workers(config, count), client_runtime(config) as (rt, transport):
-            counter = sender_counter(rt)
+            memory = sender_config(rt)
             started = time.perf_counter()
             for i, message in enumerate(messages):
-                await rt.tell(addresses[i % agents], counted_add("add", message, counter))
+                await rt.tell(addresses[i % agents], counted_add("add", message, memory))
             await transport.flush()
             await wait_drained(client, config, timeout)
             return len(messages) / (time.perf_counter() - started)

@@ -20,7 +20,7 @@ from actormem.actors.memory._exchange import (
     _listed,
     counted_add,
     read_export,
-    sender_counter,
+    sender_config,
     to_message,
     write_export,
 )
@@ -80,7 +80,7 @@ class MemoryHandle(SharingOps, RecallOps):
                 nothing is added then.
             AskTimeoutError: no reply within the handle's timeout.
         """
-        return await self._ask(counted_add("add", messages, sender_counter(self.runtime)))
+        return await self._ask(counted_add("add", messages, sender_config(self.runtime)))
 
     async def get(
         self,

@@ -8,23 +8,15 @@ from typing import Any
 
 import pytest
 
-from actormem.actors import AppConfig, MemoryInputError, MemoryRuntime, Message, ToolCall
+from actormem.actors import AppConfig, MemoryInputError, MemoryRuntime, Message
 from actormem.actors.config import MemoryConfig
 from actormem.actors.memory import store as store_module
 from actormem.actors.memory.commands import Add
 from actormem.runtime import Transport, get_counter
+from tests.actors.memory.spies import spy_on_counting
+from tests.actors.memory.test_memory import chat
 
 pytestmark = pytest.mark.anyio
-
-
-def chat() -> list[Message]:
-    return [
-        Message(role="system", content="You are Alice, the town's baker."),
-        Message(role="user", name="bob van der Berg", content="What's the weather in Paris?"),
-        Message(role="assistant", tool_calls=(ToolCall("c1", "weather", '{"city": "Paris"}'),)),
-        Message(role="tool", tool_call_id="c1", name="weather", content="sunny, 21C"),
-        Message(role="user", content=[{"type": "text", "text": "and tomorrow?"}]),
-    ]
 
 
 def exact(message: Message) -> int:
@@ -50,15 +42,7 @@ def exact(message: Message) -> int:
 @pytest.fixture
 def memory_counts(monkeypatch: pytest.MonkeyPatch) -> list[Message]:
     """Every message the memory's store counts itself."""
-    counted: list[Message] = []
-    count = store_module.count_tokens
-
-    def spy(message: Message, counter: Any) -> int:
-        counted.append(message)
-        return count(message, counter)
-
-    monkeypatch.setattr(store_module, "count_tokens", spy)
-    return counted
+    return spy_on_counting(monkeypatch, store_module)
 
 
 @pytest.fixture

@@ -9,10 +9,13 @@ from typing import Any
 import pytest
 
 from actormem.actors import AppConfig, MemoryInputError, MemoryRuntime, Message
+from actormem.actors.app.wiring import worker_env
 from actormem.actors.config import MemoryConfig
 from actormem.actors.memory import store as store_module
 from actormem.actors.memory.commands import Add
 from actormem.runtime import Transport, get_counter
+from actormem.runtime.redis import RedisConfig, RedisTransport
+from actormem.runtime.redis.worker import WorkerProcesses
 from tests.actors.memory.spies import spy_on_counting
 from tests.actors.memory.test_memory import chat
 
@@ -114,3 +117,22 @@ async def test_an_encoding_that_is_not_text_is_refused(memory_rt: MemoryRuntime)
             "memory/alice",
             Add(messages=[Message(role="user", content="hi")], encoding=7),  # type: ignore[arg-type]
         )
+
+
+@pytest.mark.slow
+async def test_counts_travel_from_a_client_to_a_worker_process(redis_config: RedisConfig) -> None:
+    config = AppConfig(memory=MemoryConfig(verify_token_counts=True), redis=redis_config)
+    client = RedisTransport(redis_config.url, redis_config, worker=False)
+    register = "actormem.actors.app.wiring:worker_register"
+    async with (
+        WorkerProcesses(1, redis_config, register, env=worker_env(config)),
+        MemoryRuntime(config, transport=client) as rt,
+    ):
+        alice = rt.memory("alice")
+        messages = chat()
+        result = await alice.add(messages)  # counted here, verified by the worker
+        assert result.tokens == [exact(m) for m in messages]
+        forged = Message(role="user", content="hello there", tokens=1)
+        with pytest.raises(MemoryInputError, match="carries a count of 1 tokens"):
+            await rt.ask(alice.address, Add(messages=[forged], encoding="cl100k_base"))
+        assert await alice.size() == len(messages)

@@ -138,8 +138,6 @@ class MessageStore:
             except MemoryInputError as exc:
                 raise MemoryInputError(f"{what}: message {i}: {exc}") from None
         # Counted only once every message passed: no tokenizing of refused input.
-        if encoding is None:
-            return [m.with_tokens(count_tokens(m, self._counter)) for m in messages]
         out = []
         for i, m in enumerate(messages):
             try:
@@ -196,13 +194,10 @@ class MessageStore:
             or m.id in self.history_ids
         ):
             return None
-        if encoding is None:
-            m = m.with_tokens(count_tokens(m, self._counter))
-        else:
-            try:
-                m = self.sent_count(m, encoding)
-            except MemoryInputError as exc:
-                raise MemoryInputError(f"add: message 0: {exc}") from None
+        try:
+            m = self.sent_count(m, encoding)
+        except MemoryInputError as exc:
+            raise MemoryInputError(f"add: message 0: {exc}") from None
         # The effects of add() for one message, without the batch bookkeeping.
         working = self.working
         working.append(m)

@@ -61,6 +61,10 @@ class MemoryConfig(_Section, frozen=True):
             model's, else ``cl100k_base``. Read after construction, it is always
             the encoding in use (so ``msgspec.structs.replace`` of the model
             passes ``encoding=None`` too).
+        verify_token_counts: recount the token counts an ``add`` carries (made by
+            the sender in the memory's encoding) and refuse the add when one is
+            wrong; off, the counts of the deployment's own clients are taken as
+            sent.
     """
 
     max_tokens: int = DEFAULT_MAX_TOKENS
@@ -69,6 +73,7 @@ class MemoryConfig(_Section, frozen=True):
     max_batch: int = DEFAULT_MAX_BATCH
     model: str | None = None
     encoding: str | None = None
+    verify_token_counts: bool = False
 
     def __post_init__(self) -> None:
         self._resolve_encoding()

@@ -289,15 +289,20 @@ async def wait_processed(rt: Any, count: int, poll: float = 0.0005) -> None:
 
 
 async def timed_adds(
-    rt: Any, addresses: list[str], messages: list[Any], poll: float = 0.0005
+    rt: Any,
+    addresses: list[str],
+    messages: list[Any],
+    poll: float = 0.0005,
+    encoding: str | None = None,
 ) -> float:
-    """Tell one ``add`` per message to ``addresses`` in turn; messages/s until all are handled."""
+    """Tell one ``add`` per message to ``addresses`` in turn; messages/s until all are
+    handled (``encoding``: the one the messages' ``tokens`` were counted with)."""
     from actormem.actors.memory.commands import Add
 
     base = rt.processed
     started = time.perf_counter()
     for i, message in enumerate(messages):
-        await rt.tell(addresses[i % len(addresses)], Add(messages=[message]))
+        await rt.tell(addresses[i % len(addresses)], Add(messages=[message], encoding=encoding))
     await wait_processed(rt, base + len(messages), poll)
     return len(messages) / (time.perf_counter() - started)
 

@@ -20,6 +20,8 @@ import msgspec
 
 from actormem.actors import AppConfig, Message
 from actormem.actors.app.wiring import MemoryRuntime, worker_env
+from actormem.actors.config import MemoryConfig
+from actormem.actors.memory._exchange import counted_add
 from actormem.actors.memory.commands import Add
 from actormem.benchmarks._common import at_least, bench_config
 from actormem.runtime import RuntimeConfig
@@ -27,6 +29,7 @@ from actormem.runtime._envelope import Envelope
 from actormem.runtime.redis import EmbeddedRedis, RedisConfig, connect, default_codec
 from actormem.runtime.redis.transport import RedisTransport
 from actormem.runtime.redis.worker import WorkerProcesses, worker_limit
+from actormem.runtime.tokens import get_counter
 
 __all__ = (
     "REGISTER",
@@ -36,6 +39,7 @@ __all__ = (
     "raw_redis",
     "redis_app_config",
     "redis_info_memory",
+    "sender_adds",
     "server",
     "stream_backlog",
     "streams_memory",
@@ -215,14 +219,18 @@ async def streams_memory(url: str, prefix: str, shards: int) -> int:
         await client.aclose()
 
 
+def sender_adds(texts: list[str]) -> list[Add]:
+    """One ``add`` of a user message per text, as a client's handle makes it: each
+    message's tokens counted where it is made (in the default encoding)."""
+    config = MemoryConfig()
+    return [counted_add("add", Message(role="user", content=t), config) for t in texts]
+
+
 def wire_payload(text: str) -> bytes:
-    """The bytes actormem puts on a stream for one ``add`` of ``text``: the raw
-    baseline moves entries of the same size."""
-    envelope = Envelope(
-        recipient="memory/agent0",
-        body=Add(messages=[Message(role="user", content=text)]),
-        id="0" * 26,
-    )
+    """The bytes actormem puts on a stream for one ``add`` of ``text`` (counted by
+    the sender): the raw baseline moves entries of the same size."""
+    (add,) = sender_adds([text])
+    envelope = Envelope(recipient="memory/agent0", body=add, id="0" * 26)
     return default_codec.encode_envelope(envelope)
 
 
@@ -301,28 +309,25 @@ return n
 """
 
 
-async def floor_redis(url: str, texts: list[str], agents: int, batch: int = RAW_BATCH) -> float:
+async def floor_redis(url: str, adds: list[Add], agents: int, batch: int = RAW_BATCH) -> float:
     """Adds/s end to end with the least work that has the same effect as actormem's,
     and no runtime: the producer encodes each ``add`` envelope (msgspec) and XADDs
     them pipelined as the raw baseline does; the consumer reads a batch, decodes each
-    entry, counts its message's tokens exactly, encodes the message for its agent's
-    history, and stores the batch and acks its entries with one script call.
+    entry, takes its message's token count (made by the sender, see
+    :func:`sender_adds`) or counts it exactly when it carries none, encodes the
+    message for its agent's history, and stores the batch and acks its entries with
+    one script call.
 
     What it leaves out is what the runtime adds to that: mailboxes and actors,
     duplicate detection, leases and fencing, replies, snapshots, retries.
     """
     from actormem.actors.messages import count_tokens, encode_message
     from actormem.runtime.redis._client import eval_pipelined
-    from actormem.runtime.tokens import get_counter
 
     counter = get_counter()
     envelopes = [
-        Envelope(
-            recipient=f"memory/agent{i % agents}",
-            body=Add(messages=[Message(role="user", content=text)]),
-            id=f"{i:026d}",
-        )
-        for i, text in enumerate(texts)
+        Envelope(recipient=f"memory/agent{i % agents}", body=add, id=f"{i:026d}")
+        for i, add in enumerate(adds)
     ]
 
     def encoded(lo: int, hi: int) -> Iterable[bytes]:
@@ -334,8 +339,9 @@ async def floor_redis(url: str, texts: list[str], agents: int, batch: int = RAW_
             env = default_codec.decode_envelope(fields[b"e"])
             key = f"{stream}:log:{env.recipient}"
             for message in env.body.messages:
-                counted = message.with_tokens(count_tokens(message, counter))
-                logs.setdefault(key, []).append(encode_message(counted))
+                if message.tokens < 0 or env.body.encoding != counter.encoding:
+                    message = message.with_tokens(count_tokens(message, counter))
+                logs.setdefault(key, []).append(encode_message(message))
         args: list[Any] = ["g", len(read), *(entry for entry, _ in read)]
         for key, items in logs.items():
             args += (key, len(items), *items)

@@ -1,6 +1,7 @@
 """Add commands per second with 1, 2 and 3 worker processes on one Redis, next to raw redis-py.
 
-A client runtime in this process tells ``add`` commands to many agents; the
+A client runtime in this process tells ``add`` commands to many agents, counting
+each message's tokens as a handle does (inside the clock: the client's work); the
 clock stops when every shard stream is read and acked by the workers (XINFO
 GROUPS: no lag, nothing pending). Each worker count runs on fresh keys of the
 same private ``redis-server``, next to the raw redis-py baseline on that server.
@@ -14,7 +15,7 @@ import argparse
 import time
 
 from actormem.actors import Message
-from actormem.actors.memory.commands import Add
+from actormem.actors.memory._exchange import counted_add, sender_config
 from actormem.benchmarks._common import (
     Row,
     above,
@@ -65,9 +66,10 @@ async def drive(url: str, texts: list[str], agents: int, count: int, timeout: fl
     client = connect(config.redis)
     try:
         async with workers(config, count), client_runtime(config) as (rt, transport):
+            memory = sender_config(rt)
             started = time.perf_counter()
             for i, message in enumerate(messages):
-                await rt.tell(addresses[i % agents], Add(messages=[message]))
+                await rt.tell(addresses[i % agents], counted_add("add", message, memory))
             await transport.flush()
             await wait_drained(client, config, timeout)
             return len(messages) / (time.perf_counter() - started)

@@ -10,14 +10,17 @@ from typing import Any
 
 import msgspec
 
+from actormem.actors.config import AppConfig, MemoryConfig
 from actormem.actors.errors import MemoryInputError
 from actormem.actors.memory.commands import (
+    Add,
     MemoryExport,
 )
 from actormem.actors.memory.inputs import shown
-from actormem.actors.messages import Message, ToolCall, admit
+from actormem.actors.messages import Message, ToolCall, admit, count_tokens, message_chars
+from actormem.runtime.tokens import get_counter
 
-__all__ = ("read_export", "to_message", "write_export")
+__all__ = ("counted_add", "read_export", "sender_config", "to_message", "write_export")
 
 
 _export_decoder = msgspec.json.Decoder(MemoryExport)
@@ -89,6 +92,37 @@ def _batch(what: str, messages: object) -> list[Message]:
         except MemoryInputError as exc:
             raise MemoryInputError(f"{what}: message {i}: {exc}") from None
     return batch
+
+
+def counted_add(what: str, messages: object, config: MemoryConfig | None) -> Add:
+    """The ``Add`` of ``messages`` (checked as :func:`_batch` does), each message's
+    tokens counted here, where it is made, in ``config``'s encoding; None sends no
+    counts (the memory counts them). A batch the memory will refuse (too many
+    messages, or one over ``max_message_chars``) is sent uncounted: no tokenizing of
+    refused input.
+
+    Raises:
+        MemoryInputError: a message is invalid (named).
+    """
+    batch = _batch(what, messages)
+    if config is None or len(batch) > config.max_batch:
+        return Add(messages=batch)
+    limit = config.max_message_chars
+    if any(message_chars(m) > limit for m in batch):
+        return Add(messages=batch)
+    counter = get_counter(config.encoding)
+    return Add(
+        messages=[m.with_tokens(count_tokens(m, counter)) for m in batch],
+        encoding=counter.encoding,
+    )
+
+
+def sender_config(runtime: object) -> MemoryConfig | None:
+    """The memory config ``runtime`` carries (a
+    :class:`~actormem.actors.app.wiring.MemoryRuntime`'s ``app_config``), which the
+    handle counts tokens by; None for a runtime without one."""
+    config = getattr(runtime, "app_config", None)
+    return config.memory if isinstance(config, AppConfig) else None
 
 
 def _listed(value: object) -> object:

@@ -161,8 +161,8 @@ class AgentMemory(Actor):
             if expired is not None:
                 return expired
         match message:
-            case Add(messages=messages):
-                return self._add(messages)
+            case Add(messages=messages, encoding=encoding):
+                return self._add(messages, encoding)
             case Context(max_tokens=max_tokens, query=query):
                 return await self._context(max_tokens, query)
             case Get():
@@ -279,9 +279,9 @@ class AgentMemory(Actor):
         else:
             self._unobserved.extend(messages)
 
-    def _add(self, messages: list[Message]) -> AddResult:
+    def _add(self, messages: list[Message], encoding: str | None) -> AddResult:
         store = self._store
-        one = store.add_simple(messages)
+        one = store.add_simple(messages, encoding)
         if one is not None:  # the hot path of every agent's turn
             if self._recall is None and self._unobserved is not None:
                 self._unobserved.append(one)
@@ -295,7 +295,7 @@ class AgentMemory(Actor):
                 size=len(store.working),
                 working_tokens=store.working_tokens,
             )
-        counted = store.add(messages)
+        counted = store.add(messages, encoding)
         self._observe(counted)
         self._compaction.maybe_compress()
         return AddResult(

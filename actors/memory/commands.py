@@ -91,9 +91,19 @@ class Add(Command[AddResult], frozen=True):
     Each message's id is part of the command (fixed when the message was made), so
     the command sent again (an ask with no reply yet) stores nothing twice, and a
     new ``Add`` of a message already stored is refused, naming its id.
+
+    Attributes:
+        messages: the messages, in order.
+        encoding: the tiktoken encoding the sender counted each message's
+            ``tokens`` with (the handle counts them where the messages are made).
+            When it is the memory's own encoding, the memory takes those counts
+            (or checks them, with ``[memory] verify_token_counts``); None, another
+            encoding or a message with no count (``tokens`` < 0): the memory
+            counts the message itself.
     """
 
     messages: list[Message]
+    encoding: str | None = None
 
 
 class Get(Command[list[Message]], frozen=True):

@@ -18,14 +18,15 @@ from actormem.actors.memory._exchange import (
     _batch,
     _extra,
     _listed,
+    counted_add,
     read_export,
+    sender_config,
     to_message,
     write_export,
 )
 from actormem.actors.memory._recalling import RecallOps
 from actormem.actors.memory._sharing import SharingOps
 from actormem.actors.memory.commands import (
-    Add,
     AddResult,
     Clear,
     Context,
@@ -66,6 +67,8 @@ class MemoryHandle(SharingOps, RecallOps):
     ) -> AddResult:
         """Add one message or many (Message values or dicts) to the memory.
 
+        Each message's tokens are counted here, in the memory's encoding, and the
+        counts travel with the command (see ``[memory] verify_token_counts``).
         The ids of the messages are fixed here, in the command, before it is sent:
         the runtime's resends of an ask with no reply carry the same ids and store
         nothing twice. After an :class:`AskTimeoutError` the add was applied once
@@ -77,7 +80,7 @@ class MemoryHandle(SharingOps, RecallOps):
                 nothing is added then.
             AskTimeoutError: no reply within the handle's timeout.
         """
-        return await self._ask(Add(messages=_batch("add", messages)))
+        return await self._ask(counted_add("add", messages, sender_config(self.runtime)))
 
     async def get(
         self,

@@ -17,6 +17,7 @@ import msgspec
 
 from actormem.actors.errors import MemoryInputError
 from actormem.actors.memory.commands import (
+    Add,
     AnswerToolCall,
     Clear,
     Context,
@@ -160,6 +161,10 @@ def _json_check(value: object) -> None:
         msgspec.msgpack.encode(value)  # what Redis carries: ints within 64 bits
     except (TypeError, ValueError, msgspec.EncodeError, RecursionError, OverflowError) as exc:
         raise MemoryInputError(str(exc)) from None
+
+
+def _add(c: Add) -> None:
+    _check_text("add", "encoding", c.encoding, optional=True)
 
 
 def _get(c: Get) -> None:
@@ -327,6 +332,7 @@ def _start_episode(c: StartEpisode) -> None:
 
 
 _CHECKS: Final[dict[type, Callable[[Any], None]]] = {
+    Add: _add,
     Get: _get,
     Search: _search,
     Delete: _delete,

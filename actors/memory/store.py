@@ -94,16 +94,23 @@ class MessageStore:
     # -- writes -------------------------------------------------------------------
 
     def counted(
-        self, messages: Sequence[Message], what: str, *, stored: bool = False
+        self,
+        messages: Sequence[Message],
+        what: str,
+        *,
+        stored: bool = False,
+        encoding: str | None = None,
     ) -> list[Message]:
         """Validate messages and return them with their token counts cached.
 
         ``stored``: the messages were stored before (a session file), so only their
         types and sizes are checked, not the rules :func:`admit` adds over time.
+        ``encoding``: the one the sender counted the messages' ``tokens`` with
+        (see :meth:`sent_count`).
 
         Raises:
-            MemoryInputError: not a list of messages, too many, one too long, or an
-                id twice.
+            MemoryInputError: not a list of messages, too many, one too long, an
+                id twice, or a sent count that verification refuses.
         """
         if not isinstance(messages, list | tuple):
             raise MemoryInputError(f"{what} takes a list of messages")
@@ -131,12 +138,45 @@ class MessageStore:
             except MemoryInputError as exc:
                 raise MemoryInputError(f"{what}: message {i}: {exc}") from None
         # Counted only once every message passed: no tokenizing of refused input.
-        return [m.with_tokens(count_tokens(m, self._counter)) for m in messages]
+        out = []
+        for i, m in enumerate(messages):
+            try:
+                out.append(self.sent_count(m, encoding))
+            except MemoryInputError as exc:
+                raise MemoryInputError(f"{what}: message {i}: {exc}") from None
+        return out
 
-    def add_simple(self, messages: list[Message]) -> Message | None:
+    def sent_count(self, message: Message, encoding: str | None) -> Message:
+        """``message`` with its token count: the one it carries when the sender
+        counted it in this memory's encoding (recounted and compared first with
+        ``verify_token_counts``), else counted here.
+
+        Raises:
+            MemoryInputError: verification is on and the count carried is not the
+                message's exact count.
+        """
+        counter = self._counter
+        if encoding != counter.encoding or message.tokens < 0:
+            return message.with_tokens(count_tokens(message, counter))
+        if self._config.verify_token_counts:
+            exact = count_tokens(message, counter)
+            if message.tokens != exact:
+                raise MemoryInputError(
+                    f"message {message.id!r} carries a count of {message.tokens} tokens, "
+                    f"but it has {exact} in {counter.encoding}"
+                )
+        return message
+
+    def add_simple(self, messages: list[Message], encoding: str | None = None) -> Message | None:
         """Add ``messages`` when it is one valid, new, plain-text message (the hot
         path of every agent's turn) and return it counted; else add nothing and
-        return None: the caller then takes :meth:`add`, with its checks."""
+        return None: the caller then takes :meth:`add`, with its checks.
+
+        ``encoding``: see :meth:`sent_count`.
+
+        Raises:
+            MemoryInputError: the message's sent count is refused (nothing is added).
+        """
         if type(messages) is not list or len(messages) != 1:
             return None
         m = messages[0]
@@ -154,7 +194,10 @@ class MessageStore:
             or m.id in self.history_ids
         ):
             return None
-        m = m.with_tokens(count_tokens(m, self._counter))
+        try:
+            m = self.sent_count(m, encoding)
+        except MemoryInputError as exc:
+            raise MemoryInputError(f"add: message 0: {exc}") from None
         # The effects of add() for one message, without the batch bookkeeping.
         working = self.working
         working.append(m)
@@ -181,14 +224,15 @@ class MessageStore:
                 if self.durable:
                     self.log_pending.append(m)
 
-    def add(self, messages: list[Message]) -> list[Message]:
-        """Append new messages to the working view and the history; return them counted.
+    def add(self, messages: list[Message], encoding: str | None = None) -> list[Message]:
+        """Append new messages to the working view and the history; return them counted
+        (``encoding``: see :meth:`sent_count`).
 
         Raises:
             MemoryInputError: invalid messages (see :meth:`counted`), or an id
                 already stored.
         """
-        counted = self.counted(messages, "add")
+        counted = self.counted(messages, "add", encoding=encoding)
         clash = [m.id for m in counted if m.id in self.history_ids]
         if clash:
             raise MemoryInputError(

@@ -56,3 +56,13 @@ async def test_benchmark_runs_at_tiny_size(name: str) -> None:
         runs = ours.extra["runs"]
         assert len(runs) == 2
         assert ours.value == (runs[0]["actormem"] + runs[1]["actormem"]) / 2
+
+
+async def test_the_redis_benchmarks_send_adds_counted_by_the_sender() -> None:
+    from actormem.benchmarks._redis import sender_adds
+    from actormem.runtime import get_counter
+
+    (add,) = sender_adds(["the vault code is 4821"])
+    counter = get_counter()
+    assert add.encoding == counter.encoding
+    assert add.messages[0].tokens == counter.count_message(add.messages[0].to_openai())

@@ -47,6 +47,7 @@ from actormem.actors.messages import ROLES
 from actormem.actors.pool.commands import QueryInsights, Share, Subscribe
 from actormem.runtime import LocalTransport
 from actormem.runtime.redis import RedisConfig, RedisTransport
+from tests.actors.memory.spies import spy_on_counting
 from tests.actors.memory.test_memory import chat
 from tests.support import examples
 from tests.support.redis import prefixed_client
@@ -354,16 +355,9 @@ async def test_a_refused_timestamp_never_hurts_later_calls(memory_rt: MemoryRunt
 async def test_the_size_limit_is_checked_before_tokens_are_counted(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import actormem.actors.memory.store as store_module
+    from actormem.actors.memory import _exchange, store
 
-    counted: list[Message] = []
-    real = store_module.count_tokens
-
-    def counting(message: Message, counter: Any) -> int:
-        counted.append(message)
-        return real(message, counter)
-
-    monkeypatch.setattr(store_module, "count_tokens", counting)
+    counted = spy_on_counting(monkeypatch, _exchange, store)
     async with MemoryRuntime(small_config(), transport=LocalTransport()) as rt:
         with pytest.raises(MemoryInputError, match="the limit is 100"):
             await rt.memory("alice").add(

@@ -133,6 +133,10 @@ class BrainConfig(_Section, frozen=True):
             calling tools.
         temperature: the sampling temperature sent with each request.
         max_reply_tokens: the most tokens one model reply may take.
+        record: a directory to record every model request and its answer in
+            (``--record DIR``; relative to the working directory; ``""``: none).
+        replay: a recording to answer the model requests from, with no network
+            (``--replay DIR``; no base URL or API key needed; ``""``: none).
     """
 
     kind: BrainKind = "scripted"
@@ -148,6 +152,8 @@ class BrainConfig(_Section, frozen=True):
     max_tool_rounds: int = 3
     temperature: float = 0.7
     max_reply_tokens: int = 256
+    record: str = ""
+    replay: str = ""
 
     def __post_init__(self) -> None:
         self._at_least(1, "max_in_flight", "max_tool_rounds", "max_reply_tokens")
@@ -156,6 +162,8 @@ class BrainConfig(_Section, frozen=True):
         self._within(0.0, 2.0, "temperature")
         if not self.api_key_env:
             raise ValueError("api_key_env must name an environment variable")
+        if self.record and self.replay:
+            raise ValueError("record and replay cannot both be set: a run records or replays")
         if self.callable and not _CALLABLE.fullmatch(self.callable):
             raise ValueError(
                 f"callable must be module:callable (my_agents:step), got {self.callable!r}"

@@ -113,6 +113,18 @@ def add_commands(subs: Any) -> None:
         "--base-url", metavar="URL", help="the OpenAI-compatible API (simulation.brain.base_url)"
     )
     sim.add_argument("--model", metavar="NAME", help="the chat model (simulation.brain.model)")
+    recording = sim.add_mutually_exclusive_group()
+    recording.add_argument(
+        "--record",
+        metavar="DIR",
+        help="record every model request and answer in DIR (simulation.brain.record)",
+    )
+    recording.add_argument(
+        "--replay",
+        metavar="DIR",
+        help="answer the model requests from the recording in DIR, with no network "
+        "(simulation.brain.replay)",
+    )
     _metrics_port_option(sim, " (with --workers, worker i serves on PORT + i)")
     sim.add_argument("--json", metavar="PATH", help="also write the report as JSON to PATH")
     sim.add_argument(
@@ -199,9 +211,13 @@ def _load(args: argparse.Namespace) -> AppConfig:
     if getattr(args, "scenario", None):
         overrides.setdefault("simulation", {})["scenario"] = os.path.abspath(args.scenario)
     brain = dict(getattr(args, "brain", None) or {})
-    for key in ("base_url", "model"):
+    for key in ("base_url", "model", "record", "replay"):
         if getattr(args, key, None):
             brain[key] = getattr(args, key)
+    if brain.get("record"):
+        brain["replay"] = ""  # the command line's choice wins over the file's
+    elif brain.get("replay"):
+        brain["record"] = ""
     transport = getattr(args, "transport", None)
     if getattr(args, "workers", None):
         if transport in ("local", "memory"):
@@ -301,7 +317,7 @@ def _simulate(args: argparse.Namespace) -> int:
     show = not args.no_progress and err.is_terminal
     usage = LLMUsage()
     brain = config.simulation.brain
-    model = [ModelRateColumn(usage)] if brain.base_url and brain.model else []
+    model = [ModelRateColumn(usage)] if brain.replay or (brain.base_url and brain.model) else []
     progress = Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),

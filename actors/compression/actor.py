@@ -135,6 +135,7 @@ class CompressorActor(Actor):
             counter=self._counter,
             summarizer=self._summarizer,
             version=message.version,
+            agent=message.agent,
         )
         outcome = msgspec.structs.replace(outcome, agent=message.agent, request=message.request)
         fields = {

@@ -4,10 +4,17 @@ draft of the next view it builds by replacing spans with summaries or offloads.
 Every replaced message is stored under a reload id that the replacement names,
 and a summary lists the ids of the messages it stands for in
 ``metadata["summarized_ids"]``.
+
+A reload id made for an agent is :func:`reload_id`: the agent, the version of the
+view compressed (the memory bumps it whenever it rewrites the view, and keeps it in
+its snapshot) and a serial number, so the same run makes the same ids (a replayed
+model run sees the same hints) and an agent never gets one id twice, across
+restarts too.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
@@ -29,12 +36,21 @@ __all__ = (
     "PassContext",
     "Strategy",
     "is_summary",
+    "reload_id",
     "run_jobs",
     "summary_builder",
 )
 
 #: Tokens of a summary message besides its summary text (label, hint, framing).
 SUMMARY_OVERHEAD: Final = 48
+
+
+def reload_id(agent: str, version: int, serial: int | str) -> str:
+    """The reload id ``serial`` of a rewrite of ``agent``'s view at ``version``:
+    ``<agent tag>.<version>.<serial>``, the tag 12 hex digits of a hash of the
+    name (so that any name makes an id a reload hint can quote)."""
+    tag = hashlib.blake2b(agent.encode(), digest_size=6).hexdigest()
+    return f"{tag}.{version}.{serial}"
 
 
 class Candidate:
@@ -48,9 +64,20 @@ class Candidate:
 
 
 class PassContext:
-    """What a strategy needs besides the view: config, token counter, summarizer."""
+    """What a strategy needs besides the view: config, token counter, summarizer,
+    and the reload ids of the compression (:func:`reload_id` of ``agent`` and
+    ``version``; without an agent, unique ids from :func:`new_id`)."""
 
-    __slots__ = ("config", "counter", "slicer", "summarizer", "usage")
+    __slots__ = (
+        "_serial",
+        "agent",
+        "config",
+        "counter",
+        "slicer",
+        "summarizer",
+        "usage",
+        "version",
+    )
 
     def __init__(
         self,
@@ -58,13 +85,26 @@ class PassContext:
         counter: TokenCounter,
         summarizer: Summarizer,
         usage: RunUsage,
+        *,
+        agent: str = "",
+        version: int = 0,
     ) -> None:
         self.config = config
         self.counter = counter
         self.summarizer = summarizer
         self.usage = usage
+        self.agent = agent
+        self.version = version
+        self._serial = 0
         #: Shared by the compression's passes, so pauses come every slice overall.
         self.slicer = TimeSlicer()
+
+    def new_reload_id(self) -> str:
+        """The compression's next reload id (one serial over all its passes)."""
+        if not self.agent:
+            return new_id()
+        self._serial += 1
+        return reload_id(self.agent, self.version, self._serial)
 
     def counted(self, message: Message) -> Message:
         """Return ``message`` with its token count cached."""
@@ -203,9 +243,9 @@ class Draft:
 
     def store(self, originals: list[Message]) -> str:
         """Keep ``originals`` under a new reload id; return the id."""
-        reload_id = new_id()
-        self.offloaded[reload_id] = list(originals)
-        return reload_id
+        made = self.ctx.new_reload_id()
+        self.offloaded[made] = list(originals)
+        return made
 
     def candidate(self) -> Candidate | None:
         """The view with every accepted replacement, or None when there is none."""

@@ -103,6 +103,7 @@ async def compress(
     summarizer: Summarizer,
     version: int = 0,
     strategies: Sequence[tuple[str, Strategy]] = STRATEGIES,
+    agent: str = "",
 ) -> CompressionOutcome:
     """Bring a working view under budget with the progressive strategies.
 
@@ -113,6 +114,9 @@ async def compress(
         summarizer: writes summaries (offline, or an LLM with offline fallback).
         version: copied into the outcome, for the memory actor.
         strategies: the strategies in order (tests run one at a time).
+        agent: whose view it is: the reload ids are then made from it and
+            ``version`` (see :func:`actormem.actors.compression.draft.reload_id`);
+            ``""``: unique ids of no agent.
 
     Returns:
         The outcome; ``messages`` replaces the snapshot. A view already under
@@ -122,7 +126,7 @@ async def compress(
     view = [m if m.tokens >= 0 else m.with_tokens(count_tokens(m, counter)) for m in messages]
     tokens_before, count_before = _tokens(view), len(view)
     usage = RunUsage()
-    ctx = PassContext(config, counter, summarizer, usage)
+    ctx = PassContext(config, counter, summarizer, usage, agent=agent, version=version)
     offloaded: dict[str, list[Message]] = {}
     applied: list[str] = []
     passes = 0

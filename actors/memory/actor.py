@@ -174,7 +174,7 @@ class AgentMemory(Actor):
             case Update():
                 return self._update(message)
             case SetSummary(text=text, replaces=replaces):
-                return edits.set_summary(store, text, replaces)
+                return edits.set_summary(store, text, replaces, self.agent)
             case Clear(history=history):
                 removed = self._clear(history)
                 if history:  # the session file keeps what is left

@@ -5,7 +5,8 @@ An update changes the working-view message in place (same id) and appends an
 ``<id>.edit<n>``, its metadata holding ``edit_of`` (the original's id) and
 ``edited_at``; the original stays in the history untouched. ``set_summary``
 compresses by hand: the replaced messages become one summary, and stay reloadable
-as an offload, as the compressor's are.
+as an offload, as the compressor's are, under a reload id made from the agent and
+the view's version, as the compressor's are (the same run makes the same ids).
 """
 
 from __future__ import annotations
@@ -16,12 +17,12 @@ from typing import Any
 
 import msgspec
 
+from actormem.actors.compression.draft import reload_id
 from actormem.actors.compression.offload import offload_hint
 from actormem.actors.conversation import group_units
 from actormem.actors.errors import MemoryInputError
 from actormem.actors.memory.store import MessageStore
 from actormem.actors.messages import Message
-from actormem.runtime.ids import new_id
 
 __all__ = ("set_summary", "update")
 
@@ -72,10 +73,13 @@ def update(
     return new
 
 
-def set_summary(store: MessageStore, text: str, replaces: Sequence[str]) -> Message:
+def set_summary(
+    store: MessageStore, text: str, replaces: Sequence[str], agent: str = ""
+) -> Message:
     """Replace the working-view messages ``replaces`` by one summary message at
     the place of the first of them; keep them as an offload (reloadable by the
-    summary's ``reload_id``) and return the summary.
+    summary's ``reload_id``, made from ``agent`` and the view's version) and return
+    the summary.
 
     Raises:
         MemoryInputError: no ids, an id twice or not in the working view, ids
@@ -106,7 +110,7 @@ def set_summary(store: MessageStore, text: str, replaces: Sequence[str]) -> Mess
                 f"result; replace {outside} with them, or neither"
             )
     originals = [working[pos] for pos in positions]
-    offload_id = new_id()
+    offload_id = reload_id(agent, store.version, "s")
     weights = [m.importance for m in originals if m.importance is not None]
     summary = Message(
         role="assistant",

@@ -19,7 +19,7 @@ agents not measured by then are left out of ``per_agent``).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack, contextmanager
 from datetime import UTC, datetime
 from typing import Final
@@ -36,6 +36,7 @@ from actormem.actors.app.simulation.brains import (
     BrainFactory,
     Crowd,
     brain_factory,
+    open_recording,
 )
 from actormem.actors.app.simulation.brains.llm_client import LLMClient, LLMUsage
 from actormem.actors.app.simulation.goals import GoalScore, score_questions
@@ -68,6 +69,9 @@ __all__ = ("DRAIN_S", "PARTIAL_REPORT_S", "run_simulation")
 DRAIN_S: Final = 1.0
 #: How long a stopped run may take to measure its agents for the partial report.
 PARTIAL_REPORT_S: Final = 3.0
+#: How long a recorded or replayed turn waits for its compressions in flight before
+#: it reads its context.
+SETTLE_S: Final = 30.0
 
 log = structlog.get_logger("actormem.simulation")
 
@@ -217,6 +221,28 @@ def _build(factory: BrainFactory, agent: AgentInfo) -> Brain:
         ) from exc
 
 
+def _replayable(config: AppConfig) -> bool:
+    """Whether the run records or replays its model calls: its turns then go one at a
+    time, each reading a context with its compressions settled, so that every prompt
+    follows from the seed and the model's earlier answers alone."""
+    brain = config.simulation.brain
+    return bool(brain.record or brain.replay)
+
+
+def _settler(rt: MemoryRuntime) -> Callable[[str], Awaitable[None]]:
+    """What waits (up to :data:`SETTLE_S`) for an agent's compressions in flight to be
+    applied, asking its memory uncounted (the report's counts stay the run's own)."""
+
+    async def settle(agent: str) -> None:
+        memory = rt.memory(agent)
+        with anyio.move_on_after(SETTLE_S):
+            # The memory answers asks, and has no event to wait on: poll it.
+            while (await memory.stats()).compressing:  # noqa: ASYNC110
+                await anyio.sleep(0.005)
+
+    return settle
+
+
 def _brain_name(config: AppConfig) -> str:
     brain = config.simulation.brain
     return f"python:{brain.callable}" if brain.kind == "python" else brain.kind
@@ -244,8 +270,12 @@ async def _run(
     memories = {n: CountedMemory(rt, n, tally) for n in names}
     async with AsyncExitStack() as stack:
         llm: LLMClient | None = None
-        if sim.brain.base_url and sim.brain.model:
-            llm = await stack.enter_async_context(LLMClient(sim.brain, llm_usage))
+        recorder, replayer = open_recording(sim.brain, package_version())
+        if recorder is not None:
+            stack.callback(recorder.close)
+        if replayer is not None or (sim.brain.base_url and sim.brain.model):
+            client = LLMClient(sim.brain, llm_usage, recorder=recorder, replayer=replayer)
+            llm = await stack.enter_async_context(client)
         crowd = Crowd(
             memories,
             brains,
@@ -253,6 +283,7 @@ async def _run(
             context_tokens=sim.context_tokens,
             llm=llm,
             relations=cast.relations,
+            settle=_settler(rt) if _replayable(config) else None,
         )
         if sink is not None:
             tally.timeline = Timeline(
@@ -443,9 +474,13 @@ async def _steps(
                     so_far = [f for n in names for f in told[n]]
                     for name in names:  # before anyone has shared: what each agent knows
                         known_before[name] = await known_share(rt.memory(name), so_far)
-                async with anyio.create_task_group() as tg:
+                if _replayable(config):
                     for name in names:
-                        tg.start_soon(take_turn, name, step)
+                        await take_turn(name, step)
+                else:
+                    async with anyio.create_task_group() as tg:
+                        for name in names:
+                            tg.start_soon(take_turn, name, step)
                 if tally.timeline is not None:
                     await tally.timeline.end_step(step, last=step == sim.steps - 1)
                 done = step + 1

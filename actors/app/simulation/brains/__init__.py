@@ -1,12 +1,15 @@
 """Brains: what drives each agent's steps (``[simulation.brain]``).
 
 :func:`brain_factory` picks the configured kind: ``scripted`` (built in, seeded,
-offline), ``llm`` (a chat model behind any OpenAI-compatible endpoint) or
-``python`` (the user's ``module:callable``). :func:`check_brain` refuses a bad
-brain spec before a run starts.
+offline), ``llm`` (a chat model behind any OpenAI-compatible endpoint, or a
+recording of one) or ``python`` (the user's ``module:callable``).
+:func:`check_brain` refuses a bad brain spec before a run starts, and
+:func:`open_recording` opens the recording a run writes or replays.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from actormem.actors.app.simulation.brains.protocol import (
     AgentInfo,
@@ -17,9 +20,15 @@ from actormem.actors.app.simulation.brains.protocol import (
     Turn,
 )
 from actormem.actors.app.simulation.brains.python import python_brain
+from actormem.actors.app.simulation.brains.recording import (
+    Recorder,
+    Replayer,
+    check_record_dir,
+)
 from actormem.actors.app.simulation.brains.scripted import ScriptedBrain
 from actormem.actors.app.simulation.scenario import Talk
-from actormem.actors.config import AppConfig
+from actormem.actors.config import AppConfig, BrainConfig
+from actormem.runtime.errors import ConfigError
 
 __all__ = (
     "AgentInfo",
@@ -31,6 +40,7 @@ __all__ = (
     "Turn",
     "brain_factory",
     "check_brain",
+    "open_recording",
 )
 
 
@@ -49,7 +59,8 @@ def brain_factory(config: AppConfig, talk: Talk | None = None) -> BrainFactory:
             raise BrainError('brain kind "python" needs callable = "module:callable"')
         return python_brain(brain.callable)
     if brain.kind == "llm":
-        missing = [k for k in ("base_url", "model") if not getattr(brain, k)]
+        needed = ("base_url", "model") if not brain.replay else ()
+        missing = [k for k in needed if not getattr(brain, k)]
         if missing:
             flags = " and ".join(f"--{k.replace('_', '-')}" for k in missing)
             raise BrainError(
@@ -67,5 +78,45 @@ def check_brain(config: AppConfig) -> None:
 
     Raises:
         BrainError: naming what is wrong.
+        ConfigError: the ``record`` directory cannot take a recording, or the
+            ``replay`` one holds none (or one of another model).
     """
     brain_factory(config)
+    brain = config.simulation.brain
+    if brain.record:
+        _check_record(brain)
+    if brain.replay:
+        _replayer(brain)
+
+
+def open_recording(brain: BrainConfig, version: str) -> tuple[Recorder | None, Replayer | None]:
+    """The recording a run with this brain config writes (``record``), or answers
+    its model requests from (``replay``); None for neither.
+
+    Raises:
+        ConfigError: see :func:`check_brain`.
+    """
+    if brain.record:
+        _check_record(brain)
+        return Recorder(Path(brain.record), brain.model, version), None
+    if brain.replay:
+        return None, _replayer(brain)
+    return None, None
+
+
+def _check_record(brain: BrainConfig) -> None:
+    if not (brain.base_url and brain.model):
+        raise ConfigError(
+            "--record records a model's answers: it needs base_url and model (--base-url, --model)"
+        )
+    check_record_dir(Path(brain.record))
+
+
+def _replayer(brain: BrainConfig) -> Replayer:
+    replayer = Replayer(Path(brain.replay))
+    if brain.model and brain.model != replayer.model:
+        raise ConfigError(
+            f"--replay {brain.replay}: it was recorded with the model {replayer.model!r}, "
+            f"not {brain.model!r} (leave the model out to take the recording's)"
+        )
+    return replayer

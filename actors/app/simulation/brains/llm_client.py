@@ -6,18 +6,26 @@ agents, a timeout per request, and retries of 429s, 5xx answers, timeouts and
 lost connections with capped exponential backoff and full jitter, honouring
 ``Retry-After`` up to the cap. The client's own retries are off, so every retry
 shows in the logs (``llm_retry``). It counts calls, retries, tokens and time.
+
+With a :class:`~actormem.actors.app.simulation.brains.recording.Recorder` it writes
+every answered request into a recording; with a
+:class:`~actormem.actors.app.simulation.brains.recording.Replayer` it answers from
+one and opens no connection (see :mod:`actormem.actors.app.simulation.brains.recording`).
 """
 
 from __future__ import annotations
 
+import copy
 import os
 import time
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import msgspec
 import structlog
 
 from actormem.actors.app.simulation.brains.protocol import BrainError
+from actormem.actors.app.simulation.brains.recording import Recorder, Replayer
 from actormem.actors.compression.llm import retry_delay, retryable_errors
 from actormem.actors.config import BrainConfig
 from actormem.runtime._closing import AsyncClosing
@@ -58,24 +66,63 @@ class LLMClient(AsyncClosing):
         config: the brain config (base URL, model, key variable, bounds).
         usage: where to count the calls (a new one by default; a progress display
             may read it while the run goes on).
+        recorder: where to record every answered request (None: nowhere).
+        replayer: the recording to answer from instead of the endpoint (None: ask
+            the endpoint); the config's model, if empty, is the recording's.
 
     Attributes:
-        client: the ``openai.AsyncOpenAI`` underneath, for brains that want it.
         usage: what the calls so far cost.
     """
 
-    def __init__(self, config: BrainConfig, usage: LLMUsage | None = None) -> None:
+    def __init__(
+        self,
+        config: BrainConfig,
+        usage: LLMUsage | None = None,
+        *,
+        recorder: Recorder | None = None,
+        replayer: Replayer | None = None,
+    ) -> None:
         import openai
 
+        if replayer is not None and not config.model:
+            config = msgspec.structs.replace(config, model=replayer.model)
         self.config = config
         self.usage = usage if usage is not None else LLMUsage()
         self._limiter = anyio.CapacityLimiter(config.max_in_flight)
-        self.client: openai.AsyncOpenAI = openai.AsyncOpenAI(
-            api_key=os.environ.get(config.api_key_env) or _NO_KEY,
-            base_url=config.base_url,
-            timeout=config.timeout,
-            max_retries=0,
-        )
+        self._recorder = recorder
+        self._replayer = replayer
+        self._agent = ""
+        self._step = -1
+        self._client: openai.AsyncOpenAI | None = None
+        if replayer is None:
+            self._client = openai.AsyncOpenAI(
+                api_key=os.environ.get(config.api_key_env) or _NO_KEY,
+                base_url=config.base_url,
+                timeout=config.timeout,
+                max_retries=0,
+            )
+
+    @property
+    def client(self) -> openai.AsyncOpenAI:
+        """The ``openai.AsyncOpenAI`` underneath, for brains that want it (its calls
+        are neither bounded, retried, counted nor recorded).
+
+        Raises:
+            BrainError: the run replays a recording, which has no endpoint.
+        """
+        if self._client is None:
+            raise BrainError(
+                "a replayed run has no model endpoint: only llm.complete() answers from "
+                "the recording"
+            )
+        return self._client
+
+    def for_turn(self, agent: str, step: int) -> LLMClient:
+        """This client as ``agent``'s turn at ``step`` uses it (the same connections,
+        bounds and counts), naming them in a recording and its errors."""
+        view = copy.copy(self)
+        view._agent, view._step = agent, step
+        return view
 
     def __repr__(self) -> str:
         base_url = redact_url(self.config.base_url) if self.config.base_url else None
@@ -85,9 +132,12 @@ class LLMClient(AsyncClosing):
         return self
 
     async def aclose(self) -> None:
-        """Close the HTTP connections (idempotent)."""
-        with anyio.move_on_after(5, shield=True):
-            await self.client.close()
+        """Close the HTTP connections and the recording (idempotent)."""
+        if self._recorder is not None:
+            self._recorder.close()
+        if self._client is not None:
+            with anyio.move_on_after(5, shield=True):
+                await self._client.close()
 
     async def complete(
         self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None
@@ -109,6 +159,8 @@ class LLMClient(AsyncClosing):
         }
         if tools:
             request["tools"] = tools
+        if self._replayer is not None:
+            return self._replayed(request)
         retryable = retryable_errors()
         last: BaseException | None = None
         async with self._limiter:
@@ -141,10 +193,23 @@ class LLMClient(AsyncClosing):
                 finally:
                     self.usage.seconds += time.perf_counter() - started
                 self._count(response)
+                if self._recorder is not None:
+                    self._recorder.write(
+                        request, response, agent=self._agent, step=self._step, attempts=attempt + 1
+                    )
                 return response  # type: ignore[no-any-return]
         raise BrainError(
             self._failed(f"{cfg.max_retries + 1} attempts; last: {type(last).__name__}: {last}")
         ) from last
+
+    def _replayed(self, request: dict[str, Any]) -> ChatCompletion:
+        """The recorded answer to ``request``, counted as the recorded run counted it."""
+        assert self._replayer is not None
+        response, attempts = self._replayer.answer(request, agent=self._agent, step=self._step)
+        self.usage.calls += attempts
+        self.usage.retries += attempts - 1
+        self._count(response)
+        return response
 
     def _failed(self, detail: str) -> str:
         where = redact_url(self.config.base_url) if self.config.base_url else "the default API"

@@ -16,7 +16,7 @@ A brain is built once per agent by a *brain factory*, called with that agent's
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
@@ -90,6 +90,11 @@ class Crowd:
         llm: the model client turns get (None: no LLM configured).
         relations: each agent's relations, by name (an agent not in it: every
             other agent).
+        settle: awaited with an agent's name after a turn adds to its memory and
+            before :meth:`Turn.context` reads it (a recorded or replayed run waits
+            there for the agent's compressions in flight, so that neither its
+            context nor its peak size depends on how fast the compressor was);
+            None: no wait.
     """
 
     def __init__(
@@ -101,6 +106,7 @@ class Crowd:
         context_tokens: int,
         llm: LLMClient | None = None,
         relations: Mapping[str, tuple[str, ...]] | None = None,
+        settle: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         self.memories = dict(memories)
         self.relations = dict(relations or {})
@@ -109,6 +115,7 @@ class Crowd:
         self.rngs = {n: random.Random(f"{seed}-{n}") for n in self.names}
         self.context_tokens = context_tokens
         self.llm = llm
+        self.settle = settle
 
     def turn(self, agent: str, step: int, *, answering: bool = False) -> Turn:
         """``agent``'s turn at ``step`` (``answering``: a turn to answer a call)."""
@@ -131,7 +138,8 @@ class Turn:
         others: the other agents' names.
         relations: the agents this one talks to (see :attr:`AgentInfo.relations`).
         context_tokens: the budget to ask ``context()`` for.
-        llm: the model client (None when no LLM is configured).
+        llm: the model client (None when no LLM is configured); its requests
+            name this agent and step in a recording and in its errors.
     """
 
     __slots__ = (
@@ -159,7 +167,7 @@ class Turn:
         self.others = tuple(n for n in crowd.names if n != agent)
         self.relations = crowd.relations.get(agent, self.others)
         self.context_tokens = crowd.context_tokens
-        self.llm = crowd.llm
+        self.llm = crowd.llm.for_turn(agent, step) if crowd.llm is not None else None
 
     def remember(self, *messages: Message) -> None:
         """Queue ``messages`` for this agent's memory (stored at the next flush)."""
@@ -170,10 +178,13 @@ class Turn:
         if self._pending:
             batch, self._pending = self._pending, []
             await self.memory.add(batch)
+            await self._settle(self.agent)
 
     async def context(self) -> list[dict[str, Any]]:
-        """This agent's ``context()`` within :attr:`context_tokens`, after a flush."""
+        """This agent's ``context()`` within :attr:`context_tokens`, after a flush
+        (in a recorded or replayed run, once its compressions in flight are applied)."""
         await self.flush()
+        await self._settle(self.agent)
         return await self.memory.context(self.context_tokens)
 
     async def speak(self, to: str, text: str, *, record: bool = True) -> str:
@@ -209,10 +220,15 @@ class Turn:
                 Message(role="agent_response", name=to, content=answer),
             ]
         )
+        await self._settle(to)
         if record:
             self.remember(Message(role="user", name=to, content=answer))
             await self.flush()
         return answer
+
+    async def _settle(self, agent: str) -> None:
+        if self._crowd.settle is not None:
+            await self._crowd.settle(agent)
 
     async def share(self, text: str, topic: str = "town", importance: float = 0.5) -> ShareResult:
         """Share an insight with the pool (delivered to the topic's subscribers)."""

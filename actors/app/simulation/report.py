@@ -8,6 +8,7 @@ from typing import Any
 
 import msgspec
 
+from actormem.actors.app.simulation.facts import FactIndex
 from actormem.actors.app.simulation.goals import GoalScore
 from actormem.actors.app.simulation.town import PlantedFact
 from actormem.actors.app.wiring import MemoryRuntime
@@ -127,12 +128,18 @@ class SimulationReport(msgspec.Struct, frozen=True, kw_only=True):
     actor_restarts: int = 0
 
 
-async def known_share(handle: MemoryHandle, facts: list[PlantedFact]) -> float:
-    """The share of ``facts`` whose answer this agent holds: in its history or insights."""
+async def known_share(
+    handle: MemoryHandle, facts: list[PlantedFact], index: FactIndex | None = None
+) -> float:
+    """The share of ``facts`` whose answer this agent holds: in its history or insights
+    (looked up as :class:`~actormem.actors.app.simulation.facts.FactIndex` does;
+    ``index``: theirs, made once for many agents)."""
+    if not facts:
+        return 0.0
+    index = index if index is not None else FactIndex(facts)
     texts = [m.text() for m in await handle.get(scope="history")]
     texts += [i.text for i in await handle.held_insights(k=10_000)]
-    corpus = "\n".join(texts)
-    return sum(f.answer in corpus for f in facts) / len(facts) if facts else 0.0
+    return len(index.found("\n".join(texts))) / len(index)
 
 
 async def measure(
@@ -151,6 +158,7 @@ async def measure(
     sim = config.simulation
     counter = get_counter(config.memory.encoding)
     handles = {n: rt.memory(n) for n in names}
+    index = FactIndex(facts)
     for name in names:
         me = handles[name]
         stats = await me.stats()
@@ -168,7 +176,7 @@ async def measure(
             in_context += seen
             by_reload += reloaded
             found += searched or seen or reloaded
-        after = await known_share(me, facts)
+        after = await known_share(me, facts, index)
         per_agent.append(
             AgentReport(
                 agent=name,

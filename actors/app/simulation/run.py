@@ -35,10 +35,12 @@ from actormem.actors.app.simulation.brains import (
     BrainError,
     BrainFactory,
     Crowd,
+    Others,
     brain_factory,
     open_recording,
 )
 from actormem.actors.app.simulation.brains.llm_client import LLMClient, LLMUsage
+from actormem.actors.app.simulation.facts import FactIndex
 from actormem.actors.app.simulation.goals import GoalScore, score_questions
 from actormem.actors.app.simulation.report import (
     AgentReport,
@@ -375,8 +377,9 @@ async def _actor_failures(rt: MemoryRuntime, workers: int) -> tuple[int, int]:
 
 def _agent_infos(cast: Cast, seed: int) -> list[AgentInfo]:
     infos = []
+    positions = {n: i for i, n in enumerate(cast.names)}
     for i, n in enumerate(cast.names):
-        others = tuple(o for o in cast.names if o != n)
+        others = Others(cast.names, i, positions)
         infos.append(
             AgentInfo(
                 name=n,
@@ -472,8 +475,9 @@ async def _steps(
                     break
                 if step == sim.fact_steps or (step == sim.steps - 1 and not known_before):
                     so_far = [f for n in names for f in told[n]]
+                    index = FactIndex(so_far)
                     for name in names:  # before anyone has shared: what each agent knows
-                        known_before[name] = await known_share(rt.memory(name), so_far)
+                        known_before[name] = await known_share(rt.memory(name), so_far, index)
                 if _replayable(config):
                     for name in names:
                         await take_turn(name, step)

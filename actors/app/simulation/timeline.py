@@ -18,7 +18,6 @@ insights (at most the inbox's size); answers are looked up by their longest word
 from __future__ import annotations
 
 import random
-import re
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, Protocol
@@ -27,6 +26,7 @@ import anyio
 import msgspec
 
 from actormem.actors.app.simulation.brains.llm_client import LLMUsage
+from actormem.actors.app.simulation.facts import FactIndex
 from actormem.actors.app.simulation.town import PlantedFact
 from actormem.actors.app.wiring import MemoryRuntime
 from actormem.actors.compression.config import CompressionConfig
@@ -44,7 +44,6 @@ TEXT_CHARS: Final = 160
 SETTLE_S: Final = 2.0
 #: Memories asked about their compressions at once, at the end of a step.
 _CHECKS_AT_ONCE: Final = 64
-_WORD: Final = re.compile(r"\w+")
 
 
 class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -127,40 +126,6 @@ class Sink(Protocol):
         ...
 
 
-class _FactIndex:
-    """The planted facts told so far, looked up in a text by their answers' longest word
-    (then checked as a substring)."""
-
-    __slots__ = ("_answers", "_by_word", "_loose", "ids")
-
-    def __init__(self) -> None:
-        self.ids: dict[PlantedFact, int] = {}
-        self._answers: list[str] = []
-        self._by_word: dict[str, list[int]] = {}
-        self._loose: list[int] = []
-
-    def add(self, fact: PlantedFact) -> None:
-        if fact in self.ids:
-            return
-        i = self.ids[fact] = len(self._answers)
-        self._answers.append(fact.answer)
-        words = _WORD.findall(fact.answer)
-        if words:
-            self._by_word.setdefault(max(words, key=len), []).append(i)
-        else:
-            self._loose.append(i)
-
-    def found(self, text: str) -> set[int]:
-        """The facts whose answer is in ``text``."""
-        answers = self._answers
-        hits = {i for i in self._loose if answers[i] in text}
-        for word in set(_WORD.findall(text)):
-            for i in self._by_word.get(word, ()):
-                if answers[i] in text:
-                    hits.add(i)
-        return hits
-
-
 class _Totals:
     """A step's counts, and the run's running totals."""
 
@@ -222,7 +187,7 @@ class Timeline:
             chosen = sorted(random.Random(f"sample-{seed}").sample(chosen, FACTS_SAMPLE))
         self._sampled = {n: [0, 0] for n in chosen}  # agent: [history added, read]
         self._known: dict[str, set[int]] = {n: set() for n in chosen}
-        self._facts = _FactIndex()
+        self._facts = FactIndex()
         self._before = (0, 0, 0, 0, 0.0, 0, 0)  # usage, pool delivered, failures
         self._turn_seconds = 0.0
 

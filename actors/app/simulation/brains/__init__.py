@@ -17,6 +17,7 @@ from actormem.actors.app.simulation.brains.protocol import (
     BrainError,
     BrainFactory,
     Crowd,
+    Others,
     Turn,
 )
 from actormem.actors.app.simulation.brains.python import python_brain
@@ -36,6 +37,7 @@ __all__ = (
     "BrainError",
     "BrainFactory",
     "Crowd",
+    "Others",
     "ScriptedBrain",
     "Turn",
     "brain_factory",

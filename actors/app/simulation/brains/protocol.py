@@ -16,8 +16,8 @@ A brain is built once per agent by a *brain factory*, called with that agent's
 from __future__ import annotations
 
 import random
-from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, overload
 
 import msgspec
 
@@ -30,11 +30,66 @@ if TYPE_CHECKING:
     from actormem.actors.app.simulation.brains.llm_client import LLMClient
     from actormem.actors.memory.handle import MemoryHandle
 
-__all__ = ("AgentInfo", "Brain", "BrainError", "BrainFactory", "Crowd", "Turn")
+__all__ = ("AgentInfo", "Brain", "BrainError", "BrainFactory", "Crowd", "Others", "Turn")
 
 
 class BrainError(ActormemError):
     """A brain cannot be loaded or built, broke the protocol, or its model failed."""
+
+
+class Others(Sequence[str]):
+    """Every agent's name but one, in the run's order: a view of the run's list of
+    names, not a copy (10,000 agents would otherwise hold 10,000 lists of 10,000).
+
+    Args:
+        names: the run's agents, in order.
+        skip: the position of the one left out.
+        positions: each name's position in ``names`` (shared by the views, for
+            ``in``).
+    """
+
+    __slots__ = ("_names", "_positions", "_skip")
+
+    def __init__(self, names: Sequence[str], skip: int, positions: Mapping[str, int]) -> None:
+        self._names = names
+        self._skip = skip
+        self._positions = positions
+
+    def __len__(self) -> int:
+        return len(self._names) - 1
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[str, ...]: ...
+    def __getitem__(self, index: int | slice) -> str | tuple[str, ...]:
+        if isinstance(index, slice):
+            return tuple(self[i] for i in range(*index.indices(len(self))))
+        size = len(self)
+        if index < 0:
+            index += size
+        if not 0 <= index < size:
+            raise IndexError("agent index out of range")
+        return self._names[index + (index >= self._skip)]
+
+    def __iter__(self) -> Iterator[str]:
+        for i, name in enumerate(self._names):
+            if i != self._skip:
+                yield name
+
+    def __contains__(self, name: object) -> bool:
+        return self._positions.get(name, self._skip) != self._skip  # type: ignore[call-overload]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence) and not isinstance(other, str):
+            return len(other) == len(self) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"Others({list(self)!r})"
 
 
 class AgentInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -57,9 +112,9 @@ class AgentInfo(msgspec.Struct, frozen=True, kw_only=True):
     persona: str
     index: int
     seed: int
-    others: tuple[str, ...]
+    others: Sequence[str]
     facts: tuple[PlantedFact, ...] = ()
-    relations: tuple[str, ...] = ()
+    relations: Sequence[str] = ()
 
 
 class Brain(Protocol):
@@ -113,13 +168,18 @@ class Crowd:
         self.brains = dict(brains)
         self.names = list(self.memories)
         self.rngs = {n: random.Random(f"{seed}-{n}") for n in self.names}
+        positions = {n: i for i, n in enumerate(self.names)}
+        self.others = {n: Others(self.names, i, positions) for i, n in enumerate(self.names)}
         self.context_tokens = context_tokens
         self.llm = llm
         self.settle = settle
 
-    def turn(self, agent: str, step: int, *, answering: bool = False) -> Turn:
-        """``agent``'s turn at ``step`` (``answering``: a turn to answer a call)."""
-        return Turn(self, agent, step, answering=answering)
+    def turn(
+        self, agent: str, step: int, *, answering: bool = False, rng: random.Random | None = None
+    ) -> Turn:
+        """``agent``'s turn at ``step`` (``answering``: a turn to answer a call; ``rng``:
+        its RNG instead of the agent's own)."""
+        return Turn(self, agent, step, answering=answering, rng=rng)
 
 
 class Turn:
@@ -134,7 +194,9 @@ class Turn:
         memory: its memory handle.
         step: the step number, from 0.
         rng: the agent's RNG, seeded with the run's seed and its name; the same
-            one every step.
+            one every step. A turn answering a call has an RNG of that call's
+            own, seeded from the caller's RNG, so that what an agent draws does
+            not depend on the order in which calls to it and its own step come.
         others: the other agents' names.
         relations: the agents this one talks to (see :attr:`AgentInfo.relations`).
         context_tokens: the budget to ask ``context()`` for.
@@ -156,15 +218,23 @@ class Turn:
         "step",
     )
 
-    def __init__(self, crowd: Crowd, agent: str, step: int, *, answering: bool = False) -> None:
+    def __init__(
+        self,
+        crowd: Crowd,
+        agent: str,
+        step: int,
+        *,
+        answering: bool = False,
+        rng: random.Random | None = None,
+    ) -> None:
         self._crowd = crowd
         self._answering = answering
         self._pending: list[Message] = []
         self.agent = agent
         self.memory = crowd.memories[agent]
         self.step = step
-        self.rng = crowd.rngs[agent]
-        self.others = tuple(n for n in crowd.names if n != agent)
+        self.rng = rng if rng is not None else crowd.rngs[agent]
+        self.others = crowd.others[agent]
         self.relations = crowd.relations.get(agent, self.others)
         self.context_tokens = crowd.context_tokens
         self.llm = crowd.llm.for_turn(agent, step) if crowd.llm is not None else None
@@ -208,7 +278,8 @@ class Turn:
         if record:
             self.remember(Message(role="assistant", name=self.agent, content=text))
             await self.flush()
-        listener = self._crowd.turn(to, self.step, answering=True)
+        call_rng = random.Random(self.rng.getrandbits(64))
+        listener = self._crowd.turn(to, self.step, answering=True, rng=call_rng)
         answer = await self._crowd.brains[to].respond(listener, self.agent, text)
         if not isinstance(answer, str):
             raise BrainError(

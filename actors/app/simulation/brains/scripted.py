@@ -5,12 +5,15 @@ calls a (pretend) tool, shares its planted facts once they have been told and
 later passes on what it heard, then says a line to one of its relations: small
 talk about the scenario's topics and places or, as often as the scenario's
 ``[talk] tell_news`` says, a piece of news its memory holds. Every choice comes
-from the turn's RNG, so the same seed tells the same story.
+from the turn's RNG, drawn the same way whatever the memory holds, so the same
+seed tells the same story however the turns of a step overlap.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from typing import TypeVar
 
 from actormem.actors.app.simulation.brains.protocol import AgentInfo, Turn
 from actormem.actors.app.simulation.scenario import Talk
@@ -20,6 +23,15 @@ from actormem.actors.messages import Message, ToolCall
 __all__ = ("ScriptedBrain",)
 
 _MOODS = ("worried", "cheerful", "curious", "tired", "hopeful")
+
+T = TypeVar("T")
+
+
+def _pick(items: Sequence[T], u: float) -> T:
+    """The item a draw ``u`` (0 <= u < 1) picks. What the memory holds depends on how
+    fast news travelled; drawing ``u`` before looking keeps the RNG's stream, and so
+    the rest of the story, the same however many items there turn out to be."""
+    return items[min(int(u * len(items)), len(items) - 1)]
 
 
 class ScriptedBrain:
@@ -52,13 +64,14 @@ class ScriptedBrain:
             for fact in told[: cfg.share_facts]:
                 await turn.share(fact.statement, fact.topic, 0.8)
         elif turn.step > cfg.fact_steps and rng.random() < cfg.gossip_rate:
+            pick, reword = rng.random(), rng.random()
             heard = await turn.memory.held_insights(k=50)
             if heard:
-                rumour = rng.choice(heard)
+                rumour = _pick(heard, pick)
                 # Passed on as heard, or in other words: the pool drops both as
                 # duplicates (exact, near).
                 text = rumour.text
-                if rng.random() < 0.5:
+                if reword < 0.5:
                     text = text.replace("Remember this:", "Word around town is that")
                 await turn.share(text, rumour.topic, 0.5)
         talk = self.talk
@@ -72,10 +85,11 @@ class ScriptedBrain:
         )
         # No draw at all without news to tell, so the town's story stays the same.
         if talk.tell_news and rng.random() < talk.tell_news:
+            pick = rng.random()
             news = await turn.memory.search(talk.news_marker)
             held = list(dict.fromkeys(m.text() for m in news))
             if held:
-                line = rng.choice(held)
+                line = _pick(held, pick)
         await turn.speak(partner, line)
 
     async def respond(self, turn: Turn, caller: str, said: str) -> str:

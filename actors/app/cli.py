@@ -113,6 +113,12 @@ def add_commands(subs: Any) -> None:
         "--base-url", metavar="URL", help="the OpenAI-compatible API (simulation.brain.base_url)"
     )
     sim.add_argument("--model", metavar="NAME", help="the chat model (simulation.brain.model)")
+    sim.add_argument(
+        "--max-in-flight",
+        type=_positive,
+        metavar="N",
+        help="model requests in flight at once, over all agents (simulation.brain.max_in_flight)",
+    )
     recording = sim.add_mutually_exclusive_group()
     recording.add_argument(
         "--record",
@@ -211,7 +217,7 @@ def _load(args: argparse.Namespace) -> AppConfig:
     if getattr(args, "scenario", None):
         overrides.setdefault("simulation", {})["scenario"] = os.path.abspath(args.scenario)
     brain = dict(getattr(args, "brain", None) or {})
-    for key in ("base_url", "model", "record", "replay"):
+    for key in ("base_url", "model", "record", "replay", "max_in_flight"):
         if getattr(args, key, None):
             brain[key] = getattr(args, key)
     if brain.get("record"):

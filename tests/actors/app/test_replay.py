@@ -1,10 +1,13 @@
 """Recording an LLM run's model calls (``--record``) and replaying them offline
-(``--replay``) to the same report, against the loopback OpenAI-compatible server."""
+(``--replay``) to the same report, against the loopback OpenAI-compatible server;
+and the bound on the model requests in flight (``--max-in-flight``)."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -178,3 +181,28 @@ def test_the_command_line_records_and_replays(
     assert code != 0
     err = capsys.readouterr().err
     assert "--replay" in err and "no such directory" in err and "Traceback" not in err
+
+
+def test_max_in_flight_bounds_the_model_requests_at_once(tmp_path: Path) -> None:
+    lock = threading.Lock()
+    now = most = 0
+
+    def slow_model(body: dict[str, Any]) -> str | dict[str, Any]:
+        nonlocal now, most
+        with lock:
+            now += 1
+            most = max(most, now)
+        time.sleep(0.03)  # overlapping requests overlap here
+        with lock:
+            now -= 1
+        return town_model(body)
+
+    args = ["simulate", "configs/town.toml", "--transport", "local", "--agents", "4"]
+    args += ["--steps", "1", "--no-progress", "--no-run-dir", "--brain", "llm", "--model", "m"]
+    seen = []
+    for bound in (2, 4):
+        most = 0
+        with OpenAIStub(reply=slow_model) as server:
+            assert main([*args, "--base-url", server.base_url, "--max-in-flight", str(bound)]) == 0
+        seen.append(most)
+    assert seen[0] == 2 < seen[1] <= 4

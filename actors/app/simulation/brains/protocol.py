@@ -78,7 +78,9 @@ class Others(Sequence[str]):
                 yield name
 
     def __contains__(self, name: object) -> bool:
-        return self._positions.get(name, self._skip) != self._skip  # type: ignore[call-overload]
+        if not isinstance(name, str):
+            return False
+        return self._positions.get(name, self._skip) != self._skip
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Sequence) and not isinstance(other, str):

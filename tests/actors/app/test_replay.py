@@ -109,33 +109,27 @@ async def test_a_replay_gives_the_recorded_report_with_no_server(
     assert again["llm_tokens_in"] == first["llm_tokens_in"] > 0
 
 
-async def test_a_request_missing_from_the_recording_names_the_agent_and_step(
-    recorded: tuple[AppConfig, dict[str, Any], Path],
+def _entries(recording: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (recording / CALLS).read_text().splitlines()]
+
+
+@pytest.mark.parametrize("change", ["missing", "edited"])
+async def test_a_missing_or_edited_entry_is_an_error_naming_the_agent_and_step(
+    recorded: tuple[AppConfig, dict[str, Any], Path], change: str
 ) -> None:
     config, _, recording = recorded
-    calls = recording / CALLS
-    lines = calls.read_text().splitlines()
-    victim = next(i for i, line in enumerate(lines) if json.loads(line)["step"] == 1)
-    agent = json.loads(lines[victim])["agent"]
-    calls.write_text("\n".join(lines[:victim] + lines[victim + 1 :]) + "\n")
+    entries = _entries(recording)
+    victim = next(i for i, e in enumerate(entries) if e["step"] == 1)
+    agent = entries[victim]["agent"]
+    if change == "missing":
+        del entries[victim]
+    else:  # an edited request answers no request
+        entries[victim]["request"]["messages"][-1]["content"] += " (edited)"
+    (recording / CALLS).write_text("".join(json.dumps(e) + "\n" for e in entries))
     replay = _with(config, base_url=None, replay=str(recording))
-    with pytest.raises(
-        BrainError, match=f"no recorded answer to the model request of {agent} at step 1"
-    ):
+    error = f"no recorded answer to the model request of {agent} at step 1 .*edited recording"
+    with pytest.raises(BrainError, match=error):
         await run_simulation(replay)
-
-
-async def test_an_edited_request_answers_nothing(
-    recorded: tuple[AppConfig, dict[str, Any], Path],
-) -> None:
-    config, _, recording = recorded
-    calls = recording / CALLS
-    lines = calls.read_text().splitlines()
-    entry = json.loads(lines[0])
-    entry["request"]["messages"][-1]["content"] += " (edited)"
-    calls.write_text("\n".join([json.dumps(entry), *lines[1:]]) + "\n")
-    with pytest.raises(BrainError, match=r"of Ada at step 0 .*an edited recording"):
-        await run_simulation(_with(config, replay=str(recording)))
 
 
 def test_bad_recording_directories_are_refused_before_the_run(

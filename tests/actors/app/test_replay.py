@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -21,6 +23,7 @@ from actormem.actors.app.simulation.brains.recording import CALLS, MANIFEST, req
 from actormem.runtime.cli import main
 from actormem.runtime.errors import ConfigError
 from tests.actors.app.test_brains import llm_config, town_model
+from tests.support import ROOT
 from tests.support.openai_server import OpenAIStub
 
 pytestmark = pytest.mark.anyio
@@ -200,3 +203,23 @@ def test_max_in_flight_bounds_the_model_requests_at_once(tmp_path: Path) -> None
             assert main([*args, "--base-url", server.base_url, "--max-in-flight", str(bound)]) == 0
         seen.append(most)
     assert seen[0] == 2 < seen[1] <= 4
+
+
+@pytest.mark.slow
+def test_a_recording_made_in_process_replays_over_worker_processes(tmp_path: Path) -> None:
+    rec, first, again = tmp_path / "rec", tmp_path / "first.json", tmp_path / "again.json"
+    args = ["simulate", "configs/town.toml", "--agents", "3", "--steps", "2"]
+    args += ["--no-progress", "--no-run-dir", "--brain", "llm"]
+    with OpenAIStub(reply=town_model) as server:
+        llm = ["--base-url", server.base_url, "--model", "m", "--record", str(rec)]
+        assert main([*args, "--transport", "local", *llm, "--json", str(first)]) == 0
+    command = [sys.executable, "-m", "actormem", *args, "--workers", "2"]
+    command += ["--replay", str(rec), "--json", str(again)]
+    proc = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    here, there = (comparable(json.loads(p.read_text())) for p in (first, again))
+    assert (there["transport"], there["workers"], there["llm_calls"]) == ("redis", 2, 18)
+    for report in (here, there):
+        for key in ("transport", "workers", "config", "runtime"):
+            report.pop(key)
+    assert there == here

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import unicodedata
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from actormem.actors.pool.sanitize import sanitize_insight_text
+from tests.support import examples
 
 _SPACE_CONTROLS = set("\t\n\r\x0b\x0c\x1c\x1d\x1e\x1f\x85")
 
@@ -24,6 +25,7 @@ def _by_character(text: str, max_chars: int) -> str:
     return " ".join("".join(kept).split())
 
 
+@settings(max_examples=examples(200), deadline=None)
 @given(st.text(alphabet=st.characters(max_codepoint=127), max_size=300))
 def test_ascii_text_is_cleaned_as_each_character_says(text: str) -> None:
     expected = _by_character(text, 10_000)

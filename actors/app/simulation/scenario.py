@@ -376,7 +376,9 @@ def cast_scenario(scenario: Scenario, sim: SimulationConfig, source: str = "scen
         check_agent(f"{key}.agent", f.agent)
         if f.step >= sim.steps:
             raise refuse(
-                f"{key}.step", f"step {f.step} is out of range: the run has {sim.steps} steps"
+                f"{key}.step",
+                f"step {f.step} is out of range: the run has {sim.steps} steps "
+                f"(run at least {f.step + 1}: --steps {f.step + 1})",
             )
         facts[f.agent].append(
             PlantedFact(f.agent, f.statement, f.query, f.answer, topic=f.topic, step=f.step)

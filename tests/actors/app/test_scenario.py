@@ -127,7 +127,8 @@ _BAD = [
     ),
     (
         _SECRET.replace("step = 0", "step = 3"),
-        "key 'facts.planted[0].step': step 3 is out of range: the run has 3 steps",
+        "key 'facts.planted[0].step': step 3 is out of range: the run has 3 steps "
+        "(run at least 4: --steps 4)",
     ),
     (_SECRET.replace('ask = ["Bram", "Cleo"]', 'ask = ["Bob"]'), "key 'questions[1].ask'"),
     (_SECRET.replace('["Bram", "Cleo"]]', '["Bram", "Dora"]]'), "key 'relations.edges[1]'"),

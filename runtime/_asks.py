@@ -125,7 +125,6 @@ class Asks:
             sender=sender,
         )
         timer = loop.call_later(limit, _expire, slot.future)
-        nudge: asyncio.TimerHandle | None = None
         try:
             sent = False
             try:  # enqueue now (mailbox or outbox) unless it is full
@@ -139,7 +138,11 @@ class Asks:
             slot.sends = 1
             resend = self._transport.resend_after()
             if resend is not None:
-                nudge = loop.call_later(resend, self._start_resending, env, slot, resend, deadline)
+                # Waited for here, not in a timer callback: a callback runs outside
+                # any task, where anyio cannot tell which event loop runs it (under
+                # plain asyncio.run, or in a coroutine sent from another thread).
+                await asyncio.wait((slot.future,), timeout=resend)
+                self._start_resending(env, slot, resend, deadline)
             await slot.future
         except TimeoutError:
             times = f" (sent {slot.sends} times)" if slot.sends > 1 else ""
@@ -148,8 +151,6 @@ class Asks:
             ) from None
         finally:
             timer.cancel()
-            if nudge is not None:
-                nudge.cancel()
             pending.pop(correlation, None)
             future = slot.future
             if future.done() and not future.cancelled():
@@ -163,8 +164,8 @@ class Asks:
         return reply.value
 
     def _start_resending(self, env: Envelope, slot: _Slot, every: float, deadline: float) -> None:
-        """An ask had no reply within ``every`` seconds: send it again in the background
-        (the asker only waits for its slot, so an ask answered in time costs one timer)."""
+        """Unless the ask's reply came (or it timed out): send it again every ``every``
+        seconds in the background, while the asker waits for its slot."""
         if not slot.future.done() and self.tg is not None:
             self.tg.start_soon(self._resend, env, slot, every, deadline)
 

@@ -3,11 +3,12 @@ applies once."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from typing import cast
+from collections.abc import AsyncIterator, Callable, MutableMapping
+from typing import Any, cast
 
 import pytest
 import redis.asyncio as aioredis
+from structlog.testing import capture_logs
 
 from actormem import AppConfig, MemoryRuntime
 from actormem.actors.memory.commands import Forget, SetSummary, Update
@@ -22,8 +23,14 @@ class Producer:
     """A runtime on the test's Redis, and raw XADDs of commands for alice as a
     producer sends them (the same bytes again when its XADD reply was lost)."""
 
-    def __init__(self, client: aioredis.Redis, config: RedisConfig, rt: MemoryRuntime) -> None:
-        self.client, self.rt = client, rt
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        config: RedisConfig,
+        rt: MemoryRuntime,
+        logs: list[MutableMapping[str, Any]],
+    ) -> None:
+        self.client, self.rt, self.logs = client, rt, logs
         self.transport = cast(RedisTransport, rt.transport)
         self.stream = Keys(config.prefix).stream(shard_of("memory/alice", config.shards))
 
@@ -33,11 +40,21 @@ class Producer:
         )
         await self.client.xadd(self.stream, {b"e": data})
 
-    async def skipped(self, duplicates: int) -> None:
-        async def counted() -> bool:
-            return self.transport.stats().duplicates == duplicates
+    async def skipped(self, *ids: str) -> None:
+        """Wait until the second copy of each command in ``ids`` was skipped, once.
 
-        await eventually(counted, f"{duplicates} second copies are skipped")
+        By these commands' ids: the transport's count of duplicates also counts the
+        copies of this runtime's own asks, sent again when a reply is slow."""
+
+        async def each_once() -> bool:
+            skipped = [
+                e["msg_id"]
+                for e in self.logs
+                if e["event"] == "duplicate_skipped" and e["msg_id"] in ids
+            ]
+            return sorted(skipped) == sorted(ids)
+
+        await eventually(each_once, f"the second copies of {', '.join(ids)} are skipped")
 
 
 @pytest.fixture
@@ -46,8 +63,9 @@ async def producer(
     redis_config: RedisConfig,
     make_redis_transport: Callable[[], RedisTransport],
 ) -> AsyncIterator[Producer]:
-    async with MemoryRuntime(AppConfig(), transport=make_redis_transport()) as rt:
-        yield Producer(redis_client, redis_config, rt)
+    with capture_logs() as logs:
+        async with MemoryRuntime(AppConfig(), transport=make_redis_transport()) as rt:
+            yield Producer(redis_client, redis_config, rt, logs)
 
 
 async def test_a_redelivered_update_and_set_summary_apply_once(producer: Producer) -> None:
@@ -61,7 +79,7 @@ async def test_a_redelivered_update_and_set_summary_apply_once(producer: Produce
     for command_id, body in commands:
         await producer.xadd(body, command_id)
         await producer.xadd(body, command_id)
-    await producer.skipped(2)
+    await producer.skipped(*(command_id for command_id, _ in commands))
     working = await alice.get()
     history = await alice.get(scope="history")
     assert working[0].content == "edited once"
@@ -76,5 +94,5 @@ async def test_a_forget_delivered_twice_erases_once(producer: Producer) -> None:
     await producer.xadd(Forget(), "forget-0001")
     await alice.add({"role": "user", "content": "after"})
     await producer.xadd(Forget(), "forget-0001")  # again, after a later add
-    await producer.skipped(1)
+    await producer.skipped("forget-0001")
     assert [m.content for m in await alice.get(scope="history")] == ["after"]

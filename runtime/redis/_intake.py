@@ -239,6 +239,15 @@ class Intake:
                 data, kind, shard=shard.number, entry=entry, lease=shard.lease
             )
         except MessageDecodeError as exc:
+            copied = self._codec.copy_of(data)
+            if copied is not None:
+                # A copy of an ask sent again while its reply was slow: its first
+                # copy was refused or dead-lettered, and its asker answered, already.
+                self.duplicates += 1
+                await self._commits.ack(shard, [entry])
+                actor = self._codec.recipient(data)
+                log.info("duplicate_skipped", actor=actor, msg_id=copied, entry=entry)
+                return
             refusal = self._codec.refusal(data)
             if refusal is not None and self._codec.reply_address(data) is not None:
                 # Bad input in a well-formed ask: the asker's mistake, answered like

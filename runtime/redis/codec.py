@@ -222,6 +222,15 @@ class Codec:
         except _DECODE_ERRORS:
             return None
 
+    def copy_of(self, data: bytes) -> str | None:
+        """The command id of the envelope ``data`` if it is marked as a copy
+        (``resent``), without decoding its body; None for anything else."""
+        try:
+            wire = self._wire_decoder.decode(data)
+        except _DECODE_ERRORS:
+            return None
+        return wire.id if wire.resent else None
+
     def reply_address(self, data: bytes) -> tuple[str, int, str] | None:
         """``(reply_to, correlation, recipient)`` of an ask whose body is invalid.
 

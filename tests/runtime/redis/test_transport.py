@@ -18,6 +18,7 @@ from actormem.runtime import (
     Runtime,
     RuntimeConfig,
     SupervisionConfig,
+    new_id,
 )
 from actormem.runtime._envelope import Envelope
 from actormem.runtime.errors import MessageDecodeError, TransportUnavailableError
@@ -403,6 +404,29 @@ async def test_an_ask_with_an_invalid_body_fails_at_once(
             await client.ref("ledger/v").ask(ForgedAdd("t", "three"))
     letters = await redis_client.xrange(Keys(redis_config.prefix).dead_letters())
     assert len(letters) == 1
+
+
+async def test_a_copy_of_an_ask_with_an_invalid_body_is_skipped_not_dead_lettered(
+    redis_client: aioredis.Redis, redis_config: RedisConfig
+) -> None:
+    # A copy is sent while the reply to its first one is slow; that one was
+    # dead-lettered and answered already.
+    forger = Codec((ForgedAdd,))
+    async with (
+        worker(redis_client, redis_config) as rt,
+        worker(redis_client, redis_config, worker=False, codec=forger) as client,
+    ):
+        copy = Envelope(recipient="ledger/v", body=ForgedAdd("t", "three"), id=new_id())
+        await client.transport.resend(copy)  # type: ignore[attr-defined]
+        ledger = rt.ref("ledger/v")
+        await ledger.tell(Add("after"))  # the same stream, behind the copy
+
+        async def after() -> bool:
+            return bool((await ledger.ask(GetState())).tokens)
+
+        await eventually(after, "the tell behind the copy applied")
+        assert rt.transport.stats().duplicates >= 1  # type: ignore[attr-defined]
+    assert await redis_client.xrange(Keys(redis_config.prefix).dead_letters()) == []
 
 
 async def test_shards_move_between_workers_that_join_and_leave_without_loss(

@@ -47,11 +47,11 @@ lint: $(VENV)/.installed-test
 typecheck: $(VENV)/.installed-test
 	$(BIN)/mypy
 
-# The unit tests in four processes, then the tests marked slow in two: both mostly
+# The unit tests in four processes, then the tests marked slow in three: both mostly
 # wait on Redis, timers and child processes, so this 2-core budget holds either way.
 pytest: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -m "not slow" -n 4
-	$(BIN)/python -m pytest -m slow -n 2
+	$(BIN)/python -m pytest -m slow -n 3
 
 test: lint typecheck pytest
 

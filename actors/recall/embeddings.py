@@ -8,8 +8,9 @@ do when the endpoint fails (fall back to BM25 for a while) is the caller's call.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, Self
 
 from actormem.runtime.config import redact_url
 from actormem.runtime.errors import ActormemError
@@ -61,6 +62,11 @@ class OpenAIEndpoint:
             timeout=timeout,
             max_retries=max_retries,
         )
+
+    @classmethod
+    def from_env(cls, base_url: str, model: str, api_key_env: str, timeout: float) -> Self:
+        """The endpoint with its key read from the environment variable ``api_key_env``."""
+        return cls(base_url, model, api_key=os.environ.get(api_key_env), timeout=timeout)
 
     def __repr__(self) -> str:
         base_url = redact_url(str(self._client.base_url))

@@ -27,7 +27,6 @@ and records after each reply), ``agent_control`` (the agent calls the
 from __future__ import annotations
 
 import heapq
-import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Final
@@ -143,19 +142,19 @@ class LongTermMemory(SnapshotState[LongTermState]):
     ) -> None:
         self.config = cfg = config or LongTermConfig()
         if embedder is None and cfg.embedding_base_url:
-            embedder = OpenAIEmbedder(
+            embedder = OpenAIEmbedder.from_env(
                 cfg.embedding_base_url,
                 cfg.embedding_model,
-                api_key=os.environ.get(cfg.embedding_api_key_env),
-                timeout=cfg.embedding_timeout,
+                cfg.embedding_api_key_env,
+                cfg.embedding_timeout,
             )
         self.embedder = embedder
         if extractor is None and cfg.facts_base_url:
-            extractor = OpenAIFactExtractor(
+            extractor = OpenAIFactExtractor.from_env(
                 cfg.facts_base_url,
                 cfg.facts_model,
-                api_key=os.environ.get(cfg.facts_api_key_env),
-                timeout=cfg.facts_timeout,
+                cfg.facts_api_key_env,
+                cfg.facts_timeout,
             )
         self.extractor = extractor
         #: Until when :meth:`record_messages` keeps messages as they are (after a failure).

@@ -15,7 +15,9 @@ turns among the top k, averaged) and all-evidence@k (the share of questions with
 every evidence turn in the top k), and each ask's round trip (p50, p99).
 
 --latency-turns also times both on one memory of that many turns (the data's
-turns, repeated as needed), in process. --ablation reports the ranker's recall@10
+turns, repeated as needed), in process: the ask round trip, the ranking inside
+the actor, its processor time, and beside them an ask that does no work
+(size()), the floor of a round trip on this machine. --ablation reports the ranker's recall@10
 with each of its steps turned off. --held-out checks the ranker's defaults
 against overfitting: leave one conversation out, choose the ranker's parameters
 on the others (from a small grid), report recall@10 on the one left out.
@@ -266,7 +268,8 @@ def _latency_rows(
 
 
 async def _latency(conversations: list[Conversation], turns: int, queries: int) -> list[Row]:
-    """Search and retrieve asks on one memory of ``turns`` turns, in process."""
+    """Search and retrieve asks on one memory of ``turns`` turns, in process; beside
+    them, an ask that does no work (``size()``): the floor the machine sets."""
     messages: list[Message] = []
     for repeat in itertools.count():
         for conv in conversations:
@@ -276,11 +279,13 @@ async def _latency(conversations: list[Conversation], turns: int, queries: int) 
     messages = messages[:turns]
     questions = [q.text for c in conversations for q in c.questions]
     asked = [questions[i % len(questions)] for i in range(queries)]
-    times: dict[str, list[float]] = {m: [] for m in _METHODS}
+    times: dict[str, list[float]] = {m: [] for m in (*_METHODS, "size")}
     async with MemoryRuntime(bench_config()) as rt:
         memory = rt.memory("retrieval/latency")
         await _feed(memory, messages)
-        await memory.search(asked[0], mode="ranked", k=10, scope="history")  # builds the index
+        # Each index is built by the first query that needs it.
+        await memory.search(asked[0], mode="ranked", k=10, scope="history")
+        await memory.retrieve(asked[0], k=10)
         for q in asked:
             t0 = time.perf_counter()
             await memory.search(q, mode="ranked", k=10, scope="history")
@@ -288,25 +293,39 @@ async def _latency(conversations: list[Conversation], turns: int, queries: int) 
             t0 = time.perf_counter()
             await memory.retrieve(q, k=10)
             times["retrieve"].append(time.perf_counter() - t0)
-        # The same work inside the actor, without the ask: the ranking's own time.
+            t0 = time.perf_counter()
+            await memory.size()
+            times["size"].append(time.perf_counter() - t0)
+        # The same work inside the actor, without the ask: the ranking's own time,
+        # and the processor time it takes (what the other processes of a busy
+        # machine add to the first is not in the second).
         actor: Any = rt._cells["memory/retrieval/latency"].actor
         inside: dict[str, list[float]] = {m: [] for m in _METHODS}
+        cpu: dict[str, list[float]] = {m: [] for m in _METHODS}
         for q in asked:
-            t0 = time.perf_counter()
+            c0, t0 = time.thread_time(), time.perf_counter()
             actor._queries.search(Search(query=q, mode="ranked", k=10, scope="history"))
             inside["search"].append(time.perf_counter() - t0)
-            t0 = time.perf_counter()
+            cpu["search"].append(time.thread_time() - c0)
+            c0, t0 = time.thread_time(), time.perf_counter()
             await actor.recall.longterm.retrieve(q, 10)
             inside["retrieve"].append(time.perf_counter() - t0)
+            cpu["retrieve"].append(time.thread_time() - c0)
     baseline = PlainBM25([f"{m.name}: {m.text()}" for m in messages])
     for q in asked:
-        t0 = time.perf_counter()
+        c0, t0 = time.thread_time(), time.perf_counter()
         baseline.top(q, 10)
         times["plain BM25"].append(time.perf_counter() - t0)
+        cpu["plain BM25"].append(time.thread_time() - c0)
     inside["plain BM25"] = times["plain BM25"]
     where = f"{turns:,} turns"
-    inside_rows = _latency_rows(inside, "in-process", where, what="ranking in the actor")
-    return _latency_rows(times, "in-process", where) + inside_rows
+    rows = _latency_rows(times, "in-process", where)
+    rows += _latency_rows(inside, "in-process", where, what="ranking in the actor")
+    rows += _latency_rows(cpu, "in-process", where, what="ranking CPU time in the actor")
+    for p in (50, 99):
+        name = f"size() ask round trip p{p} (an ask doing no work), in-process, {where}"
+        rows.append(Row(name=name, value=percentile(times["size"], p) * 1e3, unit="ms"))
+    return rows
 
 
 async def run(args: argparse.Namespace) -> list[Row]:

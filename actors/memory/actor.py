@@ -332,6 +332,7 @@ class AgentMemory(Actor):
 
     def _clear(self, history: bool) -> int:
         removed = self._store.clear(history)
+        self._queries.drop_indexes()
         if history:
             if self._recall is not None:
                 self._recall.clear()
@@ -344,6 +345,7 @@ class AgentMemory(Actor):
         and have the pool erase the text of what it shared (and the copies other
         memories hold) and drop its subscriptions."""
         erased = self._store.forget()
+        self._queries.drop_indexes()
         self._compaction.compressions = self._compaction.tokens_saved = 0
         recall, self._recall = self._recall, None
         self._unobserved = None

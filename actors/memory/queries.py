@@ -16,11 +16,19 @@ __all__ = ("DEFAULT_SEARCH_K", "MessageQueries")
 
 #: Results a ranked search returns when the caller gives no ``k``.
 DEFAULT_SEARCH_K = 10
+#: The scopes whose ranked index stands between searches (the offloaded blocks are
+#: gathered into a new list for each search).
+_STANDING_SCOPES = frozenset(("working", "history"))
 
 
 class MessageQueries:
     """Answers the reads of a store (``Get``, ``Search``, ``Reload``, ``Export``),
-    keeping the last ranked index.
+    keeping a standing ranked index of the working view and one of the history.
+
+    Each index follows its list as messages are appended to it. The history's is
+    only built again when the history is replaced (wiped, restored), never when the
+    working view is rewritten (compression, delete, prune, update): that is what
+    a search of a long history would otherwise pay after each compression.
 
     Args:
         store: the messages searched.
@@ -32,7 +40,11 @@ class MessageQueries:
     def __init__(self, store: MessageStore, important_threshold: float) -> None:
         self._store = store
         self._important_threshold = important_threshold
-        self._ranked: _RankedIndex | None = None
+        self._ranked: dict[str, _RankedIndex] = {}
+
+    def drop_indexes(self) -> None:
+        """Let go of the ranked indexes (the words of wiped messages go with them)."""
+        self._ranked.clear()
 
     def get(self, q: Get) -> list[Message]:
         """The messages of ``q.scope`` that pass every filter ``q`` sets, oldest first.
@@ -119,15 +131,17 @@ class MessageQueries:
         return list(found)
 
     def _index(self, scope: str, source: list[Message], cacheable: bool) -> Ranker:
-        if not cacheable:
+        if not cacheable or scope not in _STANDING_SCOPES:
             return _ranker(source)
-        cached = self._ranked
-        key = (scope, self._store.version, id(source))
+        # The history is append-only until it is replaced by another list; the
+        # working view is also rewritten in place of a list (its version moves).
+        key = (id(source), self._store.version if scope == "working" else 0)
+        cached = self._ranked.get(scope)
         if cached is not None and cached.key == key and cached.extends(source):
             cached.catch_up(source)
             return cached.ranker
-        self._ranked = _RankedIndex(key, source)
-        return self._ranked.ranker
+        self._ranked[scope] = fresh = _RankedIndex(key, source)
+        return fresh.ranker
 
 
 def _ranker(messages: list[Message]) -> Ranker:
@@ -152,7 +166,7 @@ class _RankedIndex:
 
     __slots__ = ("count", "key", "last_id", "ranker")
 
-    def __init__(self, key: tuple[str, int, int], source: list[Message]) -> None:
+    def __init__(self, key: tuple[int, int], source: list[Message]) -> None:
         self.key = key
         self.ranker = _ranker(source)
         self.count = len(source)

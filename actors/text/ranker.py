@@ -158,6 +158,8 @@ class Ranker:
         who = self._speakers[index]
         if who:
             self._speaker_docs[who] -= 1
+            if not self._speaker_docs[who]:
+                del self._speaker_docs[who]
             for part in set(who.split()):
                 docs = self._postings.get(_SPEAKER + part)
                 if docs is not None:
@@ -166,7 +168,9 @@ class Ranker:
                         del self._postings[_SPEAKER + part]
         self._total -= self._lengths[index]
         self._lengths[index] = -1
+        # Nothing of what the document said stays behind (erasure is real).
         self._terms[index] = {}
+        self._speakers[index] = ""
         self._live -= 1
 
     # -- scoring ----------------------------------------------------------------------
@@ -207,9 +211,9 @@ class Ranker:
         words = [w[:-2] if w.endswith(("'s", "\u2019s")) else w for w in tokenize(query)]
         named: set[str] = set()
         names = set()
-        for who, docs in self._speaker_docs.items():
+        for who in self._speaker_docs:
             parts = who.split()
-            if docs > 0 and parts and any(p in words for p in parts):
+            if parts and any(p in words for p in parts):
                 named.add(who)
                 names.update(parts)
         weighted: dict[str, float] = {}

@@ -28,6 +28,7 @@ from actormem.actors.memory.commands import (
     Prune,
     Record,
     Retrieve,
+    Search,
     SetSummary,
     StartEpisode,
     Update,
@@ -51,7 +52,7 @@ def commands(draw: st.DrawFn) -> list[Any]:
                 [
                     *("add", "add", "add", "add", "context", "delete", "prune"),
                     *("record", "retrieve", "insight", "clear", "episode", "reload", "held"),
-                    *("update", "update", "summary"),
+                    *("update", "update", "summary", "search"),
                 ]
             )
         )
@@ -110,6 +111,9 @@ def commands(draw: st.DrawFn) -> list[Any]:
             first = draw(st.integers(1, max(serial, 1)))
             ids = [f"m{i}" for i in range(first, first + draw(st.integers(1, 3)))]
             out.append(SetSummary(text=f"summary {serial}", replaces=ids))
+        elif kind == "search":
+            scope = draw(st.sampled_from(["working", "history"]))
+            out.append(Search(query=draw(st.sampled_from(WORDS)), mode="ranked", k=3, scope=scope))
         elif kind == "held":
             out.append(HeldInsights(query="owl", k=5))
         else:
@@ -131,6 +135,12 @@ def _state(memory: AgentMemory) -> dict[str, Any]:
         "insights": [i.id for i in recall.inbox.export_state().insights],
         "longterm": sorted(e.text for e in longterm.entries),
         "episodes": _episodes(recall.episodes.export_state()),
+        # The live memory's standing indexes against the ones a reload builds afresh.
+        "ranked": [
+            [m.id for m in memory._queries.search(Search(query=q, mode="ranked", scope=s))]
+            for s in ("working", "history")
+            for q in ("vault code", "river", "owl bridge lamp")
+        ],
     }
 
 

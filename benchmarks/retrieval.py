@@ -17,7 +17,9 @@ every evidence turn in the top k), and each ask's round trip (p50, p99).
 --latency-turns also times both on one memory of that many turns (the data's
 turns, repeated as needed), in process: the ask round trip, the ranking inside
 the actor, its processor time, and beside them an ask that does no work
-(size()), the floor of a round trip on this machine. --ablation reports the ranker's recall@10
+(size()), the floor of a round trip on this machine; of the asks over 5 ms, how
+many were switched out by another process or ran into a garbage collection.
+--ablation reports the ranker's recall@10
 with each of its steps turned off. --held-out checks the ranker's defaults
 against overfitting: leave one conversation out, choose the ranker's parameters
 on the others (from a small grid), report recall@10 on the one left out.
@@ -27,9 +29,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import itertools
+import resource
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +72,8 @@ _METHODS = ("search", "retrieve", "plain BM25")
 _LABELS = {"search": "search ranked", "retrieve": "retrieve", "plain BM25": "plain BM25"}
 _MEASURES = {"recall": "recall", "all": "all-evidence"}
 _TARGET = ">= 0.70 and >= 1.3x plain BM25"
+#: A search or retrieve ask slower than this (the target's p99) has its stalls counted.
+SLOW_ASK = 5e-3
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -286,16 +292,15 @@ async def _latency(conversations: list[Conversation], turns: int, queries: int) 
         # Each index is built by the first query that needs it.
         await memory.search(asked[0], mode="ranked", k=10, scope="history")
         await memory.retrieve(asked[0], k=10)
-        for q in asked:
-            t0 = time.perf_counter()
-            await memory.search(q, mode="ranked", k=10, scope="history")
-            times["search"].append(time.perf_counter() - t0)
-            t0 = time.perf_counter()
-            await memory.retrieve(q, k=10)
-            times["retrieve"].append(time.perf_counter() - t0)
-            t0 = time.perf_counter()
-            await memory.size()
-            times["size"].append(time.perf_counter() - t0)
+        with _Stalls() as stalls:
+            for q in asked:
+                await stalls.timed(
+                    memory.search(q, mode="ranked", k=10, scope="history"), times["search"]
+                )
+                await stalls.timed(memory.retrieve(q, k=10), times["retrieve"])
+                t0 = time.perf_counter()
+                await memory.size()
+                times["size"].append(time.perf_counter() - t0)
         # The same work inside the actor, without the ask: the ranking's own time,
         # and the processor time it takes (what the other processes of a busy
         # machine add to the first is not in the second).
@@ -325,7 +330,54 @@ async def _latency(conversations: list[Conversation], turns: int, queries: int) 
     for p in (50, 99):
         name = f"size() ask round trip p{p} (an ask doing no work), in-process, {where}"
         rows.append(Row(name=name, value=percentile(times["size"], p) * 1e3, unit="ms"))
-    return rows
+    return rows + stalls.rows(where)
+
+
+class _Stalls:
+    """What else happened during the timed asks: the garbage collector's runs, and
+    the times the thread was switched out involuntarily (another process took its
+    core), counted for the asks slower than ``SLOW_ASK``."""
+
+    def __init__(self) -> None:
+        self.asks = self.slow = self.switched = self.collected = self.collections = 0
+
+    def __enter__(self) -> _Stalls:
+        gc.callbacks.append(self._collecting)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._collecting)
+
+    def _collecting(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self.collections += 1
+
+    async def timed(self, ask: Awaitable[object], times: list[float]) -> None:
+        """Await ``ask``, append its round trip to ``times``, count its stalls."""
+        switches, collections = _involuntary_switches(), self.collections
+        t0 = time.perf_counter()
+        await ask
+        took = time.perf_counter() - t0
+        times.append(took)
+        self.asks += 1
+        if took > SLOW_ASK:
+            self.slow += 1
+            self.switched += _involuntary_switches() > switches
+            self.collected += self.collections > collections
+
+    def rows(self, where: str) -> list[Row]:
+        slow = f"search and retrieve asks over {SLOW_ASK * 1e3:.0f} ms"
+        extra = {"asks": self.asks, "collections": self.collections}
+        return [
+            Row(name=f"{slow}, in-process, {where}", value=self.slow, unit="asks", extra=extra),
+            Row(name=f"{slow} switched out by another process", value=self.switched, unit="asks"),
+            Row(name=f"{slow} during a garbage collection", value=self.collected, unit="asks"),
+        ]
+
+
+def _involuntary_switches() -> int:
+    """How often this thread was switched out while it could still run."""
+    return resource.getrusage(resource.RUSAGE_THREAD).ru_nivcsw
 
 
 async def run(args: argparse.Namespace) -> list[Row]:

@@ -454,7 +454,7 @@ class AgentMemory(Actor):
             history_tokens=store.history_tokens,
             offloaded=len(store.offloaded),
             insights_held=len(recall.inbox) if recall else 0,
-            longterm_entries=len(recall.longterm.entries()) if recall else 0,
+            longterm_entries=len(recall.longterm) if recall else 0,
             episodes=len(recall.episodes.episodes()) if recall else 0,
             core_messages=len(recall.episodes.core()) if recall else 0,
             compressions=compaction.compressions,

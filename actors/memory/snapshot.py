@@ -136,6 +136,10 @@ def restore_store(
     store.history_ids = {m.id for m in history}
     store.history_tokens = sum(m.tokens for m in history)
     by_id = {m.id: m for m in history}
+    # An offloaded block holds its messages as the working view had them, edits
+    # included: the version recall may not have taken in yet.
+    ids = store.history_ids
+    by_id.update((m.id, m) for block in state.offloaded.values() for m in block if m.id in ids)
     by_id.update((m.id, m) for m in state.extra)
     store.working = [by_id[i] for i in state.working if i in by_id] + replay
     store.working_tokens = sum(m.tokens for m in store.working)

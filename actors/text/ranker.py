@@ -200,6 +200,11 @@ class Ranker:
             if not docs or (n >= COMMON_WORD_MIN_DOCS and len(docs) > COMMON_SHARE * n):
                 continue  # a word in most documents weighs next to nothing, and costs most
             gain = self._idf(term) * weight * (k1 + 1)
+            if not out:  # the first word reached: nothing to add to (0.0 + x is x)
+                out.update(
+                    {i: gain * f / (f + fixed + per_word * lengths[i]) for i, f in docs.items()}
+                )
+                continue
             for i, f in docs.items():
                 out[i] = get(i, 0.0) + gain * f / (f + fixed + per_word * lengths[i])
         return out

@@ -96,6 +96,14 @@ async def test_the_benchmark_reports_every_method_side_by_side(tmp_path: Path) -
     assert set(search.extra["by_category"]) == {"1 single-hop", "2 temporal", "4 multi-hop"}
     assert 0.0 <= search.value <= 1.0
     assert any("20 turns" in row.name and row.unit == "ms" for row in rows)
+    # Beside the asks: the ranking's processor time, the floor, and what stalled.
+    latency = {row.name: row for row in rows if "20 turns" in row.name}
+    assert any("ranking CPU time in the actor p99" in name for name in latency)
+    assert any(name.startswith("size() ask round trip p99") for name in latency)
+    slow = next(r for n, r in latency.items() if n.startswith("search and retrieve asks over"))
+    assert slow.extra["asks"] == 10 and 0 <= slow.value <= 10
+    stalls = [row for row in rows if row.name.startswith("search and retrieve asks over")]
+    assert len(stalls) == 3 and all(row.value <= slow.value for row in stalls)
     held = [row for row in rows if "held out" in row.name or "chosen on" in row.name]
     assert len(held) == 3 and held[0].extra["held_out"] == "c1"
     steps = [row.name for row in rows if row.name.startswith("ranker recall@10, w")]

@@ -16,14 +16,14 @@ __all__ = ("DEFAULT_SEARCH_K", "MessageQueries")
 
 #: Results a ranked search returns when the caller gives no ``k``.
 DEFAULT_SEARCH_K = 10
-#: The scopes whose ranked index stands between searches (the offloaded blocks are
-#: gathered into a new list for each search).
-_STANDING_SCOPES = frozenset(("working", "history"))
+#: The slot of the standing index of the last ranked search filtered by roles.
+_FILTERED = "filtered"
 
 
 class MessageQueries:
     """Answers the reads of a store (``Get``, ``Search``, ``Reload``, ``Export``),
-    keeping a standing ranked index of the working view and one of the history.
+    keeping a standing ranked index of the working view, one of the history, and
+    one for the last ranked search filtered by roles.
 
     Each index follows its list as messages are appended to it. The history's is
     only built again when the history is replaced (wiped, restored), never when the
@@ -97,8 +97,8 @@ class MessageQueries:
         if q.k is not None and q.k < 1:
             raise MemoryInputError(f"search: k must be >= 1, got {q.k}")
         source = self._store.source(q.scope)
-        if q.roles is not None:
-            roles = set(q.roles)
+        roles = None if q.roles is None else frozenset(q.roles)
+        if roles is not None:
             source = [m for m in source if m.role in roles]
         if q.mode == "substring":
             needle = query.casefold()
@@ -106,7 +106,7 @@ class MessageQueries:
             return hits[-q.k :] if q.k is not None else hits
         if q.mode != "ranked":
             raise MemoryInputError(f"search mode must be 'substring' or 'ranked', got {q.mode!r}")
-        index = self._index(q.scope, source, q.roles is None)
+        index = self._index(q.scope, roles, source)
         return [source[i] for i, _ in index.top(query, q.k or DEFAULT_SEARCH_K)]
 
     def export(self, agent: str, include_history: bool) -> MemoryExport:
@@ -130,17 +130,26 @@ class MessageQueries:
             raise MemoryInputError(f"reload: no offloaded content with id {offload_id!r}")
         return list(found)
 
-    def _index(self, scope: str, source: list[Message], cacheable: bool) -> Ranker:
-        if not cacheable or scope not in _STANDING_SCOPES:
+    def _index(self, scope: str, roles: frozenset[str] | None, source: list[Message]) -> Ranker:
+        """The index of ``source``, the messages of ``scope`` (of ``roles`` only, when
+        given): the standing one brought up to date, else one built afresh."""
+        store = self._store
+        if scope == "history":
+            followed, version = store.history, 0
+        elif scope == "working":
+            followed, version = store.working, store.version
+        else:
             return _ranker(source)
         # The history is append-only until it is replaced by another list; the
         # working view is also rewritten in place of a list (its version moves).
-        key = (id(source), self._store.version if scope == "working" else 0)
-        cached = self._ranked.get(scope)
+        key = (id(followed), version, roles)
+        # One index per scope, and one for the last search filtered by roles.
+        slot = scope if roles is None else _FILTERED
+        cached = self._ranked.get(slot)
         if cached is not None and cached.key == key and cached.extends(source):
             cached.catch_up(source)
             return cached.ranker
-        self._ranked[scope] = fresh = _RankedIndex(key, source)
+        self._ranked[slot] = fresh = _RankedIndex(key, source)
         return fresh.ranker
 
 
@@ -166,7 +175,7 @@ class _RankedIndex:
 
     __slots__ = ("count", "key", "last_id", "ranker")
 
-    def __init__(self, key: tuple[int, int], source: list[Message]) -> None:
+    def __init__(self, key: tuple[int, int, frozenset[str] | None], source: list[Message]) -> None:
         self.key = key
         self.ranker = _ranker(source)
         self.count = len(source)

@@ -113,7 +113,9 @@ def commands(draw: st.DrawFn) -> list[Any]:
             out.append(SetSummary(text=f"summary {serial}", replaces=ids))
         elif kind == "search":
             scope = draw(st.sampled_from(["working", "history"]))
-            out.append(Search(query=draw(st.sampled_from(WORDS)), mode="ranked", k=3, scope=scope))
+            roles = draw(st.sampled_from([None, ["user"], ["user", "assistant"]]))
+            query = draw(st.sampled_from(WORDS))
+            out.append(Search(query=query, mode="ranked", k=3, scope=scope, roles=roles))
         elif kind == "held":
             out.append(HeldInsights(query="owl", k=5))
         else:
@@ -137,8 +139,9 @@ def _state(memory: AgentMemory) -> dict[str, Any]:
         "episodes": _episodes(recall.episodes.export_state()),
         # The live memory's standing indexes against the ones a reload builds afresh.
         "ranked": [
-            [m.id for m in memory._queries.search(Search(query=q, mode="ranked", scope=s))]
+            [m.id for m in memory._queries.search(Search(query=q, mode="ranked", scope=s, roles=r))]
             for s in ("working", "history")
+            for r in (None, ["user"])
             for q in ("vault code", "river", "owl bridge lamp")
         ],
     }

@@ -69,6 +69,28 @@ async def test_the_history_index_stands_through_rewrites_of_the_working_view() -
         assert all(i in working for found in _ranked(queries, "working") for i in found)
 
 
+async def test_a_search_filtered_by_roles_keeps_its_own_index() -> None:
+    async with MemoryRuntime() as rt:
+        mem = rt.memory("ana")
+        replies = [Message(role="assistant", content=f"the harbour reply {i}") for i in range(4)]
+        await mem.add([*_turns(0, 20), *replies])
+        found = await mem.search("harbour", mode="ranked", roles=["assistant"], scope="history")
+        assert {m.id for m in found} == {m.id for m in replies}
+        queries = _actor(rt, "ana")._queries
+        built = queries._ranked["filtered"].ranker
+        late, asked = (
+            Message(role="assistant", content="a mooring rope"),
+            Message(role="user", content="mooring"),
+        )
+        await mem.add([*_turns(20, 5), late, asked])
+        found = await mem.search("mooring", mode="ranked", roles=["assistant"], scope="history")
+        assert found[0].id == late.id and {m.role for m in found} == {"assistant"}
+        assert queries._ranked["filtered"].ranker is built
+        # The unfiltered index of the scope is another one.
+        found = await mem.search("mooring", mode="ranked", scope="history")
+        assert {late.id, asked.id} <= {m.id for m in found}
+
+
 async def test_wiping_the_history_drops_the_ranked_indexes() -> None:
     async with MemoryRuntime() as rt:
         mem = rt.memory("ana")

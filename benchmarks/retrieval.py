@@ -17,7 +17,7 @@ every evidence turn in the top k), and each ask's round trip (p50, p99).
 --latency-turns also times both on one memory of that many turns (the data's
 turns, repeated as needed), in process: the ask round trip, the ranking inside
 the actor, its processor time, and beside them an ask that does no work
-(size()), the floor of a round trip on this machine; of the asks over 5 ms, how
+(size()), what a round trip alone costs here; of the asks over 5 ms, how
 many were switched out by another process or ran into a garbage collection.
 --ablation reports the ranker's recall@10
 with each of its steps turned off. --held-out checks the ranker's defaults
@@ -275,7 +275,7 @@ def _latency_rows(
 
 async def _latency(conversations: list[Conversation], turns: int, queries: int) -> list[Row]:
     """Search and retrieve asks on one memory of ``turns`` turns, in process; beside
-    them, an ask that does no work (``size()``): the floor the machine sets."""
+    them, an ask that does no work (``size()``): what a round trip alone costs."""
     messages: list[Message] = []
     for repeat in itertools.count():
         for conv in conversations:

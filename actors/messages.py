@@ -274,11 +274,12 @@ class Message(msgspec.Struct, frozen=True, kw_only=True, gc=False):
             return self
         # copy + force_setattr skips __post_init__: the copy is as valid as self.
         out: Message = self.__copy__()  # type: ignore[attr-defined]  # msgspec's, not copy.copy's dispatch
-        msgspec.structs.force_setattr(out, "tokens", tokens)
+        _force_setattr(out, "tokens", tokens)
         return out
 
 
 _PLAIN_ROLES: Final = frozenset({"system", "user", "assistant"})
+_force_setattr: Final = msgspec.structs.force_setattr
 
 
 def count_tokens(message: Message, counter: TokenCounter) -> int:

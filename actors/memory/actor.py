@@ -153,6 +153,11 @@ class AgentMemory(Actor):
     async def receive(self, message: Any) -> Any:
         # Before anything changes: over Redis a command may come from any client.
         check_command(message)
+        if type(message) is Add and self._idle.ttl is None:
+            # Every agent's turn: an add is replayable (no snapshot needed) and,
+            # with no retention.ttl, not watched as activity; the match below
+            # would reach the same call.
+            return self._add(message.messages, message.encoding)
         store = self._store
         if type(message) not in REPLAYABLE:
             store.dirty = True

@@ -164,7 +164,9 @@ def _json_check(value: object) -> None:
 
 
 def _add(c: Add) -> None:
-    _check_text("add", "encoding", c.encoding, optional=True)
+    encoding = c.encoding
+    if encoding is not None and type(encoding) is not str:  # str or None: no call
+        _check_text("add", "encoding", encoding, optional=True)
 
 
 def _get(c: Get) -> None:

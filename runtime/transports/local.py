@@ -12,6 +12,8 @@ from actormem.runtime.transports.base import Transport, TransportHost
 
 __all__ = ("LocalTransport",)
 
+_CLOSED = "the local transport is closed"
+
 
 class LocalTransport(Transport):
     """Delivers every envelope to the runtime that opened it, in this process.
@@ -37,14 +39,17 @@ class LocalTransport(Transport):
     def _require_host(self) -> TransportHost:
         host = self._host
         if host is None:
-            raise RuntimeClosedError("the local transport is closed")
+            raise RuntimeClosedError(_CLOSED)
         return host
 
     async def send(self, envelope: Envelope) -> None:
         await self._require_host().deliver(envelope)
 
     def send_nowait(self, envelope: Envelope) -> None:
-        self._require_host().deliver_nowait(envelope)
+        host = self._host  # _require_host() inlined: every in-process tell comes here
+        if host is None:
+            raise RuntimeClosedError(_CLOSED)
+        host.deliver_nowait(envelope)
 
     async def reply(self, envelope: Envelope, reply: Reply) -> None:
         self._require_host().resolve(reply)

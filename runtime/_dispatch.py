@@ -248,7 +248,8 @@ class Dispatcher:
         if not cell.scheduled:
             cell.scheduled = True
             self.ready.append(cell)
-            self._wake()
+            if self._idle:  # else every dispatcher is awake already
+                self._wake()
 
     async def deliver(self, envelope: Envelope) -> None:
         """Put ``envelope`` into its mailbox, waiting while the mailbox is full."""

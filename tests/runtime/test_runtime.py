@@ -166,6 +166,18 @@ async def test_tell_waits_while_the_mailbox_is_full() -> None:
         assert rt.stats().max_mailbox_depth == 0
 
 
+async def test_a_producer_whose_tells_never_wait_yields_every_throughput_tells() -> None:
+    # Mailboxes with room: no tell waits, yet the actors run while the producer goes on.
+    async with runtime(throughput=4) as rt:
+        handled_after: list[int] = []
+        for i in range(12):
+            await rt.tell(f"counter/{i}", i)
+            handled_after.append(rt.processed)
+        assert handled_after[:3] == [0, 0, 0]  # no turn given up before the 4th tell
+        assert handled_after[3] > 0
+        assert handled_after[-1] > handled_after[3]
+
+
 async def test_unknown_kind_and_bad_address_are_clear_errors() -> None:
     async with runtime() as rt:
         with pytest.raises(ActorNotFoundError, match="no actor kind 'nope'"):

@@ -121,7 +121,7 @@ async def run(args: argparse.Namespace) -> list[Row]:
         ),
     ]
     step(f"actormem add to {args.agents} agents")
-    adds = await actormem_add(texts, args.agents)
+    adds = (await actormem_add(texts, args.agents)).wall
     rows.append(
         compared(
             f"actormem add (tell) to {args.agents} agents, token counting included",

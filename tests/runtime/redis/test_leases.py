@@ -13,7 +13,7 @@ import pytest
 import redis.asyncio as aioredis
 from structlog.testing import capture_logs
 
-from actormem.runtime import Runtime
+from actormem.runtime import Actor, Runtime
 from actormem.runtime.redis import Keys, RedisConfig, shard_of
 from actormem.runtime.redis._balance import Survey
 from actormem.runtime.redis._leases import LeaseManager
@@ -276,6 +276,51 @@ async def test_a_lease_gained_as_the_worker_closes_is_given_back_unserved(
     assert len(acquired) == 1
     assert await redis_client.get(keys.lease(shard)) is None
     assert [e["shard"] for e in logs if e["event"] == "shard_gained_while_closing"] == [shard]
+
+
+async def test_a_closing_worker_takes_no_more_shards_while_its_mailboxes_drain(
+    redis_client: aioredis.Redis, redis_config: RedisConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A handler holds the runtime in its drain and frees a shard then; the lease
+    rounds that follow renew what the worker holds and leave the free shard alone."""
+    keys = Keys(redis_config.prefix)
+    shard = 2
+    await redis_client.set(keys.lease(shard), "999:someone-else")
+    entered, closing, freed, round_done = (anyio.Event() for _ in range(4))
+    acquiring: list[bool] = []
+    heartbeat = LeaseManager.heartbeat
+
+    async def observed(self: LeaseManager, *, acquire: bool = True) -> float:
+        after_freed = freed.is_set()
+        wait = await heartbeat(self, acquire=acquire)
+        if after_freed:
+            acquiring.append(acquire)
+            round_done.set()
+        return wait
+
+    class Held(Actor):
+        async def receive(self, message: Any) -> Any:
+            entered.set()
+            await closing.wait()
+            await redis_client.delete(keys.lease(shard))
+            freed.set()
+            with anyio.fail_after(10):
+                await round_done.wait()
+
+    monkeypatch.setattr(LeaseManager, "heartbeat", observed)
+    address = next(f"held/{i}" for i in range(100) if shard_of(f"held/{i}", 4) != shard)
+    with capture_logs() as logs:
+        async with worker(redis_client, redis_config) as rt:
+            rt.register("held", Held)
+            await eventually(lambda: _holds(rt, 3), "the worker holds the other shards")
+            await rt.ref(address).tell("hold")
+            with anyio.fail_after(10):
+                await entered.wait()
+            # aclose marks the runtime closing before it first waits (for the handler).
+            closing.set()
+            await rt.aclose()
+    assert acquiring and not any(acquiring)
+    assert not [e for e in logs if e["event"] == "shard_acquired" and e["shard"] == shard]
 
 
 async def _holds(rt: Runtime, count: int) -> bool:

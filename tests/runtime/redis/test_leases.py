@@ -325,3 +325,30 @@ async def test_a_closing_worker_takes_no_more_shards_while_its_mailboxes_drain(
 
 async def _holds(rt: Runtime, count: int) -> bool:
     return len(rt.transport.owned_shards()) == count  # type: ignore[attr-defined]
+
+
+async def test_a_lease_taken_as_its_round_is_cancelled_is_known_and_given_back(
+    redis_client: aioredis.Redis, redis_config: RedisConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The interleaving forced: the lease loop is cancelled (its runtime closes) after
+    an ACQUIRE reached Redis and before its reply was read. The worker still knows
+    the lease, so closing gives it back rather than leaving it held until it expires."""
+    keys = Keys(redis_config.prefix)
+    changes = Changes()
+    leases = changes.manager(redis_client, keys, "w1")
+    evalsha = redis_client.evalsha
+    with anyio.CancelScope() as round_scope:
+
+        async def reply_cut_off(sha: str, numkeys: int, *args: Any) -> Any:
+            with anyio.CancelScope(shield=True):
+                reply = await evalsha(sha, numkeys, *args)  # Redis has run it
+            round_scope.cancel()
+            await anyio.lowlevel.checkpoint()  # where the cancellation lands
+            return reply
+
+        monkeypatch.setattr(redis_client, "evalsha", reply_cut_off)
+        await leases.heartbeat()
+    held = [s for s in range(SHARDS) if await redis_client.get(keys.lease(s)) is not None]
+    assert held and held == sorted(leases.owned)
+    await leases.release_all()
+    assert [await redis_client.get(keys.lease(s)) for s in range(SHARDS)] == [None] * SHARDS

@@ -20,6 +20,8 @@ import zlib
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
+import anyio
+import anyio.lowlevel
 import redis.asyncio as aioredis
 import structlog
 
@@ -244,7 +246,11 @@ class LeaseManager:
         args: list[str | int] = [self.worker, self._lease_ms]
         if previous is not None:
             args.append(previous)
-        with redis_errors("acquiring a shard lease"):
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        # Shielded (the client's socket timeout bounds it): a lease Redis gave must be
+        # known here, so that closing gives it back; a round cancelled after sending
+        # the command but before reading its reply would leave it held until it expires.
+        with redis_errors("acquiring a shard lease"), anyio.CancelScope(shield=True):
             token = await self._acquire(
                 keys=[self._keys.lease(shard), self._keys.fence(shard)], args=args
             )

@@ -116,6 +116,11 @@ class Owner:
         except RuntimeClosedError:
             return None
 
+    def _serving(self) -> TransportHost | None:
+        """The runtime, while it is open; None once it began to close."""
+        host = self._host()
+        return host if host is not None and host.is_open else None
+
     async def _read_broadcasts(self, stream: str, start: str) -> None:
         fan_out = self._intake.fan_out
         await tail(self._link, stream, start, b"e", fan_out, block_ms=self._config.block_ms)
@@ -128,7 +133,9 @@ class Owner:
         pause = min(leases.interval, _FIRST_ROUND_PAUSE)
         while True:
             try:
-                wait = await leases.heartbeat(acquire=registered)
+                # A closing runtime renews what it holds (its last commands are
+                # stored under those leases) but takes no more shards.
+                wait = await leases.heartbeat(acquire=registered and self._serving() is not None)
             except TransportUnavailableError as exc:
                 log.warning("lease_heartbeat_failed", reason=str(exc))
                 await anyio.sleep(leases.interval if registered else pause)
@@ -138,8 +145,16 @@ class Owner:
             await anyio.sleep(pause if first_round else wait)
 
     async def _gained(self, number: int, lease: str) -> None:
+        host = self._serving()
+        if host is None:
+            # The lease was taken as the runtime began to close (its reply came
+            # before the lease loop was cancelled): the runtime starts no more tasks
+            # and a closing worker serves no new shard. The lease manager holds the
+            # lease, and closing gives it back with the others.
+            log.info("shard_gained_while_closing", shard=number, worker=self._link.id)
+            return
         shard = self._held.shards[number] = Shard(number, lease)
-        self._link.host.spawn(self._consume, shard)
+        host.spawn(self._consume, shard)
 
     async def _consume(self, shard: Shard) -> None:
         with shard.scope:

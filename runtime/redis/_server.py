@@ -266,9 +266,11 @@ def _answers_ping(sock: Path, port: int | None) -> bool:
             if not sock.exists():
                 return False
             conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            conn.settimeout(0.5)
-            conn.connect(str(sock))
+        # Closed however it ends: a server not listening yet refuses the connect.
         with conn:
+            if not port:
+                conn.settimeout(0.5)
+                conn.connect(str(sock))
             conn.sendall(b"PING\r\n")
             return conn.recv(64).startswith(b"+PONG")
     except OSError:

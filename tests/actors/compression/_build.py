@@ -156,9 +156,19 @@ def compress_offline(view: list[Message], config: CompressionConfig) -> Compress
 SUMMARY_FLOOR = 200
 
 
-@st.composite
-def texts(draw: st.DrawFn, words: Sequence[str], sizes: Sequence[int], max_words: int) -> str:
-    """A text of one of ``sizes`` words, repeating up to ``max_words`` of ``words``."""
-    chosen = draw(st.lists(st.sampled_from(words), min_size=1, max_size=max_words))
-    size = draw(st.sampled_from(sizes))
-    return " ".join(chosen[i % len(chosen)] for i in range(size))
+def texts(words: Sequence[str], sizes: Sequence[int], max_words: int) -> st.SearchStrategy[str]:
+    """Texts of one of ``sizes`` words, repeating up to ``max_words`` of ``words``.
+
+    Build it once (a module constant) and draw from it: a strategy built inside a
+    draw is built and validated again on each draw, a cost that would outweigh the
+    drawing itself.
+    """
+    return st.tuples(
+        st.lists(st.sampled_from(words), min_size=1, max_size=max_words), st.sampled_from(sizes)
+    ).map(_repeat)
+
+
+def _repeat(drawn: tuple[list[str], int]) -> str:
+    """``size`` words: ``words`` over and over."""
+    words, size = drawn
+    return " ".join(words[i % len(words)] for i in range(size))

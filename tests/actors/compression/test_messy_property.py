@@ -39,8 +39,7 @@ FATES = ("now", "now", "now", "late", "missing", "twice")
 SLOW = (HealthCheck.too_slow, HealthCheck.data_too_large)
 
 
-def texts() -> st.SearchStrategy[str]:
-    return build_texts(WORDS, SIZES, 4)
+TEXTS = build_texts(WORDS, SIZES, 4)
 
 
 class Conversation(list[Message]):
@@ -77,18 +76,18 @@ def messy_conversations(draw: st.DrawFn) -> Conversation:
 
     for _ in range(draw(st.integers(2, 16))):
         view.append(
-            Message(role=draw(st.sampled_from(["user", "agent_call"])), content=draw(texts()))
+            Message(role=draw(st.sampled_from(["user", "agent_call"])), content=draw(TEXTS))
         )
         deliver_some()
         for _ in range(draw(st.integers(0, 4))):
             calls = tuple(
-                ToolCall(f"c{next(ids)}", "search", json.dumps({"q": draw(texts())[:60]}))
+                ToolCall(f"c{next(ids)}", "search", json.dumps({"q": draw(TEXTS)[:60]}))
                 for _ in range(draw(st.integers(1, 2)))
             )
             view.append(Message(role="assistant", content=None, tool_calls=calls))
             for call in calls:
                 answer = Message(
-                    role="tool", content=draw(texts()), tool_call_id=call.id, name="search"
+                    role="tool", content=draw(TEXTS), tool_call_id=call.id, name="search"
                 )
                 fate = draw(st.sampled_from(FATES))
                 if fate in ("now", "twice"):
@@ -98,11 +97,11 @@ def messy_conversations(draw: st.DrawFn) -> Conversation:
             if draw(st.integers(0, 5)) == 0:
                 orphan_id = f"gone{next(ids)}"
                 view.append(
-                    Message(role="tool", content=draw(texts()), tool_call_id=orphan_id, name="x")
+                    Message(role="tool", content=draw(TEXTS), tool_call_id=orphan_id, name="x")
                 )
             deliver_some()
         if draw(st.booleans()):
-            view.append(Message(role="assistant", content=draw(texts())))
+            view.append(Message(role="assistant", content=draw(TEXTS)))
     if draw(st.booleans()):
         view.extend(late)
     return Conversation(counted(view))

@@ -55,8 +55,7 @@ WORDS = (
 SIZES = (3, 30, 200, 800, 2500)
 
 
-def texts() -> st.SearchStrategy[str]:
-    return build_texts(WORDS, SIZES, 6)
+TEXTS = build_texts(WORDS, SIZES, 6)
 
 
 @st.composite
@@ -68,7 +67,7 @@ def conversations(draw: st.DrawFn) -> list[Message]:
     for _ in range(draw(st.integers(0, 10))):
         pinned = draw(st.integers(0, 12)) == 0
         role = draw(st.sampled_from(["user", "user", "agent_call"]))
-        view.append(Message(role=role, content=draw(texts()), metadata={"pinned": pinned}))
+        view.append(Message(role=role, content=draw(TEXTS), metadata={"pinned": pinned}))
         for _ in range(draw(st.integers(0, 5))):
             names = draw(
                 st.lists(
@@ -77,13 +76,13 @@ def conversations(draw: st.DrawFn) -> list[Message]:
             )
             tool_calls = tuple(
                 ToolCall(
-                    id=f"c{next(calls)}", name=n, arguments=json.dumps({"q": draw(texts())[:80]})
+                    id=f"c{next(calls)}", name=n, arguments=json.dumps({"q": draw(TEXTS)[:80]})
                 )
                 for n in names
             )
             view.append(Message(role="assistant", content=None, tool_calls=tool_calls))
             for call in tool_calls:
-                result: str | dict[str, Any] = draw(texts())
+                result: str | dict[str, Any] = draw(TEXTS)
                 if draw(st.integers(0, 5)) == 0:
                     result = {"result": result, "rows": 3}  # structured tool output
                 view.append(
@@ -91,7 +90,7 @@ def conversations(draw: st.DrawFn) -> list[Message]:
                 )
         if draw(st.booleans()):
             role = draw(st.sampled_from(["assistant", "assistant", "agent_response"]))
-            view.append(Message(role=role, content=draw(texts())))
+            view.append(Message(role=role, content=draw(TEXTS)))
     if draw(st.integers(0, 4)) == 0:
         pending = ToolCall(id="pending", name="fetch", arguments="{}")
         view.append(Message(role="assistant", content=None, tool_calls=(pending,)))

@@ -5,12 +5,15 @@ and a new worker starts serving soon after it starts."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
+import anyio
 import msgspec
 import pytest
 import redis.asyncio as aioredis
 from structlog.testing import capture_logs
 
+from actormem.runtime import Actor, Runtime
 from actormem.runtime.redis import Keys, RedisConfig, shard_of
 from actormem.runtime.redis._balance import Survey
 from actormem.runtime.redis._leases import LeaseManager
@@ -236,3 +239,116 @@ async def test_a_new_worker_handles_its_first_command_soon_after_it_starts(
             await eventually(handled, "the new worker handles the waiting command")
             took = time.monotonic() - started
     assert took < 3.0, f"first command handled {took:.2f}s after the worker started"
+
+
+async def test_a_lease_gained_as_the_worker_closes_is_given_back_unserved(
+    redis_client: aioredis.Redis, redis_config: RedisConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The interleaving forced: a shard's lease is taken while the runtime closes (the
+    reply came before the cancellation reached the lease loop). The worker closes
+    without error, does not serve the shard and gives its lease back."""
+    keys = Keys(redis_config.prefix)
+    shard = 2
+    await redis_client.set(keys.lease(shard), "999:someone-else")
+    reached, proceed = anyio.Event(), anyio.Event()
+    evalsha = redis_client.evalsha
+
+    async def acquire_after_close_began(sha: str, numkeys: int, *args: Any) -> Any:
+        if args[0] == keys.lease(shard):
+            reached.set()
+            with anyio.CancelScope(shield=True):
+                await proceed.wait()
+                return await evalsha(sha, numkeys, *args)
+        return await evalsha(sha, numkeys, *args)
+
+    monkeypatch.setattr(redis_client, "evalsha", acquire_after_close_began)
+    with capture_logs() as logs:
+        async with worker(redis_client, redis_config) as rt:
+            await eventually(lambda: _holds(rt, 3), "the worker holds the other shards")
+            await redis_client.delete(keys.lease(shard))  # free: the next round takes it
+            with anyio.fail_after(10):
+                await reached.wait()
+            # Nothing is waiting in the mailboxes, so aclose reaches its first await
+            # with the task group closed to new tasks; only then does the lease come.
+            proceed.set()
+            await rt.aclose()
+    acquired = [e for e in logs if e["event"] == "shard_acquired" and e["shard"] == shard]
+    assert len(acquired) == 1
+    assert await redis_client.get(keys.lease(shard)) is None
+    assert [e["shard"] for e in logs if e["event"] == "shard_gained_while_closing"] == [shard]
+
+
+async def test_a_closing_worker_takes_no_more_shards_while_its_mailboxes_drain(
+    redis_client: aioredis.Redis, redis_config: RedisConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A handler holds the runtime in its drain and frees a shard then; the lease
+    rounds that follow renew what the worker holds and leave the free shard alone."""
+    keys = Keys(redis_config.prefix)
+    shard = 2
+    await redis_client.set(keys.lease(shard), "999:someone-else")
+    entered, closing, freed, round_done = (anyio.Event() for _ in range(4))
+    acquiring: list[bool] = []
+    heartbeat = LeaseManager.heartbeat
+
+    async def observed(self: LeaseManager, *, acquire: bool = True) -> float:
+        after_freed = freed.is_set()
+        wait = await heartbeat(self, acquire=acquire)
+        if after_freed:
+            acquiring.append(acquire)
+            round_done.set()
+        return wait
+
+    class Held(Actor):
+        async def receive(self, message: Any) -> Any:
+            entered.set()
+            await closing.wait()
+            await redis_client.delete(keys.lease(shard))
+            freed.set()
+            with anyio.fail_after(10):
+                await round_done.wait()
+
+    monkeypatch.setattr(LeaseManager, "heartbeat", observed)
+    address = next(f"held/{i}" for i in range(100) if shard_of(f"held/{i}", 4) != shard)
+    with capture_logs() as logs:
+        async with worker(redis_client, redis_config) as rt:
+            rt.register("held", Held)
+            await eventually(lambda: _holds(rt, 3), "the worker holds the other shards")
+            await rt.ref(address).tell("hold")
+            with anyio.fail_after(10):
+                await entered.wait()
+            # aclose marks the runtime closing before it first waits (for the handler).
+            closing.set()
+            await rt.aclose()
+    assert acquiring and not any(acquiring)
+    assert not [e for e in logs if e["event"] == "shard_acquired" and e["shard"] == shard]
+
+
+async def _holds(rt: Runtime, count: int) -> bool:
+    return len(rt.transport.owned_shards()) == count  # type: ignore[attr-defined]
+
+
+async def test_a_lease_taken_as_its_round_is_cancelled_is_known_and_given_back(
+    redis_client: aioredis.Redis, redis_config: RedisConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The interleaving forced: the lease loop is cancelled (its runtime closes) after
+    an ACQUIRE reached Redis and before its reply was read. The worker still knows
+    the lease, so closing gives it back rather than leaving it held until it expires."""
+    keys = Keys(redis_config.prefix)
+    changes = Changes()
+    leases = changes.manager(redis_client, keys, "w1")
+    evalsha = redis_client.evalsha
+    with anyio.CancelScope() as round_scope:
+
+        async def reply_cut_off(sha: str, numkeys: int, *args: Any) -> Any:
+            with anyio.CancelScope(shield=True):
+                reply = await evalsha(sha, numkeys, *args)  # Redis has run it
+            round_scope.cancel()
+            await anyio.lowlevel.checkpoint()  # where the cancellation lands
+            return reply
+
+        monkeypatch.setattr(redis_client, "evalsha", reply_cut_off)
+        await leases.heartbeat()
+    held = [s for s in range(SHARDS) if await redis_client.get(keys.lease(s)) is not None]
+    assert held and held == sorted(leases.owned)
+    await leases.release_all()
+    assert [await redis_client.get(keys.lease(s)) for s in range(SHARDS)] == [None] * SHARDS

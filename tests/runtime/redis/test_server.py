@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -23,6 +26,7 @@ from actormem.runtime.redis import (
     open_client,
     redis_errors,
 )
+from actormem.runtime.redis._server import _answers_ping
 
 
 def test_a_redis_server_binary_is_found() -> None:
@@ -176,3 +180,14 @@ def test_a_sigkilled_owner_leaves_no_server_behind() -> None:
         time.sleep(0.05)
     os.kill(server_pid, signal.SIGKILL)
     pytest.fail("the embedded redis-server outlived its SIGKILLed owner")
+
+
+def test_a_ping_refused_by_a_server_not_listening_yet_closes_its_socket(tmp_path: Path) -> None:
+    path = tmp_path / "redis.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as bound:
+        bound.bind(str(path))  # the socket file exists; nothing listens on it yet
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ResourceWarning)
+            assert not _answers_ping(path, None)
+            gc.collect()
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning)]

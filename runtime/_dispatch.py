@@ -557,10 +557,11 @@ class Dispatcher:
 
     def _again(self, cell: Cell, run: list[Envelope]) -> None:
         """Drop the actor and put ``run`` back at the front of its mailbox, to be
-        handled one command at a time."""
+        handled one command at a time (and counted as processed then)."""
         transport = self._runtime.transport
         for env in run:
             transport.again(env)
+        self.processed -= len(run)
         cell.actor = None
         if cell.mailbox is not None:
             cell.mailbox.extendleft(reversed(run))

@@ -557,15 +557,20 @@ class Dispatcher:
 
     def _again(self, cell: Cell, run: list[Envelope]) -> None:
         """Drop the actor and put ``run`` back at the front of its mailbox, to be
-        handled one command at a time (and counted as processed then)."""
+        handled one command at a time (and counted as processed then). A cell
+        discarded meanwhile (its shard lost, say) takes nothing back: the transport
+        lets go of the run, as of the rest of that cell's mail."""
         transport = self._runtime.transport
-        for env in run:
-            transport.again(env)
         self.processed -= len(run)
         cell.actor = None
-        if cell.mailbox is not None:
-            cell.mailbox.extendleft(reversed(run))
-            cell.single = len(run)
+        if self.cells.get(cell.address) is not cell or cell.mailbox is None:
+            for env in run:
+                transport.dropped(env)
+            return
+        for env in run:
+            transport.again(env)
+        cell.mailbox.extendleft(reversed(run))
+        cell.single = len(run)
 
     async def _forward(
         self, address: str, env: Envelope, forward: Forward, origin: _Origin | None

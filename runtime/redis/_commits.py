@@ -349,7 +349,9 @@ class GroupCommit:
                 started = 0.0 if metrics is None else time.perf_counter()
                 statuses = await self._store(shard, batch)
                 if metrics is not None:
-                    metrics.committed(len(batch), time.perf_counter() - started)
+                    metrics.committed(
+                        sum(len(p.envelopes) for p in batch), time.perf_counter() - started
+                    )
                 del shard.commits[: len(batch)]
                 answered: list[tuple[Envelope, Reply, bytes | None]] = []
                 found: list[int | None] = list(statuses) if statuses is not None else []

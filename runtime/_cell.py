@@ -40,9 +40,21 @@ class Cell:
         stopped: why supervision stopped the actor, None while it may run.
         restarts: when its recent restarts happened (monotonic seconds).
         space: set when a full mailbox takes a message off (senders wait on it).
+        single: how many messages at the front of the mailbox are handled one at a
+            time, not as a batch (a batch to handle again, see ``Dispatcher``).
     """
 
-    __slots__ = ("actor", "address", "kind", "mailbox", "restarts", "scheduled", "space", "stopped")
+    __slots__ = (
+        "actor",
+        "address",
+        "kind",
+        "mailbox",
+        "restarts",
+        "scheduled",
+        "single",
+        "space",
+        "stopped",
+    )
 
     def __init__(self, address: str, kind: Kind) -> None:
         self.address = address
@@ -53,3 +65,4 @@ class Cell:
         self.stopped: str | None = None
         self.restarts: deque[float] | None = None
         self.space: anyio.Event | None = None
+        self.single = 0

@@ -29,7 +29,7 @@ from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, cast
 
 import anyio
 import anyio.abc
@@ -402,6 +402,15 @@ class Dispatcher:
                 cell.space = None
                 space.set()
             handled += 1
+            if cell.single:
+                cell.single -= 1
+            elif hooked and mailbox and self._batchable(env) and self._batchable(mailbox[0]):
+                run = [env]
+                while mailbox and handled < limit and self._batchable(mailbox[0]):
+                    run.append(mailbox.popleft())
+                    handled += 1
+                actor = await self._run_batch(cell, actor, run)
+                continue
             if env.deadline is not None and shed and env.deadline < time.time():
                 # Nobody waits for this reply any more: skip the work, but let the
                 # transport settle the command as done (over Redis: acked).
@@ -467,6 +476,102 @@ class Dispatcher:
             if not cell.mailbox:
                 cell.mailbox = None
         return handled
+
+    def _batchable(self, env: Envelope) -> bool:
+        """Whether ``env`` may join a batch (see :meth:`_run_batch`): a command whose
+        type allows it (``Command.batch``), whose transport allows it, and that is
+        not an ask its asker gave up on (shed on its own)."""
+        return (
+            getattr(type(env.body), "batch", False)
+            and bool(env.id)
+            and (env.deadline is None or env.deadline >= time.time())
+            and self._runtime.transport.batchable(env)
+        )
+
+    async def _run_batch(self, cell: Cell, actor: Actor, run: list[Envelope]) -> Actor | None:
+        """Handle ``run``, consecutive commands of one actor, as a batch: each in turn,
+        then their effects settled together (``Transport.handled_batch``: over Redis
+        one change set, one entry of the group commit), then each answered in order.
+
+        A command refused as bad input (an expected error) is answered with its error
+        and changes nothing; the others go on. A command that crashes leaves the
+        actor's memory holding the batch's earlier changes, not yet taken, and
+        whatever it left half done: the actor is dropped and the whole run goes back
+        to the front of the mailbox, to be handled one command at a time by a fresh
+        activation (the crash then counts, and is supervised, as any other).
+
+        Returns:
+            The actor, or None when it was dropped.
+        """
+        transport = self._runtime.transport
+        metrics = self.metrics
+        kind = cell.kind.name
+        started = 0.0
+        # Per command: what its handler returned, the error to answer it with, and
+        # whether that error is a failed forward (else an expected error).
+        outcomes: list[tuple[Any, BaseException | None, bool]] = []
+        for env in run:
+            actor.ctx.sender = env.sender
+            if metrics is not None:
+                started = time.perf_counter()
+            origin = _Origin(env)
+            try:
+                value = await _receive_as_command(actor, origin)
+            except actor.expected_errors as exc:
+                self.rejected += 1
+                if metrics is not None:
+                    metrics.handled(kind, env.body, time.perf_counter() - started, 1)
+                outcomes.append((None, exc, False))
+                continue
+            except Exception as exc:
+                log.warning(
+                    "batch_handled_again",
+                    actor=cell.address,
+                    commands=len(run),
+                    message=type(env.body).__name__,
+                    reason=f"{type(exc).__name__}: {exc}",
+                )
+                self._again(cell, run)
+                return None
+            if metrics is not None:
+                metrics.handled(kind, env.body, time.perf_counter() - started, 0)
+            failed = None
+            if type(value) is Forward:
+                failed = await self._forward(cell.address, env, value, origin)
+            outcomes.append((value, failed, True))
+        stored = await transport.handled_batch(run, actor)
+        if stored is None:
+            log.info("batch_handled_again", actor=cell.address, commands=len(run))
+            self._again(cell, run)
+            return None
+        if not stored:
+            cell.actor = None
+            return None
+        for env, (value, error, forwarded) in zip(run, outcomes, strict=True):
+            if error is not None and not forwarded:
+                await self._answer_error(env, error, "actor_rejected_message")
+            elif error is not None:
+                await self._forward_failed(cell.address, env, value, cast(Exception, error))
+            elif type(value) is not Forward and env.correlation is not None:
+                await self._asks.send_reply(env, Reply(env.correlation, value))
+        return actor
+
+    def _again(self, cell: Cell, run: list[Envelope]) -> None:
+        """Drop the actor and put ``run`` back at the front of its mailbox, to be
+        handled one command at a time (and counted as processed then). A cell
+        discarded meanwhile (its shard lost, say) takes nothing back: the transport
+        lets go of the run, as of the rest of that cell's mail."""
+        transport = self._runtime.transport
+        self.processed -= len(run)
+        cell.actor = None
+        if self.cells.get(cell.address) is not cell or cell.mailbox is None:
+            for env in run:
+                transport.dropped(env)
+            return
+        for env in run:
+            transport.again(env)
+        cell.mailbox.extendleft(reversed(run))
+        cell.single = len(run)
 
     async def _forward(
         self, address: str, env: Envelope, forward: Forward, origin: _Origin | None

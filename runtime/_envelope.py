@@ -48,6 +48,13 @@ class Command(msgspec.Struct, Generic[R], frozen=True, tag=True):
     #: unanswered asks are sent again as new commands (``resend_as_new``, by it or by
     #: the command that forwarded it), so that no copy ever needs the kept reply.
     keep_reply: ClassVar[bool] = True
+    #: True lets a transport that stores effects (Redis) handle a run of such
+    #: commands to one actor, consecutive in its mailbox, as a batch: each handled
+    #: in turn and answered on its own, their effects stored as one change set. A
+    #: command of a batch may be handled again (when a later one of the batch
+    #: crashes): True only for a command whose handler has no effect outside its
+    #: actor's state but the tells it sends (whose ids are the same each time).
+    batch: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

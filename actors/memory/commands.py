@@ -8,7 +8,7 @@ decode the reply. New fields go last with defaults; a field's type never changes
 
 from __future__ import annotations
 
-from typing import Any, Literal, get_args
+from typing import Any, ClassVar, Literal, get_args
 
 import msgspec
 
@@ -101,6 +101,9 @@ class Add(Command[AddResult], frozen=True):
             encoding or a message with no count (``tokens`` < 0): the memory
             counts the message itself.
     """
+
+    #: Adds to one agent read together over Redis are stored as one change set.
+    batch: ClassVar[bool] = True
 
     messages: list[Message]
     encoding: str | None = None

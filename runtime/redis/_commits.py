@@ -154,7 +154,7 @@ class GroupCommit:
             if changes is None:
                 return False
             if _stores_something(changes):
-                await self._queue(shard, record, env, changes)
+                await self._queue(shard, record, [env], changes)
             return True
         queued = False
         try:
@@ -178,12 +178,12 @@ class GroupCommit:
                     await self._trim_sent(env)
                 if _stores_something(changes):
                     # Stored (and acked, and its id remembered) by the group commit.
-                    await self._queue(shard, record, env, changes)
+                    await self._queue(shard, record, [env], changes)
                     queued = True
                     return True
             if self._unsent.waiting(env):
                 # Its tells are not all written yet: its ack goes with them, in a commit.
-                await self._queue(shard, record, env, _NO_CHANGES, remember=durable)
+                await self._queue(shard, record, [env], _NO_CHANGES, remember=durable)
                 queued = True
                 return True
             # Nothing to store (a read, or a non-durable actor, whose effect lives in
@@ -198,10 +198,63 @@ class GroupCommit:
             if record is not None:
                 record.last_used = time.monotonic()
 
+    async def handled_batch(self, envelopes: list[Envelope], actor: Actor) -> bool | None:
+        """Store the effect of a batch of one durable actor's commands (see
+        ``Transport.handled_batch``): one change set for all of them, one entry of
+        the shard's group commit, their replies sent once it is stored.
+
+        Returns:
+            True when the changes are queued (or there were none), False when the
+            shard was lost meanwhile (the actor is then dropped and the commands
+            stay pending for the shard's owner), None when the changes cannot be
+            stored as one set (they erase, trim the streams, or discard a command):
+            the commands are handled again, one at a time, by a fresh activation.
+        """
+        held = self._held
+        first = cast(StreamEnvelope, envelopes[0])
+        record = held.actors.get(first.recipient)
+        shard = held.shards.get(first.shard)
+        kept = False
+        try:
+            if (
+                shard is None
+                or record is None
+                or record.lease != shard.lease
+                or any(cast(StreamEnvelope, env).lease != shard.lease for env in envelopes)
+            ):
+                log.warning(
+                    "effect_not_stored", actor=first.recipient, reason="shard lost meanwhile"
+                )
+                return False
+            changes = await self._changes(envelopes[-1], cast(Durable, actor))
+            if changes is None:
+                return False
+            if changes.erase or changes.trim_streams or changes.discarded:
+                for env in envelopes:
+                    self._unsent.failed(env)
+                kept = True  # still in flight: handled again
+                return None
+            if _stores_something(changes) or any(map(self._unsent.waiting, envelopes)):
+                await self._queue(shard, record, envelopes, changes)
+                kept = True
+                return True
+            keep = self._config.applied_keep
+            for env in envelopes:
+                shard.acks.append(cast(StreamEnvelope, env).entry)
+                record.remember(env.id, keep)
+            return True
+        finally:
+            if not kept:
+                for env in envelopes:
+                    held.dropped(env)
+            if record is not None:
+                record.last_used = time.monotonic()
+
     async def _changes(self, env: Envelope, actor: Durable) -> DurableChanges | None:
-        """What ``env`` changed in ``actor`` (empty: nothing to store); None if the actor
-        cannot say (it is then dropped, and the command delivered again to a fresh
-        activation loaded from what is stored)."""
+        """What ``env`` (the last command handled since the previous call) changed in
+        ``actor`` (empty: nothing to store); None if the actor cannot say (it is then
+        dropped, and the command delivered again to a fresh activation loaded from
+        what is stored)."""
         try:
             changes = DurableChanges(*actor.durable_changes())
         except Exception as exc:
@@ -247,20 +300,22 @@ class GroupCommit:
         self,
         shard: Shard,
         record: ActorRecord,
-        env: Envelope,
+        envelopes: list[Envelope],
         changes: DurableChanges,
         *,
         remember: bool = True,
     ) -> None:
-        """Queue ``changes`` for the shard's next group commit, waiting while it is full
-        (``remember``: store the command's id among the actor's applied ones)."""
+        """Queue ``changes`` of ``envelopes`` (one command, or a batch of one actor's)
+        for the shard's next group commit, waiting while it is full (``remember``:
+        store the commands' ids among the actor's applied ones)."""
         while len(shard.commits) >= _COMMIT_QUEUE:
             if shard.commit_space is None:
                 shard.commit_space = anyio.Event()
             await shard.commit_space.wait()
-        pending = PendingCommit(env, changes, remember)
-        if isinstance(env, StreamEnvelope):
-            env.commit = pending
+        pending = PendingCommit(envelopes, changes, remember)
+        for env in envelopes:
+            if isinstance(env, StreamEnvelope):
+                env.commit = pending
         shard.commits.append(pending)
         record.uncommitted += 1
         shard.commit_ready.set()
@@ -294,7 +349,9 @@ class GroupCommit:
                 started = 0.0 if metrics is None else time.perf_counter()
                 statuses = await self._store(shard, batch)
                 if metrics is not None:
-                    metrics.committed(len(batch), time.perf_counter() - started)
+                    metrics.committed(
+                        sum(len(p.envelopes) for p in batch), time.perf_counter() - started
+                    )
                 del shard.commits[: len(batch)]
                 answered: list[tuple[Envelope, Reply, bytes | None]] = []
                 found: list[int | None] = list(statuses) if statuses is not None else []
@@ -318,20 +375,34 @@ class GroupCommit:
         stored: bool,
         answered: list[tuple[Envelope, Reply, bytes | None]],
     ) -> None:
-        env = pending.envelope
-        record = self._held.actors.get(env.recipient)
+        envelopes = pending.envelopes
+        address = envelopes[0].recipient
+        record = self._held.actors.get(address)
+        if status == 3:
+            # Some commands of the batch were applied already and some not: only
+            # possible if another writer got past the fence. Nothing of it is stored
+            # or acked; the actor is dropped at its next command (its memory holds
+            # changes that are not stored), and the commands are delivered again.
+            log.error("commit_partly_applied", actor=address, commands=len(envelopes))
+            stored = False
+            if record is not None:
+                record.lease = ""
         if record is not None:
             record.uncommitted = max(record.uncommitted - 1, 0)
-            if stored and env.id:
-                record.remember(env.id, self._config.applied_keep)
+            if stored:
+                keep = self._config.applied_keep
+                for env in envelopes:
+                    if env.id:
+                        record.remember(env.id, keep)
         if status == 2:
-            log.info("commit_already_stored", actor=env.recipient, msg_id=env.id)
+            log.info("commit_already_stored", actor=address, msg_ids=[e.id for e in envelopes])
         if stored:
-            kept = pending.kept_reply
-            answered.extend((env, reply, kept) for reply in pending.replies)
-        if isinstance(env, StreamEnvelope):
-            env.commit = None
-            self._held.dropped(env)
+            kept = pending.kept_replies or {}
+            answered.extend((env, reply, kept.get(env.id)) for env, reply in pending.replies)
+        for env in envelopes:
+            if isinstance(env, StreamEnvelope):
+                env.commit = None
+                self._held.dropped(env)
 
     async def _store(self, shard: Shard, batch: list[PendingCommit]) -> list[int] | None:
         """One fenced call storing ``batch``; its statuses in ``batch`` order, or None
@@ -339,7 +410,7 @@ class GroupCommit:
         keys, number = self._keys, shard.number
         by_actor: dict[str, list[int]] = {}
         for i, pending in enumerate(batch):
-            by_actor.setdefault(pending.envelope.recipient, []).append(i)
+            by_actor.setdefault(pending.envelopes[0].recipient, []).append(i)
         names = [keys.lease(number), keys.stream(number), keys.unsent(number)]
         args: list[Any] = [
             shard.lease,
@@ -350,7 +421,9 @@ class GroupCommit:
         ]
         now = time.time()
         reply_keys: list[str] = []
-        order: list[int] = []
+        # Where each pending commit's commands start among the commands stored.
+        head: dict[int, int] = {}
+        slots = 0
         unsent: list[str] = []
         through = 0
         for address, indices in by_actor.items():
@@ -359,33 +432,41 @@ class GroupCommit:
                 keys.actor_snapshot(number, address),
                 keys.actor_applied(number, address),
             )
-            args.append(len(indices))
-            order += indices
+            args.append(sum(len(batch[i].envelopes) for i in indices))
             for i in indices:
                 pending = batch[i]
-                env, changes = pending.envelope, pending.changes
-                kept = self._kept_reply(pending)
-                if kept is not None:
-                    reply_keys.append(keys.reply(number, address, env.id))
-                args += (
-                    env.entry if isinstance(env, StreamEnvelope) else "",
-                    env.id if pending.remember else "",
-                    "0" if changes.snapshot is None else "1",
-                    changes.snapshot or b"",
-                    "1" if changes.replace_log else "0",
-                    kept or b"",
-                    self._reply_ttl_ms(env, now),
-                    len(changes.log_appends),
-                    *changes.log_appends,
-                )
-                tells, last = self._unsent.unwritten(env)
-                if tells:
-                    args.append(len(tells))
-                    args += chain.from_iterable(tells)
-                    unsent += (tell for tell, _ in tells)
-                    through = max(through, last)
-                else:
-                    args.append(0)
+                changes = pending.changes
+                following = len(pending.envelopes)
+                head[i] = slots
+                slots += following
+                for env in pending.envelopes:
+                    following -= 1
+                    kept = self._kept_reply(pending, env)
+                    if kept is not None:
+                        reply_keys.append(keys.reply(number, address, env.id))
+                    # The change set goes with the last command of the batch.
+                    last_command = following == 0
+                    appends = changes.log_appends if last_command else ()
+                    args += (
+                        following,
+                        env.entry if isinstance(env, StreamEnvelope) else "",
+                        env.id if pending.remember else "",
+                        "1" if last_command and changes.snapshot is not None else "0",
+                        (changes.snapshot or b"") if last_command else b"",
+                        "1" if last_command and changes.replace_log else "0",
+                        kept or b"",
+                        self._reply_ttl_ms(env, now),
+                        len(appends),
+                        *appends,
+                    )
+                    tells, last = self._unsent.unwritten(env)
+                    if tells:
+                        args.append(len(tells))
+                        args += chain.from_iterable(tells)
+                        unsent += (tell for tell, _ in tells)
+                        through = max(through, last)
+                    else:
+                        args.append(0)
         names += reply_keys
         with redis_errors(f"storing the state of {len(batch)} commands of shard {number}"):
             result = await run_script(self._link.client, _scripts.COMMIT, names, args)
@@ -395,22 +476,27 @@ class GroupCommit:
         if unsent:
             self._unsent.stored(shard, unsent, through)
         await self._expire(number, {a: [batch[n].changes for n in i] for a, i in by_actor.items()})
-        statuses = [0] * len(batch)
-        for i, status in zip(order, result, strict=True):
-            statuses[i] = int(status)
-        return statuses
+        # One status per command, the same for each of a batch: one per pending commit.
+        return [int(result[head[i]]) for i in range(len(batch))]
 
-    def _kept_reply(self, pending: PendingCommit) -> bytes | None:
-        """The encoded reply the commit keeps for ``pending`` (an ask with an id that
-        was answered, of a command that keeps its reply: ``Command.keep_reply``), so
-        that the ask sent again is answered with it; else None."""
-        env = pending.envelope
+    def _kept_reply(self, pending: PendingCommit, env: Envelope) -> bytes | None:
+        """The encoded reply the commit keeps for ``env`` of ``pending`` (an ask with an
+        id that was answered, of a command that keeps its reply:
+        ``Command.keep_reply``), so that the ask sent again is answered with it; else
+        None."""
         keep = getattr(type(env.body), "keep_reply", True)
         if not (keep and env.id and env.correlation is not None and pending.replies):
             return None
-        if pending.kept_reply is None:
-            pending.kept_reply = self._replies.encode(env, pending.replies[-1])
-        return pending.kept_reply
+        kept = pending.kept_replies
+        if kept is None:
+            kept = pending.kept_replies = {}
+        data = kept.get(env.id)
+        if data is None:
+            answers = [reply for asked, reply in pending.replies if asked is env]
+            if not answers:
+                return None
+            data = kept[env.id] = self._replies.encode(env, answers[-1])
+        return data
 
     def _reply_ttl_ms(self, env: Envelope, now: float) -> int:
         """How long the reply to ``env`` is kept: until its asker stops waiting (and a
@@ -500,9 +586,13 @@ def _next_batch(commits: list[PendingCommit]) -> list[PendingCommit]:
     """The queued commits the next call stores: the oldest, up to ``_COMMIT_BATCH``
     commands and about ``_COMMIT_BYTES`` of changes (at least one command)."""
     size = 0
-    for n, pending in enumerate(commits[:_COMMIT_BATCH]):
+    commands = 0
+    for n, pending in enumerate(commits):
+        commands += len(pending.envelopes)
+        if commands > _COMMIT_BATCH and n > 0:
+            return commits[:n]
         changes = pending.changes
         size += len(changes.snapshot or b"") + sum(map(len, changes.log_appends))
         if size > _COMMIT_BYTES and n > 0:
             return commits[:n]
-    return commits[:_COMMIT_BATCH]
+    return commits[:]

@@ -149,9 +149,11 @@ class Erasure:
         """Delete the entries of the commands of ``batch`` (just stored and acked) whose
         actor discarded them; a failure leaves them to the stream's trimming."""
         entries = [
-            p.envelope.entry
+            env.entry
             for p in batch
-            if p.changes.discarded and isinstance(p.envelope, StreamEnvelope)
+            if p.changes.discarded
+            for env in p.envelopes
+            if isinstance(env, StreamEnvelope)
         ]
         if not entries:
             return

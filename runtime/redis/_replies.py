@@ -102,7 +102,7 @@ class Replies:
         """Send ``reply`` to whoever asked ``envelope``, or, when the command's changes
         wait for their group commit, once they are stored."""
         if isinstance(envelope, StreamEnvelope) and envelope.commit is not None:
-            envelope.commit.replies.append(reply)
+            envelope.commit.replies.append((envelope, reply))
             return
         await self.send([(envelope, reply, None)])
 

@@ -53,19 +53,26 @@ return redis.call('XACK', KEYS[2], ARGV[2], unpack(ARGV, 3))
 #: batch (group commit), so a command's effect, its reply and its ack are stored
 #: together or not at all. The commands come grouped by actor, so that each actor's
 #: log grows by one RPUSH and its applied ids by one ZADD, whatever the number of
-#: its commands in the batch. The tells a command sent that were not written yet go
-#: into the shard's unsent hash with it (see ``_unsent``).
+#: its commands in the batch. A run of one actor's commands handled as one batch
+#: comes as one *change set*: its commands in order, the changes (snapshot, log)
+#: all with the last, and each command saying how many of the set follow it. The
+#: tells a command sent that were not written yet go into the shard's unsent hash
+#: with it (see ``_unsent``).
 #: KEYS: lease, stream, unsent, then per actor: log, snapshot, applied; then the
 #: reply key of each command that carries a reply, in order.
 #: ARGV: lease value, group, score, applied ids to keep, number of actors, then per
-#: actor: its number of commands, then per command: entry id ('' = none), command
-#: id ('' = none), has snapshot ('0'/'1'), snapshot, replace the log ('0'/'1'),
-#: encoded reply ('' = none), the reply's time to live (ms), number of log items,
-#: log items, number of unsent tells, then per tell: its id, its record.
+#: actor: its number of commands, then per command: how many commands of its
+#: change set follow it, entry id ('' = none), command id ('' = none), has snapshot
+#: ('0'/'1'), snapshot, replace the log ('0'/'1'), encoded reply ('' = none), the
+#: reply's time to live (ms), number of log items, log items, number of unsent
+#: tells, then per tell: its id, its record.
 #: An empty snapshot deletes the stored one (the actor's state was erased).
 #: Returns -1 when fenced off (nothing is changed), else one status per command, in
-#: order: 1 stored, 2 its command id was already applied (only its XACK is done;
-#: the reply and the tells kept from the first time stay).
+#: order, the same for every command of a change set: 1 stored, 2 every command id
+#: of the set was already applied (only their XACKs are done; the replies and the
+#: tells kept from the first time stay), 3 some were and some were not: nothing of
+#: the set is stored or acked (its commands are delivered again, and each is then
+#: applied or skipped on its own).
 COMMIT: Final = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
 local group, score, keep = ARGV[2], ARGV[3], tonumber(ARGV[4])
@@ -82,6 +89,10 @@ local function chunked(command, key, head, list)
     i = j + 1
   end
 end
+local function next_command(a)
+  local m = tonumber(ARGV[a + 8])
+  return a + 10 + m + 2 * tonumber(ARGV[a + 9 + m])
+end
 local out, acks, unsent = {}, {}, {}
 local a, k, r, n = 6, 4, 4 + 3 * actors, #ARGV
 while a <= n do
@@ -91,36 +102,49 @@ while a <= n do
   k = k + 3
   local done = {}
   local items, snap, added = {}, false, {}
+  local left, status = 0, 1
   for c = 1, count do
-    local entry, id, has_snap = ARGV[a], ARGV[a + 1], ARGV[a + 2]
-    local replace, reply, ttl = ARGV[a + 4], ARGV[a + 5], ARGV[a + 6]
-    local m = tonumber(ARGV[a + 7])
-    local q = tonumber(ARGV[a + 8 + m])
+    local following, entry, id, has_snap = tonumber(ARGV[a]), ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
+    local replace, reply, ttl = ARGV[a + 5], ARGV[a + 6], ARGV[a + 7]
+    local m = tonumber(ARGV[a + 8])
+    local q = tonumber(ARGV[a + 9 + m])
     local reply_key = false
     if reply ~= '' then
       reply_key = KEYS[r]
       r = r + 1
     end
-    if id ~= '' and (done[id] or redis.call('ZSCORE', applied, id)) then
-      out[#out + 1] = 2
-    else
+    if left == 0 then
+      -- The first command of a change set: how many of the set's ids were applied.
+      local seen, b = 0, a
+      for _ = 0, following do
+        local other = ARGV[b + 2]
+        if other ~= '' and (done[other] or redis.call('ZSCORE', applied, other)) then
+          seen = seen + 1
+        end
+        b = next_command(b)
+      end
+      if seen == 0 then status = 1 elseif seen == following + 1 then status = 2 else status = 3 end
+      left = following + 1
+    end
+    left = left - 1
+    out[#out + 1] = status
+    if status == 1 then
       if replace == '1' then
         redis.call('DEL', log)
         items = {}
       end
-      for i = a + 8, a + 7 + m do items[#items + 1] = ARGV[i] end
-      if has_snap == '1' then snap = ARGV[a + 3] end
+      for i = a + 9, a + 8 + m do items[#items + 1] = ARGV[i] end
+      if has_snap == '1' then snap = ARGV[a + 4] end
       if id ~= '' then
         added[#added + 1] = score
         added[#added + 1] = id
         done[id] = true
       end
       if reply_key then redis.call('SET', reply_key, reply, 'PX', ttl) end
-      for i = a + 9 + m, a + 8 + m + 2 * q do unsent[#unsent + 1] = ARGV[i] end
-      out[#out + 1] = 1
+      for i = a + 10 + m, a + 9 + m + 2 * q do unsent[#unsent + 1] = ARGV[i] end
     end
-    if entry ~= '' then acks[#acks + 1] = entry end
-    a = a + 9 + m + 2 * q
+    if entry ~= '' and status ~= 3 then acks[#acks + 1] = entry end
+    a = a + 10 + m + 2 * q
   end
   chunked('RPUSH', log, false, items)
   if snap == '' then

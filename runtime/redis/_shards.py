@@ -91,19 +91,30 @@ class RedeliveredEnvelope(StreamEnvelope, kw_only=True):
 
 
 class PendingCommit:
-    """A handled command's changes, waiting for the shard's next group commit; the
-    replies to it are sent only once it is stored (the encoded reply is stored with
-    it: ``kept_reply``)."""
+    """The changes of a handled command, or of a batch of one actor's commands (one
+    change set for all of them), waiting for the shard's next group commit; the
+    replies to them are sent only once they are stored (each encoded reply is
+    stored with them: ``kept_replies``).
 
-    __slots__ = ("changes", "envelope", "kept_reply", "remember", "replies")
+    Attributes:
+        envelopes: the commands, in the order they were handled (one, unless a batch).
+        changes: what they changed, together.
+        remember: store their ids among the actor's applied ones (a durable actor's
+            commands).
+        replies: the replies waiting for the commit, with the command each answers.
+        kept_replies: the encoded reply kept with each command, by command id.
+    """
 
-    def __init__(self, envelope: Envelope, changes: DurableChanges, remember: bool = True) -> None:
-        self.envelope = envelope
+    __slots__ = ("changes", "envelopes", "kept_replies", "remember", "replies")
+
+    def __init__(
+        self, envelopes: list[Envelope], changes: DurableChanges, remember: bool = True
+    ) -> None:
+        self.envelopes = envelopes
         self.changes = changes
-        # Store its id among the actor's applied ones (a durable actor's command).
         self.remember = remember
-        self.replies: list[Reply] = []
-        self.kept_reply: bytes | None = None
+        self.replies: list[tuple[Envelope, Reply]] = []
+        self.kept_replies: dict[str, bytes] | None = None
 
 
 class Shard:

@@ -70,7 +70,7 @@ from actormem.runtime.redis._owner import Owner
 from actormem.runtime.redis._replies import Replies
 from actormem.runtime.redis._retry import forever, retrying
 from actormem.runtime.redis._server import EmbeddedRedis
-from actormem.runtime.redis._shards import Holdings, RedeliveredEnvelope
+from actormem.runtime.redis._shards import Holdings, RedeliveredEnvelope, StreamEnvelope
 from actormem.runtime.redis._unowned import UnownedAsks
 from actormem.runtime.redis._unsent import Unsent
 from actormem.runtime.redis.codec import Codec, default_codec
@@ -442,6 +442,20 @@ class RedisTransport(Transport):
         if isinstance(envelope, RedeliveredEnvelope):
             self._dead_letters.finished(envelope)
         return await self._commits.handled(envelope, actor, ok)
+
+    def batchable(self, envelope: Envelope) -> bool:
+        """An entry read new (not claimed after a failure: those are handled one at a
+        time, each attempt counted) for a durable actor."""
+        if type(envelope) is not StreamEnvelope:
+            return False
+        record = self._held.actors.get(envelope.recipient)
+        return record is not None and record.durable
+
+    async def handled_batch(self, envelopes: list[Envelope], actor: Actor) -> bool | None:
+        return await self._commits.handled_batch(envelopes, actor)
+
+    def again(self, envelope: Envelope) -> None:
+        self._unsent.failed(envelope)
 
     async def starting(self, envelope: Envelope) -> None:
         await self._dead_letters.starting(envelope)

@@ -151,6 +151,37 @@ class Transport(ABC):
         """
         return True
 
+    def batchable(self, envelope: Envelope) -> bool:
+        """Whether ``envelope`` may join a batch: a run of one actor's commands
+        handled one after the other and settled together by :meth:`handled_batch`
+        (one change set for all of them). False by default: every envelope is
+        settled on its own by :meth:`handled`."""
+        return False
+
+    async def handled_batch(self, envelopes: list[Envelope], actor: Actor) -> bool | None:
+        """Called after the actor handled every one of ``envelopes`` (each
+        :meth:`batchable`, in mailbox order, none raising an unexpected exception),
+        before any reply to them is sent.
+
+        Returns:
+            True when their effect is stored (the runtime then sends the replies);
+            False when it is not: the runtime drops the actor's in-memory state and
+            sends no reply; None when their changes cannot be kept as one set: the
+            runtime drops the actor's in-memory state and handles ``envelopes``
+            again, one at a time, on a fresh activation (see :meth:`again`).
+        """
+        ok = True
+        for envelope in envelopes:
+            ok = await self.handled(envelope, actor, True) and ok
+        return ok
+
+    def again(self, envelope: Envelope) -> None:  # noqa: B027 (optional hook)
+        """Called when the runtime will handle ``envelope`` again, in order, on a fresh
+        activation: its batch could not be stored, or a later command of its batch
+        raised an unexpected exception before the batch's changes were taken (the
+        actor's memory then holds changes of it that are not stored). What its first
+        handling sent is sent again with the same ids."""
+
     async def starting(self, envelope: Envelope) -> None:  # noqa: B027 (optional hook)
         """Called just before the actor handles an envelope whose ``track_start``
         is True (the Redis transport counts the attempts at an entry delivered

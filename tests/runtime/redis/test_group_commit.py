@@ -132,16 +132,19 @@ def _group(
     commands: list[Command],
     replies: dict[str, bytes] | None = None,
     unsent: dict[str, list[tuple[str, bytes]]] | None = None,
+    following: dict[str, int] | None = None,
 ) -> list[Any]:
     """One agent's part of the commit script's ARGV: (entry, id, snapshot, replace,
-    items) per command, the reply of the commands named in ``replies`` and the
-    unsent tells of those named in ``unsent``."""
+    items) per command, the reply of the commands named in ``replies``, the unsent
+    tells of those named in ``unsent``, and how many commands of its change set
+    follow each command named in ``following`` (a batch; else none)."""
     args: list[Any] = [len(commands)]
     for entry, command, snapshot, replace, items in commands:
         has = "0" if snapshot is None else "1"
         reply = (replies or {}).get(entry, b"")
         tells = (unsent or {}).get(entry, [])
-        args += [entry, command, has, snapshot or b"", "1" if replace else "0", reply, 60_000]
+        args += [(following or {}).get(entry, 0), entry, command, has, snapshot or b""]
+        args += ["1" if replace else "0", reply, 60_000]
         args += [len(items), *items, len(tells), *(x for tell in tells for x in tell)]
     return args
 

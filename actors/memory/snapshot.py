@@ -67,6 +67,9 @@ class MemorySnapshot(msgspec.Struct, kw_only=True):
     compaction: CompactionState | None = None
     # When the agent last had a command (retention.ttl; None: not tracked).
     active_at: float | None = None
+    # Updated messages recall holds (not taken in yet, or awaiting a reply) as it
+    # holds them: one deleted from the working view since is in no other part.
+    held: list[Message] = []
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -91,6 +94,7 @@ def encode_snapshot(
     """
     in_history = store.history_ids
     edited = store.edited
+    holding = recall.awaiting_reply if recall is not None else unobserved or ()
     snapshot = MemorySnapshot(
         working=[m.id for m in store.working],
         # Compressed forms, and updated messages (their id names the original in the history).
@@ -108,6 +112,7 @@ def encode_snapshot(
         awaiting_reply=[m.id for m in recall.awaiting_reply] if recall is not None else [],
         compaction=compaction.state(),
         active_at=active_at,
+        held=[m for m in holding if m.id in edited],
     )
     return _encoder.encode(snapshot)
 
@@ -143,7 +148,8 @@ def restore_store(
     by_id.update((m.id, m) for m in state.extra)
     store.working = [by_id[i] for i in state.working if i in by_id] + replay
     store.working_tokens = sum(m.tokens for m in store.working)
-    store.edited = {m.id for m in state.extra if m.id in store.history_ids}
+    store.edited = {m.id for m in (*state.extra, *state.held) if m.id in store.history_ids}
+    by_id.update((m.id, m) for m in state.held)
     store.offloaded = state.offloaded
     store.version = state.version
     store.peak_tokens = state.peak_tokens

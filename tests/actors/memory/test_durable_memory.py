@@ -165,6 +165,28 @@ def _episodes(state: Any) -> Any:
 )
 @given(script=commands())
 def test_a_reload_rebuilds_the_state_the_commands_left(script: list[Any]) -> None:
+    _replay_with_reloads(script)
+
+
+def test_a_reload_keeps_the_edit_of_a_deleted_message_awaiting_its_reply() -> None:
+    """Recall holds the edited message until the reply; the working view lost it."""
+    _replay_with_reloads(
+        [
+            Add(messages=[Message(id="m1", role="user", content="vault #1")]),
+            Update(id="m1", content="edited 2"),
+            Context(max_tokens=400, query=None),
+            Delete(ids=[], indices=[0]),
+            Add(messages=[Message(id="m3", role="assistant", content="code #3")]),
+            "reload",
+            Add(messages=[Message(id="m4", role="assistant", content="owl #4")]),
+        ]
+    )
+
+
+def _replay_with_reloads(script: list[Any]) -> None:
+    """Run ``script`` through one memory, reloading it from what it stored at each
+    ``"reload"`` and at the end; each reload must rebuild the state exactly."""
+
     async def run() -> None:
         async with MemoryRuntime() as rt:
             factory = memory_factory(rt.app_config)

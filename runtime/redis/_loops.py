@@ -85,11 +85,14 @@ async def tail(
 
     Args:
         own: the stream is this transport's alone (its replies), so what was read
-            is trimmed off at once and the stream stays as short as the backlog.
+            is trimmed off: once a read batch's worth of entries was read since the
+            last trim, and once a second, so the stream stays about as short as the
+            backlog without a trim (a round trip) between every two reads.
         every_second: called about once a second, between reads.
     """
     blocking: Any = link.blocking_client
     next_tick = time.monotonic() + 1.0
+    untrimmed = 0
     while True:
 
         async def read(after: str = last) -> Any:
@@ -98,12 +101,15 @@ async def tail(
 
         response = await forever(stream, read)
         for _stream, entries in response or ():
+            untrimmed += len(entries)
             for entry_id, fields in entries:
                 last = entry_id.decode()
                 await handle(fields.get(field))
-        if own and response:
+        tick = time.monotonic() >= next_tick
+        if own and untrimmed and (tick or untrimmed >= _BATCH):
             await forever(stream, partial(_trim_read, link, stream, last))
-        if time.monotonic() >= next_tick:
+            untrimmed = 0
+        if tick:
             # Once a second, not per read: with many asks pending, a scan per
             # read batch slowed the reader until replies were trimmed unread.
             next_tick = time.monotonic() + 1.0

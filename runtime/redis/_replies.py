@@ -193,7 +193,7 @@ class Replies:
             log.warning("reply_too_large", size=len(data))
             return
         try:
-            correlation = self._codec.decode_reply(data).correlation
+            correlation = self._codec.reply_correlation(data)
         except MessageDecodeError as exc:
             log.warning("reply_undecodable", reason=str(exc))
             return

@@ -300,6 +300,18 @@ class Codec:
             )
         )
 
+    def reply_correlation(self, data: bytes) -> int:
+        """The correlation number of an encoded reply, its value left undecoded (the
+        asker's reply type, found by it, decodes the value once).
+
+        Raises:
+            MessageDecodeError: not a reply.
+        """
+        try:
+            return self._reply_decoder.decode(data).correlation
+        except _DECODE_ERRORS as exc:
+            raise MessageDecodeError(f"not a valid reply: {exc}") from exc
+
     def decode_reply(self, data: bytes, reply_type: Any = Any, address: str = "?") -> Reply:
         """Decode a reply, its value into ``reply_type`` and its error into a class.
 

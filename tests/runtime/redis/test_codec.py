@@ -102,6 +102,14 @@ def test_a_reply_decodes_into_the_commands_reply_type() -> None:
     assert codec.decode_reply(data).value == plain
 
 
+def test_a_replys_correlation_is_read_without_its_value() -> None:
+    codec = _codec()
+    assert codec.reply_correlation(codec.encode_reply(Reply(9, [Item("a")]))) == 9
+    assert codec.reply_correlation(codec.encode_reply(Reply(4, error=KeyError("k")))) == 4
+    with pytest.raises(MessageDecodeError, match="not a valid reply"):
+        codec.reply_correlation(b"\x93\x01")
+
+
 def test_a_known_error_is_rebuilt_as_its_class() -> None:
     codec = _codec()
     err = ActorStoppedError("shop/a", "stopped after 3 failures")

@@ -23,7 +23,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import anyio
 from redis.exceptions import RedisError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
@@ -38,7 +37,7 @@ from actormem.benchmarks._common import (
     write_result,
 )
 from actormem.runtime import ActormemError
-from actormem.runtime.cli import OneLineParser, StopSignals
+from actormem.runtime.cli import OneLineParser, StopSignals, run_loop
 from actormem.runtime.logging import configure_logging
 
 BENCHMARKS = (
@@ -270,7 +269,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     recorder = Recorder(progress.show)
     try:
         with recording(recorder):
-            rows = anyio.run(lambda: stops.run(lambda: module.run(args), cancel_with=list))
+            rows = run_loop(lambda: stops.run(lambda: module.run(args), cancel_with=list))
     except ActormemError as exc:  # a bad config, a deployment without workers...
         return _error(who, str(exc))
     except RedisError as exc:  # a raw baseline's own redis-py client

@@ -31,6 +31,7 @@ from typing import NoReturn, TypeVar
 import anyio
 from anyio.abc import TaskStatus
 
+from actormem.runtime._loop import run as run_loop
 from actormem.runtime.config import LoggingConfig
 from actormem.runtime.errors import ActormemError
 from actormem.runtime.logging import configure_logging
@@ -44,6 +45,7 @@ __all__ = (
     "parser",
     "port_number",
     "positive_int",
+    "run_loop",
 )
 
 #: The entry-point group whose modules add the commands.

@@ -37,7 +37,7 @@ from actormem.actors.app.simulation.scenario import check_scenario
 from actormem.actors.app.wiring import CONFIG_ENV, MemoryRuntime
 from actormem.actors.config import AppConfig, load_app_config
 from actormem.actors.integrations import cli as integrations
-from actormem.runtime.cli import StopSignals, chosen_logging
+from actormem.runtime.cli import StopSignals, chosen_logging, run_loop
 from actormem.runtime.cli import port_number as _port
 from actormem.runtime.cli import positive_int as _positive
 from actormem.runtime.config import decode_config, redacted
@@ -257,7 +257,7 @@ def _worker(args: argparse.Namespace) -> int:
     from actormem.runtime.redis.worker import run_worker
 
     stops = StopSignals(lambda: "draining its mailboxes and handing its shards back...")
-    anyio.run(
+    run_loop(
         stops.run,
         lambda: run_worker(
             config.redis,
@@ -358,7 +358,7 @@ def _simulate(args: argparse.Namespace) -> int:
                 progress.update(measuring, completed=done, total=total, visible=True)
 
         config_path = str(Path(args.config).resolve()) if args.config else None
-        report = anyio.run(
+        report = run_loop(
             stops.run,
             lambda: _run(
                 config, config_path, workers, (step, moved), stops.requested, (usage, run_dir)

@@ -6,13 +6,12 @@ import argparse
 import sys
 from typing import Any
 
-import anyio
 import msgspec
 
 from actormem.actors.app.wiring import MemoryRuntime
 from actormem.actors.config import AppConfig, load_app_config
 from actormem.actors.integrations import mcp
-from actormem.runtime.cli import StopSignals, chosen_logging, port_number
+from actormem.runtime.cli import StopSignals, chosen_logging, port_number, run_loop
 from actormem.runtime.errors import ConfigError
 
 __all__ = ("add_commands",)
@@ -89,5 +88,5 @@ def _mcp(args: argparse.Namespace) -> int:
                 task_status=_Listening(),
             )
 
-    anyio.run(stops.run, serve)
+    run_loop(stops.run, serve)
     return stops.exit_code

@@ -29,6 +29,7 @@ import structlog
 
 from actormem.runtime._closing import AsyncClosing
 from actormem.runtime._lifetime import die_with_parent, keeper
+from actormem.runtime._loop import run as run_loop
 from actormem.runtime._runtime import Runtime
 from actormem.runtime.config import MetricsConfig, RuntimeConfig
 from actormem.runtime.errors import ActormemError, ConfigError, TransportUnavailableError
@@ -437,7 +438,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         runtime = msgspec.json.decode(args.runtime_json, type=RuntimeConfig)
         metrics = msgspec.json.decode(args.metrics_json, type=MetricsConfig)
         register = load_register(args.register)
-        anyio.run(
+        run_loop(
             lambda: run_worker(
                 redis, register, runtime=runtime, worker_id=args.worker_id, metrics=metrics
             )

@@ -22,6 +22,7 @@ one string key, rewritten when it changed (see
 
 from __future__ import annotations
 
+import functools
 import time
 from itertools import chain
 from typing import TYPE_CHECKING, Any, Final, cast
@@ -292,6 +293,14 @@ class GroupCommit:
         (``DurableChanges.trim_streams``); a failure is logged, and leaves them to
         the streams' own trimming."""
         try:
+            # The entries of reads handled before it are acked first: the trim stops
+            # below the first entry still pending.
+            for shard in list(self._held.shards.values()):
+                await retrying(
+                    functools.partial(self.flush_acks, shard),
+                    what="ack",
+                    retry_for=self._config.retry_for,
+                )
             await retrying(self._erasure.trim_sent, what="trim", retry_for=self._config.retry_for)
         except TransportError as exc:
             log.warning("trim_failed", actor=env.recipient, msg_id=env.id, reason=str(exc))
@@ -537,9 +546,13 @@ class GroupCommit:
         """
         if not shard.acks:
             return
-        entries = list(shard.acks)
-        await self.ack(shard, entries)
-        del shard.acks[: len(entries)]
+        # Taken off at once: a flush in another task meanwhile acks only what came since.
+        entries, shard.acks = shard.acks, []
+        try:
+            await self.ack(shard, entries)
+        except BaseException:
+            shard.acks[:0] = entries
+            raise
 
     async def ack(self, shard: Shard, entries: list[str]) -> None:
         """XACK ``entries`` of ``shard`` now, if its lease is still ours."""
@@ -552,6 +565,12 @@ class GroupCommit:
             )
         if result == -1:
             log.warning("ack_fenced_off", shard=shard.number, entries=len(entries))
+
+    async def settle_erasures(self, within: float) -> None:
+        """Trim once more, for at most ``within`` s, the streams erasures left entries
+        pending in (the worker stops: see ``Erasure.settle``)."""
+        with anyio.move_on_after(within, shield=True):
+            await self._erasure.settle()
 
     async def settle(self, shard: Shard, within: float) -> None:
         """Store ``shard``'s queued commits and flush its acks, for at most ``within`` s

@@ -25,7 +25,8 @@ that came after an erasure, say) has its own entry deleted once its commit acked
 Entries still pending then (a command to another actor in flight, or handled and
 not acked yet) are waited for in the background: each such stream is trimmed
 again once the entries pending at the erasure are acked (for at most
-``_SETTLE_WAIT_S``). An erasure is rare, and every stream it scans is bounded.
+``_SETTLE_WAIT_S``), and once more when the worker stops, after its last acks. An
+erasure is rare, and every stream it scans is bounded.
 """
 
 from __future__ import annotations
@@ -87,6 +88,8 @@ class Erasure:
         self._link = link
         self._config = link.config
         self._keys = link.keys
+        # The streams an erasure left entries pending in, with the cutoff to reach.
+        self._unsettled: dict[str, EntryId] = {}
 
     async def erase(self, address: str, shard: int, before: str) -> int:
         """Remove what was sent to or by ``address`` (on ``shard``) up to its entry
@@ -117,7 +120,7 @@ class Erasure:
         if removed:
             log.info("actor_entries_erased", actor=address, entries=removed)
         if unsettled:
-            self._link.host.spawn(self._trim_when_settled, unsettled)
+            self._wait_settled(unsettled)
         return removed
 
     async def trim_sent(self) -> None:
@@ -143,7 +146,7 @@ class Erasure:
                 if settled <= (ms, seq):
                     unsettled[stream] = (ms, seq + 1)
         if unsettled:
-            self._link.host.spawn(self._trim_when_settled, unsettled)
+            self._wait_settled(unsettled)
 
     async def delete_discarded(self, shard: int, batch: list[PendingCommit]) -> None:
         """Delete the entries of the commands of ``batch`` (just stored and acked) whose
@@ -164,6 +167,25 @@ class Erasure:
         except TransportError as exc:
             log.warning("discarded_entries_kept", stream=stream, reason=str(exc))
 
+    def _wait_settled(self, streams: dict[str, EntryId]) -> None:
+        """Trim each of ``streams`` again once no entry before its cutoff is pending
+        (in the background; and in :meth:`settle`, if the worker stops first)."""
+        for stream, cutoff in streams.items():
+            self._unsettled[stream] = max(cutoff, self._unsettled.get(stream, cutoff))
+        self._link.host.spawn(self._trim_when_settled, streams)
+
+    async def settle(self) -> None:
+        """Trim once more the streams an erasure left entries pending in: the worker
+        stops, and has acked what it handled (a failure leaves them to the streams'
+        own trimming)."""
+        unsettled, self._unsettled = self._unsettled, {}
+        for stream in unsettled:
+            try:
+                with redis_errors(f"trimming {stream} after an erasure"):
+                    await trim_settled(self._link.client, stream)
+            except TransportError as exc:
+                log.warning("erase_trim_failed", stream=stream, reason=str(exc))
+
     async def _trim_when_settled(self, streams: dict[str, EntryId]) -> None:
         """Trim each of ``streams`` again once no entry before its cutoff is pending."""
         waiting = dict(streams)
@@ -179,6 +201,8 @@ class Erasure:
                         continue
                     if settled is None or settled >= cutoff:
                         del waiting[stream]
+                        if self._unsettled.get(stream, cutoff) <= cutoff:
+                            self._unsettled.pop(stream, None)
         if waiting:
             log.info("erase_left_pending", streams=len(waiting))
 

@@ -97,6 +97,7 @@ class Owner:
             shard.scope.cancel()
             await self._commits.settle(shard, self._config.retry_for)
             shard.inflight.clear()
+        await self._commits.settle_erasures(self._config.socket_timeout)
 
     async def release(self) -> None:
         """Give the leases back at once: other workers take the shards over without

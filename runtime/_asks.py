@@ -13,6 +13,7 @@ import asyncio
 import itertools
 import secrets
 import time
+from collections import deque
 from typing import Any
 
 import anyio
@@ -39,13 +40,16 @@ class _Slot:
     """Where an ask's reply lands: an asyncio future (cheaper than an anyio Event
     and a cancel scope per ask; redis-py ties the runtime to asyncio anyway)."""
 
-    __slots__ = ("future", "reply", "sends")
+    __slots__ = ("deadline", "envelope", "future", "reply", "sends")
 
     def __init__(self, future: asyncio.Future[None]) -> None:
         self.future = future
         self.reply: Reply | None = None
         #: Times the ask was sent (resends included).
         self.sends = 0
+        #: The ask's envelope, and when its asker stops waiting (for resends).
+        self.envelope: Envelope | None = None
+        self.deadline = 0.0
 
     def fill(self, reply: Reply) -> None:
         self.reply = reply
@@ -69,14 +73,26 @@ class Asks:
     An ask over a transport that can lose a reply is sent again, unchanged, every
     ``transport.resend_after()`` seconds until its reply or its deadline: the same
     command id, so the copy is never applied twice, and the same correlation, so
-    whichever reply comes first answers it.
+    whichever reply comes first answers it. One task watches when the asks are due
+    for it (a queue in the order they were sent: the delay is the same for all),
+    rather than a timer and a wait per ask.
 
     Attributes:
         pending: the slots of the asks waiting, by correlation number.
         tg: the runtime's task group while it is open (replies sent in the background).
     """
 
-    __slots__ = ("_config", "_correlation", "_hooked", "_transport", "pending", "resent", "tg")
+    __slots__ = (
+        "_config",
+        "_correlation",
+        "_due",
+        "_hooked",
+        "_transport",
+        "_wakeup",
+        "pending",
+        "resent",
+        "tg",
+    )
 
     def __init__(self, config: RuntimeConfig, transport: Transport, hooked: bool) -> None:
         self._config = config
@@ -89,6 +105,10 @@ class Asks:
         #: Asks sent again because no reply came in time (see ``Transport.resend_after``).
         self.resent = 0
         self.tg: anyio.abc.TaskGroup | None = None
+        # (when it is due to be sent again, correlation) of the asks sent, oldest first;
+        # None while no task watches it.
+        self._due: deque[tuple[float, int]] | None = None
+        self._wakeup: asyncio.Future[None] | None = None
 
     async def ask(
         self, address: str, message: object, timeout: float | None, sender: str | None = None
@@ -138,11 +158,7 @@ class Asks:
             slot.sends = 1
             resend = self._transport.resend_after()
             if resend is not None:
-                # Waited for here, not in a timer callback: a callback runs outside
-                # any task, where anyio cannot tell which event loop runs it (under
-                # plain asyncio.run, or in a coroutine sent from another thread).
-                await asyncio.wait((slot.future,), timeout=resend)
-                self._start_resending(env, slot, resend, deadline)
+                self._watch(correlation, slot, env, deadline, resend)
             await slot.future
         except TimeoutError:
             times = f" (sent {slot.sends} times)" if slot.sends > 1 else ""
@@ -163,11 +179,51 @@ class Asks:
             raise reply.error
         return reply.value
 
-    def _start_resending(self, env: Envelope, slot: _Slot, every: float, deadline: float) -> None:
-        """Unless the ask's reply came (or it timed out): send it again every ``every``
-        seconds in the background, while the asker waits for its slot."""
-        if not slot.future.done() and self.tg is not None:
-            self.tg.start_soon(self._resend, env, slot, every, deadline)
+    def _watch(
+        self, correlation: int, slot: _Slot, env: Envelope, deadline: float, every: float
+    ) -> None:
+        """Have the ask sent again if no reply came within ``every`` seconds (see
+        :meth:`_resender`); nothing is resent while the runtime is not open."""
+        tg = self.tg
+        if tg is None:
+            return
+        slot.envelope, slot.deadline = env, deadline
+        due = self._due
+        if due is None:
+            due = self._due = deque()
+            # A task of the runtime's group, not a timer callback: a callback runs
+            # outside any task, where anyio cannot tell which event loop runs it
+            # (under plain asyncio.run, or in a coroutine sent from another thread).
+            tg.start_soon(self._resender, due, every)
+        due.append((time.monotonic() + every, correlation))
+        wakeup = self._wakeup
+        if wakeup is not None and not wakeup.done():
+            wakeup.set_result(None)
+
+    async def _resender(self, due: deque[tuple[float, int]], every: float) -> None:
+        """Start resending each ask whose reply has not come when it is due (see
+        :meth:`_resend`), for as long as the runtime is open."""
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                while due:
+                    at, correlation = due[0]
+                    slot = self.pending.get(correlation)
+                    if slot is None or slot.future.done():
+                        due.popleft()
+                        continue
+                    wait = at - time.monotonic()
+                    if wait > 0:
+                        await anyio.sleep(wait)
+                        continue
+                    due.popleft()
+                    env = slot.envelope
+                    if env is not None and self.tg is not None:
+                        self.tg.start_soon(self._resend, env, slot, every, slot.deadline)
+                self._wakeup = loop.create_future()
+                await self._wakeup
+        finally:
+            self._due = self._wakeup = None
 
     async def _resend(self, env: Envelope, slot: _Slot, every: float, deadline: float) -> None:
         """Send ``env`` again every ``every`` seconds until its reply or its deadline: a

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import anyio
 import anyio.to_thread
 import pytest
 
@@ -53,3 +54,18 @@ def test_an_ask_under_plain_asyncio_run_is_resent() -> None:
             return await rt.ref("echo/a").ask("hi")
 
     assert asyncio.run(main()) == "hi"
+
+
+@pytest.mark.anyio
+async def test_every_ask_of_a_burst_is_resent_until_answered() -> None:
+    answers: list[Any] = []
+    async with runtime() as rt:
+
+        async def one(i: int) -> None:
+            answers.append(await rt.ref(f"echo/{i % 7}").ask(i))
+
+        async with anyio.create_task_group() as tg:
+            for i in range(50):
+                tg.start_soon(one, i)
+        assert sorted(answers) == list(range(50))
+        assert rt._asks.resent >= 50

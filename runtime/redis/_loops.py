@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
-from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio
@@ -85,43 +84,41 @@ async def tail(
 
     Args:
         own: the stream is this transport's alone (its replies), so what was read
-            is trimmed off: once a read batch's worth of entries was read since the
-            last trim, and once a second, so the stream stays about as short as the
-            backlog without a trim (a round trip) between every two reads.
+            is trimmed off before it reads on, in the same round trip as the next
+            read, and the stream stays as short as the backlog.
         every_second: called about once a second, between reads.
     """
     blocking: Any = link.blocking_client
     next_tick = time.monotonic() + 1.0
-    untrimmed = 0
+    # Trim below this entry with the next read (what was read and handled).
+    trim: str | None = None
     while True:
 
-        async def read(after: str = last) -> Any:
+        async def read(after: str = last, below: str | None = trim) -> Any:
             with redis_errors(f"XREAD {stream}"):
-                return await blocking.xread({stream: after}, count=_BATCH, block=block_ms)
+                if below is None:
+                    return await blocking.xread({stream: after}, count=_BATCH, block=block_ms)
+                async with blocking.pipeline(transaction=False) as pipe:
+                    pipe.xtrim(stream, minid=below, approximate=False)
+                    pipe.xread({stream: after}, count=_BATCH, block=block_ms)
+                    _, response = await pipe.execute()
+                return response
 
         response = await forever(stream, read)
+        trim = None
         for _stream, entries in response or ():
-            untrimmed += len(entries)
             for entry_id, fields in entries:
                 last = entry_id.decode()
                 await handle(fields.get(field))
-        tick = time.monotonic() >= next_tick
-        if own and untrimmed and (tick or untrimmed >= _BATCH):
-            await forever(stream, partial(_trim_read, link, stream, last))
-            untrimmed = 0
-        if tick:
+        if own and response:
+            ms, _, seq = last.partition("-")
+            trim = f"{ms}-{int(seq) + 1}"
+        if time.monotonic() >= next_tick:
             # Once a second, not per read: with many asks pending, a scan per
             # read batch slowed the reader until replies were trimmed unread.
             next_tick = time.monotonic() + 1.0
             if every_second is not None:
                 every_second()
-
-
-async def _trim_read(link: Link, stream: str, last: str) -> None:
-    """Drop the entries of ``stream`` up to ``last`` (read and handled)."""
-    ms, _, seq = last.partition("-")
-    with redis_errors(f"XTRIM {stream}"):
-        await link.client.xtrim(stream, minid=f"{ms}-{int(seq) + 1}", approximate=False)
 
 
 async def stream_end(link: Link, stream: str) -> str:

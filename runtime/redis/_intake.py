@@ -50,9 +50,6 @@ log = structlog.get_logger("actormem.redis")
 
 #: Entries read per XREADGROUP / XPENDING page.
 BATCH: Final = 256
-#: Seconds between two XACKs of the entries of effect-free commands, at most as
-#: often: a call per read would cost a round trip (and a socket write) per read.
-_ACK_EVERY: Final = 0.1
 
 
 class Intake:
@@ -135,7 +132,6 @@ class Intake:
                     return None
                 raise
 
-        next_ack = 0.0
         while True:
             if not host.is_open:
                 await anyio.sleep_forever()  # shutting down: read nothing new
@@ -149,9 +145,7 @@ class Intake:
                 await self._load_records(shard, entries)
                 for entry_id, fields in entries:
                     await self._accept(shard, entry_id.decode(), fields)
-            if len(shard.acks) >= BATCH or time.monotonic() >= next_ack:
-                await forever("ack", lambda: self._commits.flush_acks(shard))
-                next_ack = time.monotonic() + _ACK_EVERY
+            await forever("ack", lambda: self._commits.flush_acks(shard))
             if time.monotonic() >= next_claim:
                 next_claim = time.monotonic() + claim_every
                 await forever("recover", lambda: self._recover(shard, config.claim_idle_ms))

@@ -10,7 +10,7 @@ import anyio
 import pytest
 import redis.asyncio as aioredis
 
-from actormem.runtime.redis import Keys, RedisConfig, _intake, _scripts, connect, shard_of
+from actormem.runtime.redis import Keys, RedisConfig, _scripts, connect, shard_of
 from tests.runtime.redis.test_transport import worker
 from tests.support.actors import Add, GetState
 
@@ -89,22 +89,6 @@ async def test_a_read_that_changed_nothing_is_answered_without_waiting_for_a_com
         assert (await redis_client.xpending(stream, "workers"))["pending"] == 0
     finally:
         await client.aclose()
-
-
-async def test_the_acks_of_reads_wait_for_a_batch_and_none_is_lost(
-    redis_config: RedisConfig, redis_client: aioredis.Redis, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Reads are acked together, not one call per read (here: not until the worker
-    # stops, their batch being smaller than a read's and its time never up).
-    monkeypatch.setattr(_intake, "_ACK_EVERY", 3600.0)
-    address = "ledger/reader"
-    stream = Keys(redis_config.prefix).stream(shard_of(address, redis_config.shards))
-    async with worker(redis_client, redis_config) as rt:
-        await rt.ref(address).ask(Add("t1", 5))
-        for _ in range(20):
-            await rt.ref(address).ask(GetState())
-        assert (await redis_client.xpending(stream, "workers"))["pending"] == 20
-    assert (await redis_client.xpending(stream, "workers"))["pending"] == 0
 
 
 async def test_commands_handled_while_a_commit_is_in_flight_share_the_next_one(

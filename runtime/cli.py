@@ -23,6 +23,7 @@ import importlib
 import os
 import signal
 import sys
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from importlib.metadata import PackageNotFoundError, entry_points, version
 from types import ModuleType
@@ -51,6 +52,8 @@ __all__ = (
 #: The entry-point group whose modules add the commands.
 COMMANDS_GROUP = "actormem.commands"
 EXIT_USAGE = 2
+#: Seconds within which the first stop signal, received again, is the same request.
+ECHO_WINDOW = 0.25
 
 T = TypeVar("T")
 
@@ -89,6 +92,7 @@ class StopSignals:
         self.prog = prog
         self.say = say or _say
         self.signum = 0
+        self._first_at = 0.0
         self.requested = anyio.Event()
 
     @property
@@ -102,11 +106,15 @@ class StopSignals:
             task_status.started()
             async for signum in signals:
                 name = signal.Signals(signum).name
+                now = time.monotonic()
+                if signum == self.signum and now - self._first_at < ECHO_WINDOW:
+                    continue
                 if self.signum:
                     self.say(f"{self.prog}: stopping at once ({name} again)")
                     sys.stdout.flush()
                     os._exit(self.exit_code)
                 self.signum = signum
+                self._first_at = now
                 self.say(f"{self.prog}: stopping ({name}): {self.doing()}")
                 self.requested.set()
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from actormem.runtime.cli import main
+from actormem.runtime.cli import ECHO_WINDOW, main
 from actormem.runtime.redis.keys import Keys
 from actormem.runtime.redis.worker import WORKERS_PER_CPU, worker_limit
 from tests.support import ROOT
@@ -120,6 +120,7 @@ def test_a_second_signal_ends_the_run_at_once_and_still_leaves_nothing(tmp_path:
     assert proc.stderr.readline().startswith("actormem: run ")
     os.killpg(proc.pid, signal.SIGINT)
     first = proc.stderr.readline()  # the first signal is handled: send the second
+    time.sleep(ECHO_WINDOW)  # sooner, it would be taken as the first one's echo
     _, rest, _ = signal_and_wait(proc, signal.SIGINT, whole_group=True)
     assert proc.returncode == 130, first + rest
     assert first + rest == (

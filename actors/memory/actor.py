@@ -151,13 +151,17 @@ class AgentMemory(Actor):
         self._idle = IdleClock(self.agent, config.retention.ttl, sweeper)
 
     async def receive(self, message: Any) -> Any:
-        # Before anything changes: over Redis a command may come from any client.
-        check_command(message)
         if type(message) is Add and self._idle.ttl is None:
             # Every agent's turn: an add is replayable (no snapshot needed) and,
             # with no retention.ttl, not watched as activity; the match below
-            # would reach the same call.
-            return self._add(message.messages, message.encoding)
+            # would reach the same call. Its one argument check_command() looks
+            # at, inline: an encoding that is not text (or None) is refused there.
+            encoding = message.encoding
+            if encoding is not None and type(encoding) is not str:
+                check_command(message)
+            return self._add(message.messages, encoding)
+        # Before anything changes: over Redis a command may come from any client.
+        check_command(message)
         store = self._store
         if type(message) not in REPLAYABLE:
             store.dirty = True

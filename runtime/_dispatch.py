@@ -165,6 +165,7 @@ class Dispatcher:
         "_kinds",
         "_runtime",
         "_supervisor",
+        "_waking",
         "busy",
         "cells",
         "expired",
@@ -192,8 +193,11 @@ class Dispatcher:
         self._hooked = hooked
         self.cells: dict[str, Cell] = {}
         self.ready: deque[Cell] = deque()
-        # Dispatchers waiting for a cell with mail; a new ready cell wakes one.
+        # Dispatchers waiting for a cell with mail; a new ready cell wakes one when
+        # none is on its way (see _wake).
         self._idle: deque[asyncio.Future[None]] = deque()
+        # Dispatchers woken that have not taken a cell yet.
+        self._waking = 0
         self.busy = 0
         self.processed = 0
         self.rejected = 0
@@ -248,7 +252,7 @@ class Dispatcher:
         if not cell.scheduled:
             cell.scheduled = True
             self.ready.append(cell)
-            if self._idle:  # else every dispatcher is awake already
+            if self._idle and not self._waking:  # else one is awake or on its way
                 self._wake()
 
     async def deliver(self, envelope: Envelope) -> None:
@@ -264,11 +268,20 @@ class Dispatcher:
             await cell.space.wait()
 
     def _wake(self) -> None:
+        """Wake one idle dispatcher.
+
+        One at a time: a woken dispatcher that takes a cell and finds more ready
+        wakes the next (see :meth:`run`). So handlers that suspend get as many
+        dispatchers as there are cells to run meanwhile, while handlers that never
+        suspend, which one dispatcher runs back to back, do not wake and park every
+        dispatcher for each burst of tells.
+        """
         idle = self._idle
         while idle:
             waiter = idle.popleft()
             if not waiter.done():
                 waiter.set_result(None)
+                self._waking += 1
                 return
 
     async def passivate(self, address: str) -> bool:
@@ -377,9 +390,15 @@ class Dispatcher:
                 since_yield = 0
                 waiter = loop.create_future()
                 self._idle.append(waiter)
-                await waiter
+                try:
+                    await waiter
+                finally:
+                    if waiter.done() and not waiter.cancelled():
+                        self._waking -= 1
                 continue
             cell = ready.popleft()
+            if ready and self._idle and not self._waking:
+                self._wake()  # the next dispatcher, for the cells left
             actor = cell.actor
             mailbox = cell.mailbox
             metrics = self.metrics

@@ -86,10 +86,14 @@ class Waiter(Actor):
     """Waits on the shared event before it answers: a handler that suspends."""
 
     gate: anyio.Event
+    #: Set when four handlers wait at once.
+    four: anyio.Event
     waiting = 0
 
     async def receive(self, message: Any) -> Any:
         Waiter.waiting += 1
+        if Waiter.waiting == 4:
+            Waiter.four.set()
         await Waiter.gate.wait()
         return message
 
@@ -98,14 +102,13 @@ async def test_handlers_that_suspend_get_every_dispatcher() -> None:
     """Tells sent in one burst wake one dispatcher; each woken one that finds more
     cells ready wakes the next, so as many handlers wait at once as there are
     dispatchers."""
-    Waiter.gate, Waiter.waiting = anyio.Event(), 0
+    Waiter.gate, Waiter.four, Waiter.waiting = anyio.Event(), anyio.Event(), 0
     async with Runtime(RuntimeConfig(dispatchers=4)) as rt:
         rt.register("waiter", Waiter)
         for i in range(6):
             rt.tell_nowait(f"waiter/{i}", i)
         with anyio.fail_after(5):
-            while Waiter.waiting < 4:
-                await anyio.sleep(0.001)
+            await Waiter.four.wait()
         assert Waiter.waiting == 4
         Waiter.gate.set()
         assert await rt.ask("waiter/last", "end") == "end"

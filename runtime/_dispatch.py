@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple, cast
 
 import anyio
 import anyio.abc
-import anyio.lowlevel
 import structlog
 
 from actormem.runtime._actor import Actor, ActorContext, Forward
@@ -500,8 +499,9 @@ class Dispatcher:
             since_yield += handled
             if since_yield >= limit:
                 # Handlers that never suspend would otherwise starve every other task.
+                # asyncio.sleep(0), not anyio's checkpoint: see Runtime._yield_now_and_then.
                 since_yield = 0
-                await anyio.lowlevel.checkpoint()
+                await asyncio.sleep(0)
 
     def _batchable(self, env: Envelope) -> bool:
         """Whether ``env`` may join a batch (see :meth:`_run_batch`): a command whose

@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple, cast
 
 import anyio
 import anyio.abc
-import anyio.lowlevel
 import structlog
 
 from actormem.runtime._actor import Actor, ActorContext, Forward
@@ -59,6 +58,9 @@ log = structlog.get_logger("actormem.runtime")
 
 #: Longest id a derived one may have before it is hashed.
 _MAX_DERIVED_ID: Final = 48
+#: Emptied mailboxes kept for the next cells that get mail (a deque is ~600 bytes,
+#: allocated from the C heap: at 1,000 agents most turns empty one).
+_SPARE_MAILBOXES: Final = 64
 
 
 class _Origin:
@@ -164,7 +166,9 @@ class Dispatcher:
         "_idle",
         "_kinds",
         "_runtime",
+        "_spare",
         "_supervisor",
+        "_waking",
         "busy",
         "cells",
         "expired",
@@ -192,8 +196,12 @@ class Dispatcher:
         self._hooked = hooked
         self.cells: dict[str, Cell] = {}
         self.ready: deque[Cell] = deque()
-        # Dispatchers waiting for a cell with mail; a new ready cell wakes one.
+        # Dispatchers waiting for a cell with mail; a new ready cell wakes one when
+        # none is on its way (see _wake).
         self._idle: deque[asyncio.Future[None]] = deque()
+        # Dispatchers woken that have not taken a cell yet.
+        self._waking = 0
+        self._spare: list[deque[Envelope]] = []
         self.busy = 0
         self.processed = 0
         self.rejected = 0
@@ -239,7 +247,8 @@ class Dispatcher:
         cell = self.cells.get(envelope.recipient) or self.cell(envelope.recipient)
         mailbox = cell.mailbox
         if mailbox is None:
-            mailbox = cell.mailbox = deque()
+            spare = self._spare
+            mailbox = cell.mailbox = spare.pop() if spare else deque()
         elif len(mailbox) >= cell.kind.mailbox_size:
             raise MailboxFullError(
                 cell.address, f"mailbox full ({cell.kind.mailbox_size} messages waiting)"
@@ -248,7 +257,7 @@ class Dispatcher:
         if not cell.scheduled:
             cell.scheduled = True
             self.ready.append(cell)
-            if self._idle:  # else every dispatcher is awake already
+            if self._idle and not self._waking:  # else one is awake or on its way
                 self._wake()
 
     async def deliver(self, envelope: Envelope) -> None:
@@ -264,11 +273,20 @@ class Dispatcher:
             await cell.space.wait()
 
     def _wake(self) -> None:
+        """Wake one idle dispatcher.
+
+        One at a time: a woken dispatcher that takes a cell and finds more ready
+        wakes the next (see :meth:`run`). So handlers that suspend get as many
+        dispatchers as there are cells to run meanwhile, while handlers that never
+        suspend, which one dispatcher runs back to back, do not wake and park every
+        dispatcher for each burst of tells.
+        """
         idle = self._idle
         while idle:
             waiter = idle.popleft()
             if not waiter.done():
                 waiter.set_result(None)
+                self._waking += 1
                 return
 
     async def passivate(self, address: str) -> bool:
@@ -355,127 +373,149 @@ class Dispatcher:
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
-        """One dispatcher task: run cells from the ready queue until cancelled."""
+        """One dispatcher task: run cells from the ready queue until cancelled, up to
+        ``throughput`` messages of each per turn.
+
+        A cell's turn runs here, in the task's own loop rather than in a coroutine
+        of its own: most turns hold one message, so the turn's setup is the cost.
+        """
         task_status.started()
         loop = asyncio.get_running_loop()
         ready = self.ready
-        throughput = self._runtime.config.throughput
+        runtime = self._runtime
+        config = runtime.config
+        transport = runtime.transport
+        hooked = self._hooked
+        limit = config.throughput
+        shed = config.shed_expired_asks
+        started = 0.0
         since_yield = 0
         while True:
             if not ready:
                 since_yield = 0
                 waiter = loop.create_future()
                 self._idle.append(waiter)
-                await waiter
+                try:
+                    await waiter
+                finally:
+                    if waiter.done() and not waiter.cancelled():
+                        self._waking -= 1
                 continue
             cell = ready.popleft()
+            if ready and self._idle and not self._waking:
+                self._wake()  # the next dispatcher, for the cells left
+            actor = cell.actor
+            mailbox = cell.mailbox
+            metrics = self.metrics
+            handled = 0
             self.busy += 1
             try:
-                since_yield += await self._run_cell(cell)
+                while mailbox and handled < limit and cell.stopped is None:
+                    if actor is None:
+                        actor = await self._activate(cell, mailbox[0])
+                        if actor is None:
+                            break
+                    env = mailbox.popleft()
+                    space = cell.space
+                    if space is not None:
+                        cell.space = None
+                        space.set()
+                    handled += 1
+                    if cell.single:
+                        cell.single -= 1
+                    elif (
+                        hooked and mailbox and self._batchable(env) and self._batchable(mailbox[0])
+                    ):
+                        run = [env]
+                        while mailbox and handled < limit and self._batchable(mailbox[0]):
+                            run.append(mailbox.popleft())
+                            handled += 1
+                        actor = await self._run_batch(cell, actor, run)
+                        continue
+                    if env.deadline is not None and shed and env.deadline < time.time():
+                        # Nobody waits for this reply any more: skip the work, but let the
+                        # transport settle the command as done (over Redis: acked).
+                        self.expired += 1
+                        if hooked and not await transport.handled(env, actor, True):
+                            actor = cell.actor = None
+                        continue
+                    actor.ctx.sender = env.sender
+                    if metrics is not None:
+                        started = time.perf_counter()
+                    origin = _Origin(env) if env.id else None
+                    try:
+                        if env.track_start:
+                            await transport.starting(env)
+                        if origin is not None:
+                            value = await _receive_as_command(actor, origin)
+                        else:
+                            value = await actor.receive(env.body)
+                    except actor.expected_errors as exc:
+                        self.rejected += 1
+                        if metrics is not None:
+                            metrics.handled(
+                                cell.kind.name, env.body, time.perf_counter() - started, 1
+                            )
+                        if hooked and not await transport.handled(env, actor, True):
+                            actor = cell.actor = None
+                            continue
+                        await self._answer_error(env, exc, "actor_rejected_message")
+                        continue
+                    except Exception as exc:
+                        if metrics is not None:
+                            metrics.handled(
+                                cell.kind.name, env.body, time.perf_counter() - started, 2
+                            )
+                        keep = not hooked or await transport.handled(env, actor, False)
+                        again = hooked and await transport.retry(
+                            env, self._supervisor.restarts_left(cell) >= 2
+                        )
+                        await self._failed(cell, env, exc, answer=not again)
+                        if not keep:
+                            cell.actor = None
+                        actor = cell.actor
+                        if again:
+                            # Before the actor's other mail. The failure could not stop the
+                            # actor: a retry is asked for only while the restart budget lasts.
+                            mailbox.appendleft(env)
+                        continue
+                    if metrics is not None:
+                        metrics.handled(cell.kind.name, env.body, time.perf_counter() - started, 0)
+                    forward_failed: Exception | None = None
+                    if type(value) is Forward:
+                        # Sent before the command is settled, as its tells are, so a transport
+                        # that stores effects keeps it with the command's commit.
+                        forward_failed = await self._forward(cell.address, env, value, origin)
+                    if hooked and not await transport.handled(env, actor, True):
+                        actor = cell.actor = None
+                        continue
+                    if forward_failed is not None:
+                        await self._forward_failed(cell.address, env, value, forward_failed)
+                    elif type(value) is not Forward and env.correlation is not None:
+                        await self._asks.send_reply(env, Reply(env.correlation, value))
             finally:
                 self.busy -= 1
-            if since_yield >= throughput:
+            self.processed += handled
+            if cell.stopped is None and cell.mailbox:
+                ready.append(cell)
+            else:
+                self._unschedule(cell)
+            since_yield += handled
+            if since_yield >= limit:
                 # Handlers that never suspend would otherwise starve every other task.
+                # asyncio.sleep(0), not anyio's checkpoint: see Runtime._yield_now_and_then.
                 since_yield = 0
-                await anyio.lowlevel.checkpoint()
+                await asyncio.sleep(0)
 
-    async def _run_cell(self, cell: Cell) -> int:
-        """Run up to ``throughput`` messages of one actor; return how many ran."""
-        handled = 0
-        actor = cell.actor
+    def _unschedule(self, cell: Cell) -> None:
+        """End ``cell``'s turn with nothing more to run now: out of the ready queue,
+        its mailbox (when empty) dropped or kept as a spare."""
+        cell.scheduled = False
         mailbox = cell.mailbox
-        config = self._runtime.config
-        transport = self._runtime.transport
-        hooked = self._hooked
-        limit = config.throughput
-        shed = config.shed_expired_asks
-        metrics = self.metrics
-        started = 0.0
-        while mailbox and handled < limit and cell.stopped is None:
-            if actor is None:
-                actor = await self._activate(cell, mailbox[0])
-                if actor is None:
-                    break
-            env = mailbox.popleft()
-            space = cell.space
-            if space is not None:
-                cell.space = None
-                space.set()
-            handled += 1
-            if cell.single:
-                cell.single -= 1
-            elif hooked and mailbox and self._batchable(env) and self._batchable(mailbox[0]):
-                run = [env]
-                while mailbox and handled < limit and self._batchable(mailbox[0]):
-                    run.append(mailbox.popleft())
-                    handled += 1
-                actor = await self._run_batch(cell, actor, run)
-                continue
-            if env.deadline is not None and shed and env.deadline < time.time():
-                # Nobody waits for this reply any more: skip the work, but let the
-                # transport settle the command as done (over Redis: acked).
-                self.expired += 1
-                if hooked and not await transport.handled(env, actor, True):
-                    actor = cell.actor = None
-                continue
-            actor.ctx.sender = env.sender
-            if metrics is not None:
-                started = time.perf_counter()
-            origin = _Origin(env) if env.id else None
-            try:
-                if env.track_start:
-                    await transport.starting(env)
-                if origin is not None:
-                    value = await _receive_as_command(actor, origin)
-                else:
-                    value = await actor.receive(env.body)
-            except actor.expected_errors as exc:
-                self.rejected += 1
-                if metrics is not None:
-                    metrics.handled(cell.kind.name, env.body, time.perf_counter() - started, 1)
-                if hooked and not await transport.handled(env, actor, True):
-                    actor = cell.actor = None
-                    continue
-                await self._answer_error(env, exc, "actor_rejected_message")
-                continue
-            except Exception as exc:
-                if metrics is not None:
-                    metrics.handled(cell.kind.name, env.body, time.perf_counter() - started, 2)
-                keep = not hooked or await transport.handled(env, actor, False)
-                again = hooked and await transport.retry(
-                    env, self._supervisor.restarts_left(cell) >= 2
-                )
-                await self._failed(cell, env, exc, answer=not again)
-                if not keep:
-                    cell.actor = None
-                actor = cell.actor
-                if again:
-                    # Before the actor's other mail. The failure could not stop the
-                    # actor: a retry is asked for only while the restart budget lasts.
-                    mailbox.appendleft(env)
-                continue
-            if metrics is not None:
-                metrics.handled(cell.kind.name, env.body, time.perf_counter() - started, 0)
-            forward_failed: Exception | None = None
-            if type(value) is Forward:
-                # Sent before the command is settled, as its tells are, so a transport
-                # that stores effects keeps it with the command's commit.
-                forward_failed = await self._forward(cell.address, env, value, origin)
-            if hooked and not await transport.handled(env, actor, True):
-                actor = cell.actor = None
-                continue
-            if forward_failed is not None:
-                await self._forward_failed(cell.address, env, value, forward_failed)
-            elif type(value) is not Forward and env.correlation is not None:
-                await self._asks.send_reply(env, Reply(env.correlation, value))
-        self.processed += handled
-        if cell.stopped is None and cell.mailbox:
-            self.ready.append(cell)
-        else:
-            cell.scheduled = False
-            if not cell.mailbox:
-                cell.mailbox = None
-        return handled
+        if mailbox is not None and not mailbox:
+            cell.mailbox = None
+            if len(self._spare) < _SPARE_MAILBOXES:
+                self._spare.append(mailbox)
 
     def _batchable(self, env: Envelope) -> bool:
         """Whether ``env`` may join a batch (see :meth:`_run_batch`): a command whose
@@ -711,6 +751,4 @@ class Dispatcher:
                 self.ready.append(cell)
                 self._wake()
             else:
-                cell.scheduled = False
-                if not cell.mailbox:
-                    cell.mailbox = None
+                self._unschedule(cell)

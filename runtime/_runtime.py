@@ -9,13 +9,13 @@ when a handler crashes (``_supervision``) and piped background work (``_pipes``)
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Final, Literal, Self, TypeVar, overload
 
 import anyio
 import anyio.abc
-import anyio.lowlevel
 import msgspec
 
 from actormem.runtime import _gc
@@ -327,7 +327,8 @@ class Runtime(AsyncClosing):
         envelope = Envelope(recipient=address, body=message, id=derived_id())
         if self._inline_ok and self._unyielded + 1 < self.config.throughput:
             try:
-                self.transport.send_nowait(envelope)
+                # The local transport's send_nowait, without its hop: the runtime is open.
+                self.deliver_nowait(envelope)
             except MailboxFullError:
                 pass
             else:
@@ -361,7 +362,7 @@ class Runtime(AsyncClosing):
         self._unyielded += 1
         if self._unyielded >= self.config.throughput:
             self._unyielded = 0
-            await anyio.lowlevel.checkpoint()
+            await asyncio.sleep(0)  # see _yield_now_and_then
 
     async def _yield_now_and_then(self) -> None:
         # A producer whose sends never block would otherwise never let the
@@ -369,7 +370,9 @@ class Runtime(AsyncClosing):
         self._unyielded += 1
         if self._unyielded >= self.config.throughput:
             self._unyielded = 0
-            await anyio.lowlevel.checkpoint()
+            # asyncio's, not anyio.lowlevel.checkpoint(), which asks sniffio which
+            # event loop runs on every call: the runtime runs on asyncio only.
+            await asyncio.sleep(0)
 
     def tell_nowait(self, address: str, message: Any) -> None:
         """Send ``message`` to ``address`` now, or raise :class:`MailboxFullError`

@@ -108,9 +108,11 @@ class AgentMemory(Actor):
 
     __slots__ = (
         "_compaction",
+        "_compacts",
         "_config",
         "_counter",
         "_discarding",
+        "_expires",
         "_forgotten",
         "_idle",
         "_queries",
@@ -149,19 +151,27 @@ class AgentMemory(Actor):
         # transport keeps of it goes (it may quote what an erasure removed).
         self._discarding = False
         self._idle = IdleClock(self.agent, config.retention.ttl, sweeper)
+        # What every add asks (retention.ttl is set; compression is on), kept on the
+        # actor itself: at 1,000 agents the objects that hold them are out of cache.
+        self._expires = config.retention.ttl is not None
+        self._compacts = self._compaction.enabled
 
     async def receive(self, message: Any) -> Any:
-        # Before anything changes: over Redis a command may come from any client.
-        check_command(message)
-        if type(message) is Add and self._idle.ttl is None:
+        if type(message) is Add and not self._expires:
             # Every agent's turn: an add is replayable (no snapshot needed) and,
             # with no retention.ttl, not watched as activity; the match below
-            # would reach the same call.
-            return self._add(message.messages, message.encoding)
+            # would reach the same call. Its one argument check_command() looks
+            # at, inline: an encoding that is not text (or None) is refused there.
+            encoding = message.encoding
+            if encoding is not None and type(encoding) is not str:
+                check_command(message)
+            return self._add(message.messages, encoding)
+        # Before anything changes: over Redis a command may come from any client.
+        check_command(message)
         store = self._store
         if type(message) not in REPLAYABLE:
             store.dirty = True
-        if self._idle.ttl is not None:
+        if self._expires:
             expired = await self._expire(message)
             if expired is not None:
                 return expired
@@ -292,7 +302,7 @@ class AgentMemory(Actor):
                 self._unobserved.append(one)
             else:
                 self._observe([one])
-            if self._compaction.enabled:
+            if self._compacts:
                 self._compaction.maybe_compress()
             return AddResult(
                 ids=[one.id],

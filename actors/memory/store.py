@@ -194,10 +194,15 @@ class MessageStore:
             or m.id in self.history_ids
         ):
             return None
-        try:
-            m = self.sent_count(m, encoding)
-        except MemoryInputError as exc:
-            raise MemoryInputError(f"add: message 0: {exc}") from None
+        counter = self._counter
+        if encoding != counter.encoding or m.tokens < 0:
+            # sent_count()'s usual case, inline: not counted by the sender, counted here.
+            m = m.with_tokens(count_tokens(m, counter))
+        else:
+            try:
+                m = self.sent_count(m, encoding)
+            except MemoryInputError as exc:
+                raise MemoryInputError(f"add: message 0: {exc}") from None
         # The effects of add() for one message, without the batch bookkeeping.
         working = self.working
         working.append(m)

@@ -82,6 +82,39 @@ async def test_idle_actors_hold_no_task() -> None:
         assert rt.stats().active == 2000
 
 
+class Waiter(Actor):
+    """Waits on the shared event before it answers: a handler that suspends."""
+
+    gate: anyio.Event
+    #: Set when four handlers wait at once.
+    four: anyio.Event
+    waiting = 0
+
+    async def receive(self, message: Any) -> Any:
+        Waiter.waiting += 1
+        if Waiter.waiting == 4:
+            Waiter.four.set()
+        await Waiter.gate.wait()
+        return message
+
+
+async def test_handlers_that_suspend_get_every_dispatcher() -> None:
+    """Tells sent in one burst wake one dispatcher; each woken one that finds more
+    cells ready wakes the next, so as many handlers wait at once as there are
+    dispatchers."""
+    Waiter.gate, Waiter.four, Waiter.waiting = anyio.Event(), anyio.Event(), 0
+    async with Runtime(RuntimeConfig(dispatchers=4)) as rt:
+        rt.register("waiter", Waiter)
+        for i in range(6):
+            rt.tell_nowait(f"waiter/{i}", i)
+        with anyio.fail_after(5):
+            await Waiter.four.wait()
+        assert Waiter.waiting == 4
+        Waiter.gate.set()
+        assert await rt.ask("waiter/last", "end") == "end"
+        assert Waiter.waiting == 7
+
+
 async def test_ask_timeout_names_the_actor_and_message() -> None:
     async with runtime() as rt:
         with pytest.raises(AskTimeoutError, match=r"counter/slow.*tuple.*0\.05s"):

@@ -260,22 +260,24 @@ class Intake:
             error = exc
             await dead_letters.answer_asker(data, lambda _: error)
             return
-        try:
-            split_address(env.recipient)
-        except InvalidAddressError as exc:
-            await self._refuse(shard, entry, data, cast(StreamEnvelope, env), exc)
-            return
-        expected = shard_of(env.recipient, config.shards)
-        if expected != shard.number:
-            reason = (
-                f"{env.recipient} belongs to shard {expected}, not {shard.number} "
-                "(do all workers and clients use the same 'shards'?)"
-            )
-            await dead_letters.write(shard, entry, data, reason)
-            return
-        record = self._held.actors.get(env.recipient) or await self._record(
-            env.recipient, shard.number
-        )
+        record = self._held.actors.get(env.recipient)
+        if record is None or record.shard != shard.number:
+            # A held record's address was checked when it was made (a record is made
+            # only for a valid address of its shard): only a new one is checked here.
+            try:
+                split_address(env.recipient)
+            except InvalidAddressError as exc:
+                await self._refuse(shard, entry, data, cast(StreamEnvelope, env), exc)
+                return
+            expected = shard_of(env.recipient, config.shards)
+            if expected != shard.number:
+                reason = (
+                    f"{env.recipient} belongs to shard {expected}, not {shard.number} "
+                    "(do all workers and clients use the same 'shards'?)"
+                )
+                await dead_letters.write(shard, entry, data, reason)
+                return
+            record = await self._record(env.recipient, shard.number)
         if env.id and (env.resent or env.id in record.applied or env.id in record.inflight):
             await self._duplicate(shard, entry, env, record)
             return

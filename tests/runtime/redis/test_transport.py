@@ -232,6 +232,31 @@ async def test_malformed_entries_go_to_the_dead_letters_and_the_consumer_goes_on
         assert any(expected in r for r in reasons), (expected, reasons)
 
 
+async def test_an_entry_on_the_wrong_shard_for_an_actor_held_here_is_dead_lettered(
+    redis_client: aioredis.Redis, redis_config: RedisConfig
+) -> None:
+    keys = Keys(redis_config.prefix)
+    address = "ledger/m"
+    wrong = next(
+        f"ledger/w{i}"
+        for i in range(100)
+        if shard_of(f"ledger/w{i}", redis_config.shards) != shard_of(address, redis_config.shards)
+    )
+    stream = keys.stream(shard_of(address, redis_config.shards))
+    async with worker(redis_client, redis_config) as rt:
+        assert await rt.ref(wrong).ask(Add("own", 1)) == 1  # its record is held from now on
+        misrouted = Envelope(recipient=wrong, body=Add("misrouted"), id="m" * 26)
+        await redis_client.xadd(stream, {b"e": default_codec.encode_envelope(misrouted)})
+
+        async def dead() -> bool:
+            return int(await redis_client.xlen(keys.dead_letters())) == 1
+
+        await eventually(dead, "the misrouted entry is dead-lettered")
+        assert (await rt.ref(wrong).ask(GetState())).tokens == ["own"]
+    [(_, fields)] = await redis_client.xrange(keys.dead_letters())
+    assert b"belongs to shard" in fields[b"reason"]
+
+
 async def test_a_command_that_keeps_failing_is_dead_lettered_after_max_deliveries(
     redis_client: aioredis.Redis, redis_config: RedisConfig
 ) -> None:

@@ -53,6 +53,7 @@ BENCHMARKS = (
     "distributed",
     "redis_scale",
     "retrieval",
+    "simulation",
 )
 
 #: The optional packages benchmarks import, and the extra that installs each.

@@ -281,22 +281,37 @@ def compression_plot(results: list[BenchResult], path: Path) -> list[Path]:
     return _save(plt, fig, path)
 
 
-def peers_plot(results: list[BenchResult], path: Path) -> list[Path]:
-    """The same workloads on actormem, Pykka and autogen-core, side by side."""
+def _bar_plot(
+    results: list[BenchResult],
+    path: Path,
+    name: str,
+    keep: Callable[[Row], bool],
+    xlabel: str,
+    title: str,
+    **bars: bool,
+) -> list[Path]:
+    """One panel of horizontal bars of the ``name`` results' rows ``keep`` takes."""
     plt = _pyplot()
     if plt is None:
         return []
     fig, ax = plt.subplots(figsize=(9, 4.5))
-    _bars(
-        ax,
-        _named(results, "peers"),
+    _bars(ax, _named(results, name), keep, xlabel, **bars)
+    ax.set_title(title)
+    return _save(plt, fig, path)
+
+
+def peers_plot(results: list[BenchResult], path: Path) -> list[Path]:
+    """The same workloads on actormem, Pykka and autogen-core, side by side."""
+    return _bar_plot(
+        results,
+        path,
+        "peers",
         lambda r: r.unit.endswith("/s"),
         "operations / s, log scale (higher is better)",
+        "actormem next to Pykka and autogen-core (same run)",
         baselines=False,
         log=True,
     )
-    ax.set_title("actormem next to Pykka and autogen-core (same run)")
-    return _save(plt, fig, path)
 
 
 def load_plot(results: list[BenchResult], path: Path) -> list[Path]:
@@ -399,6 +414,18 @@ def retrieval_plot(results: list[BenchResult], path: Path) -> list[Path]:
     return _save(plt, fig, path)
 
 
+def simulation_plot(results: list[BenchResult], path: Path) -> list[Path]:
+    """The simulation's messages/s over Redis per pair, each next to its in-process run."""
+    return _bar_plot(
+        results,
+        path,
+        "simulation",
+        lambda r: r.unit == "msg/s",
+        "messages / s (higher is better; grey: in process)",
+        "the simulation over Redis next to in process (same seed)",
+    )
+
+
 #: The plot of each benchmark (every benchmark has one).
 PLOTS: dict[str, Plot] = {
     "throughput": throughput_plot,
@@ -413,4 +440,5 @@ PLOTS: dict[str, Plot] = {
     "peers": peers_plot,
     "load": load_plot,
     "retrieval": retrieval_plot,
+    "simulation": simulation_plot,
 }

@@ -15,7 +15,8 @@ def add_commands(subs: Any) -> None:
         "bench",
         help=(
             "run a benchmark (throughput, latency, scale, context, compression, peers, "
-            "load, redis_throughput, redis_latency, distributed, redis_scale)"
+            "load, redis_throughput, redis_latency, distributed, redis_scale, retrieval, "
+            "simulation)"
         ),
         description="Run a benchmark: 'actormem bench NAME --help' lists its options.",
         add_help=False,

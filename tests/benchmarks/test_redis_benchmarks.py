@@ -25,6 +25,7 @@ TINY = {
         "50",
     ],
     "distributed": ["--messages", "60", "--agents", "5", "--workers", "1"],
+    "simulation": ["--agents", "3", "--steps", "2", "--runs", "2"],
     "redis_scale": ["--agents", "20", "--activations", "3", "--rounds", "1", "--churn", "5"],
     "load": [
         "--transport",
@@ -56,6 +57,12 @@ async def test_benchmark_runs_at_tiny_size(name: str) -> None:
         runs = ours.extra["runs"]
         assert len(runs) == 2
         assert ours.value == (runs[0]["actormem"] + runs[1]["actormem"]) / 2
+    if name == "simulation":  # --runs 2: each pair, their mean, and the runs' agreement
+        first, second, both, differ = rows
+        assert (first.extra["first"], second.extra["first"]) == ("local", "redis")
+        assert first.extra["local"]["messages_processed"] > 0
+        assert both.value == (first.value + second.value) / 2
+        assert differ.value == 0 and differ.extra["pairs"] == []
 
 
 async def test_the_redis_benchmarks_send_adds_counted_by_the_sender() -> None:

@@ -15,6 +15,7 @@ extra).
 from __future__ import annotations
 
 import argparse
+import functools
 from pathlib import Path
 from statistics import mean
 from typing import Any
@@ -23,7 +24,15 @@ import msgspec
 
 from actormem.actors.app.simulation import SimulationReport, run_simulation
 from actormem.actors.config import AppConfig, load_app_config
-from actormem.benchmarks._common import Row, at_least, compared, plan, recorded_rows, step
+from actormem.benchmarks._common import (
+    Row,
+    at_least,
+    compared,
+    on_stop,
+    plan,
+    recorded_rows,
+    step,
+)
 
 NAME = "simulation"
 
@@ -75,43 +84,32 @@ def _outcome(report: SimulationReport) -> dict[str, Any]:
     }
 
 
-def _agree(local: SimulationReport, redis: SimulationReport) -> bool:
-    """Whether two runs of the same seed processed and found the same (:data:`AGREE`)."""
-    return all(getattr(local, key) == getattr(redis, key) for key in AGREE)
-
-
-async def run(args: argparse.Namespace) -> list[Row]:
-    """``--runs`` pairs of a local and a Redis run, alternating which goes first."""
-    configs = {transport: run_config(args, transport) for transport in TRANSPORTS}
-    sim = configs["local"].simulation
-    size = f"{sim.agents} agents, {sim.steps} steps, seed {sim.seed}"
-    rows = recorded_rows()
-    plan(2 * args.runs)
-    pairs: list[dict[str, SimulationReport]] = []
-    for pair in range(1, args.runs + 1):
-        order = TRANSPORTS if pair % 2 else TRANSPORTS[::-1]
-        reports: dict[str, SimulationReport] = {}
-        for transport in order:
-            step(f"pair {pair}/{args.runs}: {transport}")
-            reports[transport] = await run_simulation(configs[transport])
-        pairs.append(reports)
-        local, redis = reports["local"], reports["redis"]
-        rows.append(
-            compared(
-                f"simulation over Redis, pair {pair} ({size}; {order[0]} first)",
-                redis.messages_per_s,
-                "msg/s",
-                f"in process, pair {pair}",
-                local.messages_per_s,
-                target=f">= {TARGET}x",
-                extra={
-                    "pair": pair,
-                    "first": order[0],
-                    "local": _outcome(local),
-                    "redis": _outcome(redis),
-                },
-            )
+def _stopped(
+    pairs: list[dict[str, SimulationReport]],
+    reports: dict[str, SimulationReport],
+    pair: int,
+    size: str,
+) -> list[Row]:
+    """The rows of a run stopped in pair ``pair``: the run of it that finished, alone
+    (no ratio: it has nothing to be compared with), then the finished pairs' closing
+    rows (:func:`_closing`)."""
+    rows = [
+        Row(
+            name=f"simulation, pair {pair} ({size}; {transport} only: the pair was stopped)",
+            value=report.messages_per_s,
+            unit="msg/s",
+            extra={"pair": pair, transport: _outcome(report)},
         )
+        for transport, report in reports.items()
+        if len(reports) < len(TRANSPORTS)
+    ]
+    return rows + _closing(pairs) if pairs else rows
+
+
+def _closing(pairs: list[dict[str, SimulationReport]]) -> list[Row]:
+    """The rows after the pairs' own: their mean (two pairs or more), and how many
+    pairs' runs did not agree (:data:`AGREE`)."""
+    rows = []
     if len(pairs) > 1:
         rows.append(
             compared(
@@ -133,4 +131,47 @@ async def run(args: argparse.Namespace) -> list[Row]:
             extra={"pairs": differ},
         )
     )
+    return rows
+
+
+def _agree(local: SimulationReport, redis: SimulationReport) -> bool:
+    """Whether two runs of the same seed processed and found the same (:data:`AGREE`)."""
+    return all(getattr(local, key) == getattr(redis, key) for key in AGREE)
+
+
+async def run(args: argparse.Namespace) -> list[Row]:
+    """``--runs`` pairs of a local and a Redis run, alternating which goes first."""
+    configs = {transport: run_config(args, transport) for transport in TRANSPORTS}
+    sim = configs["local"].simulation
+    size = f"{sim.agents} agents, {sim.steps} steps, seed {sim.seed}"
+    rows = recorded_rows()
+    plan(2 * args.runs)
+    pairs: list[dict[str, SimulationReport]] = []
+    for pair in range(1, args.runs + 1):
+        order = TRANSPORTS if pair % 2 else TRANSPORTS[::-1]
+        reports: dict[str, SimulationReport] = {}
+        on_stop(functools.partial(_stopped, pairs, reports, pair, size))
+        for transport in order:
+            step(f"pair {pair}/{args.runs}: {transport}")
+            reports[transport] = await run_simulation(configs[transport])
+        pairs.append(reports)
+        local, redis = reports["local"], reports["redis"]
+        rows.append(
+            compared(
+                f"simulation over Redis, pair {pair} ({size}; {order[0]} first)",
+                redis.messages_per_s,
+                "msg/s",
+                f"in process, pair {pair}",
+                local.messages_per_s,
+                target=f">= {TARGET}x",
+                extra={
+                    "pair": pair,
+                    "first": order[0],
+                    "local": _outcome(local),
+                    "redis": _outcome(redis),
+                },
+            )
+        )
+    on_stop(list)
+    rows += _closing(pairs)
     return rows

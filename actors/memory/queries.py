@@ -22,8 +22,8 @@ _FILTERED = "filtered"
 
 class MessageQueries:
     """Answers the reads of a store (``Get``, ``Search``, ``Reload``, ``Export``),
-    keeping a standing ranked index of the working view, one of the history, and
-    one for the last ranked search filtered by roles.
+    keeping a standing ranked index of the working view, one of the history, one
+    of the offloaded blocks, and one for the last ranked search filtered by roles.
 
     Each index follows its list as messages are appended to it. The history's is
     only built again when the history is replaced (wiped, restored), never when the
@@ -134,22 +134,28 @@ class MessageQueries:
         """The index of ``source``, the messages of ``scope`` (of ``roles`` only, when
         given): the standing one brought up to date, else one built afresh."""
         store = self._store
+        blocks: list[tuple[list[Message], int]] = []
+        followed: object
         if scope == "history":
             followed, version = store.history, 0
         elif scope == "working":
             followed, version = store.working, store.version
         else:
-            return _ranker(source)
+            # Offloaded blocks are added (compression) or replaced by other lists
+            # (load): the index follows them while its blocks are still the first
+            # ones, the same lists of the same lengths.
+            followed, version = store.offloaded, 0
+            blocks = [(block, len(block)) for block in store.offloaded.values()]
         # The history is append-only until it is replaced by another list; the
         # working view is also rewritten in place of a list (its version moves).
         key = (id(followed), version, roles)
         # One index per scope, and one for the last search filtered by roles.
         slot = scope if roles is None else _FILTERED
         cached = self._ranked.get(slot)
-        if cached is not None and cached.key == key and cached.extends(source):
-            cached.catch_up(source)
+        if cached is not None and cached.key == key and cached.extends(source, blocks):
+            cached.catch_up(source, blocks)
             return cached.ranker
-        self._ranked[slot] = fresh = _RankedIndex(key, source)
+        self._ranked[slot] = fresh = _RankedIndex(key, source, blocks)
         return fresh.ranker
 
 
@@ -171,23 +177,41 @@ def ranked_text(message: Message) -> str:
 
 
 class _RankedIndex:
-    """The ranked index of one scope's message list, kept up to date as it grows."""
+    """The ranked index of one scope's message list, kept up to date as it grows.
 
-    __slots__ = ("count", "key", "last_id", "ranker")
+    ``blocks`` (the offloaded scope): the lists the messages came from, with their
+    lengths then, held so that none of them is taken for another list later.
+    """
 
-    def __init__(self, key: tuple[int, int, frozenset[str] | None], source: list[Message]) -> None:
+    __slots__ = ("blocks", "count", "key", "last_id", "ranker")
+
+    def __init__(
+        self,
+        key: tuple[int, int, frozenset[str] | None],
+        source: list[Message],
+        blocks: list[tuple[list[Message], int]],
+    ) -> None:
         self.key = key
         self.ranker = _ranker(source)
         self.count = len(source)
         self.last_id = source[-1].id if source else ""
+        self.blocks = blocks
 
-    def extends(self, source: list[Message]) -> bool:
-        """True when ``source`` is the indexed list with messages appended."""
+    def extends(self, source: list[Message], blocks: list[tuple[list[Message], int]]) -> bool:
+        """True when ``source`` is the indexed list with messages appended (and, for
+        blocks, the indexed blocks, unchanged, come first)."""
         n = self.count
-        return len(source) >= n and (n == 0 or source[n - 1].id == self.last_id)
+        if not (len(source) >= n and (n == 0 or source[n - 1].id == self.last_id)):
+            return False
+        held = self.blocks
+        return len(blocks) >= len(held) and all(
+            now is then and size == length
+            for (now, size), (then, length) in zip(blocks, held, strict=False)
+        )
 
-    def catch_up(self, source: list[Message]) -> None:
+    def catch_up(self, source: list[Message], blocks: list[tuple[list[Message], int]]) -> None:
         for m in source[self.count :]:
             self.ranker.add(ranked_text(m), m.name, m.timestamp)
         self.count = len(source)
         self.last_id = source[-1].id if source else ""
+        self.blocks = blocks

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import pytest
 
 from actormem.actors import MemoryRuntime, Message
@@ -89,6 +90,35 @@ async def test_a_search_filtered_by_roles_keeps_its_own_index() -> None:
         # The unfiltered index of the scope is another one.
         found = await mem.search("mooring", mode="ranked", scope="history")
         assert {late.id, asked.id} <= {m.id for m in found}
+
+
+async def test_the_offloaded_index_follows_new_blocks_and_rebuilds_for_replaced_ones() -> None:
+    async with MemoryRuntime() as rt:
+        mem = rt.memory("ana")
+        first = _turns(0, 12)
+        await mem.add(first)
+        await mem.set_summary("summary one", replaces=[m.id for m in first[:4]])
+        assert await mem.search("harbour", mode="ranked", scope="offloaded")
+        queries = _actor(rt, "ana")._queries
+        built = queries._ranked["offloaded"].ranker
+        # A second block comes after the first: the index catches up.
+        await mem.set_summary("summary two", replaces=[m.id for m in first[4:8]])
+        assert _ranked(queries, "offloaded") == _ranked(
+            MessageQueries(queries._store, 1.0), "offloaded"
+        )
+        assert queries._ranked["offloaded"].ranker is built
+        # A load replaces the first block with other text: built again.
+        export = await mem.export()
+        block = next(iter(export.offloaded))
+        replaced = [Message(role="user", name="ana", content=f"the owl said {CANARY}")]
+        await mem.load(msgspec.structs.replace(export, offloaded={block: replaced}))
+        found = await mem.search(CANARY, mode="ranked", scope="offloaded")
+        assert found[0].content == replaced[0].content
+        assert not {m.id for m in found} & {m.id for m in first[:4]}
+        assert queries._ranked["offloaded"].ranker is not built
+        assert _ranked(queries, "offloaded") == _ranked(
+            MessageQueries(queries._store, 1.0), "offloaded"
+        )
 
 
 async def test_wiping_the_history_drops_the_ranked_indexes() -> None:

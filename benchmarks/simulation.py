@@ -9,13 +9,15 @@ weighs on both. A row per pair gives the Redis run's messages/s as a ratio of th
 local run's; the last row counts the pairs whose two runs did not process the same
 number of messages or find the same number of planted facts (the same seed must
 give the same run; how many were found by search or in context is in each row's
-extra).
+extra, with each run's CPU time in this process: the Redis run's work beside the
+actors' own, the embedded redis-server not counted).
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import time
 from pathlib import Path
 from statistics import mean
 from typing import Any
@@ -73,20 +75,25 @@ def run_config(args: argparse.Namespace, transport: str) -> AppConfig:
 AGREE = ("messages_processed", "facts_found")
 
 
-def _outcome(report: SimulationReport) -> dict[str, Any]:
-    """A run's figures for its row: what must agree, how the facts were found, its time."""
+def _outcome(report: SimulationReport, cpu_s: float) -> dict[str, Any]:
+    """A run's figures for its row: what must agree, how the facts were found, its time
+    and this process's CPU time in it (``cpu_s``; the embedded redis-server's not
+    counted)."""
     return {
         "messages_processed": report.messages_processed,
         "facts_found": report.facts_found,
         "facts_found_by_search": report.facts_found_by_search,
         "facts_found_in_context": report.facts_found_in_context,
         "elapsed_s": report.elapsed_s,
+        "cpu_s": round(cpu_s, 3),
+        "cpu_ms_per_message": round(1000 * cpu_s / max(1, report.messages_processed), 4),
     }
 
 
 def _stopped(
     pairs: list[dict[str, SimulationReport]],
     reports: dict[str, SimulationReport],
+    cpu: dict[str, float],
     pair: int,
     size: str,
 ) -> list[Row]:
@@ -98,7 +105,7 @@ def _stopped(
             name=f"simulation, pair {pair} ({size}; {transport} only: the pair was stopped)",
             value=report.messages_per_s,
             unit="msg/s",
-            extra={"pair": pair, transport: _outcome(report)},
+            extra={"pair": pair, transport: _outcome(report, cpu[transport])},
         )
         for transport, report in reports.items()
         if len(reports) < len(TRANSPORTS)
@@ -150,10 +157,13 @@ async def run(args: argparse.Namespace) -> list[Row]:
     for pair in range(1, args.runs + 1):
         order = TRANSPORTS if pair % 2 else TRANSPORTS[::-1]
         reports: dict[str, SimulationReport] = {}
-        on_stop(functools.partial(_stopped, pairs, reports, pair, size))
+        cpu: dict[str, float] = {}
+        on_stop(functools.partial(_stopped, pairs, reports, cpu, pair, size))
         for transport in order:
             step(f"pair {pair}/{args.runs}: {transport}")
+            started = time.process_time()
             reports[transport] = await run_simulation(configs[transport])
+            cpu[transport] = time.process_time() - started
         pairs.append(reports)
         local, redis = reports["local"], reports["redis"]
         rows.append(
@@ -167,8 +177,8 @@ async def run(args: argparse.Namespace) -> list[Row]:
                 extra={
                     "pair": pair,
                     "first": order[0],
-                    "local": _outcome(local),
-                    "redis": _outcome(redis),
+                    "local": _outcome(local, cpu["local"]),
+                    "redis": _outcome(redis, cpu["redis"]),
                 },
             )
         )

@@ -26,9 +26,11 @@ pool, the same way.
 
 **Durable.** The pool's state (insights, subscriptions, the ids of the shares it
 applied and every agent's delivery cursor, see :mod:`actormem.actors.pool.cursors`)
-is :class:`~actormem.runtime.state.Durable`: over Redis it is stored with every
-command that changed it, so it survives its worker being killed or restarted,
-and a restarted pool sends again what its subscribers may not have received.
+is :class:`~actormem.runtime.state.Durable`: over Redis what every command did to
+it is stored with the command, as an entry of its journal (see
+:mod:`actormem.actors.pool.journal`: a share costs what it changed, not the
+whole pool), so it survives its worker being killed or restarted, and a
+restarted pool sends again what its subscribers may not have received.
 Delivery never blocks the pool on a full mailbox (see
 :mod:`actormem.actors.pool.delivery`).
 """
@@ -70,6 +72,15 @@ from actormem.actors.pool.insights import (
     Insight,
     InsightError,
     InsightSignatureError,
+)
+from actormem.actors.pool.journal import (
+    Acked,
+    Journal,
+    Op,
+    Shared,
+    Subscribed,
+    Unsubscribed,
+    decode_op,
 )
 from actormem.actors.pool.sanitize import clean_label, sanitize_insight_text
 from actormem.actors.pool.subscriptions import Subscriptions
@@ -147,6 +158,9 @@ class PoolActor(Actor):
         self._applied: OrderedDict[str, ShareResult] = OrderedDict()
         self._rejected = 0
         self._dirty = False
+        # What the commands did, for the durable store: made when the store restores
+        # the pool (over Redis), so that nothing gathers where no store takes it.
+        self._journal: Journal | None = None
         # A source was forgotten since the last durable change: the deliveries of its
         # insights sent before then (they quote them) go from the streams too.
         self._forgot = False
@@ -227,19 +241,55 @@ class PoolActor(Actor):
     # -- durable state (the protocol of actormem.runtime.state) -------------------------
 
     def durable_changes(self) -> DurableChanges:
-        """The whole state as the snapshot after a command that changed it; nothing
-        after one that did not (a query), so reads store nothing."""
+        """The journal entries of the commands since the last call (see
+        :mod:`.journal`), or now and then the whole state replacing them; nothing after
+        a command that changed nothing (a query), so reads store nothing."""
+        forgot, self._forgot = self._forgot, False
+        journal = self._journal
+        if journal is not None:
+            self._dirty = False
+            return journal.changes(self.export_state, trim_streams=forgot)
         if not self._dirty:
             return DurableChanges([])
         self._dirty = False
-        forgot, self._forgot = self._forgot, False
         return DurableChanges([], _encoder.encode(self.export_state()), trim_streams=forgot)
 
     def durable_restore(self, snapshot: bytes | None, log: list[bytes]) -> None:
-        """Load the state the transport stored (on activation)."""
+        """Load the state the transport stored (on activation): its snapshot, then what
+        the journal's entries after it did."""
         if snapshot is not None:
             self.load_state(msgspec.msgpack.decode(snapshot, type=PoolState))
+        for entry in log:
+            self._replay(decode_op(entry))
+        if snapshot is not None or log:
             self._restored = True
+        self._journal = Journal()
+        self._journal.restored(snapshot, log)
+
+    def _replay(self, op: Op) -> None:
+        """Do again to the state what a journaled command did (no delivery is sent)."""
+        match op:
+            case Shared(id=key, result=result, evicted=evicted, recipients=recipients):
+                if result.status == "new" and self._topics.replay_put(result.insight, evicted):
+                    for agent in recipients:
+                        self._cursors.next(agent, result.insight)
+                self._remember(key, result)
+            case Subscribed(agent=agent, topics=topics, backfill=backfill):
+                self._subs.subscribe(agent, topics)
+                for key in backfill:
+                    insight = self._topics.find(key)
+                    if insight is not None:
+                        self._cursors.next(agent, insight)
+            case Unsubscribed(agent=agent, topics=topics):
+                self._subs.unsubscribe(agent, topics)
+            case Acked(agent=agent, through=through):
+                self._cursors.acked(agent, through)
+
+    def _changed(self, op: Op) -> None:
+        """Note that a command changed the state, as ``op`` says."""
+        self._dirty = True
+        if self._journal is not None:
+            self._journal.record(op)
 
     # -- commands -------------------------------------------------------------------
 
@@ -305,18 +355,25 @@ class PoolActor(Actor):
         if done is not None:
             return done
         try:
-            result = self._share(cmd, topic)
+            result, evicted, recipients = self._share(cmd, topic)
         except InsightError as exc:
             self._rejected += 1
             log.warning("insight_share_rejected", source=str(cmd.source)[:64], reason=str(exc))
             raise
-        self._applied[cmd.id] = result
-        if len(self._applied) > self.config.applied_ids_window:
-            self._applied.popitem(last=False)
-        self._dirty = True
+        self._remember(cmd.id, result)
+        self._changed(Shared(id=cmd.id, result=result, evicted=evicted, recipients=recipients))
         return result
 
-    def _share(self, cmd: Share | RegisterFact, raw_topic: str) -> ShareResult:
+    def _remember(self, key: str, result: ShareResult) -> None:
+        self._applied[key] = result
+        if len(self._applied) > self.config.applied_ids_window:
+            self._applied.popitem(last=False)
+
+    def _share(
+        self, cmd: Share | RegisterFact, raw_topic: str
+    ) -> tuple[ShareResult, list[str], list[str]]:
+        """Share ``cmd``'s insight; return the answer, the ids of the insights the
+        topic's limit evicted, and the agents it was delivered to."""
         text = sanitize_insight_text(cmd.text, self.config.max_insight_chars)
         if not words(text):
             raise InsightError("insight text has no words once sanitized")
@@ -328,12 +385,12 @@ class PoolActor(Actor):
         message_ids = check_message_ids(cmd.source_message_ids)
         held = self._topics.find(cmd.id)
         if held is not None:  # shared before under this id (its result since forgotten)
-            return ShareResult(status="duplicate", insight=held)
-        status, insight, similarity = self._topics.put(
+            return ShareResult(status="duplicate", insight=held), [], []
+        status, insight, similarity, evicted = self._topics.put(
             text, topic, source, importance, message_ids, insight_id=cmd.id
         )
         if status != "new":
-            return ShareResult(status=status, insight=insight, similarity=similarity)
+            return ShareResult(status=status, insight=insight, similarity=similarity), [], []
         recipients = self._recipients(topic, exclude=source)
         for agent in recipients:
             self._deliver(agent, insight)
@@ -344,7 +401,8 @@ class PoolActor(Actor):
             source=source,
             recipients=len(recipients),
         )
-        return ShareResult(status="new", insight=insight, recipients=len(recipients))
+        result = ShareResult(status="new", insight=insight, recipients=len(recipients))
+        return result, evicted, recipients
 
     def _deliver(self, agent: str, insight: Insight) -> None:
         self._deliveries.deliver(agent, self._cursors.next(agent, insight))
@@ -360,7 +418,7 @@ class PoolActor(Actor):
             for delivery in again:
                 self._deliveries.deliver(agent, delivery)
             log.info("insight_deliveries_resent", agent=agent, after=ack.through, count=len(again))
-        self._dirty = True
+        self._changed(Acked(agent=agent, through=ack.through))
 
     # -- recipients -------------------------------------------------------------------
 
@@ -387,19 +445,21 @@ class PoolActor(Actor):
             raise InsightError(f"agent name {cmd.agent!r} holds control or invisible characters")
         topics = self._topics_of(cmd.topics)
         state = self._subs.subscribe(agent, topics)
+        backfill = []
         if cmd.backfill > 0:
             wanted = None if WILDCARD in topics else topics
             for insight in self._topics.best(wanted, None, cmd.backfill):
                 if insight.source != agent:
                     self._deliver(agent, insight)
-        self._dirty = True
+                    backfill.append(insight.id)
+        self._changed(Subscribed(agent=agent, topics=topics, backfill=backfill))
         log.info("pool_subscribed", agent=agent, topics=topics)
         return state
 
     def _unsubscribe(self, cmd: Unsubscribe) -> SubscriptionState:
         topics = self._topics_of(cmd.topics)
         state = self._subs.unsubscribe(cmd.agent, topics)
-        self._dirty = True
+        self._changed(Unsubscribed(agent=cmd.agent, topics=topics))
         log.info("pool_unsubscribed", agent=cmd.agent, topics=topics)
         return state
 
@@ -427,6 +487,8 @@ class PoolActor(Actor):
             for blank in fresh.values():
                 self._deliver(agent, blank)
         self._dirty = self._forgot = True
+        if self._journal is not None:
+            self._journal.rewrite = True  # its entries quote what was erased
         log.info("pool_source_forgotten", source=source[:64], insights=len(fresh))
         return len(fresh)
 

@@ -150,7 +150,7 @@ class Topics:
         importance: float,
         message_ids: tuple[str, ...],
         insight_id: str | None = None,
-    ) -> tuple[Literal["new", "duplicate", "near_duplicate"], Insight, float]:
+    ) -> tuple[Literal["new", "duplicate", "near_duplicate"], Insight, float, list[str]]:
         """Store a new insight on ``topic``, unless it duplicates one held there.
 
         Args:
@@ -160,8 +160,8 @@ class Topics:
                 share handled again makes the same insight); a fresh id if None.
 
         Returns:
-            The status, the insight stored or duplicated, and the similarity to it
-            (1.0 for a new one).
+            The status, the insight stored or duplicated, the similarity to it (1.0
+            for a new one), and the ids of the insights the topic's limit evicted.
 
         Raises:
             InsightError: the topic is new and the pool holds its most topics.
@@ -183,7 +183,7 @@ class Topics:
                 self.near += 1
                 status = "near_duplicate"
             log.debug("insight_deduplicated", topic=topic, of=key, similarity=similarity)
-            return status, bucket.insights[key], similarity
+            return status, bucket.insights[key], similarity, []
         insight = Insight(
             id=insight_id or new_id(),
             text=text,
@@ -195,21 +195,43 @@ class Topics:
         )
         if self._signer is not None:
             insight = self._signer.sign(insight)
-        bucket.insights[insight.id] = insight
-        self._topic_of[insight.id] = topic
-        bucket.index.add(insight.id, text)
+        self._hold(bucket, insight)
         self.shared += 1
-        self._enforce_limit(topic, bucket)
-        return "new", insight, 1.0
-
-    def _enforce_limit(self, topic: str, bucket: _Topic) -> None:
+        evicted = []
         while len(bucket.insights) > self._config.per_topic_limit:
             victim = min(bucket.insights.values(), key=lambda i: (i.importance, i.created))
-            del bucket.insights[victim.id]
-            self._topic_of.pop(victim.id, None)
-            bucket.index.remove(victim.id)
-            self.evicted += 1
-            log.debug("insight_evicted", topic=topic, insight=victim.id)
+            self._evict(bucket, victim.id)
+            evicted.append(victim.id)
+        return "new", insight, 1.0, evicted
+
+    def replay_put(self, insight: Insight, evicted: list[str]) -> bool:
+        """Do again what :meth:`put` did when it stored ``insight`` and evicted the
+        insights ``evicted`` (a restore replaying the pool's journal). An insight that
+        fails the configured HMAC key is dropped and logged, as in :meth:`load`:
+        False then."""
+        if self._signer is not None and not self._signer.verify(insight):
+            log.warning("insight_rejected", insight=insight.id, reason="bad saved HMAC")
+            return False
+        bucket = self._topics.get(insight.topic)
+        if bucket is None:
+            bucket = self._topics[insight.topic] = _Topic(self._config)
+        self._hold(bucket, insight)
+        for key in evicted:
+            if key in bucket.insights:
+                self._evict(bucket, key)
+        return True
+
+    def _hold(self, bucket: _Topic, insight: Insight) -> None:
+        bucket.insights[insight.id] = insight
+        self._topic_of[insight.id] = insight.topic
+        bucket.index.add(insight.id, insight.text)
+
+    def _evict(self, bucket: _Topic, key: str) -> None:
+        victim = bucket.insights.pop(key)
+        self._topic_of.pop(key, None)
+        bucket.index.remove(key)
+        self.evicted += 1
+        log.debug("insight_evicted", topic=victim.topic, insight=key)
 
     def find(self, insight_id: str) -> Insight | None:
         """The held insight with this id, if any."""

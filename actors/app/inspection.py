@@ -37,7 +37,7 @@ from actormem.actors.app._deployment import (
 )
 from actormem.actors.memory.actor import AgentMemory, memory_factory
 from actormem.actors.memory.commands import Context, Get, Stats
-from actormem.actors.pool.actor import PoolState
+from actormem.actors.pool.actor import PoolActor, PoolState
 from actormem.actors.pool.commands import POOL_ADDRESS
 from actormem.runtime import ActorContext, Runtime
 from actormem.runtime.cli import positive_int
@@ -189,6 +189,18 @@ def stored_memory(
     return memory
 
 
+def stored_pool(config: AppConfig, snapshot: bytes | None, log: list[bytes]) -> PoolState:
+    """The pool's state as a worker restores it on activation (its snapshot, then its
+    journal's entries), in a runtime that is never opened.
+
+    Raises:
+        msgspec.MsgspecError: the stored state cannot be decoded.
+    """
+    pool = PoolActor(ActorContext(Runtime(), POOL_ADDRESS), config.pool)
+    pool.durable_restore(snapshot, log)
+    return pool.export_state()
+
+
 async def _agents(client: aioredis.Redis, config: AppConfig, top: int) -> dict[str, Any]:
     stored = await read_stored_actors(client, config.redis, _MEMORY)
     status = await read_status(client, config.redis)
@@ -271,9 +283,9 @@ async def _agent(
 async def _pool(client: aioredis.Redis, config: AppConfig) -> tuple[int, Any]:
     state = await read_stored_state(client, config.redis, POOL_ADDRESS)
     pool = PoolState()
-    if state is not None and state[0]:
+    if state is not None:
         try:
-            pool = msgspec.msgpack.decode(state[0], type=PoolState)
+            pool = stored_pool(config, *state)
         except msgspec.MsgspecError as exc:
             return (
                 EXIT_UNKNOWN,

@@ -1,17 +1,10 @@
-"""Dispatching: mailboxes, the ready queue, and the tasks that run actors' handlers.
+"""Dispatching: the tasks that run actors' handlers, a cell's turn at a time.
 
-How it runs (docs/architecture.md, "Cheap actors"): every address that has received a
-message has a *cell* (the actor object, a mailbox created only while it holds
-mail, a ``scheduled`` flag). A cell with mail sits once in the ready queue; a
-few dispatcher tasks take cells from it and run up to ``throughput`` messages of
-each, one at a time. So an idle actor is a small object, not a parked task, and
-one actor never runs two messages at once.
-
-The tells a handler sends while it handles a command with an id get ids derived
-from it (``<id>.<n>``), so a command delivered again sends the same ids again and
-their recipients skip what they already applied. While such a tell (or the
-command's forward) is sent, :func:`sending_for` names the command, so that a
-transport that stores effects can keep the tell with the command's commit.
+How it runs (docs/architecture.md, "Cheap actors"): a few dispatcher tasks take
+cells with mail from the ready queue (``_mailboxes``) and run up to
+``throughput`` messages of each, one at a time. So an idle actor is a small
+object, not a parked task, and one actor never runs two messages at once. A
+handler's tells get ids derived from its command's (``_handling``).
 
 A message that cannot reach an actor for a reason of its own (an address that is
 not ``kind/key``, a kind not registered, a factory that refuses the address, an
@@ -23,122 +16,34 @@ dead-lettered with the reason), and nothing counts against any actor.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import time
-from collections import deque
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, Final, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 import anyio.abc
 import structlog
 
 from actormem.runtime._actor import Actor, ActorContext, Forward
-from actormem.runtime._asks import Asks
 from actormem.runtime._cell import Cell, Kind
 from actormem.runtime._envelope import Envelope, Reply
-from actormem.runtime._supervision import Stopped, Supervisor, call_stop_hook, handler_error
-from actormem.runtime.errors import (
-    ActorError,
-    ActorNotFoundError,
-    MailboxFullError,
-    RuntimeClosedError,
-)
-from actormem.runtime.ids import split_address
+from actormem.runtime._handling import Origin, handling, receive_as_command
+from actormem.runtime._mailboxes import Mailboxes
+from actormem.runtime._supervision import Stopped, Supervisor, handler_error
+from actormem.runtime.errors import ActorError, ActorNotFoundError
 
 if TYPE_CHECKING:
+    from actormem.runtime._asks import Asks
     from actormem.runtime._runtime import Runtime
     from actormem.runtime.metrics import Metrics
 
-__all__ = ("Census", "Dispatcher", "derived_id", "outside_handling", "sending_for")
+__all__ = ("Dispatcher",)
 
 log = structlog.get_logger("actormem.runtime")
 
-#: Longest id a derived one may have before it is hashed.
-_MAX_DERIVED_ID: Final = 48
-#: Emptied mailboxes kept for the next cells that get mail (a deque is ~600 bytes,
-#: allocated from the C heap: at 1,000 agents most turns empty one).
-_SPARE_MAILBOXES: Final = 64
 
-
-class _Origin:
-    """The command a dispatcher is handling, how many tells its handler sent, and
-    the id of the tell (or forward) being sent now."""
-
-    __slots__ = ("envelope", "mark", "sent")
-
-    def __init__(self, command: Envelope) -> None:
-        self.envelope = command
-        self.sent = 0
-        self.mark = ""
-
-
-#: Set while a handler runs a command that has an id (over Redis, every one).
-_handling: ContextVar[_Origin | None] = ContextVar("actormem_handling", default=None)
-
-
-async def _receive_as_command(actor: Actor, origin: _Origin) -> Any:
-    """``actor.receive(...)`` of ``origin``'s command, with the tells it sends numbered
-    after the command's id."""
-    token = _handling.set(origin)
-    try:
-        return await actor.receive(origin.envelope.body)
-    finally:
-        _handling.reset(token)
-
-
-def derived_id() -> str:
-    """The id for a tell: ``<command id>.<n>`` for the n-th tell of a handler running
-    a command with an id, so a redelivered command sends the same ids again and the
-    recipients skip what they already applied; otherwise empty (the transport
-    makes one)."""
-    origin = _handling.get()
-    if origin is None:
-        return ""
-    origin.sent += 1
-    derived = f"{origin.envelope.id}.{origin.sent}"
-    if len(derived) > _MAX_DERIVED_ID:  # a chain of relays: keep ids short
-        derived = hashlib.blake2b(derived.encode(), digest_size=16).hexdigest()
-    origin.mark = derived
-    return derived
-
-
-def sending_for(envelope_id: str) -> Envelope | None:
-    """The command whose handler sends the tell (or the forward) ``envelope_id`` now,
-    or None when this send is no tell of a handler (an ask, a piped task's tell): a
-    transport that stores effects keeps such tells with the command's commit."""
-    origin = _handling.get()
-    if origin is None or not envelope_id or origin.mark != envelope_id:
-        return None
-    return origin.envelope
-
-
-@contextmanager
-def outside_handling() -> Iterator[None]:
-    """Within it, no command is being handled: a task started here (piped work)
-    sends with ids of its own, not ids derived from the command that started it."""
-    token = _handling.set(None)
-    try:
-        yield
-    finally:
-        _handling.reset(token)
-
-
-class Census(NamedTuple):
-    """What one walk over the cells counts (for :meth:`Runtime.stats` and the metrics)."""
-
-    active: int
-    stopped: int
-    mailbox_depth: int
-    max_mailbox_depth: int
-    #: Actors in memory, by kind.
-    active_by_kind: dict[str, int]
-
-
-class Dispatcher:
-    """The cells of one runtime and the dispatcher tasks that run them.
+class Dispatcher(Mailboxes):
+    """The cells of one runtime (see :class:`Mailboxes`) and the dispatcher tasks
+    that run them.
 
     Args:
         runtime: the runtime the actors live in (their context's).
@@ -148,36 +53,22 @@ class Dispatcher:
         hooked: the transport takes the per-message hooks (``handled``, ``retry``...).
 
     Attributes:
-        cells: every address that has received a message, activated or stopped.
-        ready: cells with mail, waiting for a dispatcher.
         busy: dispatchers running a cell now.
         processed: messages taken from mailboxes (handled or shed).
         rejected: messages answered with an expected error, or refused.
         expired: asks dropped unhandled because their deadline had passed.
-        stopped: the actors stopped by supervision, by address, while in back-off
-            (their cells are dropped).
-        passivated: idle actors dropped from memory, by kind.
         metrics: records each message handled (None: metrics are off).
     """
 
     __slots__ = (
-        "_asks",
         "_hooked",
-        "_idle",
-        "_kinds",
         "_runtime",
-        "_spare",
         "_supervisor",
-        "_waking",
         "busy",
-        "cells",
         "expired",
         "metrics",
-        "passivated",
         "processed",
-        "ready",
         "rejected",
-        "stopped",
     )
 
     def __init__(
@@ -189,186 +80,15 @@ class Dispatcher:
         *,
         hooked: bool,
     ) -> None:
+        super().__init__(kinds, asks)
         self._runtime = runtime
-        self._kinds = kinds
-        self._asks = asks
         self._supervisor = supervisor
         self._hooked = hooked
-        self.cells: dict[str, Cell] = {}
-        self.ready: deque[Cell] = deque()
-        # Dispatchers waiting for a cell with mail; a new ready cell wakes one when
-        # none is on its way (see _wake).
-        self._idle: deque[asyncio.Future[None]] = deque()
-        # Dispatchers woken that have not taken a cell yet.
-        self._waking = 0
-        self._spare: list[deque[Envelope]] = []
         self.busy = 0
         self.processed = 0
         self.rejected = 0
         self.expired = 0
-        self.stopped: dict[str, Stopped] = {}
-        self.passivated: dict[str, int] = {}
         self.metrics: Metrics | None = None
-
-    # -- mailboxes -------------------------------------------------------------------
-
-    def cell(self, address: str) -> Cell:
-        """The cell of ``address``, made on its first message (or the first after a
-        stopped actor's back-off).
-
-        Raises:
-            InvalidAddressError: the address is not ``kind/key``.
-            ActorNotFoundError: no kind of that name is registered.
-            ActorStoppedError: the actor stopped and its back-off is not over.
-        """
-        cell = self.cells.get(address)
-        if cell is None:
-            kind_name, _ = split_address(address)
-            kind = self._kinds.get(kind_name)
-            if kind is None:
-                raise ActorNotFoundError(address, f"no actor kind {kind_name!r} is registered")
-            stopped = self.stopped.get(address)
-            if stopped is not None:
-                if stopped.left() > 0:
-                    raise stopped.refusal(address)
-                del self.stopped[address]
-                log.info("actor_back_after_stop", actor=address, reason=stopped.reason)
-            cell = self.cells[address] = Cell(address, kind)
-        return cell
-
-    def stop_reason(self, address: str) -> str | None:
-        """Why the actor at ``address`` stopped, while its back-off lasts."""
-        stopped = self.stopped.get(address)
-        return stopped.reason if stopped is not None and stopped.left() > 0 else None
-
-    def deliver_nowait(self, envelope: Envelope) -> None:
-        """Put ``envelope`` into its mailbox, or raise :class:`MailboxFullError`
-        (or the :class:`ActorError` that refuses it: see :meth:`cell`)."""
-        cell = self.cells.get(envelope.recipient) or self.cell(envelope.recipient)
-        mailbox = cell.mailbox
-        if mailbox is None:
-            spare = self._spare
-            mailbox = cell.mailbox = spare.pop() if spare else deque()
-        elif len(mailbox) >= cell.kind.mailbox_size:
-            raise MailboxFullError(
-                cell.address, f"mailbox full ({cell.kind.mailbox_size} messages waiting)"
-            )
-        mailbox.append(envelope)
-        if not cell.scheduled:
-            cell.scheduled = True
-            self.ready.append(cell)
-            if self._idle and not self._waking:  # else one is awake or on its way
-                self._wake()
-
-    async def deliver(self, envelope: Envelope) -> None:
-        """Put ``envelope`` into its mailbox, waiting while the mailbox is full."""
-        while True:
-            cell = self.cells.get(envelope.recipient) or self.cell(envelope.recipient)
-            mailbox = cell.mailbox
-            if mailbox is None or len(mailbox) < cell.kind.mailbox_size:
-                self.deliver_nowait(envelope)
-                return
-            if cell.space is None:
-                cell.space = anyio.Event()
-            await cell.space.wait()
-
-    def _wake(self) -> None:
-        """Wake one idle dispatcher.
-
-        One at a time: a woken dispatcher that takes a cell and finds more ready
-        wakes the next (see :meth:`run`). So handlers that suspend get as many
-        dispatchers as there are cells to run meanwhile, while handlers that never
-        suspend, which one dispatcher runs back to back, do not wake and park every
-        dispatcher for each burst of tells.
-        """
-        idle = self._idle
-        while idle:
-            waiter = idle.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                self._waking += 1
-                return
-
-    async def passivate(self, address: str) -> bool:
-        """Drop the idle actor at ``address`` (see :meth:`Runtime.passivate`)."""
-        cell = self.cells.get(address)
-        if cell is None:
-            return True
-        if cell.scheduled or cell.mailbox or cell.stopped is not None:
-            return False
-        del self.cells[address]
-        actor, cell.actor = cell.actor, None
-        if actor is not None:
-            kind = cell.kind.name
-            self.passivated[kind] = self.passivated.get(kind, 0) + 1
-            await call_stop_hook(address, actor)
-        return True
-
-    def discard(self, address: str) -> int:
-        """Forget the actor at ``address`` now, busy or not (see :meth:`Runtime.discard`).
-
-        Returns:
-            How many messages waiting in its mailbox were dropped.
-        """
-        cell = self.cells.pop(address, None)
-        if cell is None:
-            return 0
-        mailbox = cell.mailbox
-        dropped = 0
-        if mailbox is not None:
-            # Emptied in place: a dispatcher running the cell now holds this deque
-            # and stops after the message in hand.
-            dropped = len(mailbox)
-            mailbox.clear()
-        cell.actor = None
-        space, cell.space = cell.space, None
-        if space is not None:
-            space.set()  # senders waiting for room go to a new cell
-        return dropped
-
-    def census(self) -> Census:
-        """Count live and stopped actors and the mail waiting, in one walk (forgetting
-        the stopped actors whose back-off is over)."""
-        depth = deepest = active = 0
-        by_kind: dict[str, int] = {}
-        for cell in self.cells.values():
-            if cell.mailbox:
-                n = len(cell.mailbox)
-                depth += n
-                deepest = max(deepest, n)
-            if cell.actor is not None:
-                active += 1
-                kind = cell.kind.name
-                by_kind[kind] = by_kind.get(kind, 0) + 1
-        for address, stopped in list(self.stopped.items()):
-            if stopped.left() == 0:
-                del self.stopped[address]
-        return Census(active, len(self.stopped), depth, deepest, by_kind)
-
-    async def stop_actors(self) -> None:
-        """Run every live actor's ``on_stop`` (shutdown, after the dispatchers ended)."""
-        for cell in self.cells.values():
-            if cell.actor is not None:
-                await call_stop_hook(cell.address, cell.actor)
-
-    def close(self) -> None:
-        """Fail the mail nobody will handle now (shutdown) and wake waiting senders."""
-        for cell in self.cells.values():
-            if cell.mailbox:
-                for env in cell.mailbox:
-                    self._asks.fail_envelope(
-                        env,
-                        RuntimeClosedError(
-                            f"runtime shut down before {cell.address} handled "
-                            f"{type(env.body).__name__}"
-                        ),
-                    )
-                cell.mailbox = None
-            if cell.space is not None:
-                cell.space.set()
-        self.ready.clear()
-
-    # -- running handlers ------------------------------------------------------------
 
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -442,12 +162,12 @@ class Dispatcher:
                     actor.ctx.sender = env.sender
                     if metrics is not None:
                         started = time.perf_counter()
-                    origin = _Origin(env) if env.id else None
+                    origin = Origin(env) if env.id else None
                     try:
                         if env.track_start:
                             await transport.starting(env)
                         if origin is not None:
-                            value = await _receive_as_command(actor, origin)
+                            value = await receive_as_command(actor, origin)
                         else:
                             value = await actor.receive(env.body)
                     except actor.expected_errors as exc:
@@ -507,16 +227,6 @@ class Dispatcher:
                 since_yield = 0
                 await asyncio.sleep(0)
 
-    def _unschedule(self, cell: Cell) -> None:
-        """End ``cell``'s turn with nothing more to run now: out of the ready queue,
-        its mailbox (when empty) dropped or kept as a spare."""
-        cell.scheduled = False
-        mailbox = cell.mailbox
-        if mailbox is not None and not mailbox:
-            cell.mailbox = None
-            if len(self._spare) < _SPARE_MAILBOXES:
-                self._spare.append(mailbox)
-
     def _batchable(self, env: Envelope) -> bool:
         """Whether ``env`` may join a batch (see :meth:`_run_batch`): a command whose
         type allows it (``Command.batch``), whose transport allows it, and that is
@@ -554,9 +264,9 @@ class Dispatcher:
             actor.ctx.sender = env.sender
             if metrics is not None:
                 started = time.perf_counter()
-            origin = _Origin(env)
+            origin = Origin(env)
             try:
-                value = await _receive_as_command(actor, origin)
+                value = await receive_as_command(actor, origin)
             except actor.expected_errors as exc:
                 self.rejected += 1
                 if metrics is not None:
@@ -614,7 +324,7 @@ class Dispatcher:
         cell.single = len(run)
 
     async def _forward(
-        self, address: str, env: Envelope, forward: Forward, origin: _Origin | None
+        self, address: str, env: Envelope, forward: Forward, origin: Origin | None
     ) -> Exception | None:
         """Send ``forward``'s message on as ``address``, answered straight to ``env``'s
         asker; return why it could not be sent, if it could not.
@@ -634,14 +344,14 @@ class Dispatcher:
         token = None
         if origin is not None:
             origin.mark = onward.id
-            token = _handling.set(origin)
+            token = handling.set(origin)
         try:
             await self._runtime.transport.send(onward)
         except Exception as exc:  # the asker hears why; nothing else may stop a dispatcher
             return exc
         finally:
             if token is not None:
-                _handling.reset(token)
+                handling.reset(token)
         return None
 
     async def _forward_failed(

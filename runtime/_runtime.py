@@ -2,9 +2,10 @@
 
 A :class:`Runtime` opens and closes everything (one task group owns the
 dispatchers and the transport's loops), registers actor kinds, is where tells and
-asks enter, and counts. Its parts live beside it: the cells and the dispatcher
-tasks (``_dispatch``), the asks waiting for replies (``_asks``), what happens
-when a handler crashes (``_supervision``) and piped background work (``_pipes``).
+asks enter, and counts. Its parts live beside it: the cells and their mailboxes
+(``_mailboxes``), the dispatcher tasks (``_dispatch``), the ids of a handler's
+tells (``_handling``), the asks waiting for replies (``_asks``), what happens when
+a handler crashes (``_supervision``) and piped background work (``_pipes``).
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ from actormem.runtime._actor import ActorRef, Forward
 from actormem.runtime._asks import Asks
 from actormem.runtime._cell import ActorFactory, Kind
 from actormem.runtime._closing import AsyncClosing
-from actormem.runtime._dispatch import Dispatcher, derived_id, outside_handling
+from actormem.runtime._dispatch import Dispatcher
 from actormem.runtime._envelope import Command, Envelope, Reply
+from actormem.runtime._handling import derived_id, outside_handling
 from actormem.runtime._pipes import Pipes
 from actormem.runtime._supervision import STOP_HOOK_TIMEOUT, Supervisor
 from actormem.runtime.config import MetricsConfig, RuntimeConfig, SupervisionConfig

@@ -466,8 +466,8 @@ async def test_piped_work_sends_with_ids_of_its_own() -> None:
     # A handler's own tells carry ids derived from its command's (so a redelivered
     # command repeats them); what it pipes finishes at any later time, so its tell
     # must not take one of those ids.
-    from actormem.runtime._dispatch import derived_id
     from actormem.runtime._envelope import Envelope
+    from actormem.runtime._handling import derived_id
 
     seen: list[str] = []
     piped = anyio.Event()

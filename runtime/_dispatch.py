@@ -27,7 +27,7 @@ from actormem.runtime._actor import Actor, ActorContext, Forward
 from actormem.runtime._cell import Cell, Kind
 from actormem.runtime._envelope import Envelope, Reply
 from actormem.runtime._handling import Origin, handling, receive_as_command
-from actormem.runtime._mailboxes import Mailboxes
+from actormem.runtime._mailboxes import SPARE_MAILBOXES, Mailboxes
 from actormem.runtime._supervision import Stopped, Supervisor, handler_error
 from actormem.runtime.errors import ActorError, ActorNotFoundError
 
@@ -53,7 +53,8 @@ class Dispatcher(Mailboxes):
         hooked: the transport takes the per-message hooks (``handled``, ``retry``...).
 
     Attributes:
-        busy: dispatchers running a cell now.
+        busy: dispatchers awake (running cells, or yielding between them), not
+            waiting for a cell with mail.
         processed: messages taken from mailboxes (handled or shed).
         rejected: messages answered with an expected error, or refused.
         expired: asks dropped unhandled because their deadline had passed.
@@ -102,34 +103,38 @@ class Dispatcher(Mailboxes):
         task_status.started()
         loop = asyncio.get_running_loop()
         ready = self.ready
+        idle = self._idle
         runtime = self._runtime
         config = runtime.config
         transport = runtime.transport
         hooked = self._hooked
         limit = config.throughput
         shed = config.shed_expired_asks
+        metrics = self.metrics
+        spare = self._spare
         started = 0.0
         since_yield = 0
-        while True:
-            if not ready:
-                since_yield = 0
-                waiter = loop.create_future()
-                self._idle.append(waiter)
-                try:
-                    await waiter
-                finally:
-                    if waiter.done() and not waiter.cancelled():
-                        self._waking -= 1
-                continue
-            cell = ready.popleft()
-            if ready and self._idle and not self._waking:
-                self._wake()  # the next dispatcher, for the cells left
-            actor = cell.actor
-            mailbox = cell.mailbox
-            metrics = self.metrics
-            handled = 0
-            self.busy += 1
-            try:
+        self.busy += 1  # counted while awake: from here until it waits for a cell
+        try:
+            while True:
+                if not ready:
+                    since_yield = 0
+                    waiter = loop.create_future()
+                    idle.append(waiter)
+                    self.busy -= 1
+                    try:
+                        await waiter
+                    finally:
+                        self.busy += 1
+                        if waiter.done() and not waiter.cancelled():
+                            self._waking -= 1
+                    continue
+                cell = ready.popleft()
+                if ready and idle and not self._waking:
+                    self._wake()  # the next dispatcher, for the cells left
+                actor = cell.actor
+                mailbox = cell.mailbox
+                handled = 0
                 while mailbox and handled < limit and cell.stopped is None:
                     if actor is None:
                         actor = await self._activate(cell, mailbox[0])
@@ -141,17 +146,16 @@ class Dispatcher(Mailboxes):
                         cell.space = None
                         space.set()
                     handled += 1
-                    if cell.single:
-                        cell.single -= 1
-                    elif (
-                        hooked and mailbox and self._batchable(env) and self._batchable(mailbox[0])
-                    ):
-                        run = [env]
-                        while mailbox and handled < limit and self._batchable(mailbox[0]):
-                            run.append(mailbox.popleft())
-                            handled += 1
-                        actor = await self._run_batch(cell, actor, run)
-                        continue
+                    if hooked:  # batches are for transports that take the hooks
+                        if cell.single:
+                            cell.single -= 1
+                        elif mailbox and self._batchable(env) and self._batchable(mailbox[0]):
+                            run = [env]
+                            while mailbox and handled < limit and self._batchable(mailbox[0]):
+                                run.append(mailbox.popleft())
+                                handled += 1
+                            actor = await self._run_batch(cell, actor, run)
+                            continue
                     if env.deadline is not None and shed and env.deadline < time.time():
                         # Nobody waits for this reply any more: skip the work, but let the
                         # transport settle the command as done (over Redis: acked).
@@ -201,31 +205,52 @@ class Dispatcher(Mailboxes):
                         continue
                     if metrics is not None:
                         metrics.handled(cell.kind.name, env.body, time.perf_counter() - started, 0)
-                    forward_failed: Exception | None = None
                     if type(value) is Forward:
-                        # Sent before the command is settled, as its tells are, so a transport
-                        # that stores effects keeps it with the command's commit.
-                        forward_failed = await self._forward(cell.address, env, value, origin)
-                    if hooked and not await transport.handled(env, actor, True):
+                        if not await self._forwarded(cell, actor, env, value, origin):
+                            actor = None
+                    elif hooked and not await transport.handled(env, actor, True):
                         actor = cell.actor = None
-                        continue
-                    if forward_failed is not None:
-                        await self._forward_failed(cell.address, env, value, forward_failed)
-                    elif type(value) is not Forward and env.correlation is not None:
+                    elif env.correlation is not None:
                         await self._asks.send_reply(env, Reply(env.correlation, value))
-            finally:
-                self.busy -= 1
-            self.processed += handled
-            if cell.stopped is None and cell.mailbox:
-                ready.append(cell)
-            else:
-                self._unschedule(cell)
-            since_yield += handled
-            if since_yield >= limit:
-                # Handlers that never suspend would otherwise starve every other task.
-                # asyncio.sleep(0), not anyio's checkpoint: see Runtime._yield_now_and_then.
-                since_yield = 0
-                await asyncio.sleep(0)
+                self.processed += handled
+                if cell.stopped is None and cell.mailbox:
+                    ready.append(cell)
+                else:
+                    # _unschedule(), inline: at 1,000 agents nearly every turn ends here.
+                    cell.scheduled = False
+                    left = cell.mailbox
+                    if left is not None and not left:
+                        cell.mailbox = None
+                        if len(spare) < SPARE_MAILBOXES:
+                            spare.append(left)
+                since_yield += handled
+                if since_yield >= limit:
+                    # Handlers that never suspend would otherwise starve every other task.
+                    # asyncio.sleep(0), not anyio's checkpoint: see
+                    # Runtime._yield_now_and_then.
+                    since_yield = 0
+                    await asyncio.sleep(0)
+        finally:
+            self.busy -= 1
+
+    async def _forwarded(
+        self, cell: Cell, actor: Actor, env: Envelope, forward: Forward, origin: Origin | None
+    ) -> bool:
+        """Send on the message a handler forwarded, settle ``env`` with the transport,
+        and tell the asker if the forward failed.
+
+        Returns:
+            False when the transport dropped the actor (``cell.actor`` is None then).
+        """
+        # Sent before the command is settled, as its tells are, so a transport that
+        # stores effects keeps it with the command's commit.
+        failed = await self._forward(cell.address, env, forward, origin)
+        if self._hooked and not await self._runtime.transport.handled(env, actor, True):
+            cell.actor = None
+            return False
+        if failed is not None:
+            await self._forward_failed(cell.address, env, forward, failed)
+        return True
 
     def _batchable(self, env: Envelope) -> bool:
         """Whether ``env`` may join a batch (see :meth:`_run_batch`): a command whose

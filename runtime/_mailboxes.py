@@ -29,13 +29,13 @@ from actormem.runtime.ids import split_address
 if TYPE_CHECKING:
     from actormem.runtime._asks import Asks
 
-__all__ = ("Census", "Mailboxes")
+__all__ = ("SPARE_MAILBOXES", "Census", "Mailboxes")
 
 log = structlog.get_logger("actormem.runtime")
 
 #: Emptied mailboxes kept for the next cells that get mail (a deque is ~600 bytes,
 #: allocated from the C heap: at 1,000 agents most turns empty one).
-_SPARE_MAILBOXES: Final = 64
+SPARE_MAILBOXES: Final = 64
 
 
 class Census(NamedTuple):
@@ -253,5 +253,5 @@ class Mailboxes:
         mailbox = cell.mailbox
         if mailbox is not None and not mailbox:
             cell.mailbox = None
-            if len(self._spare) < _SPARE_MAILBOXES:
+            if len(self._spare) < SPARE_MAILBOXES:
                 self._spare.append(mailbox)

@@ -26,7 +26,7 @@ from actormem.runtime._cell import ActorFactory, Kind
 from actormem.runtime._closing import AsyncClosing
 from actormem.runtime._dispatch import Dispatcher
 from actormem.runtime._envelope import Command, Envelope, Reply
-from actormem.runtime._handling import derived_id, outside_handling
+from actormem.runtime._handling import derived_id, handling, outside_handling
 from actormem.runtime._pipes import Pipes
 from actormem.runtime._supervision import STOP_HOOK_TIMEOUT, Supervisor
 from actormem.runtime.config import MetricsConfig, RuntimeConfig, SupervisionConfig
@@ -42,6 +42,8 @@ __all__ = ("ActorFactory", "Runtime", "RuntimeStats")
 
 R = TypeVar("R")
 
+#: The command being handled now, if any (see ``_handling``).
+_handling_now: Final = handling.get
 #: How often the shutdown drain looks whether everything is quiet.
 _DRAIN_POLL: Final = 0.002
 
@@ -141,6 +143,8 @@ class Runtime(AsyncClosing):
         self._tg: anyio.abc.TaskGroup | None = None
         self._pipes = Pipes(self._tell_as)
         self._unyielded = 0
+        # Sends between two turns given up by a producer that never waits (config is frozen).
+        self._throughput = self.config.throughput
         self._gc_held = False
         # Services waiting for the runtime to open (see on_open).
         self._opening: list[tuple[Callable[..., Awaitable[Any]], tuple[Any, ...]]] = []
@@ -326,8 +330,11 @@ class Runtime(AsyncClosing):
             self._check_open()
         if address not in self._cells:
             split_address(address)
-        envelope = Envelope(recipient=address, body=message, id=derived_id())
-        if self._inline_ok and self._unyielded + 1 < self.config.throughput:
+        # derived_id() only while a command is handled: a tell from outside any
+        # handler has no id to derive.
+        tell_id = derived_id() if _handling_now() is not None else ""
+        envelope = Envelope(recipient=address, body=message, id=tell_id)
+        if self._inline_ok and self._unyielded + 1 < self._throughput:
             try:
                 # The local transport's send_nowait, without its hop: the runtime is open.
                 self.deliver_nowait(envelope)
@@ -362,7 +369,7 @@ class Runtime(AsyncClosing):
             await self.transport.send(envelope)
         # Inline, not _yield_now_and_then(): a tell is the hottest call there is.
         self._unyielded += 1
-        if self._unyielded >= self.config.throughput:
+        if self._unyielded >= self._throughput:
             self._unyielded = 0
             await asyncio.sleep(0)  # see _yield_now_and_then
 
@@ -370,7 +377,7 @@ class Runtime(AsyncClosing):
         # A producer whose sends never block would otherwise never let the
         # dispatchers run until every mailbox was full.
         self._unyielded += 1
-        if self._unyielded >= self.config.throughput:
+        if self._unyielded >= self._throughput:
             self._unyielded = 0
             # asyncio's, not anyio.lowlevel.checkpoint(), which asks sniffio which
             # event loop runs on every call: the runtime runs on asyncio only.

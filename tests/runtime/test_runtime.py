@@ -312,6 +312,16 @@ async def test_shutdown_drains_mailboxes() -> None:
     assert rt.stats().processed == rt.processed == 100
 
 
+async def test_shutdown_waits_for_a_handler_suspended_with_nothing_else_ready() -> None:
+    rt = runtime()
+    async with rt:
+        await rt.ref("counter/a").tell(("sleep", 0.05))
+        await rt.ref("counter/b").tell(1)
+        await anyio.sleep(0.01)  # counter/a's handler is suspended; the ready queue is empty
+        assert rt.processed == 1
+    assert rt.processed == 2
+
+
 async def test_shutdown_fails_pending_asks_and_nothing_hangs() -> None:
     rt = runtime(drain_timeout=0.1)
     results: list[BaseException] = []

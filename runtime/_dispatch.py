@@ -482,7 +482,9 @@ class Dispatcher(Mailboxes):
             return value
         finally:
             self.processed += 1
-            if cell.stopped is None and cell.mailbox:
+            if cell.mailbox is None:  # no mail came meanwhile: the usual case
+                cell.scheduled = False
+            elif cell.stopped is None and cell.mailbox:
                 self.ready.append(cell)
                 self._wake()
             else:

@@ -166,11 +166,12 @@ class Dispatcher(Mailboxes):
                     actor.ctx.sender = env.sender
                     if metrics is not None:
                         started = time.perf_counter()
-                    origin = Origin(env) if env.id else None
+                    origin = None
                     try:
                         if env.track_start:
                             await transport.starting(env)
-                        if origin is not None:
+                        if env.id:
+                            origin = Origin(env)
                             value = await receive_as_command(actor, origin)
                         else:
                             value = await actor.receive(env.body)
@@ -224,8 +225,9 @@ class Dispatcher(Mailboxes):
                         if len(spare) < SPARE_MAILBOXES:
                             spare.append(left)
                 since_yield += handled
-                if since_yield >= limit:
-                    # Handlers that never suspend would otherwise starve every other task.
+                if since_yield >= limit and ready:
+                    # Handlers that never suspend would otherwise starve every other task
+                    # (with nothing ready, waiting for a cell gives the turn up instead).
                     # asyncio.sleep(0), not anyio's checkpoint: see
                     # Runtime._yield_now_and_then.
                     since_yield = 0

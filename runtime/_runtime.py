@@ -332,8 +332,10 @@ class Runtime(AsyncClosing):
             split_address(address)
         # derived_id() only while a command is handled: a tell from outside any
         # handler has no id to derive.
-        tell_id = derived_id() if _handling_now() is not None else ""
-        envelope = Envelope(recipient=address, body=message, id=tell_id)
+        if _handling_now() is None:
+            envelope = Envelope(recipient=address, body=message)
+        else:
+            envelope = Envelope(recipient=address, body=message, id=derived_id())
         if self._inline_ok and self._unyielded + 1 < self._throughput:
             try:
                 # The local transport's send_nowait, without its hop: the runtime is open.

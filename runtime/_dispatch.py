@@ -163,7 +163,9 @@ class Dispatcher(Mailboxes):
                         if hooked and not await transport.handled(env, actor, True):
                             actor = cell.actor = None
                         continue
-                    actor.ctx.sender = env.sender
+                    ctx = actor.ctx
+                    ctx.sender = env.sender
+                    ctx.asked = env.correlation is not None
                     if metrics is not None:
                         started = time.perf_counter()
                     origin = None
@@ -289,6 +291,7 @@ class Dispatcher(Mailboxes):
         outcomes: list[tuple[Any, BaseException | None, bool]] = []
         for env in run:
             actor.ctx.sender = env.sender
+            actor.ctx.asked = env.correlation is not None
             if metrics is not None:
                 started = time.perf_counter()
             origin = Origin(env)
@@ -464,6 +467,7 @@ class Dispatcher(Mailboxes):
         ``Actor.inline_asks``); mail that arrives meanwhile queues behind it."""
         cell.scheduled = True
         actor.ctx.sender = None
+        actor.ctx.asked = True
         metrics = self.metrics
         started = 0.0 if metrics is None else time.perf_counter()
         try:

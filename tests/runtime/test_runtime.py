@@ -519,3 +519,24 @@ async def test_a_service_asked_for_before_open_runs_once_the_runtime_is_open() -
         assert await rt.take_due("counter", 1.0) == []  # in process nothing is stored
     with pytest.raises(RuntimeClosedError):
         rt.on_open(service, "after")
+
+
+@pytest.mark.parametrize("inline", [False, True])
+async def test_a_handler_knows_whether_its_message_is_an_ask(inline: bool) -> None:
+    seen: list[tuple[Any, bool]] = []
+
+    class Recorder(Actor):
+        inline_asks = inline
+
+        async def receive(self, message: Any) -> Any:
+            seen.append((message, self.ctx.asked))
+            return message
+
+    async with Runtime() as rt:
+        rt.register("rec", Recorder)
+        ref = rt.ref("rec/a")
+        await ref.tell("told")
+        assert await ref.ask("asked") == "asked"
+        await ref.tell("told again")
+        assert await ref.ask("asked again") == "asked again"
+    assert seen == [("told", False), ("asked", True), ("told again", False), ("asked again", True)]

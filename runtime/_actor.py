@@ -48,15 +48,18 @@ class ActorContext:
         sender: the address of the actor that sent the message being handled (the
             runtime's record of it, the envelope's sender), or None when it was
             sent from outside any actor (``rt.tell``, ``rt.ask``, a handle).
+        asked: False while the message being handled is a tell, whose reply nobody
+            reads (a handler may skip building one); True for an ask, and by default.
     """
 
-    __slots__ = ("address", "key", "kind", "runtime", "sender")
+    __slots__ = ("address", "asked", "key", "kind", "runtime", "sender")
 
     def __init__(self, runtime: Runtime, address: str) -> None:
         self.runtime = runtime
         self.address = address
         self.kind, self.key = split_address(address)
         self.sender: str | None = None
+        self.asked = True
 
     async def tell(self, address: str, message: Any) -> None:
         """Send ``message`` to ``address`` as this actor (its recipient sees this

@@ -1,17 +1,10 @@
-"""Dispatching: mailboxes, the ready queue, and the tasks that run actors' handlers.
+"""Dispatching: the tasks that run actors' handlers, a cell's turn at a time.
 
-How it runs (docs/architecture.md, "Cheap actors"): every address that has received a
-message has a *cell* (the actor object, a mailbox created only while it holds
-mail, a ``scheduled`` flag). A cell with mail sits once in the ready queue; a
-few dispatcher tasks take cells from it and run up to ``throughput`` messages of
-each, one at a time. So an idle actor is a small object, not a parked task, and
-one actor never runs two messages at once.
-
-The tells a handler sends while it handles a command with an id get ids derived
-from it (``<id>.<n>``), so a command delivered again sends the same ids again and
-their recipients skip what they already applied. While such a tell (or the
-command's forward) is sent, :func:`sending_for` names the command, so that a
-transport that stores effects can keep the tell with the command's commit.
+How it runs (docs/architecture.md, "Cheap actors"): a few dispatcher tasks take
+cells with mail from the ready queue (``_mailboxes``) and run up to
+``throughput`` messages of each, one at a time. So an idle actor is a small
+object, not a parked task, and one actor never runs two messages at once. A
+handler's tells get ids derived from its command's (``_handling``).
 
 A message that cannot reach an actor for a reason of its own (an address that is
 not ``kind/key``, a kind not registered, a factory that refuses the address, an
@@ -23,122 +16,34 @@ dead-lettered with the reason), and nothing counts against any actor.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import time
-from collections import deque
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, Final, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 import anyio.abc
 import structlog
 
 from actormem.runtime._actor import Actor, ActorContext, Forward
-from actormem.runtime._asks import Asks
 from actormem.runtime._cell import Cell, Kind
 from actormem.runtime._envelope import Envelope, Reply
-from actormem.runtime._supervision import Stopped, Supervisor, call_stop_hook, handler_error
-from actormem.runtime.errors import (
-    ActorError,
-    ActorNotFoundError,
-    MailboxFullError,
-    RuntimeClosedError,
-)
-from actormem.runtime.ids import split_address
+from actormem.runtime._handling import Origin, handling, receive_as_command
+from actormem.runtime._mailboxes import SPARE_MAILBOXES, Mailboxes
+from actormem.runtime._supervision import Stopped, Supervisor, handler_error
+from actormem.runtime.errors import ActorError, ActorNotFoundError
 
 if TYPE_CHECKING:
+    from actormem.runtime._asks import Asks
     from actormem.runtime._runtime import Runtime
     from actormem.runtime.metrics import Metrics
 
-__all__ = ("Census", "Dispatcher", "derived_id", "outside_handling", "sending_for")
+__all__ = ("Dispatcher",)
 
 log = structlog.get_logger("actormem.runtime")
 
-#: Longest id a derived one may have before it is hashed.
-_MAX_DERIVED_ID: Final = 48
-#: Emptied mailboxes kept for the next cells that get mail (a deque is ~600 bytes,
-#: allocated from the C heap: at 1,000 agents most turns empty one).
-_SPARE_MAILBOXES: Final = 64
 
-
-class _Origin:
-    """The command a dispatcher is handling, how many tells its handler sent, and
-    the id of the tell (or forward) being sent now."""
-
-    __slots__ = ("envelope", "mark", "sent")
-
-    def __init__(self, command: Envelope) -> None:
-        self.envelope = command
-        self.sent = 0
-        self.mark = ""
-
-
-#: Set while a handler runs a command that has an id (over Redis, every one).
-_handling: ContextVar[_Origin | None] = ContextVar("actormem_handling", default=None)
-
-
-async def _receive_as_command(actor: Actor, origin: _Origin) -> Any:
-    """``actor.receive(...)`` of ``origin``'s command, with the tells it sends numbered
-    after the command's id."""
-    token = _handling.set(origin)
-    try:
-        return await actor.receive(origin.envelope.body)
-    finally:
-        _handling.reset(token)
-
-
-def derived_id() -> str:
-    """The id for a tell: ``<command id>.<n>`` for the n-th tell of a handler running
-    a command with an id, so a redelivered command sends the same ids again and the
-    recipients skip what they already applied; otherwise empty (the transport
-    makes one)."""
-    origin = _handling.get()
-    if origin is None:
-        return ""
-    origin.sent += 1
-    derived = f"{origin.envelope.id}.{origin.sent}"
-    if len(derived) > _MAX_DERIVED_ID:  # a chain of relays: keep ids short
-        derived = hashlib.blake2b(derived.encode(), digest_size=16).hexdigest()
-    origin.mark = derived
-    return derived
-
-
-def sending_for(envelope_id: str) -> Envelope | None:
-    """The command whose handler sends the tell (or the forward) ``envelope_id`` now,
-    or None when this send is no tell of a handler (an ask, a piped task's tell): a
-    transport that stores effects keeps such tells with the command's commit."""
-    origin = _handling.get()
-    if origin is None or not envelope_id or origin.mark != envelope_id:
-        return None
-    return origin.envelope
-
-
-@contextmanager
-def outside_handling() -> Iterator[None]:
-    """Within it, no command is being handled: a task started here (piped work)
-    sends with ids of its own, not ids derived from the command that started it."""
-    token = _handling.set(None)
-    try:
-        yield
-    finally:
-        _handling.reset(token)
-
-
-class Census(NamedTuple):
-    """What one walk over the cells counts (for :meth:`Runtime.stats` and the metrics)."""
-
-    active: int
-    stopped: int
-    mailbox_depth: int
-    max_mailbox_depth: int
-    #: Actors in memory, by kind.
-    active_by_kind: dict[str, int]
-
-
-class Dispatcher:
-    """The cells of one runtime and the dispatcher tasks that run them.
+class Dispatcher(Mailboxes):
+    """The cells of one runtime (see :class:`Mailboxes`) and the dispatcher tasks
+    that run them.
 
     Args:
         runtime: the runtime the actors live in (their context's).
@@ -148,36 +53,23 @@ class Dispatcher:
         hooked: the transport takes the per-message hooks (``handled``, ``retry``...).
 
     Attributes:
-        cells: every address that has received a message, activated or stopped.
-        ready: cells with mail, waiting for a dispatcher.
-        busy: dispatchers running a cell now.
+        busy: dispatchers awake (running cells, or yielding between them), not
+            waiting for a cell with mail.
         processed: messages taken from mailboxes (handled or shed).
         rejected: messages answered with an expected error, or refused.
         expired: asks dropped unhandled because their deadline had passed.
-        stopped: the actors stopped by supervision, by address, while in back-off
-            (their cells are dropped).
-        passivated: idle actors dropped from memory, by kind.
         metrics: records each message handled (None: metrics are off).
     """
 
     __slots__ = (
-        "_asks",
         "_hooked",
-        "_idle",
-        "_kinds",
         "_runtime",
-        "_spare",
         "_supervisor",
-        "_waking",
         "busy",
-        "cells",
         "expired",
         "metrics",
-        "passivated",
         "processed",
-        "ready",
         "rejected",
-        "stopped",
     )
 
     def __init__(
@@ -189,186 +81,15 @@ class Dispatcher:
         *,
         hooked: bool,
     ) -> None:
+        super().__init__(kinds, asks)
         self._runtime = runtime
-        self._kinds = kinds
-        self._asks = asks
         self._supervisor = supervisor
         self._hooked = hooked
-        self.cells: dict[str, Cell] = {}
-        self.ready: deque[Cell] = deque()
-        # Dispatchers waiting for a cell with mail; a new ready cell wakes one when
-        # none is on its way (see _wake).
-        self._idle: deque[asyncio.Future[None]] = deque()
-        # Dispatchers woken that have not taken a cell yet.
-        self._waking = 0
-        self._spare: list[deque[Envelope]] = []
         self.busy = 0
         self.processed = 0
         self.rejected = 0
         self.expired = 0
-        self.stopped: dict[str, Stopped] = {}
-        self.passivated: dict[str, int] = {}
         self.metrics: Metrics | None = None
-
-    # -- mailboxes -------------------------------------------------------------------
-
-    def cell(self, address: str) -> Cell:
-        """The cell of ``address``, made on its first message (or the first after a
-        stopped actor's back-off).
-
-        Raises:
-            InvalidAddressError: the address is not ``kind/key``.
-            ActorNotFoundError: no kind of that name is registered.
-            ActorStoppedError: the actor stopped and its back-off is not over.
-        """
-        cell = self.cells.get(address)
-        if cell is None:
-            kind_name, _ = split_address(address)
-            kind = self._kinds.get(kind_name)
-            if kind is None:
-                raise ActorNotFoundError(address, f"no actor kind {kind_name!r} is registered")
-            stopped = self.stopped.get(address)
-            if stopped is not None:
-                if stopped.left() > 0:
-                    raise stopped.refusal(address)
-                del self.stopped[address]
-                log.info("actor_back_after_stop", actor=address, reason=stopped.reason)
-            cell = self.cells[address] = Cell(address, kind)
-        return cell
-
-    def stop_reason(self, address: str) -> str | None:
-        """Why the actor at ``address`` stopped, while its back-off lasts."""
-        stopped = self.stopped.get(address)
-        return stopped.reason if stopped is not None and stopped.left() > 0 else None
-
-    def deliver_nowait(self, envelope: Envelope) -> None:
-        """Put ``envelope`` into its mailbox, or raise :class:`MailboxFullError`
-        (or the :class:`ActorError` that refuses it: see :meth:`cell`)."""
-        cell = self.cells.get(envelope.recipient) or self.cell(envelope.recipient)
-        mailbox = cell.mailbox
-        if mailbox is None:
-            spare = self._spare
-            mailbox = cell.mailbox = spare.pop() if spare else deque()
-        elif len(mailbox) >= cell.kind.mailbox_size:
-            raise MailboxFullError(
-                cell.address, f"mailbox full ({cell.kind.mailbox_size} messages waiting)"
-            )
-        mailbox.append(envelope)
-        if not cell.scheduled:
-            cell.scheduled = True
-            self.ready.append(cell)
-            if self._idle and not self._waking:  # else one is awake or on its way
-                self._wake()
-
-    async def deliver(self, envelope: Envelope) -> None:
-        """Put ``envelope`` into its mailbox, waiting while the mailbox is full."""
-        while True:
-            cell = self.cells.get(envelope.recipient) or self.cell(envelope.recipient)
-            mailbox = cell.mailbox
-            if mailbox is None or len(mailbox) < cell.kind.mailbox_size:
-                self.deliver_nowait(envelope)
-                return
-            if cell.space is None:
-                cell.space = anyio.Event()
-            await cell.space.wait()
-
-    def _wake(self) -> None:
-        """Wake one idle dispatcher.
-
-        One at a time: a woken dispatcher that takes a cell and finds more ready
-        wakes the next (see :meth:`run`). So handlers that suspend get as many
-        dispatchers as there are cells to run meanwhile, while handlers that never
-        suspend, which one dispatcher runs back to back, do not wake and park every
-        dispatcher for each burst of tells.
-        """
-        idle = self._idle
-        while idle:
-            waiter = idle.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                self._waking += 1
-                return
-
-    async def passivate(self, address: str) -> bool:
-        """Drop the idle actor at ``address`` (see :meth:`Runtime.passivate`)."""
-        cell = self.cells.get(address)
-        if cell is None:
-            return True
-        if cell.scheduled or cell.mailbox or cell.stopped is not None:
-            return False
-        del self.cells[address]
-        actor, cell.actor = cell.actor, None
-        if actor is not None:
-            kind = cell.kind.name
-            self.passivated[kind] = self.passivated.get(kind, 0) + 1
-            await call_stop_hook(address, actor)
-        return True
-
-    def discard(self, address: str) -> int:
-        """Forget the actor at ``address`` now, busy or not (see :meth:`Runtime.discard`).
-
-        Returns:
-            How many messages waiting in its mailbox were dropped.
-        """
-        cell = self.cells.pop(address, None)
-        if cell is None:
-            return 0
-        mailbox = cell.mailbox
-        dropped = 0
-        if mailbox is not None:
-            # Emptied in place: a dispatcher running the cell now holds this deque
-            # and stops after the message in hand.
-            dropped = len(mailbox)
-            mailbox.clear()
-        cell.actor = None
-        space, cell.space = cell.space, None
-        if space is not None:
-            space.set()  # senders waiting for room go to a new cell
-        return dropped
-
-    def census(self) -> Census:
-        """Count live and stopped actors and the mail waiting, in one walk (forgetting
-        the stopped actors whose back-off is over)."""
-        depth = deepest = active = 0
-        by_kind: dict[str, int] = {}
-        for cell in self.cells.values():
-            if cell.mailbox:
-                n = len(cell.mailbox)
-                depth += n
-                deepest = max(deepest, n)
-            if cell.actor is not None:
-                active += 1
-                kind = cell.kind.name
-                by_kind[kind] = by_kind.get(kind, 0) + 1
-        for address, stopped in list(self.stopped.items()):
-            if stopped.left() == 0:
-                del self.stopped[address]
-        return Census(active, len(self.stopped), depth, deepest, by_kind)
-
-    async def stop_actors(self) -> None:
-        """Run every live actor's ``on_stop`` (shutdown, after the dispatchers ended)."""
-        for cell in self.cells.values():
-            if cell.actor is not None:
-                await call_stop_hook(cell.address, cell.actor)
-
-    def close(self) -> None:
-        """Fail the mail nobody will handle now (shutdown) and wake waiting senders."""
-        for cell in self.cells.values():
-            if cell.mailbox:
-                for env in cell.mailbox:
-                    self._asks.fail_envelope(
-                        env,
-                        RuntimeClosedError(
-                            f"runtime shut down before {cell.address} handled "
-                            f"{type(env.body).__name__}"
-                        ),
-                    )
-                cell.mailbox = None
-            if cell.space is not None:
-                cell.space.set()
-        self.ready.clear()
-
-    # -- running handlers ------------------------------------------------------------
 
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -382,34 +103,38 @@ class Dispatcher:
         task_status.started()
         loop = asyncio.get_running_loop()
         ready = self.ready
+        idle = self._idle
         runtime = self._runtime
         config = runtime.config
         transport = runtime.transport
         hooked = self._hooked
         limit = config.throughput
         shed = config.shed_expired_asks
+        metrics = self.metrics
+        spare = self._spare
         started = 0.0
         since_yield = 0
-        while True:
-            if not ready:
-                since_yield = 0
-                waiter = loop.create_future()
-                self._idle.append(waiter)
-                try:
-                    await waiter
-                finally:
-                    if waiter.done() and not waiter.cancelled():
-                        self._waking -= 1
-                continue
-            cell = ready.popleft()
-            if ready and self._idle and not self._waking:
-                self._wake()  # the next dispatcher, for the cells left
-            actor = cell.actor
-            mailbox = cell.mailbox
-            metrics = self.metrics
-            handled = 0
-            self.busy += 1
-            try:
+        self.busy += 1  # counted while awake: from here until it waits for a cell
+        try:
+            while True:
+                if not ready:
+                    since_yield = 0
+                    waiter = loop.create_future()
+                    idle.append(waiter)
+                    self.busy -= 1
+                    try:
+                        await waiter
+                    finally:
+                        self.busy += 1
+                        if waiter.done() and not waiter.cancelled():
+                            self._waking -= 1
+                    continue
+                cell = ready.popleft()
+                if ready and idle and not self._waking:
+                    self._wake()  # the next dispatcher, for the cells left
+                actor = cell.actor
+                mailbox = cell.mailbox
+                handled = 0
                 while mailbox and handled < limit and cell.stopped is None:
                     if actor is None:
                         actor = await self._activate(cell, mailbox[0])
@@ -421,17 +146,16 @@ class Dispatcher:
                         cell.space = None
                         space.set()
                     handled += 1
-                    if cell.single:
-                        cell.single -= 1
-                    elif (
-                        hooked and mailbox and self._batchable(env) and self._batchable(mailbox[0])
-                    ):
-                        run = [env]
-                        while mailbox and handled < limit and self._batchable(mailbox[0]):
-                            run.append(mailbox.popleft())
-                            handled += 1
-                        actor = await self._run_batch(cell, actor, run)
-                        continue
+                    if hooked:  # batches are for transports that take the hooks
+                        if cell.single:
+                            cell.single -= 1
+                        elif mailbox and self._batchable(env) and self._batchable(mailbox[0]):
+                            run = [env]
+                            while mailbox and handled < limit and self._batchable(mailbox[0]):
+                                run.append(mailbox.popleft())
+                                handled += 1
+                            actor = await self._run_batch(cell, actor, run)
+                            continue
                     if env.deadline is not None and shed and env.deadline < time.time():
                         # Nobody waits for this reply any more: skip the work, but let the
                         # transport settle the command as done (over Redis: acked).
@@ -439,15 +163,18 @@ class Dispatcher:
                         if hooked and not await transport.handled(env, actor, True):
                             actor = cell.actor = None
                         continue
-                    actor.ctx.sender = env.sender
+                    ctx = actor.ctx
+                    ctx.sender = env.sender
+                    ctx.asked = env.correlation is not None
                     if metrics is not None:
                         started = time.perf_counter()
-                    origin = _Origin(env) if env.id else None
+                    origin = None
                     try:
                         if env.track_start:
                             await transport.starting(env)
-                        if origin is not None:
-                            value = await _receive_as_command(actor, origin)
+                        if env.id:
+                            origin = Origin(env)
+                            value = await receive_as_command(actor, origin)
                         else:
                             value = await actor.receive(env.body)
                     except actor.expected_errors as exc:
@@ -481,41 +208,53 @@ class Dispatcher:
                         continue
                     if metrics is not None:
                         metrics.handled(cell.kind.name, env.body, time.perf_counter() - started, 0)
-                    forward_failed: Exception | None = None
                     if type(value) is Forward:
-                        # Sent before the command is settled, as its tells are, so a transport
-                        # that stores effects keeps it with the command's commit.
-                        forward_failed = await self._forward(cell.address, env, value, origin)
-                    if hooked and not await transport.handled(env, actor, True):
+                        if not await self._forwarded(cell, actor, env, value, origin):
+                            actor = None
+                    elif hooked and not await transport.handled(env, actor, True):
                         actor = cell.actor = None
-                        continue
-                    if forward_failed is not None:
-                        await self._forward_failed(cell.address, env, value, forward_failed)
-                    elif type(value) is not Forward and env.correlation is not None:
+                    elif env.correlation is not None:
                         await self._asks.send_reply(env, Reply(env.correlation, value))
-            finally:
-                self.busy -= 1
-            self.processed += handled
-            if cell.stopped is None and cell.mailbox:
-                ready.append(cell)
-            else:
-                self._unschedule(cell)
-            since_yield += handled
-            if since_yield >= limit:
-                # Handlers that never suspend would otherwise starve every other task.
-                # asyncio.sleep(0), not anyio's checkpoint: see Runtime._yield_now_and_then.
-                since_yield = 0
-                await asyncio.sleep(0)
+                self.processed += handled
+                if cell.stopped is None and cell.mailbox:
+                    ready.append(cell)
+                else:
+                    # _unschedule(), inline: at 1,000 agents nearly every turn ends here.
+                    cell.scheduled = False
+                    left = cell.mailbox
+                    if left is not None and not left:
+                        cell.mailbox = None
+                        if len(spare) < SPARE_MAILBOXES:
+                            spare.append(left)
+                since_yield += handled
+                if since_yield >= limit and ready:
+                    # Handlers that never suspend would otherwise starve every other task
+                    # (with nothing ready, waiting for a cell gives the turn up instead).
+                    # asyncio.sleep(0), not anyio's checkpoint: see
+                    # Runtime._yield_now_and_then.
+                    since_yield = 0
+                    await asyncio.sleep(0)
+        finally:
+            self.busy -= 1
 
-    def _unschedule(self, cell: Cell) -> None:
-        """End ``cell``'s turn with nothing more to run now: out of the ready queue,
-        its mailbox (when empty) dropped or kept as a spare."""
-        cell.scheduled = False
-        mailbox = cell.mailbox
-        if mailbox is not None and not mailbox:
-            cell.mailbox = None
-            if len(self._spare) < _SPARE_MAILBOXES:
-                self._spare.append(mailbox)
+    async def _forwarded(
+        self, cell: Cell, actor: Actor, env: Envelope, forward: Forward, origin: Origin | None
+    ) -> bool:
+        """Send on the message a handler forwarded, settle ``env`` with the transport,
+        and tell the asker if the forward failed.
+
+        Returns:
+            False when the transport dropped the actor (``cell.actor`` is None then).
+        """
+        # Sent before the command is settled, as its tells are, so a transport that
+        # stores effects keeps it with the command's commit.
+        failed = await self._forward(cell.address, env, forward, origin)
+        if self._hooked and not await self._runtime.transport.handled(env, actor, True):
+            cell.actor = None
+            return False
+        if failed is not None:
+            await self._forward_failed(cell.address, env, forward, failed)
+        return True
 
     def _batchable(self, env: Envelope) -> bool:
         """Whether ``env`` may join a batch (see :meth:`_run_batch`): a command whose
@@ -552,11 +291,12 @@ class Dispatcher:
         outcomes: list[tuple[Any, BaseException | None, bool]] = []
         for env in run:
             actor.ctx.sender = env.sender
+            actor.ctx.asked = env.correlation is not None
             if metrics is not None:
                 started = time.perf_counter()
-            origin = _Origin(env)
+            origin = Origin(env)
             try:
-                value = await _receive_as_command(actor, origin)
+                value = await receive_as_command(actor, origin)
             except actor.expected_errors as exc:
                 self.rejected += 1
                 if metrics is not None:
@@ -614,7 +354,7 @@ class Dispatcher:
         cell.single = len(run)
 
     async def _forward(
-        self, address: str, env: Envelope, forward: Forward, origin: _Origin | None
+        self, address: str, env: Envelope, forward: Forward, origin: Origin | None
     ) -> Exception | None:
         """Send ``forward``'s message on as ``address``, answered straight to ``env``'s
         asker; return why it could not be sent, if it could not.
@@ -634,14 +374,14 @@ class Dispatcher:
         token = None
         if origin is not None:
             origin.mark = onward.id
-            token = _handling.set(origin)
+            token = handling.set(origin)
         try:
             await self._runtime.transport.send(onward)
         except Exception as exc:  # the asker hears why; nothing else may stop a dispatcher
             return exc
         finally:
             if token is not None:
-                _handling.reset(token)
+                handling.reset(token)
         return None
 
     async def _forward_failed(
@@ -727,6 +467,7 @@ class Dispatcher:
         ``Actor.inline_asks``); mail that arrives meanwhile queues behind it."""
         cell.scheduled = True
         actor.ctx.sender = None
+        actor.ctx.asked = True
         metrics = self.metrics
         started = 0.0 if metrics is None else time.perf_counter()
         try:
@@ -747,7 +488,9 @@ class Dispatcher:
             return value
         finally:
             self.processed += 1
-            if cell.stopped is None and cell.mailbox:
+            if cell.mailbox is None:  # no mail came meanwhile: the usual case
+                cell.scheduled = False
+            elif cell.stopped is None and cell.mailbox:
                 self.ready.append(cell)
                 self._wake()
             else:

@@ -2,9 +2,10 @@
 
 A :class:`Runtime` opens and closes everything (one task group owns the
 dispatchers and the transport's loops), registers actor kinds, is where tells and
-asks enter, and counts. Its parts live beside it: the cells and the dispatcher
-tasks (``_dispatch``), the asks waiting for replies (``_asks``), what happens
-when a handler crashes (``_supervision``) and piped background work (``_pipes``).
+asks enter, and counts. Its parts live beside it: the cells and their mailboxes
+(``_mailboxes``), the dispatcher tasks (``_dispatch``), the ids of a handler's
+tells (``_handling``), the asks waiting for replies (``_asks``), what happens when
+a handler crashes (``_supervision``) and piped background work (``_pipes``).
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ from actormem.runtime._actor import ActorRef, Forward
 from actormem.runtime._asks import Asks
 from actormem.runtime._cell import ActorFactory, Kind
 from actormem.runtime._closing import AsyncClosing
-from actormem.runtime._dispatch import Dispatcher, derived_id, outside_handling
+from actormem.runtime._dispatch import Dispatcher
 from actormem.runtime._envelope import Command, Envelope, Reply
+from actormem.runtime._handling import derived_id, handling, outside_handling
 from actormem.runtime._pipes import Pipes
 from actormem.runtime._supervision import STOP_HOOK_TIMEOUT, Supervisor
 from actormem.runtime.config import MetricsConfig, RuntimeConfig, SupervisionConfig
@@ -40,6 +42,8 @@ __all__ = ("ActorFactory", "Runtime", "RuntimeStats")
 
 R = TypeVar("R")
 
+#: The command being handled now, if any (see ``_handling``).
+_handling_now: Final = handling.get
 #: How often the shutdown drain looks whether everything is quiet.
 _DRAIN_POLL: Final = 0.002
 
@@ -139,6 +143,8 @@ class Runtime(AsyncClosing):
         self._tg: anyio.abc.TaskGroup | None = None
         self._pipes = Pipes(self._tell_as)
         self._unyielded = 0
+        # Sends between two turns given up by a producer that never waits (config is frozen).
+        self._throughput = self.config.throughput
         self._gc_held = False
         # Services waiting for the runtime to open (see on_open).
         self._opening: list[tuple[Callable[..., Awaitable[Any]], tuple[Any, ...]]] = []
@@ -324,8 +330,13 @@ class Runtime(AsyncClosing):
             self._check_open()
         if address not in self._cells:
             split_address(address)
-        envelope = Envelope(recipient=address, body=message, id=derived_id())
-        if self._inline_ok and self._unyielded + 1 < self.config.throughput:
+        # derived_id() only while a command is handled: a tell from outside any
+        # handler has no id to derive.
+        if _handling_now() is None:
+            envelope = Envelope(recipient=address, body=message)
+        else:
+            envelope = Envelope(recipient=address, body=message, id=derived_id())
+        if self._inline_ok and self._unyielded + 1 < self._throughput:
             try:
                 # The local transport's send_nowait, without its hop: the runtime is open.
                 self.deliver_nowait(envelope)
@@ -360,7 +371,7 @@ class Runtime(AsyncClosing):
             await self.transport.send(envelope)
         # Inline, not _yield_now_and_then(): a tell is the hottest call there is.
         self._unyielded += 1
-        if self._unyielded >= self.config.throughput:
+        if self._unyielded >= self._throughput:
             self._unyielded = 0
             await asyncio.sleep(0)  # see _yield_now_and_then
 
@@ -368,7 +379,7 @@ class Runtime(AsyncClosing):
         # A producer whose sends never block would otherwise never let the
         # dispatchers run until every mailbox was full.
         self._unyielded += 1
-        if self._unyielded >= self.config.throughput:
+        if self._unyielded >= self._throughput:
             self._unyielded = 0
             # asyncio's, not anyio.lowlevel.checkpoint(), which asks sniffio which
             # event loop runs on every call: the runtime runs on asyncio only.
@@ -393,21 +404,28 @@ class Runtime(AsyncClosing):
         Raises:
             InvalidAddressError: the address is not ``kind/key`` (nothing is sent).
         """
-        self._check_open()
-        self._check_address(address)
+        # _check_open() and _check_address() inlined where they have nothing to do,
+        # as in tell(): an inline ask is every in-process handle call.
+        if self._state != "open":
+            self._check_open()
         cell = self._cells.get(address)
-        if (
-            cell is not None
-            and self._inline_ok
+        if cell is None:
+            split_address(address)
+        elif (
+            self._inline_ok
             and not cell.scheduled
             and cell.stopped is None
-            and cell.actor is not None
-            and cell.actor.inline_asks
+            and (actor := cell.actor) is not None
+            and actor.inline_asks
         ):
             try:
-                value = await self._dispatch.run_inline(cell, cell.actor, message)
+                value = await self._dispatch.run_inline(cell, actor, message)
             finally:
-                await self._yield_now_and_then()
+                # _yield_now_and_then(), inline.
+                self._unyielded += 1
+                if self._unyielded >= self._throughput:
+                    self._unyielded = 0
+                    await asyncio.sleep(0)
             if type(value) is Forward:  # handed on: its recipient answers
                 self._check_address(value.address)
                 return await self._asks.ask(value.address, value.message, timeout, sender=address)

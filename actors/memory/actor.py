@@ -294,7 +294,7 @@ class AgentMemory(Actor):
         else:
             self._unobserved.extend(messages)
 
-    def _add(self, messages: list[Message], encoding: str | None) -> AddResult:
+    def _add(self, messages: list[Message], encoding: str | None) -> AddResult | None:
         store = self._store
         one = store.add_simple(messages, encoding)
         if one is not None:  # the hot path of every agent's turn
@@ -304,6 +304,8 @@ class AgentMemory(Actor):
                 self._observe([one])
             if self._compacts:
                 self._compaction.maybe_compress()
+            if not self.ctx.asked:  # a tell: nobody reads the result
+                return None
             return AddResult(
                 ids=[one.id],
                 tokens=[one.tokens],

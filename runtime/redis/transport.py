@@ -52,8 +52,8 @@ import redis.asyncio as aioredis
 import structlog
 
 from actormem.runtime._actor import Actor
-from actormem.runtime._dispatch import sending_for
 from actormem.runtime._envelope import Envelope, Reply
+from actormem.runtime._handling import sending_for
 from actormem.runtime.errors import (
     ActorError,
     MailboxFullError,

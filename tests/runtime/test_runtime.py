@@ -312,6 +312,16 @@ async def test_shutdown_drains_mailboxes() -> None:
     assert rt.stats().processed == rt.processed == 100
 
 
+async def test_shutdown_waits_for_a_handler_suspended_with_nothing_else_ready() -> None:
+    rt = runtime()
+    async with rt:
+        await rt.ref("counter/a").tell(("sleep", 0.05))
+        await rt.ref("counter/b").tell(1)
+        await anyio.sleep(0.01)  # counter/a's handler is suspended; the ready queue is empty
+        assert rt.processed == 1
+    assert rt.processed == 2
+
+
 async def test_shutdown_fails_pending_asks_and_nothing_hangs() -> None:
     rt = runtime(drain_timeout=0.1)
     results: list[BaseException] = []
@@ -466,8 +476,8 @@ async def test_piped_work_sends_with_ids_of_its_own() -> None:
     # A handler's own tells carry ids derived from its command's (so a redelivered
     # command repeats them); what it pipes finishes at any later time, so its tell
     # must not take one of those ids.
-    from actormem.runtime._dispatch import derived_id
     from actormem.runtime._envelope import Envelope
+    from actormem.runtime._handling import derived_id
 
     seen: list[str] = []
     piped = anyio.Event()
@@ -509,3 +519,24 @@ async def test_a_service_asked_for_before_open_runs_once_the_runtime_is_open() -
         assert await rt.take_due("counter", 1.0) == []  # in process nothing is stored
     with pytest.raises(RuntimeClosedError):
         rt.on_open(service, "after")
+
+
+@pytest.mark.parametrize("inline", [False, True])
+async def test_a_handler_knows_whether_its_message_is_an_ask(inline: bool) -> None:
+    seen: list[tuple[Any, bool]] = []
+
+    class Recorder(Actor):
+        inline_asks = inline
+
+        async def receive(self, message: Any) -> Any:
+            seen.append((message, self.ctx.asked))
+            return message
+
+    async with Runtime() as rt:
+        rt.register("rec", Recorder)
+        ref = rt.ref("rec/a")
+        await ref.tell("told")
+        assert await ref.ask("asked") == "asked"
+        await ref.tell("told again")
+        assert await ref.ask("asked again") == "asked again"
+    assert seen == [("told", False), ("asked", True), ("told again", False), ("asked again", True)]

@@ -16,6 +16,7 @@ from actormem.actors import (
     ToolCall,
     check_openai_messages,
 )
+from actormem.actors.memory.commands import Add
 from actormem.runtime import get_counter
 from tests.actors.memory.stored import StoredState
 
@@ -54,6 +55,15 @@ async def test_add_counts_tokens_once_and_keeps_budgets(memory_rt: MemoryRuntime
     assert (stats.size, stats.history_size, stats.working_tokens) == (7, 7, sum(expected))
     await alice.delete(-1)
     assert (await alice.stats()).working_tokens == sum(expected[:-1])
+
+
+async def test_a_told_add_stores_what_an_asked_one_does(memory_rt: MemoryRuntime) -> None:
+    told, asked = Message(role="user", content="told"), Message(role="user", content="asked")
+    await memory_rt.tell("memory/alice", Add(messages=[told]))
+    result = await memory_rt.ask("memory/alice", Add(messages=[asked]))
+    assert result.ids == [asked.id]
+    assert result.size == 2
+    assert [m.id for m in await memory_rt.memory("alice").get()] == [told.id, asked.id]
 
 
 async def test_add_accepts_openai_dicts_and_rejects_bad_ones_whole(

@@ -22,6 +22,7 @@ from actormem.actors.memory.commands import (
     Reload,
     Search,
     Stats,
+    ToPool,
 )
 from actormem.actors.memory.compaction import Compaction, CompactionState
 from actormem.actors.memory.store import MessageStore
@@ -31,12 +32,13 @@ from actormem.actors.recall.agent import AgentRecall
 __all__ = ("REPLAYABLE", "MemorySnapshot", "decode_snapshot", "encode_snapshot", "restore_store")
 
 #: Commands whose whole effect on the state a plain add's replay reproduces (adds)
-#: or that change nothing (reads): after them, no new snapshot is needed unless
-#: the working view was rewritten or recall changed otherwise (both tracked).
+#: or that change nothing (reads, and commands handed on to the pool): after them,
+#: no new snapshot is needed unless the working view was rewritten or recall
+#: changed otherwise (both tracked).
 REPLAYABLE: frozenset[type] = frozenset(
     {
         *(Add, Context, Get, Search, Stats, Export, Reload, HeldInsights, MemoryTools),
-        *(RecallEpisode, Expire),
+        *(RecallEpisode, Expire, ToPool),
     }
 )
 

@@ -24,8 +24,10 @@ from actormem.actors.memory.commands import (
     Clear,
     Context,
     Delete,
+    GetEntry,
     HeldInsights,
     Prune,
+    PutEntry,
     Record,
     Retrieve,
     Search,
@@ -34,6 +36,8 @@ from actormem.actors.memory.commands import (
     Update,
 )
 from actormem.actors.pool.insights import Insight, InsightDelivery
+from actormem.actors.recall.agent import AgentRecall
+from actormem.actors.retention import part_snapshot
 from actormem.runtime import ActorContext
 from tests.actors.memory.stored import StoredState
 from tests.support import examples
@@ -52,7 +56,7 @@ def commands(draw: st.DrawFn) -> list[Any]:
                 [
                     *("add", "add", "add", "add", "context", "delete", "prune"),
                     *("record", "retrieve", "insight", "clear", "episode", "reload", "held"),
-                    *("update", "update", "summary", "search"),
+                    *("update", "update", "summary", "search", "put", "get"),
                 ]
             )
         )
@@ -116,6 +120,12 @@ def commands(draw: st.DrawFn) -> list[Any]:
             roles = draw(st.sampled_from([None, ["user"], ["user", "assistant"]]))
             query = draw(st.sampled_from(WORDS))
             out.append(Search(query=query, mode="ranked", k=3, scope=scope, roles=roles))
+        elif kind == "put":
+            serial += 1
+            key = draw(st.sampled_from(WORDS))
+            out.append(PutEntry(namespace=("notes",), key=key, value={"n": serial}))
+        elif kind == "get":
+            out.append(GetEntry(namespace=("notes",), key=draw(st.sampled_from(WORDS))))
         elif kind == "held":
             out.append(HeldInsights(query="owl", k=5))
         else:
@@ -136,6 +146,7 @@ def _state(memory: AgentMemory) -> dict[str, Any]:
         "offloaded": sorted(memory._store.offloaded),
         "insights": [i.id for i in recall.inbox.export_state().insights],
         "longterm": sorted(e.text for e in longterm.entries),
+        "keyed": [(e.key, e.value) for e in recall.keyed.export_state().entries],
         "episodes": _episodes(recall.episodes.export_state()),
         # The live memory's standing indexes against the ones a reload builds afresh.
         "ranked": [
@@ -214,11 +225,20 @@ def _replay_with_reloads(script: list[Any]) -> None:
                     # (ContextBudgetError among them: a budget below the smallest valid context)
                     assert isinstance(exc, MemoryInputError), exc
                 stored.keep(memory)
+                if memory._recall is not None:
+                    _check_encoded(memory._recall)
             before = _state(memory)
             stored.keep(memory)
             assert _state(fresh(stored.snapshot, stored.log)) == before
 
     anyio.run(run)
+
+
+def _check_encoded(recall: AgentRecall) -> None:
+    """The parts' states the snapshot holds (a part is encoded again only when its
+    change count moved) are the ones encoding each part afresh gives."""
+    afresh = {name: part_snapshot(part) for name, part in recall._parts.items()}
+    assert recall.component_states() == {k: v for k, v in afresh.items() if v is not None}
 
 
 @pytest.mark.anyio

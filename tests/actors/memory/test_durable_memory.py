@@ -33,12 +33,15 @@ from actormem.actors.memory.commands import (
     Search,
     SetSummary,
     StartEpisode,
+    ToPool,
     Update,
 )
+from actormem.actors.pool.commands import Share
 from actormem.actors.pool.insights import Insight, InsightDelivery
 from actormem.actors.recall.agent import AgentRecall
 from actormem.actors.retention import part_snapshot
 from actormem.runtime import ActorContext
+from actormem.runtime.state import DurableChanges
 from tests.actors.memory.stored import StoredState
 from tests.support import examples
 
@@ -257,3 +260,14 @@ async def test_plain_adds_store_no_snapshot_and_reload_by_replay() -> None:
         again.durable_restore(None, log)
         assert [m.id for m in again._store.working] == [m.id for m in memory._store.working]
         assert again._stats() == memory._stats()
+
+
+@pytest.mark.anyio
+async def test_a_command_handed_on_to_the_pool_stores_no_snapshot() -> None:
+    async with MemoryRuntime() as rt:
+        memory = memory_factory(rt.app_config)(ActorContext(rt, "memory/ada"))
+        memory.durable_restore(None, [])
+        await memory.receive(Add(messages=[Message(role="user", content="the mill is shut")]))
+        assert memory.durable_changes().snapshot is None
+        await memory.receive(ToPool(command=Share(text="the mill is shut", source="ada")))
+        assert memory.durable_changes() == DurableChanges([])

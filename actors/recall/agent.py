@@ -190,12 +190,14 @@ class AgentRecall:
             self._cached = (key, out)
         return out
 
-    def component_states(self) -> dict[str, bytes]:
-        """Every component's state, encoded (for the durable snapshot); a part is
-        encoded again only when its change count moved."""
+    def component_states(self, without: Container[str] = ()) -> dict[str, bytes]:
+        """Every component's state (but the ones named in ``without``), encoded (for
+        the durable snapshot); a part is encoded again only when its change count moved."""
         encoded = self._encoded
         states: dict[str, bytes] = {}
         for name, part in self._parts.items():
+            if name in without:
+                continue
             changes = part.changes
             kept = encoded.get(name)
             if kept is None or kept[0] != changes:

@@ -36,6 +36,7 @@ from actormem.actors.memory.commands import (
     ToPool,
     Update,
 )
+from actormem.actors.memory.snapshot import MemorySnapshot, encode_snapshot
 from actormem.actors.pool.commands import Share
 from actormem.actors.pool.insights import Insight, InsightDelivery
 from actormem.actors.recall.agent import AgentRecall
@@ -165,11 +166,16 @@ def _episodes(state: Any) -> Any:
     """Episodes by what they hold (ids and start times are made afresh)."""
     current = state.current
     return (
-        [(e.number, [m.id for m in e.messages]) for e in state.episodes],
-        None if current is None else [m.id for m in current.messages],
+        [(e.number, [_held(m) for m in e.messages]) for e in state.episodes],
+        None if current is None else [_held(m) for m in current.messages],
         list(state.working),
         [m.id if isinstance(m, Message) else m for m in state.core],
     )
+
+
+def _held(m: Message) -> Any:
+    """A message as recall holds it (an edit included)."""
+    return (m.id, m.content, m.metadata, m.importance)
 
 
 @settings(
@@ -271,3 +277,48 @@ async def test_a_command_handed_on_to_the_pool_stores_no_snapshot() -> None:
         assert memory.durable_changes().snapshot is None
         await memory.receive(ToPool(command=Share(text="the mill is shut", source="ada")))
         assert memory.durable_changes() == DurableChanges([])
+
+
+async def _memory_with_episodes(rt: MemoryRuntime) -> tuple[AgentMemory, StoredState]:
+    """A memory after a few turns and an edit, its changes kept as the transport does."""
+    memory = memory_factory(rt.app_config)(ActorContext(rt, "memory/ada"))
+    memory.durable_restore(None, [])
+    stored = StoredState()
+    for n in range(6):
+        role = ROLES[n % 2]
+        await memory.receive(Add(messages=[Message(id=f"m{n}", role=role, content=f"owl {n}")]))
+    await memory.receive(Update(id="m2", content="owl two"))
+    await memory.receive(StartEpisode(metadata={"day": 2}))
+    await memory.receive(Add(messages=[Message(id="m6", role="user", content="lamp 6")]))
+    stored.keep(memory)
+    return memory, stored
+
+
+@pytest.mark.anyio
+async def test_the_snapshot_holds_the_episodes_messages_the_log_holds_by_id() -> None:
+    async with MemoryRuntime() as rt:
+        memory, stored = await _memory_with_episodes(rt)
+        assert stored.snapshot is not None
+        state = msgspec.msgpack.decode(stored.snapshot, type=MemorySnapshot)
+        assert "episodes" not in state.recall and state.episodes is not None
+        episodes = msgspec.msgpack.decode(state.episodes)
+        held = [m for e in [*episodes["episodes"], episodes["current"]] for m in e["messages"]]
+        # The edited message whole (the log holds its original), the others by id.
+        assert [m if isinstance(m, str) else m["content"] for m in held] == [
+            *("m0", "m1", "owl two", "m3", "m4", "m5", "m6")
+        ]
+        again = memory_factory(rt.app_config)(ActorContext(rt, "memory/ada"))
+        again.durable_restore(stored.snapshot, stored.log)
+        assert _state(again) == _state(memory)
+
+
+@pytest.mark.anyio
+async def test_a_snapshot_with_the_episodes_whole_still_loads() -> None:
+    async with MemoryRuntime() as rt:
+        memory, stored = await _memory_with_episodes(rt)
+        # As snapshots are encoded with no episodes apart: whole in the recall states.
+        whole = encode_snapshot(memory._store, memory._compaction, memory._recall, None)
+        assert "episodes" in msgspec.msgpack.decode(whole, type=MemorySnapshot).recall
+        again = memory_factory(rt.app_config)(ActorContext(rt, "memory/ada"))
+        again.durable_restore(whole, stored.log)
+        assert _state(again) == _state(memory)

@@ -62,8 +62,10 @@ from actormem.actors.memory.inputs import check_command
 from actormem.actors.memory.queries import MessageQueries
 from actormem.actors.memory.snapshot import (
     REPLAYABLE,
+    LoggedEpisodes,
     decode_snapshot,
     encode_snapshot,
+    restore_episodes,
     restore_store,
 )
 from actormem.actors.memory.store import MessageStore
@@ -112,6 +114,7 @@ class AgentMemory(Actor):
         "_config",
         "_counter",
         "_discarding",
+        "_episodes",
         "_expires",
         "_forgotten",
         "_idle",
@@ -145,6 +148,7 @@ class AgentMemory(Actor):
         self._unobserved: list[Message] | None = None
         # recall.edits when the stored snapshot was written.
         self._saved_edits = 0
+        self._episodes = LoggedEpisodes()
         # Forgotten since the last durable change: the stored state is deleted.
         self._forgotten = False
         # The command being handled is a compression result not applied: the copy the
@@ -530,7 +534,12 @@ class AgentMemory(Actor):
         idle = self._idle
         idle.stored_at = idle.active_at
         return encode_snapshot(
-            self._store, self._compaction, self._recall, self._unobserved, idle.active_at
+            self._store,
+            self._compaction,
+            self._recall,
+            self._unobserved,
+            idle.active_at,
+            self._episodes,
         )
 
     def durable_restore(self, snapshot: bytes | None, log: list[bytes]) -> None:
@@ -547,6 +556,8 @@ class AgentMemory(Actor):
         else:
             if state.recall:
                 self.recall.load_component_states(state.recall)
+            if state.episodes is not None:
+                restore_episodes(self.recall.episodes, state.episodes, store.history)
             if state.awaiting_reply:
                 self.recall.awaiting_reply = [by_id[i] for i in state.awaiting_reply if i in by_id]
             if replay:

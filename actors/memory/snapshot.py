@@ -3,10 +3,13 @@
 A memory's durable state is its original history as an append-only log (one
 encoded message per entry) plus a snapshot of everything else. The working view
 is stored as message ids into the history plus the messages the history does not
-hold (compressed forms), so a snapshot stays small however long the conversation.
+hold (compressed forms), and so are the episodes' messages: a snapshot does not
+repeat what the log holds.
 """
 
 from __future__ import annotations
+
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -22,21 +25,32 @@ from actormem.actors.memory.commands import (
     Reload,
     Search,
     Stats,
+    ToPool,
 )
 from actormem.actors.memory.compaction import Compaction, CompactionState
 from actormem.actors.memory.store import MessageStore
 from actormem.actors.messages import Message, decode_message
 from actormem.actors.recall.agent import AgentRecall
+from actormem.actors.recall.episodes import Episode, EpisodeState, EpisodicMemory
 
-__all__ = ("REPLAYABLE", "MemorySnapshot", "decode_snapshot", "encode_snapshot", "restore_store")
+__all__ = (
+    "REPLAYABLE",
+    "LoggedEpisodes",
+    "MemorySnapshot",
+    "decode_snapshot",
+    "encode_snapshot",
+    "restore_episodes",
+    "restore_store",
+)
 
 #: Commands whose whole effect on the state a plain add's replay reproduces (adds)
-#: or that change nothing (reads): after them, no new snapshot is needed unless
-#: the working view was rewritten or recall changed otherwise (both tracked).
+#: or that change nothing (reads, and commands handed on to the pool): after them,
+#: no new snapshot is needed unless the working view was rewritten or recall
+#: changed otherwise (both tracked).
 REPLAYABLE: frozenset[type] = frozenset(
     {
         *(Add, Context, Get, Search, Stats, Export, Reload, HeldInsights, MemoryTools),
-        *(RecallEpisode, Expire),
+        *(RecallEpisode, Expire, ToPool),
     }
 )
 
@@ -70,6 +84,123 @@ class MemorySnapshot(msgspec.Struct, kw_only=True):
     # Updated messages recall holds (not taken in yet, or awaiting a reply) as it
     # holds them: one deleted from the working view since is in no other part.
     held: list[Message] = []
+    # The episodes (:class:`LoggedEpisodes`), when recall's state is in ``recall``
+    # but for them; None: they are in ``recall`` whole, if anywhere.
+    episodes: bytes | None = None
+
+
+class _LoggedEpisode(msgspec.Struct, frozen=True, kw_only=True):
+    """An :class:`Episode` with each message the history holds as its id."""
+
+    id: str
+    number: int
+    metadata: dict[str, Any]
+    started: float
+    ended: float | None = None
+    messages: tuple[Message | str, ...] = ()
+
+
+class _LoggedEpisodeState(msgspec.Struct, frozen=True, kw_only=True):
+    """An :class:`EpisodeState` of :class:`_LoggedEpisode`."""
+
+    version: int = 1
+    episodes: list[_LoggedEpisode] = []
+    current: _LoggedEpisode | None = None
+    working: list[str] = []
+    core: list[str] = []
+
+
+_episodes_decoder = msgspec.msgpack.Decoder(_LoggedEpisodeState)
+_E = TypeVar("_E", Episode, _LoggedEpisode)
+
+
+def _with_messages(
+    kind: type[_E], episode: Episode | _LoggedEpisode, messages: tuple[Any, ...]
+) -> _E:
+    """``episode`` as a ``kind``, with ``messages``."""
+    return kind(
+        id=episode.id,
+        number=episode.number,
+        metadata=episode.metadata,
+        started=episode.started,
+        ended=episode.ended,
+        messages=messages,
+    )
+
+
+def _first_by_id(messages: list[Message], into: dict[str, Message]) -> None:
+    """Index ``messages`` by id, the first of an id kept (as on restore)."""
+    for m in messages:
+        into.setdefault(m.id, m)
+
+
+class LoggedEpisodes:
+    """Encodes a memory's episodes for its snapshot, each message the history holds
+    as it is (unedited) as its id: the log already holds it.
+
+    The encoding is kept until the episodes change or the history is replaced.
+    """
+
+    __slots__ = ("_by_id", "_history", "_indexed", "_kept")
+
+    def __init__(self) -> None:
+        self._history: list[Message] | None = None
+        self._indexed = 0
+        self._by_id: dict[str, Message] = {}
+        self._kept: tuple[EpisodicMemory, int, bytes] | None = None
+
+    def encode(self, episodes: EpisodicMemory, history: list[Message]) -> bytes:
+        """The episodes' state, encoded, messages of ``history`` (the store's) by id."""
+        if history is not self._history or len(history) < self._indexed:
+            # Replaced (a wipe, a load, a restore): a kept id may name nothing now.
+            self._history, self._indexed, self._by_id, self._kept = history, 0, {}, None
+        if len(history) > self._indexed:
+            _first_by_id(history[self._indexed :], self._by_id)
+            self._indexed = len(history)
+        kept = self._kept
+        if kept is None or kept[0] is not episodes or kept[1] != episodes.changes:
+            state = episodes.export_state()
+            by_id = self._by_id
+
+            def in_history(m: Message) -> bool:
+                held = by_id.get(m.id)
+                return held is m or held == m
+
+            def logged(e: Episode) -> _LoggedEpisode:
+                messages = tuple(m.id if in_history(m) else m for m in e.messages)
+                return _with_messages(_LoggedEpisode, e, messages)
+
+            encoded = _encoder.encode(
+                _LoggedEpisodeState(
+                    episodes=[logged(e) for e in state.episodes],
+                    current=None if state.current is None else logged(state.current),
+                    working=state.working,
+                    core=state.core,
+                )
+            )
+            kept = self._kept = (episodes, episodes.changes, encoded)
+        return kept[2]
+
+
+def restore_episodes(episodes: EpisodicMemory, data: bytes, history: list[Message]) -> None:
+    """Load what :meth:`LoggedEpisodes.encode` made into ``episodes``, the ids
+    resolved in the restored ``history`` (an id it lacks is left out)."""
+    state = _episodes_decoder.decode(data)
+    by_id: dict[str, Message] = {}
+    _first_by_id(history, by_id)
+
+    def resolved(e: _LoggedEpisode) -> Episode:
+        messages = (by_id.get(m) if isinstance(m, str) else m for m in e.messages)
+        return _with_messages(Episode, e, tuple(m for m in messages if m is not None))
+
+    episodes.load_state(
+        EpisodeState(
+            episodes=[resolved(e) for e in state.episodes],
+            current=None if state.current is None else resolved(state.current),
+            working=state.working,
+            core=state.core,
+        )
+    )
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -82,6 +213,7 @@ def encode_snapshot(
     recall: AgentRecall | None,
     unobserved: list[Message] | None,
     active_at: float | None = None,
+    episodes: LoggedEpisodes | None = None,
 ) -> bytes:
     """Return the snapshot of a memory's state but its history, encoded.
 
@@ -91,10 +223,17 @@ def encode_snapshot(
         recall: the agent's recall, or None when it has not been made.
         unobserved: messages added before recall was made (only without recall).
         active_at: when the agent last had a command, if tracked.
+        episodes: encodes recall's episodes apart (their messages by id); None puts
+            them into the recall states whole.
     """
     in_history = store.history_ids
     edited = store.edited
     holding = recall.awaiting_reply if recall is not None else unobserved or ()
+    logged = None
+    without: tuple[str, ...] = ()
+    if recall is not None and episodes is not None:
+        logged = episodes.encode(recall.episodes, store.history)
+        without = ("episodes",)
     snapshot = MemorySnapshot(
         working=[m.id for m in store.working],
         # Compressed forms, and updated messages (their id names the original in the history).
@@ -102,7 +241,7 @@ def encode_snapshot(
         offloaded=store.offloaded,
         history_skip=store.history_skip,
         version=store.version,
-        recall=recall.component_states() if recall is not None else {},
+        recall=recall.component_states(without) if recall is not None else {},
         compressions=compaction.compressions,
         tokens_saved=compaction.tokens_saved,
         peak_tokens=store.peak_tokens,
@@ -113,6 +252,7 @@ def encode_snapshot(
         compaction=compaction.state(),
         active_at=active_at,
         held=[m for m in holding if m.id in edited],
+        episodes=logged,
     )
     return _encoder.encode(snapshot)
 

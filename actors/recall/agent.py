@@ -10,7 +10,7 @@ the delimited blocks that go after the system prompt.
 from __future__ import annotations
 
 from collections.abc import Callable, Container, Iterable, Sequence
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import msgspec
 
@@ -36,6 +36,12 @@ REPLY_ROLES: Final = frozenset({"assistant", "agent_response"})
 BLOCK_SHARE: Final = 0.25
 #: Tokens of chat framing around the recall system message (role, separators).
 BLOCK_FRAMING: Final = 8
+
+
+class _CountedPart(RetainedPart, Protocol):
+    """A retained part that counts its changes (``changes`` moves on every one)."""
+
+    changes: int
 
 
 class RecallConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -79,13 +85,16 @@ class AgentRecall:
         self._cached: tuple[tuple[Any, ...], list[str]] | None = None
         # Recall's own parts: in the memory's durable snapshot, and kept by retention
         # together with the conversation.
-        self._parts: dict[str, RetainedPart] = {
+        self._parts: dict[str, _CountedPart] = {
             "insights": self.inbox,
             "longterm": self.longterm,
             "episodes": self.episodes,
             "keyed": self.keyed,
         }
-        retained = dict(self._parts)
+        # Each part's encoded state with its change count then: a part that did not
+        # change since is not encoded again.
+        self._encoded: dict[str, tuple[int, bytes | None]] = {}
+        retained: dict[str, RetainedPart] = dict(self._parts)
         if conversation is not None:
             retained["conversation"] = conversation
         policy = config.retention.policy_for(agent)
@@ -181,10 +190,21 @@ class AgentRecall:
             self._cached = (key, out)
         return out
 
-    def component_states(self) -> dict[str, bytes]:
-        """Every component's state, encoded (for the durable snapshot)."""
-        states = {name: part_snapshot(part) for name, part in self._parts.items()}
-        return {name: state for name, state in states.items() if state is not None}
+    def component_states(self, without: Container[str] = ()) -> dict[str, bytes]:
+        """Every component's state (but the ones named in ``without``), encoded (for
+        the durable snapshot); a part is encoded again only when its change count moved."""
+        encoded = self._encoded
+        states: dict[str, bytes] = {}
+        for name, part in self._parts.items():
+            if name in without:
+                continue
+            changes = part.changes
+            kept = encoded.get(name)
+            if kept is None or kept[0] != changes:
+                kept = encoded[name] = (changes, part_snapshot(part))
+            if kept[1] is not None:
+                states[name] = kept[1]
+        return states
 
     def load_component_states(self, states: dict[str, bytes]) -> None:
         """Load what :meth:`component_states` returned."""

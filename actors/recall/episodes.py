@@ -191,6 +191,9 @@ class EpisodicMemory(SnapshotState[EpisodeState]):
         self._core: dict[str, Message] = {}
         # Rendered core lines by message id: messages are immutable, sanitizing is not free.
         self._core_lines: dict[str, str] = {}
+        #: Moves on every change of what :meth:`export_state` returns (the owner
+        #: re-encodes the state only when it moved).
+        self.changes = 0
 
     # -- adding ----------------------------------------------------------------------
 
@@ -206,6 +209,7 @@ class EpisodicMemory(SnapshotState[EpisodeState]):
             if not isinstance(m, Message):
                 raise MemoryInputError(f"expected a Message, got {type(m).__name__}")
         rolled: list[Message] = []
+        self.changes += 1
         for m in batch:
             self._current.messages.append(m)
             self._working.append(m)
@@ -255,6 +259,7 @@ class EpisodicMemory(SnapshotState[EpisodeState]):
         """
         meta = _check_metadata(metadata)
         now = self.clock()
+        self.changes += 1
         if not self._current.messages:
             self._current = _Open(self._current.number, meta, now)
             return None
@@ -392,6 +397,7 @@ class EpisodicMemory(SnapshotState[EpisodeState]):
 
     def load_state(self, state: EpisodeState) -> None:
         """Replace everything with ``state``'s."""
+        self.changes += 1
         self._closed = list(state.episodes)
         cur = state.current
         if cur is None:
@@ -417,6 +423,7 @@ class EpisodicMemory(SnapshotState[EpisodeState]):
         held = any(m.id == message.id for e in self.episodes() for m in e.messages)
         if not held:
             return False
+        self.changes += 1
         self._closed = [
             msgspec.structs.replace(e, messages=tuple(swap(e.messages)))
             if any(m.id == message.id for m in e.messages)
@@ -434,6 +441,7 @@ class EpisodicMemory(SnapshotState[EpisodeState]):
 
     def clear(self) -> None:
         """Forget every episode and message; a fresh first episode opens."""
+        self.changes += 1
         self._closed.clear()
         self._current = _Open(1, {}, self.clock())
         self._working.clear()

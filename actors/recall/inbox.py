@@ -126,6 +126,9 @@ class InsightInbox(SnapshotState[InboxState]):
         # Per pool: where the chain stood when a missing delivery was last reported.
         self._reported: dict[str, int] = {}
         self.rejected = 0
+        #: Moves on every change of what :meth:`export_state` returns (the owner
+        #: re-encodes the state only when it moved).
+        self.changes = 0
         # BM25 over the held texts, appended to on accept, rebuilt after a removal.
         self._index: BM25 | None = None
         self._index_ids: list[str] = []
@@ -155,6 +158,7 @@ class InsightInbox(SnapshotState[InboxState]):
         norm = " ".join(words(insight.text))
         if insight.id in self._held or norm in self._texts:
             return False
+        self.changes += 1
         self._held[insight.id] = insight
         self._texts[norm] = insight.id
         if self._index is not None:
@@ -188,6 +192,7 @@ class InsightInbox(SnapshotState[InboxState]):
             self._reported[pool] = through
             return False, through, report
         self._cursors[pool] = delivery.number
+        self.changes += 1
         if delivery.insight.erased:
             held = self._held.get(delivery.insight.id)
             if held is not None:
@@ -197,6 +202,7 @@ class InsightInbox(SnapshotState[InboxState]):
         return True, delivery.number, False
 
     def _forget(self, insight: Insight) -> None:
+        self.changes += 1
         self._index = None
         self._held.pop(insight.id, None)
         norm = " ".join(words(insight.text))
@@ -248,6 +254,7 @@ class InsightInbox(SnapshotState[InboxState]):
             InsightSignatureError: a key is configured and a saved insight fails it.
         """
         self.clear()
+        self.changes += 1
         self._cursors = dict(state.cursors)
         for insight in state.insights:
             self.accept(insight)
@@ -255,6 +262,7 @@ class InsightInbox(SnapshotState[InboxState]):
     def clear(self) -> None:
         """Forget every held insight. The delivery cursors stay: they say which
         deliveries were applied, so one sent again is still not applied twice."""
+        self.changes += 1
         self._held.clear()
         self._texts.clear()
         self._index = None

@@ -278,6 +278,9 @@ class KeyedEntries(SnapshotState[KeyedState]):
         self._entries: dict[tuple[tuple[str, ...], str], KeyedEntry] = {}
         # When each entry was last read or written: its recency in a ranked search.
         self._accessed: dict[tuple[tuple[str, ...], str], float] = {}
+        #: Moves on every change of what :meth:`export_state` keeps (the owner
+        #: re-encodes the state only when it moved).
+        self.changes = 0
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -345,6 +348,7 @@ class KeyedEntries(SnapshotState[KeyedState]):
             ttl=ttl,
             expires=None if ttl is None else now + ttl,
         )
+        self.changes += 1
         self._entries[where] = entry
         self._accessed[where] = now
         return entry
@@ -365,6 +369,7 @@ class KeyedEntries(SnapshotState[KeyedState]):
         entry = self._entries.get(where)
         if entry is None:
             return None
+        self.changes += 1
         self._accessed[where] = now
         return self._refreshed(where, entry, now) if refresh_ttl else entry
 
@@ -378,6 +383,7 @@ class KeyedEntries(SnapshotState[KeyedState]):
         check_key(key)
         self.purge_expired(self.clock())
         where = (tuple(namespace), key)
+        self.changes += 1
         self._accessed.pop(where, None)
         return self._entries.pop(where, None) is not None
 
@@ -425,6 +431,7 @@ class KeyedEntries(SnapshotState[KeyedState]):
             found = [(where, e, None) for where, e in newest]
         out = []
         for where, entry, score in found[offset : offset + limit]:
+            self.changes += 1
             self._accessed[where] = now
             if refresh_ttl:
                 entry = self._refreshed(where, entry, now)
@@ -500,6 +507,7 @@ class KeyedEntries(SnapshotState[KeyedState]):
         now = self.clock() if now is None else now
         gone = [w for w, e in self._entries.items() if e.expires is not None and e.expires <= now]
         for where in gone:
+            self.changes += 1
             del self._entries[where]
             self._accessed.pop(where, None)
         return len(gone)
@@ -510,11 +518,13 @@ class KeyedEntries(SnapshotState[KeyedState]):
         if entry.ttl is None:
             return entry
         entry = msgspec.structs.replace(entry, expires=now + entry.ttl)
+        self.changes += 1
         self._entries[where] = entry
         return entry
 
     def clear(self) -> None:
         """Forget every entry."""
+        self.changes += 1
         self._entries.clear()
         self._accessed.clear()
 

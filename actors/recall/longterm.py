@@ -165,6 +165,9 @@ class LongTermMemory(SnapshotState[LongTermState]):
         #: Bumped when a retrieval touches memories (their recency changes): the
         #: owner's durable snapshot compares it to know the state moved.
         self.touches = 0
+        #: Moves on every change of what :meth:`export_state` returns (the owner
+        #: re-encodes the state only when it moved).
+        self.changes = 0
         self._by_text: dict[str, str] = {}
         self._vectors: dict[str, list[float]] = {}
         self._embedding_off_until = 0.0
@@ -221,6 +224,7 @@ class LongTermMemory(SnapshotState[LongTermState]):
     def refresh(self, entry_id: str, importance: float) -> None:
         """Make a memory recent again, its importance raised to ``importance``."""
         old = self._entries[entry_id]
+        self.changes += 1
         if importance > old.importance:
             self._entries[entry_id] = msgspec.structs.replace(old, importance=importance)
         self._accessed[entry_id] = self.clock()
@@ -275,6 +279,7 @@ class LongTermMemory(SnapshotState[LongTermState]):
             source_message_ids=source_message_ids,
             said=said,
         )
+        self.changes += 1
         self._entries[entry.id] = entry
         self._accessed[entry.id] = now
         self._by_text[norm] = entry.id
@@ -290,6 +295,7 @@ class LongTermMemory(SnapshotState[LongTermState]):
         entry = self._entries.pop(entry_id, None)
         if entry is None:
             return False
+        self.changes += 1
         self._accessed.pop(entry_id, None)
         self._vectors.pop(entry_id, None)
         norm = " ".join(words(entry.text))
@@ -307,6 +313,7 @@ class LongTermMemory(SnapshotState[LongTermState]):
         text = sanitize_insight_text(message.text(), self.config.max_entry_chars)
         norm = " ".join(words(text))
         changed = [e for e in self._entries.values() if message.id in e.source_message_ids]
+        self.changes += 1
         for old in changed:
             importance = old.importance if message.importance is None else message.importance
             accessed = self._accessed[old.id]
@@ -323,6 +330,7 @@ class LongTermMemory(SnapshotState[LongTermState]):
 
     def clear(self) -> None:
         """Forget everything."""
+        self.changes += 1
         self._entries.clear()
         self._accessed.clear()
         self._by_text.clear()
@@ -459,6 +467,7 @@ class LongTermMemory(SnapshotState[LongTermState]):
         ]
         if cfg.touch_on_retrieve and top:
             self.touches += 1
+            self.changes += 1
             for r in top:
                 self._accessed[r.entry.id] = now
         return top

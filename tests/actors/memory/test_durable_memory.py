@@ -24,17 +24,25 @@ from actormem.actors.memory.commands import (
     Clear,
     Context,
     Delete,
+    GetEntry,
     HeldInsights,
     Prune,
+    PutEntry,
     Record,
     Retrieve,
     Search,
     SetSummary,
     StartEpisode,
+    ToPool,
     Update,
 )
+from actormem.actors.memory.snapshot import MemorySnapshot, encode_snapshot
+from actormem.actors.pool.commands import Share
 from actormem.actors.pool.insights import Insight, InsightDelivery
+from actormem.actors.recall.agent import AgentRecall
+from actormem.actors.retention import part_snapshot
 from actormem.runtime import ActorContext
+from actormem.runtime.state import DurableChanges
 from tests.actors.memory.stored import StoredState
 from tests.support import examples
 
@@ -52,7 +60,7 @@ def commands(draw: st.DrawFn) -> list[Any]:
                 [
                     *("add", "add", "add", "add", "context", "delete", "prune"),
                     *("record", "retrieve", "insight", "clear", "episode", "reload", "held"),
-                    *("update", "update", "summary", "search"),
+                    *("update", "update", "summary", "search", "put", "get"),
                 ]
             )
         )
@@ -116,6 +124,12 @@ def commands(draw: st.DrawFn) -> list[Any]:
             roles = draw(st.sampled_from([None, ["user"], ["user", "assistant"]]))
             query = draw(st.sampled_from(WORDS))
             out.append(Search(query=query, mode="ranked", k=3, scope=scope, roles=roles))
+        elif kind == "put":
+            serial += 1
+            key = draw(st.sampled_from(WORDS))
+            out.append(PutEntry(namespace=("notes",), key=key, value={"n": serial}))
+        elif kind == "get":
+            out.append(GetEntry(namespace=("notes",), key=draw(st.sampled_from(WORDS))))
         elif kind == "held":
             out.append(HeldInsights(query="owl", k=5))
         else:
@@ -136,6 +150,7 @@ def _state(memory: AgentMemory) -> dict[str, Any]:
         "offloaded": sorted(memory._store.offloaded),
         "insights": [i.id for i in recall.inbox.export_state().insights],
         "longterm": sorted(e.text for e in longterm.entries),
+        "keyed": [(e.key, e.value) for e in recall.keyed.export_state().entries],
         "episodes": _episodes(recall.episodes.export_state()),
         # The live memory's standing indexes against the ones a reload builds afresh.
         "ranked": [
@@ -151,11 +166,16 @@ def _episodes(state: Any) -> Any:
     """Episodes by what they hold (ids and start times are made afresh)."""
     current = state.current
     return (
-        [(e.number, [m.id for m in e.messages]) for e in state.episodes],
-        None if current is None else [m.id for m in current.messages],
+        [(e.number, [_held(m) for m in e.messages]) for e in state.episodes],
+        None if current is None else [_held(m) for m in current.messages],
         list(state.working),
         [m.id if isinstance(m, Message) else m for m in state.core],
     )
+
+
+def _held(m: Message) -> Any:
+    """A message as recall holds it (an edit included)."""
+    return (m.id, m.content, m.metadata, m.importance)
 
 
 @settings(
@@ -214,11 +234,20 @@ def _replay_with_reloads(script: list[Any]) -> None:
                     # (ContextBudgetError among them: a budget below the smallest valid context)
                     assert isinstance(exc, MemoryInputError), exc
                 stored.keep(memory)
+                if memory._recall is not None:
+                    _check_encoded(memory._recall)
             before = _state(memory)
             stored.keep(memory)
             assert _state(fresh(stored.snapshot, stored.log)) == before
 
     anyio.run(run)
+
+
+def _check_encoded(recall: AgentRecall) -> None:
+    """The parts' states the snapshot holds (a part is encoded again only when its
+    change count moved) are the ones encoding each part afresh gives."""
+    afresh = {name: part_snapshot(part) for name, part in recall._parts.items()}
+    assert recall.component_states() == {k: v for k, v in afresh.items() if v is not None}
 
 
 @pytest.mark.anyio
@@ -237,3 +266,59 @@ async def test_plain_adds_store_no_snapshot_and_reload_by_replay() -> None:
         again.durable_restore(None, log)
         assert [m.id for m in again._store.working] == [m.id for m in memory._store.working]
         assert again._stats() == memory._stats()
+
+
+@pytest.mark.anyio
+async def test_a_command_handed_on_to_the_pool_stores_no_snapshot() -> None:
+    async with MemoryRuntime() as rt:
+        memory = memory_factory(rt.app_config)(ActorContext(rt, "memory/ada"))
+        memory.durable_restore(None, [])
+        await memory.receive(Add(messages=[Message(role="user", content="the mill is shut")]))
+        assert memory.durable_changes().snapshot is None
+        await memory.receive(ToPool(command=Share(text="the mill is shut", source="ada")))
+        assert memory.durable_changes() == DurableChanges([])
+
+
+async def _memory_with_episodes(rt: MemoryRuntime) -> tuple[AgentMemory, StoredState]:
+    """A memory after a few turns and an edit, its changes kept as the transport does."""
+    memory = memory_factory(rt.app_config)(ActorContext(rt, "memory/ada"))
+    memory.durable_restore(None, [])
+    stored = StoredState()
+    for n in range(6):
+        role = ROLES[n % 2]
+        await memory.receive(Add(messages=[Message(id=f"m{n}", role=role, content=f"owl {n}")]))
+    await memory.receive(Update(id="m2", content="owl two"))
+    await memory.receive(StartEpisode(metadata={"day": 2}))
+    await memory.receive(Add(messages=[Message(id="m6", role="user", content="lamp 6")]))
+    stored.keep(memory)
+    return memory, stored
+
+
+@pytest.mark.anyio
+async def test_the_snapshot_holds_the_episodes_messages_the_log_holds_by_id() -> None:
+    async with MemoryRuntime() as rt:
+        memory, stored = await _memory_with_episodes(rt)
+        assert stored.snapshot is not None
+        state = msgspec.msgpack.decode(stored.snapshot, type=MemorySnapshot)
+        assert "episodes" not in state.recall and state.episodes is not None
+        episodes = msgspec.msgpack.decode(state.episodes)
+        held = [m for e in [*episodes["episodes"], episodes["current"]] for m in e["messages"]]
+        # The edited message whole (the log holds its original), the others by id.
+        assert [m if isinstance(m, str) else m["content"] for m in held] == [
+            *("m0", "m1", "owl two", "m3", "m4", "m5", "m6")
+        ]
+        again = memory_factory(rt.app_config)(ActorContext(rt, "memory/ada"))
+        again.durable_restore(stored.snapshot, stored.log)
+        assert _state(again) == _state(memory)
+
+
+@pytest.mark.anyio
+async def test_a_snapshot_with_the_episodes_whole_still_loads() -> None:
+    async with MemoryRuntime() as rt:
+        memory, stored = await _memory_with_episodes(rt)
+        # As snapshots are encoded with no episodes apart: whole in the recall states.
+        whole = encode_snapshot(memory._store, memory._compaction, memory._recall, None)
+        assert "episodes" in msgspec.msgpack.decode(whole, type=MemorySnapshot).recall
+        again = memory_factory(rt.app_config)(ActorContext(rt, "memory/ada"))
+        again.durable_restore(whole, stored.log)
+        assert _state(again) == _state(memory)

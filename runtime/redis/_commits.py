@@ -33,7 +33,7 @@ import structlog
 from actormem.runtime._envelope import Envelope, Reply
 from actormem.runtime.errors import HandlerError, TransportError
 from actormem.runtime.redis import _scripts
-from actormem.runtime.redis._client import redis_errors, run_script
+from actormem.runtime.redis._client import redis_errors, run_script, wire
 from actormem.runtime.redis._due import DueTimes, latest_due
 from actormem.runtime.redis._erasure import Erasure
 from actormem.runtime.redis._retry import forever, retrying
@@ -478,7 +478,7 @@ class GroupCommit:
                         args.append(0)
         names += reply_keys
         with redis_errors(f"storing the state of {len(batch)} commands of shard {number}"):
-            result = await run_script(self._link.client, _scripts.COMMIT, names, args)
+            result = await run_script(wire(self._link.client), _scripts.COMMIT, names, args)
         if result == -1:
             log.warning("write_fenced_off", shard=number, commands=len(batch))
             return None
@@ -558,7 +558,7 @@ class GroupCommit:
         """XACK ``entries`` of ``shard`` now, if its lease is still ours."""
         with redis_errors("XACK"):
             result = await run_script(
-                self._link.client,
+                wire(self._link.client),
                 _scripts.ACK,
                 [self._keys.lease(shard.number), self._keys.stream(shard.number)],
                 [shard.lease, CONSUMER_GROUP, *entries],

@@ -30,7 +30,7 @@ from actormem.runtime.errors import (
     TransportError,
 )
 from actormem.runtime.ids import split_address
-from actormem.runtime.redis._client import redis_errors
+from actormem.runtime.redis._client import redis_errors, wire
 from actormem.runtime.redis._dead_letters import given_up
 from actormem.runtime.redis._loops import trim_settled, wait_open
 from actormem.runtime.redis._retry import forever
@@ -115,15 +115,18 @@ class Intake:
     ) -> None:
         config = self._config
         client: Any = self._link.client
-        blocking: Any = self._link.blocking_client
+        # One blocking read per shard at a time: the twin's pool holds one for each.
+        reads = wire(self._link.blocking_client, config.shards)
+        command = (
+            *("XREADGROUP", "GROUP", CONSUMER_GROUP, self._id, "COUNT", BATCH),
+            *("BLOCK", config.block_ms, "STREAMS", stream, ">"),
+        )
         host = self._link.host
 
         async def read() -> Any:
             try:
                 with redis_errors(f"XREADGROUP {stream}"):
-                    return await blocking.xreadgroup(
-                        CONSUMER_GROUP, self._id, {stream: ">"}, count=BATCH, block=config.block_ms
-                    )
+                    return await reads.execute_command(*command)
             except TransportError as exc:
                 cause = exc.__cause__
                 if isinstance(cause, rexc.ResponseError) and "NOGROUP" in str(cause):

@@ -257,7 +257,9 @@ class GroupCommit:
         dropped, and the command delivered again to a fresh activation loaded from
         what is stored)."""
         try:
-            changes = DurableChanges(*actor.durable_changes())
+            changes = actor.durable_changes()
+            if type(changes) is not DurableChanges:
+                changes = DurableChanges(*changes)  # a plain tuple of its fields
         except Exception as exc:
             log.exception("durable_changes_failed", actor=env.recipient, msg_id=env.id)
             if env.correlation is not None:

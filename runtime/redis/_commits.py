@@ -33,7 +33,7 @@ import structlog
 from actormem.runtime._envelope import Envelope, Reply
 from actormem.runtime.errors import HandlerError, TransportError
 from actormem.runtime.redis import _scripts
-from actormem.runtime.redis._client import redis_errors, run_script
+from actormem.runtime.redis._client import redis_errors, run_script, wire
 from actormem.runtime.redis._due import DueTimes, latest_due
 from actormem.runtime.redis._erasure import Erasure
 from actormem.runtime.redis._retry import forever, retrying
@@ -257,7 +257,9 @@ class GroupCommit:
         dropped, and the command delivered again to a fresh activation loaded from
         what is stored)."""
         try:
-            changes = DurableChanges(*actor.durable_changes())
+            changes = actor.durable_changes()
+            if type(changes) is not DurableChanges:
+                changes = DurableChanges(*changes)  # a plain tuple of its fields
         except Exception as exc:
             log.exception("durable_changes_failed", actor=env.recipient, msg_id=env.id)
             if env.correlation is not None:
@@ -405,7 +407,7 @@ class GroupCommit:
                         record.remember(env.id, keep)
         if status == 2:
             log.info("commit_already_stored", actor=address, msg_ids=[e.id for e in envelopes])
-        if stored:
+        if stored and pending.replies:
             kept = pending.kept_replies or {}
             answered.extend((env, reply, kept.get(env.id)) for env, reply in pending.replies)
         for env in envelopes:
@@ -419,74 +421,96 @@ class GroupCommit:
         keys, number = self._keys, shard.number
         by_actor: dict[str, list[int]] = {}
         for i, pending in enumerate(batch):
-            by_actor.setdefault(pending.envelopes[0].recipient, []).append(i)
+            address = pending.envelopes[0].recipient
+            indices = by_actor.get(address)
+            if indices is None:
+                by_actor[address] = [i]
+            else:
+                indices.append(i)
         names = [keys.lease(number), keys.stream(number), keys.unsent(number)]
+        now = time.time()
         args: list[Any] = [
             shard.lease,
             CONSUMER_GROUP,
-            f"{time.time():.6f}",
+            f"{now:.6f}",
             self._config.applied_keep,
             len(by_actor),
         ]
-        now = time.time()
         reply_keys: list[str] = []
         # Where each pending commit's commands start among the commands stored.
-        head: dict[int, int] = {}
+        head: list[int] = [0] * len(batch)
         slots = 0
         unsent: list[str] = []
         through = 0
+        unwritten = self._unsent.unwritten
         for address, indices in by_actor.items():
-            names += (
-                keys.actor_log(number, address),
-                keys.actor_snapshot(number, address),
-                keys.actor_applied(number, address),
-            )
-            args.append(sum(len(batch[i].envelopes) for i in indices))
+            names += keys.actor_state(number, address)
+            if len(indices) == 1:
+                args.append(len(batch[indices[0]].envelopes))
+            else:
+                args.append(sum(len(batch[i].envelopes) for i in indices))
             for i in indices:
                 pending = batch[i]
-                changes = pending.changes
-                following = len(pending.envelopes)
+                envelopes = pending.envelopes
+                remember = pending.remember
+                following = len(envelopes)
                 head[i] = slots
                 slots += following
-                for env in pending.envelopes:
+                for env in envelopes:
                     following -= 1
-                    kept = self._kept_reply(pending, env)
-                    if kept is not None:
+                    kept = self._kept_reply(pending, env) if pending.replies else None
+                    if kept is None:
+                        reply: Any = b""
+                        ttl = 0  # read only with a reply
+                    else:
+                        reply = kept
                         reply_keys.append(keys.reply(number, address, env.id))
-                    # The change set goes with the last command of the batch.
-                    last_command = following == 0
-                    appends = changes.log_appends if last_command else ()
-                    args += (
-                        following,
-                        env.entry if isinstance(env, StreamEnvelope) else "",
-                        env.id if pending.remember else "",
-                        "1" if last_command and changes.snapshot is not None else "0",
-                        (changes.snapshot or b"") if last_command else b"",
-                        "1" if last_command and changes.replace_log else "0",
-                        kept or b"",
-                        self._reply_ttl_ms(env, now),
-                        len(appends),
-                        *appends,
-                    )
-                    tells, last = self._unsent.unwritten(env)
-                    if tells:
+                        ttl = self._reply_ttl_ms(env, now)
+                    if isinstance(env, StreamEnvelope):
+                        entry, sent = env.entry, env.sent
+                    else:
+                        entry, sent = "", None
+                    command = env.id if remember else ""
+                    if following:
+                        args += (following, entry, command, "0", b"", "0", reply, ttl, 0)
+                    else:
+                        # The change set goes with the last command of the batch.
+                        changes = pending.changes
+                        snapshot, appends = changes.snapshot, changes.log_appends
+                        args += (
+                            0,
+                            entry,
+                            command,
+                            "0" if snapshot is None else "1",
+                            snapshot or b"",
+                            "1" if changes.replace_log else "0",
+                            reply,
+                            ttl,
+                            len(appends),
+                            *appends,
+                        )
+                    if sent:
+                        tells, last = unwritten(env)
                         args.append(len(tells))
-                        args += chain.from_iterable(tells)
-                        unsent += (tell for tell, _ in tells)
-                        through = max(through, last)
+                        if tells:
+                            args += chain.from_iterable(tells)
+                            unsent += (tell for tell, _ in tells)
+                            through = max(through, last)
                     else:
                         args.append(0)
         names += reply_keys
         with redis_errors(f"storing the state of {len(batch)} commands of shard {number}"):
-            result = await run_script(self._link.client, _scripts.COMMIT, names, args)
+            result = await run_script(wire(self._link.client), _scripts.COMMIT, names, args)
         if result == -1:
             log.warning("write_fenced_off", shard=number, commands=len(batch))
             return None
         if unsent:
             self._unsent.stored(shard, unsent, through)
-        await self._expire(number, {a: [batch[n].changes for n in i] for a, i in by_actor.items()})
+        if any(map(_touches_expiry, batch)):
+            stored = {a: [batch[n].changes for n in i] for a, i in by_actor.items()}
+            await self._expire(number, stored)
         # One status per command, the same for each of a batch: one per pending commit.
-        return [int(result[head[i]]) for i in range(len(batch))]
+        return [int(result[slot]) for slot in head]
 
     def _kept_reply(self, pending: PendingCommit, env: Envelope) -> bytes | None:
         """The encoded reply the commit keeps for ``env`` of ``pending`` (an ask with an
@@ -558,7 +582,7 @@ class GroupCommit:
         """XACK ``entries`` of ``shard`` now, if its lease is still ours."""
         with redis_errors("XACK"):
             result = await run_script(
-                self._link.client,
+                wire(self._link.client),
                 _scripts.ACK,
                 [self._keys.lease(shard.number), self._keys.stream(shard.number)],
                 [shard.lease, CONSUMER_GROUP, *entries],
@@ -599,6 +623,14 @@ def _stores_something(changes: DurableChanges) -> bool:
         or changes.discarded  # settled by a commit, then its entry deleted
         or changes.due_at is not None
     )
+
+
+def _touches_expiry(pending: PendingCommit) -> bool:
+    """True when ``pending``'s changes set an expiry or a due time (or may remove
+    it, see :func:`._due.latest_due`): only then does a commit pass through
+    :meth:`GroupCommit._expire`."""
+    changes = pending.changes
+    return bool(changes.expire_after) or changes.due_at is not None or changes.erase
 
 
 def _next_batch(commits: list[PendingCommit]) -> list[PendingCommit]:

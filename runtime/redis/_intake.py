@@ -30,7 +30,7 @@ from actormem.runtime.errors import (
     TransportError,
 )
 from actormem.runtime.ids import split_address
-from actormem.runtime.redis._client import redis_errors
+from actormem.runtime.redis._client import redis_errors, wire
 from actormem.runtime.redis._dead_letters import given_up
 from actormem.runtime.redis._loops import trim_settled, wait_open
 from actormem.runtime.redis._retry import forever
@@ -115,15 +115,18 @@ class Intake:
     ) -> None:
         config = self._config
         client: Any = self._link.client
-        blocking: Any = self._link.blocking_client
+        # One blocking read per shard at a time: the twin's pool holds one for each.
+        reads = wire(self._link.blocking_client, config.shards)
+        command = (
+            *("XREADGROUP", "GROUP", CONSUMER_GROUP, self._id, "COUNT", BATCH),
+            *("BLOCK", config.block_ms, "STREAMS", stream, ">"),
+        )
         host = self._link.host
 
         async def read() -> Any:
             try:
                 with redis_errors(f"XREADGROUP {stream}"):
-                    return await blocking.xreadgroup(
-                        CONSUMER_GROUP, self._id, {stream: ">"}, count=BATCH, block=config.block_ms
-                    )
+                    return await reads.execute_command(*command)
             except TransportError as exc:
                 cause = exc.__cause__
                 if isinstance(cause, rexc.ResponseError) and "NOGROUP" in str(cause):
@@ -142,9 +145,13 @@ class Intake:
                 continue
             response = await forever("read", read)
             for entries in _streams_read(response):
-                await self._load_records(shard, entries)
-                for entry_id, fields in entries:
-                    await self._accept(shard, entry_id.decode(), fields)
+                # Each entry decoded once: its recipient's record is loaded from it too.
+                batch = [
+                    self._decode(shard, entry_id.decode(), fields) for entry_id, fields in entries
+                ]
+                await self._load_records(shard, batch)
+                for entry, data, decoded in batch:
+                    await self._accept(shard, entry, data, decoded)
             await forever("ack", lambda: self._commits.flush_acks(shard))
             if time.monotonic() >= next_claim:
                 next_claim = time.monotonic() + claim_every
@@ -197,7 +204,8 @@ class Intake:
                     if fields is None:  # trimmed meanwhile: nothing left to do
                         await self._commits.ack(shard, [entry])
                     else:
-                        await self._accept(shard, entry_id.decode(), fields, redelivered=True)
+                        read = self._decode(shard, entry_id.decode(), fields, redelivered=True)
+                        await self._accept(shard, *read)
             if len(page) < BATCH:
                 return
             start = "(" + page[-1]["message_id"].decode()
@@ -213,53 +221,46 @@ class Intake:
         if bound is not None:
             log.debug("stream_trimmed", stream=stream, below=f"{bound[0]}-{bound[1]}")
 
-    async def _accept(
-        self,
-        shard: Shard,
-        entry: str,
-        fields: dict[bytes, bytes] | list[bytes],
-        redelivered: bool = False,
-    ) -> None:
-        """Check, deduplicate and deliver one stream entry (``redelivered``: claimed
-        from the pending list, not read new)."""
-        config, dead_letters = self._config, self._dead_letters
+    def _decode(
+        self, shard: Shard, entry: str, fields: Any, redelivered: bool = False
+    ) -> tuple[str, bytes | None, Envelope | MessageDecodeError | None]:
+        """``entry``, its data (its ``e`` field) and its envelope decoded (an
+        error when it does not decode; None when there is no data, or too much):
+        ``redelivered``: claimed from the pending list, not read new."""
         data = _field_e(fields)
-        if data is None:
-            await dead_letters.write(shard, entry, None, "the entry has no 'e' field")
-            return
-        if len(data) > config.max_message_bytes:
-            reason = (
-                f"the entry is {len(data)} bytes, over max_message_bytes={config.max_message_bytes}"
-            )
-            await dead_letters.write(shard, entry, data, reason)
-            return
+        if data is None or len(data) > self._config.max_message_bytes:
+            return entry, data, None
         kind = RedeliveredEnvelope if redelivered else StreamEnvelope
         try:
             env = self._codec.decode_envelope(
                 data, kind, shard=shard.number, entry=entry, lease=shard.lease
             )
         except MessageDecodeError as exc:
-            copied = self._codec.copy_of(data)
-            if copied is not None:
-                # A copy of an ask sent again while its reply was slow: its first
-                # copy was refused or dead-lettered, and its asker answered, already.
-                self.duplicates += 1
-                await self._commits.ack(shard, [entry])
-                actor = self._codec.recipient(data)
-                log.info("duplicate_skipped", actor=actor, msg_id=copied, entry=entry)
-                return
-            refusal = self._codec.refusal(data)
-            if refusal is not None and self._codec.reply_address(data) is not None:
-                # Bad input in a well-formed ask: the asker's mistake, answered like
-                # any refused command, not a dead letter.
-                await dead_letters.answer_asker(data, lambda _: refusal)
-                await self._commits.ack(shard, [entry])
-                log.info("command_refused", shard=shard.number, entry=entry, reason=str(refusal))
-                return
-            await dead_letters.write(shard, entry, data, str(exc))
-            error = exc
-            await dead_letters.answer_asker(data, lambda _: error)
+            return entry, data, exc
+        return entry, data, env
+
+    async def _accept(
+        self,
+        shard: Shard,
+        entry: str,
+        data: bytes | None,
+        decoded: Envelope | MessageDecodeError | None,
+    ) -> None:
+        """Check, deduplicate and deliver one stream entry, as :meth:`_decode` read it."""
+        config, dead_letters = self._config, self._dead_letters
+        if data is None:
+            await dead_letters.write(shard, entry, None, "the entry has no 'e' field")
             return
+        if decoded is None:
+            reason = (
+                f"the entry is {len(data)} bytes, over max_message_bytes={config.max_message_bytes}"
+            )
+            await dead_letters.write(shard, entry, data, reason)
+            return
+        if isinstance(decoded, MessageDecodeError):
+            await self._undecodable(shard, entry, data, decoded)
+            return
+        env = decoded
         record = self._held.actors.get(env.recipient)
         if record is None or record.shard != shard.number:
             # A held record's address was checked when it was made (a record is made
@@ -292,6 +293,31 @@ class Intake:
         except ActorError as exc:  # no actor can take it: unknown kind, stopped, ...
             self._held.dropped(delivery)
             await self._refuse(shard, entry, data, delivery, exc)
+
+    async def _undecodable(
+        self, shard: Shard, entry: str, data: bytes, error: MessageDecodeError
+    ) -> None:
+        """Skip, refuse or dead-letter an entry whose envelope does not decode."""
+        dead_letters = self._dead_letters
+        copied = self._codec.copy_of(data)
+        if copied is not None:
+            # A copy of an ask sent again while its reply was slow: its first
+            # copy was refused or dead-lettered, and its asker answered, already.
+            self.duplicates += 1
+            await self._commits.ack(shard, [entry])
+            actor = self._codec.recipient(data)
+            log.info("duplicate_skipped", actor=actor, msg_id=copied, entry=entry)
+            return
+        refusal = self._codec.refusal(data)
+        if refusal is not None and self._codec.reply_address(data) is not None:
+            # Bad input in a well-formed ask: the asker's mistake, answered like
+            # any refused command, not a dead letter.
+            await dead_letters.answer_asker(data, lambda _: refusal)
+            await self._commits.ack(shard, [entry])
+            log.info("command_refused", shard=shard.number, entry=entry, reason=str(refusal))
+            return
+        await dead_letters.write(shard, entry, data, str(error))
+        await dead_letters.answer_asker(data, lambda _: error)
 
     async def _refuse(
         self, shard: Shard, entry: str, data: bytes, env: StreamEnvelope, error: ActorError
@@ -351,18 +377,19 @@ class Intake:
                 record = actors[address] = ActorRecord(shard, [i.decode() for i in ids])
         return record
 
-    async def _load_records(self, shard: Shard, entries: list[Any]) -> None:
-        """Load, in one round trip, the records of the actors ``entries`` are for
-        that this worker does not hold, with their stored state for their
-        activation: instead of two round trips for each, one actor at a time. An
-        entry this cannot read is left to :meth:`_accept`, and so is everything
-        when Redis fails here."""
+    async def _load_records(self, shard: Shard, read: list[tuple[str, bytes | None, Any]]) -> None:
+        """Load, in one round trip, the records of the actors the entries ``read``
+        (see :meth:`_decode`) are for that this worker does not hold, with their
+        stored state for their activation: instead of two round trips for each, one
+        actor at a time. An entry that did not decode is left to :meth:`_accept`,
+        and so is everything when Redis fails here."""
         actors, shards = self._held.actors, self._config.shards
         wanted: dict[str, None] = {}
-        for _, fields in entries:
-            data = _field_e(fields)
-            address = None if data is None else self._codec.recipient(data)
-            if address is None or address in actors or address in wanted:
+        for _, _, env in read:
+            if not isinstance(env, Envelope):
+                continue
+            address = env.recipient
+            if address in actors or address in wanted:
                 continue
             try:
                 split_address(address)

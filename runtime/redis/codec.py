@@ -79,6 +79,15 @@ class _WireReply(msgspec.Struct, kw_only=True, omit_defaults=True):
     error_address: str | None = None
 
 
+def _typed_wire(body: Any) -> type[msgspec.Struct]:
+    """:class:`_WireEnvelope` with its body decoded as ``body`` (the registered types)."""
+    fields = [
+        (f.name, body if f.name == "body" else f.type, f.default)
+        for f in msgspec.structs.fields(_WireEnvelope)
+    ]
+    return msgspec.defstruct("_TypedWireEnvelope", fields, kw_only=True)
+
+
 class _Addressed(msgspec.Struct):
     """The recipient of an envelope, and nothing else of it."""
 
@@ -106,6 +115,9 @@ class Codec:
         self._types: dict[type[Any], None] = {}
         self._by_tag: dict[tuple[str | None, Any], type[msgspec.Struct]] = {}
         self._body_decoder: msgspec.msgpack.Decoder[Any] = msgspec.msgpack.Decoder()
+        self._typed_decoder: msgspec.msgpack.Decoder[Any] = msgspec.msgpack.Decoder(
+            _typed_wire(Any)
+        )
         self._errors: dict[str, type[BaseException]] = {}
         self._reply_decoders: dict[Any, msgspec.msgpack.Decoder[Any]] = {}
         self.register_message_types(*message_types)
@@ -131,14 +143,15 @@ class Codec:
         for t in types:
             config = t.__struct_config__
             self._by_tag[(config.tag_field, config.tag)] = t
+        body_type = Union[(*merged, *_PLAIN)] if merged else Any
         try:
-            decoder: msgspec.msgpack.Decoder[Any] = msgspec.msgpack.Decoder(
-                Union[(*merged, *_PLAIN)] if merged else Any
-            )
+            decoder: msgspec.msgpack.Decoder[Any] = msgspec.msgpack.Decoder(body_type)
+            typed = msgspec.msgpack.Decoder(_typed_wire(body_type))
         except TypeError as exc:
             raise TypeError(f"cannot register message types: {exc}") from exc
         self._types = merged
         self._body_decoder = decoder
+        self._typed_decoder = typed
 
     def register_error_types(self, *types: type[BaseException]) -> None:
         """Rebuild errors of these classes (by class name) on the asking side."""
@@ -193,15 +206,12 @@ class Codec:
             MessageDecodeError: not an envelope, or a body of no registered type.
         """
         try:
-            wire = self._wire_decoder.decode(data)
-        except _DECODE_ERRORS as exc:
-            raise MessageDecodeError(f"not a valid envelope: {exc}") from exc
-        try:
-            body = self._body_decoder.decode(wire.body)
-        except _DECODE_ERRORS as exc:
-            raise MessageDecodeError(
-                f"envelope {wire.id or '?'} for {wire.recipient}: invalid body: {exc}"
-            ) from exc
+            # Envelope and body in one pass; what fails is decoded again in two, so
+            # that the error says which part is wrong.
+            wire = self._typed_decoder.decode(data)
+            body = wire.body
+        except _DECODE_ERRORS:
+            wire, body = self._decode_parts(data)
         return kind(
             recipient=wire.recipient,
             body=body,
@@ -213,6 +223,24 @@ class Codec:
             resent=wire.resent,
             **extra,
         )
+
+    def _decode_parts(self, data: bytes) -> tuple[_WireEnvelope, Any]:
+        """The envelope ``data`` and its body, decoded one after the other.
+
+        Raises:
+            MessageDecodeError: not an envelope, or a body of no registered type.
+        """
+        try:
+            wire = self._wire_decoder.decode(data)
+        except _DECODE_ERRORS as exc:
+            raise MessageDecodeError(f"not a valid envelope: {exc}") from exc
+        try:
+            body = self._body_decoder.decode(wire.body)
+        except _DECODE_ERRORS as exc:
+            raise MessageDecodeError(
+                f"envelope {wire.id or '?'} for {wire.recipient}: invalid body: {exc}"
+            ) from exc
+        return wire, body
 
     def recipient(self, data: bytes) -> str | None:
         """The recipient of the envelope ``data``, without decoding its body; None

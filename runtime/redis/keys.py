@@ -106,6 +106,12 @@ class Keys:
         """Command ids an actor has applied (zset scored by the id's time)."""
         return f"{self.tag(shard)}:agent:{address}:done"
 
+    def actor_state(self, shard: int, address: str) -> tuple[str, str, str]:
+        """An actor's log, snapshot and applied ids (:meth:`actor_log`,
+        :meth:`actor_snapshot`, :meth:`actor_applied`), named at once."""
+        agent = f"{self.prefix}:{{s{shard}}}:agent:{address}"
+        return f"{agent}:log", f"{agent}:snap", f"{agent}:done"
+
     def reply(self, shard: int, address: str, command: str) -> str:
         """The reply kept for command ``command`` applied by the actor at ``address``."""
         return f"{self.tag(shard)}:agent:{address}:reply:{command}"

@@ -86,6 +86,17 @@ def test_the_recipient_is_read_without_the_body() -> None:
         assert codec.recipient(garbage) is None
 
 
+def test_a_type_registered_later_is_decoded_as_its_own_class() -> None:
+    codec = Codec((ListItems,))
+    data = codec.encode_envelope(Envelope(recipient="shop/a", body=ListItems(3), id="x"))
+    assert codec.decode_envelope(data) == Envelope(recipient="shop/a", body=ListItems(3), id="x")
+    later = Codec((AddItem,)).encode_envelope(Envelope(recipient="shop/a", body=AddItem(Item("y"))))
+    with pytest.raises(MessageDecodeError, match="invalid body"):
+        codec.decode_envelope(later)
+    codec.register_message_types(AddItem)
+    assert codec.decode_envelope(later).body == AddItem(Item("y"))
+
+
 def test_a_body_of_an_unknown_type_is_a_decode_error() -> None:
     other = Codec()
     data = other.encode_envelope(Envelope(recipient="a/b", body={"type": "Nope", "x": 1}))

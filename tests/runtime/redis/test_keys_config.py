@@ -33,6 +33,11 @@ def test_a_shards_stream_lease_and_agent_state_share_one_hash_tag() -> None:
     }
     assert tags == {"s17"}
     assert keys.stream(17) == "am:{s17}:stream"
+    assert keys.actor_state(17, "memory/alice") == (
+        keys.actor_log(17, "memory/alice"),
+        keys.actor_snapshot(17, "memory/alice"),
+        keys.actor_applied(17, "memory/alice"),
+    )
 
 
 def test_every_key_starts_with_the_prefix() -> None:

@@ -407,7 +407,12 @@ class GroupCommit:
             log.info("commit_already_stored", actor=address, msg_ids=[e.id for e in envelopes])
         if stored:
             kept = pending.kept_replies or {}
-            answered.extend((env, reply, kept.get(env.id)) for env, reply in pending.replies)
+            written = pending.written
+            answered.extend(
+                (env, reply, kept.get(env.id))
+                for n, (env, reply) in enumerate(pending.replies)
+                if n not in written
+            )
         for env in envelopes:
             if isinstance(env, StreamEnvelope):
                 env.commit = None
@@ -477,6 +482,7 @@ class GroupCommit:
                     else:
                         args.append(0)
         names += reply_keys
+        args += self._reply_writes(batch, head, names)
         with redis_errors(f"storing the state of {len(batch)} commands of shard {number}"):
             result = await run_script(self._link.client, _scripts.COMMIT, names, args)
         if result == -1:
@@ -487,6 +493,43 @@ class GroupCommit:
         await self._expire(number, {a: [batch[n].changes for n in i] for a, i in by_actor.items()})
         # One status per command, the same for each of a batch: one per pending commit.
         return [int(result[head[i]]) for i in range(len(batch))]
+
+    def _reply_writes(
+        self, batch: list[PendingCommit], head: dict[int, int], names: list[str]
+    ) -> list[Any]:
+        """The arguments that have the commit call write the replies waiting for it to
+        their askers' reply streams itself (see ``Replies.stream_of``; the streams are
+        appended to ``names``): a reply then costs no round trip and no outbox turn of
+        its own after the commit, and goes only if its command is stored. Marks them in
+        each pending commit's ``written``; the others are sent once it is stored."""
+        replies = self._replies
+        args: list[Any] = []
+        streams: dict[str, int] = {}
+        count = 0
+        for i, pending in enumerate(batch):
+            if not pending.replies:
+                pending.written = frozenset()
+                continue
+            envelopes = pending.envelopes
+            kept = pending.kept_replies or {}
+            written: list[int] = []
+            for n, (env, reply) in enumerate(pending.replies):
+                stream = replies.stream_of(env)
+                if stream is None:
+                    continue
+                index = streams.get(stream)
+                if index is None:
+                    names.append(stream)
+                    index = streams[stream] = len(names)
+                # Its command's number among the call's (1 = the first).
+                number = head[i] + 1 + (0 if len(envelopes) == 1 else _position(envelopes, env))
+                data = kept.get(env.id) or replies.encode(env, reply)
+                args += (number, index, data)
+                written.append(n)
+                count += 1
+            pending.written = frozenset(written)
+        args += (*replies.stream_args(), count)
+        return args
 
     def _kept_reply(self, pending: PendingCommit, env: Envelope) -> bytes | None:
         """The encoded reply the commit keeps for ``env`` of ``pending`` (an ask with an
@@ -599,6 +642,11 @@ def _stores_something(changes: DurableChanges) -> bool:
         or changes.discarded  # settled by a commit, then its entry deleted
         or changes.due_at is not None
     )
+
+
+def _position(envelopes: list[Envelope], env: Envelope) -> int:
+    """Where ``env`` itself (not an equal envelope) is in ``envelopes``."""
+    return next(n for n, other in enumerate(envelopes) if other is env)
 
 
 def _next_batch(commits: list[PendingCommit]) -> list[PendingCommit]:

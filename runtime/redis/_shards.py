@@ -103,9 +103,11 @@ class PendingCommit:
             commands).
         replies: the replies waiting for the commit, with the command each answers.
         kept_replies: the encoded reply kept with each command, by command id.
+        written: the indices in ``replies`` of those the commit call writes to their
+            askers itself (the others are sent once it is stored).
     """
 
-    __slots__ = ("changes", "envelopes", "kept_replies", "remember", "replies")
+    __slots__ = ("changes", "envelopes", "kept_replies", "remember", "replies", "written")
 
     def __init__(
         self, envelopes: list[Envelope], changes: DurableChanges, remember: bool = True
@@ -115,6 +117,7 @@ class PendingCommit:
         self.remember = remember
         self.replies: list[tuple[Envelope, Reply]] = []
         self.kept_replies: dict[str, bytes] | None = None
+        self.written: frozenset[int] = frozenset()
 
 
 class Shard:

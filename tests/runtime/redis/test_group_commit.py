@@ -128,6 +128,10 @@ async def test_commands_handled_while_a_commit_is_in_flight_share_the_next_one(
 Command = tuple[str, str, bytes | None, bool, list[bytes]]
 
 
+#: The end of the commit script's ARGV when it writes no reply to a reply stream.
+NO_REPLY_WRITES: list[Any] = [b"r", 100, 60_000, 0]
+
+
 def _group(
     commands: list[Command],
     replies: dict[str, bytes] | None = None,
@@ -180,6 +184,7 @@ async def test_the_commit_script_stores_each_agent_s_commands_once_and_in_order(
                 {entries[0]: b"R1"},
                 {entries[0]: [("a1.1", b"T1"), ("a1.fwd", b"F1")]},
             ),
+            *NO_REPLY_WRITES,
         ],
     )
     assert first == [1]
@@ -211,6 +216,7 @@ async def test_the_commit_script_stores_each_agent_s_commands_once_and_in_order(
                     (entries[6], "c3", None, False, [b"dup"]),
                 ]
             ),
+            *NO_REPLY_WRITES,
         ],
     )
     assert second == [2, 1, 1, 1, 1, 1, 2]
@@ -228,8 +234,50 @@ async def test_the_commit_script_stores_each_agent_s_commands_once_and_in_order(
     await redis_client.set(lease, "2:other")
     fenced = await commit(
         keys=[lease, stream, unsent, *agent_keys("a")],
-        args=[*head(1), *_group([("", "a9", None, False, [b"late"])], None, {"": [("a9.1", b"")]})],
+        args=[
+            *head(1),
+            *_group([("", "a9", None, False, [b"late"])], None, {"": [("a9.1", b"")]}),
+            *NO_REPLY_WRITES,
+        ],
     )
     assert fenced == -1
     assert await redis_client.hlen(unsent) == 3
     assert await redis_client.llen(keys.actor_log(0, "a")) == 4
+
+
+async def test_the_commit_call_writes_the_replies_of_the_commands_it_stores(
+    redis_client: aioredis.Redis, redis_config: RedisConfig
+) -> None:
+    keys = Keys(redis_config.prefix)
+    stream, lease, unsent = keys.stream(0), keys.lease(0), keys.unsent(0)
+    replies = keys.replies("asker")
+    await redis_client.set(lease, "1:w")
+    await redis_client.xgroup_create(stream, "g", id="0", mkstream=True)
+    entries = [(await redis_client.xadd(stream, {b"e": b"x"})).decode() for _ in range(3)]
+    await redis_client.xreadgroup("g", "c", {stream: ">"})
+    commit = redis_client.register_script(_scripts.COMMIT)
+    names = [lease, stream, unsent, *(k(0, "a") for k in (keys.actor_log, keys.actor_snapshot))]
+    names += [keys.actor_applied(0, "a"), replies]
+
+    async def call(commands: list[Command], following: dict[str, int], written: list[Any]) -> Any:
+        """The commands, and the replies (command number, reply) written to ``replies``."""
+        tail = [x for number, reply in written for x in (number, len(names), reply)]
+        args = ["1:w", "g", "1000.5", 100, 1, *_group(commands, None, None, following)]
+        return await commit(keys=names, args=[*args, *tail, b"r", 100, 5_000, len(written)])
+
+    first = await call([(entries[0], "a1", None, False, [b"x1"])], {}, [(1, b"R1")])
+    assert first == [1]
+    assert [f for _, f in await redis_client.xrange(replies)] == [{b"r": b"R1"}]
+    assert 0 < await redis_client.pttl(replies) <= 5_000
+    # A change set of which one command was applied and one not stores nothing, and
+    # writes no reply.
+    partly = [(entries[1], "a1", None, False, [b"x1"]), (entries[2], "a2", None, False, [b"x2"])]
+    assert await call(partly, {entries[1]: 1}, [(1, b"R1 again"), (2, b"R2")]) == [3, 3]
+    assert await redis_client.xlen(replies) == 1
+    # The same command again (a commit whose reply was lost): answered again.
+    assert await call(partly[:1], {}, [(1, b"R1 again")]) == [2]
+    assert [f[b"r"] for _, f in await redis_client.xrange(replies)] == [b"R1", b"R1 again"]
+    # Fenced off: nothing written.
+    await redis_client.set(lease, "2:other")
+    assert await call(partly[1:], {}, [(1, b"R2")]) == -1
+    assert await redis_client.xlen(replies) == 2

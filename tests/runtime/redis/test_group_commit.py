@@ -11,6 +11,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from actormem.runtime.redis import Keys, RedisConfig, _scripts, connect, shard_of
+from actormem.runtime.redis._commits import _COMMIT_CALLS
 from tests.runtime.redis.test_transport import worker
 from tests.support.actors import Add, GetState
 
@@ -114,10 +115,10 @@ async def test_commands_handled_while_a_commit_is_in_flight_share_the_next_one(
                     await anyio.sleep(0.01)
             commits = GatedRedis.commits
             states = [await rt.ref(a).ask(GetState()) for a in agents]
-        # Each shard's first call carried what was there when it started, and one
-        # more call the rest: 101 commands, two calls per shard at most.
+        # Each shard's first calls (one per actor they hold, _COMMIT_CALLS at most)
+        # carried what was there when they started, and as many more calls the rest.
         shards = {shard_of(a, redis_config.shards) for a in agents}
-        assert commits <= 2 * len(shards), commits
+        assert commits <= 2 * _COMMIT_CALLS * len(shards), commits
         assert states[0].tokens == ["first", *(f"t{n}" for n in range(0, 100, 5))]
         for i, state in enumerate(states[1:], 1):
             assert state.tokens == [f"t{n}" for n in range(i, 100, 5)]
@@ -126,6 +127,64 @@ async def test_commands_handled_while_a_commit_is_in_flight_share_the_next_one(
 
 
 Command = tuple[str, str, bytes | None, bool, list[bytes]]
+
+
+class OneActorGated(aioredis.Redis):
+    """A client whose commit calls storing ``held``'s changes wait for ``gate``."""
+
+    gate: anyio.Event
+    held: str = ""
+    stuck = 0
+
+    async def execute_command(self, *args: Any, **options: Any) -> Any:
+        if args[0] == "EVALSHA" and args[1] == COMMIT_SHA and self.held in args:
+            type(self).stuck += 1
+            await self.gate.wait()
+        return await super().execute_command(*args, **options)
+
+
+async def test_a_commit_call_in_flight_holds_back_only_its_own_actors(
+    redis_config: RedisConfig, redis_client: aioredis.Redis
+) -> None:
+    keys = Keys(redis_config.prefix)
+    shards = redis_config.shards
+    slow = "ledger/slow"
+    # Another actor of the same shard.
+    fast = next(
+        f"ledger/f{i}"
+        for i in range(1000)
+        if shard_of(f"ledger/f{i}", shards) == shard_of(slow, shards)
+    )
+    client = OneActorGated.from_pool(connect(redis_config).connection_pool)
+    client.gate = anyio.Event()
+    OneActorGated.held = keys.actor_log(shard_of(slow, shards), slow)
+    OneActorGated.stuck = 0
+    try:
+        async with worker(client, redis_config) as rt:
+            await rt.ref(slow).tell(Add("s1"))
+            with anyio.fail_after(10):
+                while not OneActorGated.stuck:  # noqa: ASYNC110 (test poll)
+                    await anyio.sleep(0.01)
+            answered: list[int] = []
+
+            async def ask_slow() -> None:
+                answered.append(await rt.ref(slow).ask(Add("s2", 2)))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(ask_slow)
+                # The other actor's commit does not wait for the stuck call...
+                with anyio.fail_after(10):
+                    assert await rt.ref(fast).ask(Add("f1", 7)) == 7
+                # ... but the stuck actor's next one does: no answer, nothing stored.
+                await anyio.sleep(0.2)
+                assert answered == []
+                assert await redis_client.llen(OneActorGated.held) == 0
+                client.gate.set()
+            assert answered == [3]
+            assert (await rt.ref(slow).ask(GetState())).tokens == ["s1", "s2"]
+        assert await redis_client.lrange(OneActorGated.held, 0, -1) == [b"s1", b"s2"]
+    finally:
+        await client.aclose()
 
 
 #: The end of the commit script's ARGV when it writes no reply to a reply stream.

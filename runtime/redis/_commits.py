@@ -92,6 +92,10 @@ class GroupCommit:
         self.metrics: Metrics | None = None
         #: The due times of the actors of the shards owned here.
         self.due = DueTimes(link, held)
+        # Calls started while another of their shard was in flight, and how many may
+        # be at once: a share of the connection pool, the rest kept for the others.
+        self._second_calls = 0
+        self._second_limit = max(1, self._config.pool_size // 4)
 
     async def activated(self, address: str, actor: Actor) -> None:
         """Load a durable actor's state from Redis before its ``on_start``.
@@ -342,35 +346,45 @@ class GroupCommit:
         that call does not hold need not wait for it: up to ``_COMMIT_CALLS`` calls
         are in flight at once, each for actors the others do not hold, so that an
         actor's changes are stored in the order it made them (each Lua call is
-        atomic and fenced on its own).
+        atomic and fenced on its own). A worker's second calls take a quarter of its
+        connection pool at most.
         """
         async with anyio.create_task_group() as tg:
             while True:
                 await shard.commit_ready.wait()
                 shard.commit_ready = anyio.Event()
                 while shard.calls < _COMMIT_CALLS:
+                    second = shard.calls > 0
+                    if second and self._second_calls >= self._second_limit:
+                        break
                     batch = _take(shard)
                     if not batch:
                         break
-                    tg.start_soon(functools.partial(self._commit, shard, batch, retry=True))
+                    call = functools.partial(self._commit, shard, batch, retry=True, second=second)
+                    tg.start_soon(call)
 
-    async def _commit(self, shard: Shard, batch: list[PendingCommit], *, retry: bool) -> None:
+    async def _commit(
+        self, shard: Shard, batch: list[PendingCommit], *, retry: bool, second: bool = False
+    ) -> None:
         """Store ``batch`` (taken off the queue, its actors held), retrying while Redis
         is away if ``retry``; when that fails or is cancelled (the shard is lost or
         given back) the batch goes back to the head of the queue, stored or not:
         settling stores it again (once more, if it was, only acks it), or the shard's
-        next owner handles its commands again.
+        next owner handles its commands again (``second``: started while another call
+        of the shard was in flight).
 
         Raises:
             TransportError: Redis is away or failed (without ``retry``).
         """
         store = functools.partial(self._store_timed, shard, batch)
+        self._second_calls += second
         try:
             statuses = await (forever("commit", store) if retry else store())
         except BaseException:
             shard.commits[:0] = batch
             raise
         finally:
+            self._second_calls -= second
             _release(shard, batch)
         await self._stored(shard, batch, statuses)
 

@@ -4,7 +4,10 @@ A durable actor's changes join its shard's next *group commit*: one fenced Lua
 call stores every command handled while the previous call was in flight (its
 changes, its id among the applied ones, the reply to it if it was asked, the
 tells it sent that are not written yet (``_unsent``), its XACK), and the replies
-to those commands are sent only once their changes are stored. A reply kept so
+to those commands go only once their changes are stored: the call writes them to
+their askers' reply streams itself, where it can (not on a Redis Cluster). Two
+calls of a shard may be in flight at once, each for actors the other does not
+hold, so a slow call holds back only its own actors' next changes. A reply kept so
 (until its ask's deadline, at most ``reply_ttl_ms``) answers the same ask sent
 again, even after the worker that applied it died before its reply went out. A
 command that stores nothing (a read, or one to an actor that is not durable) is
@@ -59,6 +62,8 @@ _COMMIT_BATCH: Final = 256
 _COMMIT_BYTES: Final = 64 << 20
 #: Handled commands waiting for their commit, per shard, before handlers wait.
 _COMMIT_QUEUE: Final = 1024
+#: Commit calls in flight per shard, at most (each for actors the others do not hold).
+_COMMIT_CALLS: Final = 2
 #: Seconds a kept reply outlives its ask's deadline.
 _REPLY_SLACK: Final = 1.0
 
@@ -87,6 +92,10 @@ class GroupCommit:
         self.metrics: Metrics | None = None
         #: The due times of the actors of the shards owned here.
         self.due = DueTimes(link, held)
+        # Calls started while another of their shard was in flight, and how many may
+        # be at once: a share of the connection pool, the rest kept for the others.
+        self._second_calls = 0
+        self._second_limit = max(1, self._config.pool_size // 4)
 
     async def activated(self, address: str, actor: Actor) -> None:
         """Load a durable actor's state from Redis before its ``on_start``.
@@ -334,17 +343,56 @@ class GroupCommit:
     async def run(self, shard: Shard) -> None:
         """Store the shard's queued changes, a batch per call, for as long as it is owned.
 
-        While one call is in flight the handlers go on and the next batch gathers:
-        the cost of a commit is shared by every command it carries.
+        While a call is in flight the handlers go on and the next batch gathers: the
+        cost of a commit is shared by every command it carries. The batch of actors
+        that call does not hold need not wait for it: up to ``_COMMIT_CALLS`` calls
+        are in flight at once, each for actors the others do not hold, so that an
+        actor's changes are stored in the order it made them (each Lua call is
+        atomic and fenced on its own). A worker's second calls take a quarter of its
+        connection pool at most.
         """
-        while True:
-            await shard.commit_ready.wait()
-            shard.commit_ready = anyio.Event()
-            await forever("commit", lambda: self.flush(shard))
+        async with anyio.create_task_group() as tg:
+            while True:
+                await shard.commit_ready.wait()
+                shard.commit_ready = anyio.Event()
+                while shard.calls < _COMMIT_CALLS:
+                    second = shard.calls > 0
+                    if second and self._second_calls >= self._second_limit:
+                        break
+                    batch = _take(shard)
+                    if not batch:
+                        break
+                    call = functools.partial(self._commit, shard, batch, retry=True, second=second)
+                    tg.start_soon(call)
+
+    async def _commit(
+        self, shard: Shard, batch: list[PendingCommit], *, retry: bool, second: bool = False
+    ) -> None:
+        """Store ``batch`` (taken off the queue, its actors held), retrying while Redis
+        is away if ``retry``; when that fails or is cancelled (the shard is lost or
+        given back) the batch goes back to the head of the queue, stored or not:
+        settling stores it again (once more, if it was, only acks it), or the shard's
+        next owner handles its commands again (``second``: started while another call
+        of the shard was in flight).
+
+        Raises:
+            TransportError: Redis is away or failed (without ``retry``).
+        """
+        store = functools.partial(self._store_timed, shard, batch)
+        self._second_calls += second
+        try:
+            statuses = await (forever("commit", store) if retry else store())
+        except BaseException:
+            shard.commits[:0] = batch
+            raise
+        finally:
+            self._second_calls -= second
+            _release(shard, batch)
+        await self._stored(shard, batch, statuses)
 
     async def flush(self, shard: Shard) -> None:
         """Store every queued commit of ``shard`` (fenced, one call per batch), then send
-        the replies that waited for them.
+        the replies that waited for them (after the calls in flight, if any).
 
         A call whose reply was lost is simply made again: commands already applied
         (by id) are only acked. When the shard's lease is no longer ours the queued
@@ -354,30 +402,41 @@ class GroupCommit:
             TransportError: Redis is away or failed (the batch stays queued).
         """
         async with shard.commit_lock:
-            while shard.commits:
-                batch = _next_batch(shard.commits)
-                metrics = self.metrics
-                started = 0.0 if metrics is None else time.perf_counter()
-                statuses = await self._store(shard, batch)
-                if metrics is not None:
-                    metrics.committed(
-                        sum(len(p.envelopes) for p in batch), time.perf_counter() - started
-                    )
-                del shard.commits[: len(batch)]
-                answered: list[tuple[Envelope, Reply, bytes | None]] = []
-                found: list[int | None] = list(statuses) if statuses is not None else []
-                found += [None] * (len(batch) - len(found))
-                for status, pending in zip(found, batch, strict=True):
-                    self._committed(status, pending, statuses is not None, answered)
-                if statuses is not None:
-                    await self._erasure.delete_discarded(shard.number, batch)
-                space, shard.commit_space = shard.commit_space, None
-                if space is not None:
-                    space.set()
-                done, shard.committed = shard.committed, anyio.Event()
-                done.set()
-                if answered:
-                    await self._replies.send(answered)
+            while shard.commits or shard.calls:
+                batch = _take(shard)
+                if not batch:
+                    # What is queued waits for the calls in flight (they hold its actors).
+                    await shard.committed.wait()
+                    continue
+                await self._commit(shard, batch, retry=False)
+
+    async def _store_timed(self, shard: Shard, batch: list[PendingCommit]) -> list[int] | None:
+        """:meth:`_store`, its size and time recorded when metrics are on."""
+        metrics = self.metrics
+        if metrics is None:
+            return await self._store(shard, batch)
+        started = time.perf_counter()
+        statuses = await self._store(shard, batch)
+        metrics.committed(sum(len(p.envelopes) for p in batch), time.perf_counter() - started)
+        return statuses
+
+    async def _stored(
+        self, shard: Shard, batch: list[PendingCommit], statuses: list[int] | None
+    ) -> None:
+        """Settle ``batch`` after its call: remember its ids, wake who waits for it,
+        and send the replies the call did not write."""
+        answered: list[tuple[Envelope, Reply, bytes | None]] = []
+        found: list[int | None] = list(statuses) if statuses is not None else []
+        found += [None] * (len(batch) - len(found))
+        for status, pending in zip(found, batch, strict=True):
+            self._committed(status, pending, statuses is not None, answered)
+        if statuses is not None:
+            await self._erasure.delete_discarded(shard.number, batch)
+        space, shard.commit_space = shard.commit_space, None
+        if space is not None:
+            space.set()
+        if answered:
+            await self._replies.send(answered)
 
     def _committed(
         self,
@@ -409,7 +468,12 @@ class GroupCommit:
             log.info("commit_already_stored", actor=address, msg_ids=[e.id for e in envelopes])
         if stored and pending.replies:
             kept = pending.kept_replies or {}
-            answered.extend((env, reply, kept.get(env.id)) for env, reply in pending.replies)
+            written = pending.written
+            answered.extend(
+                (env, reply, kept.get(env.id))
+                for n, (env, reply) in enumerate(pending.replies)
+                if n not in written
+            )
         for env in envelopes:
             if isinstance(env, StreamEnvelope):
                 env.commit = None
@@ -499,6 +563,7 @@ class GroupCommit:
                     else:
                         args.append(0)
         names += reply_keys
+        args += self._reply_writes(batch, head, names)
         with redis_errors(f"storing the state of {len(batch)} commands of shard {number}"):
             result = await run_script(wire(self._link.client), _scripts.COMMIT, names, args)
         if result == -1:
@@ -511,6 +576,43 @@ class GroupCommit:
             await self._expire(number, stored)
         # One status per command, the same for each of a batch: one per pending commit.
         return [int(result[slot]) for slot in head]
+
+    def _reply_writes(
+        self, batch: list[PendingCommit], head: list[int], names: list[str]
+    ) -> list[Any]:
+        """The arguments that have the commit call write the replies waiting for it to
+        their askers' reply streams itself (see ``Replies.stream_of``; the streams are
+        appended to ``names``): a reply then costs no round trip and no outbox turn of
+        its own after the commit, and goes only if its command is stored. Marks them in
+        each pending commit's ``written``; the others are sent once it is stored."""
+        replies = self._replies
+        args: list[Any] = []
+        streams: dict[str, int] = {}
+        count = 0
+        for i, pending in enumerate(batch):
+            if not pending.replies:
+                pending.written = frozenset()
+                continue
+            envelopes = pending.envelopes
+            kept = pending.kept_replies or {}
+            written: list[int] = []
+            for n, (env, reply) in enumerate(pending.replies):
+                stream = replies.stream_of(env)
+                if stream is None:
+                    continue
+                index = streams.get(stream)
+                if index is None:
+                    names.append(stream)
+                    index = streams[stream] = len(names)
+                # Its command's number among the call's (1 = the first).
+                number = head[i] + 1 + (0 if len(envelopes) == 1 else _position(envelopes, env))
+                data = kept.get(env.id) or replies.encode(env, reply)
+                args += (number, index, data)
+                written.append(n)
+                count += 1
+            pending.written = frozenset(written)
+        args += (*replies.stream_args(), count)
+        return args
 
     def _kept_reply(self, pending: PendingCommit, env: Envelope) -> bytes | None:
         """The encoded reply the commit keeps for ``env`` of ``pending`` (an ask with an
@@ -631,6 +733,42 @@ def _touches_expiry(pending: PendingCommit) -> bool:
     :meth:`GroupCommit._expire`."""
     changes = pending.changes
     return bool(changes.expire_after) or changes.due_at is not None or changes.erase
+
+
+def _position(envelopes: list[Envelope], env: Envelope) -> int:
+    """Where ``env`` itself (not an equal envelope) is in ``envelopes``."""
+    return next(n for n, other in enumerate(envelopes) if other is env)
+
+
+def _take(shard: Shard) -> list[PendingCommit]:
+    """Take the next batch off ``shard``'s queue (see :func:`_next_batch`), of the
+    queued commits of actors no call in flight holds, and hold its actors."""
+    commits = shard.commits
+    holding = shard.committing
+    free = [p for p in commits if p.envelopes[0].recipient not in holding]
+    if not free:
+        return []
+    batch = _next_batch(free)
+    if len(batch) == len(commits):
+        commits.clear()
+    elif not holding:
+        del commits[: len(batch)]
+    else:
+        taken = set(map(id, batch))
+        commits[:] = [p for p in commits if id(p) not in taken]
+    holding.update(p.envelopes[0].recipient for p in batch)
+    shard.calls += 1
+    return batch
+
+
+def _release(shard: Shard, batch: list[PendingCommit]) -> None:
+    """``batch``'s call is over: let go of its actors, and wake whoever waits for it
+    (their next commits may be queued)."""
+    shard.calls -= 1
+    shard.committing.difference_update(p.envelopes[0].recipient for p in batch)
+    done, shard.committed = shard.committed, anyio.Event()
+    done.set()
+    shard.commit_ready.set()
 
 
 def _next_batch(commits: list[PendingCommit]) -> list[PendingCommit]:

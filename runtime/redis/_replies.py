@@ -6,8 +6,10 @@ trimming what it has read before it reads on, and deletes it when it closes; a
 stream expires ``reply_ttl_ms`` after the last reply written to it, so what a
 client that died left unread goes then. The asks it made are matched to their
 replies by correlation id and forgotten once their deadline passed. The replies to asks
-handled here go through an outbox of their own, in pipelined batches; a reply
-to an ask made through this same transport is handed over in memory.
+handled here go through an outbox of their own, in pipelined batches, or, when
+their command waited for a group commit, are written by the commit call itself
+(see :meth:`Replies.stream_of`); a reply to an ask made through this same
+transport is handed over in memory.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from actormem.runtime.errors import (
     RuntimeClosedError,
     TransportError,
 )
-from actormem.runtime.redis._client import redis_errors
+from actormem.runtime.redis._client import is_cluster, redis_errors
 from actormem.runtime.redis._loops import tail
 from actormem.runtime.redis._outbox import NO_DEADLINE, Outbox
 from actormem.runtime.redis._retry import forever
@@ -43,6 +45,8 @@ log = structlog.get_logger("actormem.redis")
 #: what it has read, so only a client this far behind loses replies (its asks then
 #: time out): a bound for a client that stopped reading, not a working size.
 _REPLY_MAXLEN: Final = 100_000
+#: The field of a reply stream's entries that holds the reply.
+_REPLY_FIELD: Final = b"r"
 #: How long an ask without a deadline waits for its reply before it is forgotten (s).
 _UNBOUNDED_ASK: Final = 3600
 
@@ -67,12 +71,14 @@ class Replies:
         self.shed = True
         # correlation -> (reply type, deadline, address asked)
         self._asks: dict[int, tuple[Any, float, str]] = {}
+        # Whether a commit call may write replies (None: not known until connected).
+        self._with_commits: bool | None = None
         #: Replies to the asks handled here, written in pipelined batches.
         self.outbox = Outbox(
             lambda: link.client,
             config.outbox_size,
             _REPLY_MAXLEN * 10,
-            field=b"r",
+            field=_REPLY_FIELD,
             maxlen=_REPLY_MAXLEN,
             # What a client that died left unread goes with its stream: a reply is
             # worth no more than the reply kept to answer its ask again.
@@ -105,6 +111,31 @@ class Replies:
             envelope.commit.replies.append((envelope, reply))
             return
         await self.send([(envelope, reply, None)])
+
+    def stream_of(self, envelope: Envelope) -> str | None:
+        """The reply stream the group commit storing ``envelope``'s command writes its
+        reply to, in the same call (so the reply costs no round trip of its own, and
+        goes only if the command is stored); None when the reply goes through
+        :meth:`send` instead: an ask made through this transport (answered in
+        memory), one whose asker gave up, a stream no reply may go to, or any ask
+        on a Redis Cluster (its reply stream is in another slot than the shard's
+        keys)."""
+        stream = envelope.reply_to
+        if stream is None or stream == self.stream:
+            return None
+        with_commits = self._with_commits
+        if with_commits is None:
+            with_commits = self._with_commits = not is_cluster(self._link.client)
+        if not with_commits or not self._reply_stream.fullmatch(stream):
+            return None
+        if self.shed and envelope.deadline is not None and envelope.deadline < time.time():
+            return None
+        return stream
+
+    def stream_args(self) -> tuple[bytes, int, int]:
+        """How a reply is written to a reply stream: its entry field, the length the
+        stream is trimmed to (approximately), the stream's time to live (ms)."""
+        return _REPLY_FIELD, _REPLY_MAXLEN, self._config.reply_ttl_ms
 
     def encode(self, envelope: Envelope, reply: Reply) -> bytes:
         """``reply`` to ``envelope`` as it goes on a reply stream (a reply over

@@ -65,7 +65,12 @@ return redis.call('XACK', KEYS[2], ARGV[2], unpack(ARGV, 3))
 #: change set follow it, entry id ('' = none), command id ('' = none), has snapshot
 #: ('0'/'1'), snapshot, replace the log ('0'/'1'), encoded reply ('' = none), the
 #: reply's time to live (ms), number of log items, log items, number of unsent
-#: tells, then per tell: its id, its record.
+#: tells, then per tell: its id, its record; then the replies the call writes to
+#: their askers' reply streams (their KEYS follow the reply keys): per reply, the
+#: number of its command (1 = the first above), the index of its stream in KEYS, the
+#: reply; then the streams' entry field, their length to trim to (approximately),
+#: their time to live (ms), the number of such replies. A reply is written only
+#: if its command's changes are stored or were already (status 1 or 2).
 #: An empty snapshot deletes the stored one (the actor's state was erased).
 #: Returns -1 when fenced off (nothing is changed), else one status per command, in
 #: order, the same for every command of a change set: 1 stored, 2 every command id
@@ -94,7 +99,8 @@ local function next_command(a)
   return a + 10 + m + 2 * tonumber(ARGV[a + 9 + m])
 end
 local out, acks, unsent = {}, {}, {}
-local a, k, r, n = 6, 4, 4 + 3 * actors, #ARGV
+local replies = tonumber(ARGV[#ARGV])
+local a, k, r, n = 6, 4, 4 + 3 * actors, #ARGV - 4 - 3 * replies
 while a <= n do
   local count = tonumber(ARGV[a])
   a = a + 1
@@ -159,6 +165,18 @@ while a <= n do
 end
 chunked('HSET', KEYS[3], false, unsent)
 chunked('XACK', KEYS[2], group, acks)
+if replies > 0 then
+  local field, maxlen, ttl = ARGV[#ARGV - 3], ARGV[#ARGV - 2], ARGV[#ARGV - 1]
+  local written = {}
+  for i = n + 1, n + 3 * replies, 3 do
+    if out[tonumber(ARGV[i])] ~= 3 then
+      local stream = KEYS[tonumber(ARGV[i + 1])]
+      redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', field, ARGV[i + 2])
+      written[stream] = true
+    end
+  end
+  for stream in pairs(written) do redis.call('PEXPIRE', stream, ttl) end
+end
 return out
 """
 

@@ -103,9 +103,11 @@ class PendingCommit:
             commands).
         replies: the replies waiting for the commit, with the command each answers.
         kept_replies: the encoded reply kept with each command, by command id.
+        written: the indices in ``replies`` of those the commit call writes to their
+            askers itself (the others are sent once it is stored).
     """
 
-    __slots__ = ("changes", "envelopes", "kept_replies", "remember", "replies")
+    __slots__ = ("changes", "envelopes", "kept_replies", "remember", "replies", "written")
 
     def __init__(
         self, envelopes: list[Envelope], changes: DurableChanges, remember: bool = True
@@ -115,6 +117,7 @@ class PendingCommit:
         self.remember = remember
         self.replies: list[tuple[Envelope, Reply]] = []
         self.kept_replies: dict[str, bytes] | None = None
+        self.written: frozenset[int] = frozenset()
 
 
 class Shard:
@@ -122,11 +125,13 @@ class Shard:
 
     __slots__ = (
         "acks",
+        "calls",
         "commit_lock",
         "commit_ready",
         "commit_space",
         "commits",
         "committed",
+        "committing",
         "inflight",
         "lease",
         "number",
@@ -142,11 +147,15 @@ class Shard:
         self.inflight: set[str] = set()
         # Handled entries of non-durable actors, acked in one call per batch.
         self.acks: list[str] = []
-        # Durable actors' handled commands, stored in one call per batch, in order.
+        # Durable actors' handled commands, stored in one call per batch, in order,
+        # queued until their call starts.
         self.commits: list[PendingCommit] = []
+        # Commit calls in flight, and the actors they hold (whose next commits wait).
+        self.calls = 0
+        self.committing: set[str] = set()
         self.commit_ready = anyio.Event()
         self.commit_space: anyio.Event | None = None
-        # Set (and replaced) after every commit call.
+        # Set (and replaced) after every commit call, and when one is cancelled.
         self.committed = anyio.Event()
         self.commit_lock = anyio.Lock(fast_acquire=True)
         # Tells stored by a commit, to delete once the outbox wrote through the
@@ -218,7 +227,9 @@ class Holdings:
 
     def settled(self) -> bool:
         """True when no entry read is in flight and no commit is queued."""
-        return not any(shard.inflight or shard.commits for shard in self.shards.values())
+        return not any(
+            shard.inflight or shard.commits or shard.calls for shard in self.shards.values()
+        )
 
     def clear(self) -> None:
         """Forget every shard and actor."""

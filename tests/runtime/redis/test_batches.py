@@ -15,6 +15,7 @@ from structlog.testing import capture_logs
 from actormem.runtime import Runtime
 from actormem.runtime.redis import Keys, RedisConfig, _scripts, register_message_types, shard_of
 from actormem.runtime.state import DurableChanges
+from tests.runtime.redis.test_group_commit import NO_REPLY_WRITES
 from tests.runtime.redis.test_transport import worker
 from tests.runtime.redis.test_unsent import COMMIT_SHA, held
 from tests.support.actors import GetState, Ledger, RefusedError
@@ -243,6 +244,7 @@ async def test_the_commit_script_stores_a_change_set_whole_or_not_at_all(
             args += [b"S" if last else b"", "0", b"", 60_000]
             args += [len(items), *items] if last else [0]
             args.append(0)
+        args += NO_REPLY_WRITES
         return await commit(keys=[lease, stream, keys.unsent(0), log, snapshot, applied], args=args)
 
     assert await store(["c1", "c2"], [b"x1", b"x2"]) == [1, 1]

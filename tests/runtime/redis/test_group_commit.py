@@ -11,6 +11,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from actormem.runtime.redis import Keys, RedisConfig, _scripts, connect, shard_of
+from actormem.runtime.redis._commits import _COMMIT_CALLS
 from tests.runtime.redis.test_transport import worker
 from tests.support.actors import Add, GetState
 
@@ -114,10 +115,10 @@ async def test_commands_handled_while_a_commit_is_in_flight_share_the_next_one(
                     await anyio.sleep(0.01)
             commits = GatedRedis.commits
             states = [await rt.ref(a).ask(GetState()) for a in agents]
-        # Each shard's first call carried what was there when it started, and one
-        # more call the rest: 101 commands, two calls per shard at most.
+        # Each shard's first calls (one per actor they hold, _COMMIT_CALLS at most)
+        # carried what was there when they started, and as many more calls the rest.
         shards = {shard_of(a, redis_config.shards) for a in agents}
-        assert commits <= 2 * len(shards), commits
+        assert commits <= 2 * _COMMIT_CALLS * len(shards), commits
         assert states[0].tokens == ["first", *(f"t{n}" for n in range(0, 100, 5))]
         for i, state in enumerate(states[1:], 1):
             assert state.tokens == [f"t{n}" for n in range(i, 100, 5)]
@@ -126,6 +127,68 @@ async def test_commands_handled_while_a_commit_is_in_flight_share_the_next_one(
 
 
 Command = tuple[str, str, bytes | None, bool, list[bytes]]
+
+
+class OneActorGated(aioredis.Redis):
+    """A client whose commit calls storing ``held``'s changes wait for ``gate``."""
+
+    gate: anyio.Event
+    held: str = ""
+    stuck = 0
+
+    async def execute_command(self, *args: Any, **options: Any) -> Any:
+        if args[0] == "EVALSHA" and args[1] == COMMIT_SHA and self.held in args:
+            type(self).stuck += 1
+            await self.gate.wait()
+        return await super().execute_command(*args, **options)
+
+
+async def test_a_commit_call_in_flight_holds_back_only_its_own_actors(
+    redis_config: RedisConfig, redis_client: aioredis.Redis
+) -> None:
+    keys = Keys(redis_config.prefix)
+    shards = redis_config.shards
+    slow = "ledger/slow"
+    # Another actor of the same shard.
+    fast = next(
+        f"ledger/f{i}"
+        for i in range(1000)
+        if shard_of(f"ledger/f{i}", shards) == shard_of(slow, shards)
+    )
+    client = OneActorGated.from_pool(connect(redis_config).connection_pool)
+    client.gate = anyio.Event()
+    OneActorGated.held = keys.actor_log(shard_of(slow, shards), slow)
+    OneActorGated.stuck = 0
+    try:
+        async with worker(client, redis_config) as rt:
+            await rt.ref(slow).tell(Add("s1"))
+            with anyio.fail_after(10):
+                while not OneActorGated.stuck:  # noqa: ASYNC110 (test poll)
+                    await anyio.sleep(0.01)
+            answered: list[int] = []
+
+            async def ask_slow() -> None:
+                answered.append(await rt.ref(slow).ask(Add("s2", 2)))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(ask_slow)
+                # The other actor's commit does not wait for the stuck call...
+                with anyio.fail_after(10):
+                    assert await rt.ref(fast).ask(Add("f1", 7)) == 7
+                # ... but the stuck actor's next one does: no answer, nothing stored.
+                await anyio.sleep(0.2)
+                assert answered == []
+                assert await redis_client.llen(OneActorGated.held) == 0
+                client.gate.set()
+            assert answered == [3]
+            assert (await rt.ref(slow).ask(GetState())).tokens == ["s1", "s2"]
+        assert await redis_client.lrange(OneActorGated.held, 0, -1) == [b"s1", b"s2"]
+    finally:
+        await client.aclose()
+
+
+#: The end of the commit script's ARGV when it writes no reply to a reply stream.
+NO_REPLY_WRITES: list[Any] = [b"r", 100, 60_000, 0]
 
 
 def _group(
@@ -180,6 +243,7 @@ async def test_the_commit_script_stores_each_agent_s_commands_once_and_in_order(
                 {entries[0]: b"R1"},
                 {entries[0]: [("a1.1", b"T1"), ("a1.fwd", b"F1")]},
             ),
+            *NO_REPLY_WRITES,
         ],
     )
     assert first == [1]
@@ -211,6 +275,7 @@ async def test_the_commit_script_stores_each_agent_s_commands_once_and_in_order(
                     (entries[6], "c3", None, False, [b"dup"]),
                 ]
             ),
+            *NO_REPLY_WRITES,
         ],
     )
     assert second == [2, 1, 1, 1, 1, 1, 2]
@@ -228,8 +293,50 @@ async def test_the_commit_script_stores_each_agent_s_commands_once_and_in_order(
     await redis_client.set(lease, "2:other")
     fenced = await commit(
         keys=[lease, stream, unsent, *agent_keys("a")],
-        args=[*head(1), *_group([("", "a9", None, False, [b"late"])], None, {"": [("a9.1", b"")]})],
+        args=[
+            *head(1),
+            *_group([("", "a9", None, False, [b"late"])], None, {"": [("a9.1", b"")]}),
+            *NO_REPLY_WRITES,
+        ],
     )
     assert fenced == -1
     assert await redis_client.hlen(unsent) == 3
     assert await redis_client.llen(keys.actor_log(0, "a")) == 4
+
+
+async def test_the_commit_call_writes_the_replies_of_the_commands_it_stores(
+    redis_client: aioredis.Redis, redis_config: RedisConfig
+) -> None:
+    keys = Keys(redis_config.prefix)
+    stream, lease, unsent = keys.stream(0), keys.lease(0), keys.unsent(0)
+    replies = keys.replies("asker")
+    await redis_client.set(lease, "1:w")
+    await redis_client.xgroup_create(stream, "g", id="0", mkstream=True)
+    entries = [(await redis_client.xadd(stream, {b"e": b"x"})).decode() for _ in range(3)]
+    await redis_client.xreadgroup("g", "c", {stream: ">"})
+    commit = redis_client.register_script(_scripts.COMMIT)
+    names = [lease, stream, unsent, *(k(0, "a") for k in (keys.actor_log, keys.actor_snapshot))]
+    names += [keys.actor_applied(0, "a"), replies]
+
+    async def call(commands: list[Command], following: dict[str, int], written: list[Any]) -> Any:
+        """The commands, and the replies (command number, reply) written to ``replies``."""
+        tail = [x for number, reply in written for x in (number, len(names), reply)]
+        args = ["1:w", "g", "1000.5", 100, 1, *_group(commands, None, None, following)]
+        return await commit(keys=names, args=[*args, *tail, b"r", 100, 5_000, len(written)])
+
+    first = await call([(entries[0], "a1", None, False, [b"x1"])], {}, [(1, b"R1")])
+    assert first == [1]
+    assert [f for _, f in await redis_client.xrange(replies)] == [{b"r": b"R1"}]
+    assert 0 < await redis_client.pttl(replies) <= 5_000
+    # A change set of which one command was applied and one not stores nothing, and
+    # writes no reply.
+    partly = [(entries[1], "a1", None, False, [b"x1"]), (entries[2], "a2", None, False, [b"x2"])]
+    assert await call(partly, {entries[1]: 1}, [(1, b"R1 again"), (2, b"R2")]) == [3, 3]
+    assert await redis_client.xlen(replies) == 1
+    # The same command again (a commit whose reply was lost): answered again.
+    assert await call(partly[:1], {}, [(1, b"R1 again")]) == [2]
+    assert [f[b"r"] for _, f in await redis_client.xrange(replies)] == [b"R1", b"R1 again"]
+    # Fenced off: nothing written.
+    await redis_client.set(lease, "2:other")
+    assert await call(partly[1:], {}, [(1, b"R2")]) == -1
+    assert await redis_client.xlen(replies) == 2

@@ -1,8 +1,9 @@
 """The reply to an ask survives its worker: it is stored with the command's effect,
 and the ask, sent again unchanged while no reply comes, is answered with it.
 
-A lost reply is made here by dropping what a worker's reply writer is handed
-(the reply of a worker that died after its commit never leaves it either); the
+A lost reply is made here by dropping what a worker's reply writer is handed, and
+keeping it out of the commit call (the reply of a worker that died after its
+commit, in a commit that could not write it, never leaves it either); the
 SIGKILL storms of asks are in tests/faults/test_lost_replies.py.
 """
 
@@ -35,22 +36,35 @@ def drop_replies(rt: Runtime, lost: Callable[[Any], bool], *, kept_too: bool = F
     died before sending them), and with ``kept_too`` never answer their copies
     either (as if it died then); returns those commands."""
     replies = rt.transport._replies  # type: ignore[attr-defined]
-    send, answer_again = replies.send, replies.answer_again
+    send, answer_again, stream_of = replies.send, replies.answer_again, replies.stream_of
     dropped: list[Any] = []
+    # Whether each envelope's reply is lost, asked of ``lost`` once (the envelope is
+    # held, so that its id is not reused).
+    decided: dict[int, tuple[Any, bool]] = {}
+
+    def is_lost(envelope: Any) -> bool:
+        if id(envelope) not in decided:
+            decided[id(envelope)] = (envelope, lost(envelope.body))
+        return decided[id(envelope)][1]
+
+    def sent_after_commit(envelope: Any) -> str | None:
+        # Not written by the commit call: handed to the reply writer, which drops it.
+        return None if is_lost(envelope) else stream_of(envelope)
 
     async def silent(envelope: Any, key: str) -> bool:
-        return False if lost(envelope.body) else bool(await answer_again(envelope, key))
+        return False if is_lost(envelope) else bool(await answer_again(envelope, key))
 
     async def lossy(batch: list[tuple[Any, Any, bytes | None]]) -> None:
         kept = []
         for item in batch:
-            if lost(item[0].body):
+            if is_lost(item[0]):
                 dropped.append(item[0].body)
             else:
                 kept.append(item)
         await send(kept)
 
     replies.send = lossy
+    replies.stream_of = sent_after_commit
     if kept_too:
         replies.answer_again = silent
     return dropped

@@ -223,7 +223,7 @@ class AgentMemory(Actor):
                 counted = store.counted(messages, "record")
                 return len(await self.recall.longterm.record_messages(counted))
             case Retrieve(query=query, k=k):
-                self.recall.changed()  # a recall makes memories recent again
+                # Its touches go with the next snapshot (see AgentRecall.edits).
                 return await self.recall.longterm.retrieve(query, k)
             case MemoryTools():
                 tools = self.recall.control.tools()

@@ -23,6 +23,7 @@ from actormem.actors.memory.commands import (
     MemoryTools,
     RecallEpisode,
     Reload,
+    Retrieve,
     Search,
     Stats,
     ToPool,
@@ -44,13 +45,14 @@ __all__ = (
 )
 
 #: Commands whose whole effect on the state a plain add's replay reproduces (adds)
-#: or that change nothing (reads, and commands handed on to the pool): after them,
+#: or that change nothing (reads, a retrieval's touches aside, and commands handed
+#: on to the pool): after them,
 #: no new snapshot is needed unless the working view was rewritten or recall
 #: changed otherwise (both tracked).
 REPLAYABLE: frozenset[type] = frozenset(
     {
         *(Add, Context, Get, Search, Stats, Export, Reload, HeldInsights, MemoryTools),
-        *(RecallEpisode, Expire, ToPool),
+        *(RecallEpisode, Expire, ToPool, Retrieve),
     }
 )
 

@@ -133,8 +133,14 @@ class AgentRecall:
     @property
     def edits(self) -> int:
         """A counter that moves on every change not replayable from the added messages
-        (everything but :meth:`observe`): the memory's durable snapshot compares it."""
-        return self._edits + self.longterm.touches
+        (everything but :meth:`observe`): the memory's durable snapshot compares it.
+
+        A retrieval's touches (``touch_on_retrieve``: when each recalled memory was
+        last recalled) do not move it: they go with the next snapshot written for
+        another change, so a read stays a read (over Redis it waits for no commit),
+        and a restore after a crash may rank the memories recalled since as less
+        recent."""
+        return self._edits
 
     def changed(self) -> None:
         """Note that something recall holds changed outside :meth:`observe` (a record,

@@ -29,9 +29,11 @@ stored are stored with it, and sent again by the shard's next owner
 (``_unsent``). Asks it makes, and effects outside the runtime (an LLM call, a
 file), happen again.
 
-A durable actor's changes are stored by *group commits*: one fenced call per
-shard stores every command handled while the previous call was in flight, and
-the replies to those commands are sent only once their changes are stored. A
+A durable actor's changes are stored by *group commits*: a fenced call per
+shard stores every command handled while the previous call was in flight (up to
+two calls in flight, for actors the other does not hold), and the replies to
+those commands go only once their changes are stored, written by the call
+itself where it can (see ``_commits``). A
 handler failure is retried at once, before the actor's later commands, up to
 ``max_deliveries`` times (or while the actor's restart budget lasts), then the
 command is dead-lettered.

@@ -322,3 +322,24 @@ async def test_a_snapshot_with_the_episodes_whole_still_loads() -> None:
         again = memory_factory(rt.app_config)(ActorContext(rt, "memory/ada"))
         again.durable_restore(whole, stored.log)
         assert _state(again) == _state(memory)
+
+
+@pytest.mark.anyio
+async def test_a_retrieval_s_touches_go_with_the_next_snapshot_not_one_of_their_own() -> None:
+    async with MemoryRuntime() as rt:
+        memory = memory_factory(rt.app_config)(ActorContext(rt, "memory/ada"))
+        memory.durable_restore(None, [])
+        stored = StoredState()
+        notes = [
+            Message(role="user", content=f"the owl nests by the mill, note {n}") for n in range(3)
+        ]
+        await memory.receive(Record(messages=notes))
+        stored.keep(memory)
+        assert await memory.receive(Retrieve(query="owl mill"))
+        # The touch alone: a read, nothing to store.
+        assert stored.keep(memory) == DurableChanges([])
+        await memory.receive(Record(messages=[Message(role="user", content="the lamp is lit")]))
+        assert stored.keep(memory).snapshot is not None
+        again = memory_factory(rt.app_config)(ActorContext(rt, "memory/ada"))
+        again.durable_restore(stored.snapshot, stored.log)
+        assert again.recall.longterm._accessed == memory.recall.longterm._accessed

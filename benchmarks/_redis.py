@@ -27,6 +27,7 @@ from actormem.benchmarks._common import at_least, bench_config
 from actormem.runtime import RuntimeConfig
 from actormem.runtime._envelope import Envelope
 from actormem.runtime.redis import EmbeddedRedis, RedisConfig, connect, default_codec
+from actormem.runtime.redis._trace import Tracer, attach
 from actormem.runtime.redis.transport import RedisTransport
 from actormem.runtime.redis.worker import WorkerProcesses, worker_limit
 from actormem.runtime.tokens import get_counter
@@ -117,17 +118,25 @@ async def worker_runtime(config: AppConfig) -> AsyncIterator[MemoryRuntime]:
 
 
 @asynccontextmanager
-async def client_runtime(config: AppConfig) -> AsyncIterator[tuple[MemoryRuntime, Any]]:
-    """A client-only runtime (it sends and asks; worker processes host the actors)."""
+async def client_runtime(
+    config: AppConfig, trace: Tracer | None = None
+) -> AsyncIterator[tuple[MemoryRuntime, Any]]:
+    """A client-only runtime (it sends and asks; worker processes host the actors),
+    its asks' stages recorded to ``trace`` if given."""
     transport = RedisTransport(config.redis.url, config.redis, worker=False)
+    if trace is not None:
+        attach(transport, trace)
     async with MemoryRuntime(config, transport=transport) as rt:
         yield rt, transport
 
 
 @asynccontextmanager
-async def workers(config: AppConfig, count: int) -> AsyncIterator[WorkerProcesses]:
+async def workers(
+    config: AppConfig, count: int, env: dict[str, str] | None = None
+) -> AsyncIterator[WorkerProcesses]:
     """``count`` worker processes on ``config``'s Redis, running ``config`` (compression
-    off like the rest of the benchmark), once they own every shard."""
+    off like the rest of the benchmark), once they own every shard; ``env``: more
+    environment variables for them."""
     async with WorkerProcesses(
         count,
         config.redis,
@@ -136,7 +145,7 @@ async def workers(config: AppConfig, count: int) -> AsyncIterator[WorkerProcesse
             mailbox_size=config.runtime.mailbox_size,
             shed_expired_asks=config.runtime.shed_expired_asks,
         ),
-        env=worker_env(config),
+        env={**worker_env(config), **(env or {})},
         log_level="warning",
     ) as procs:
         await wait_all_shards_owned(config)

@@ -131,6 +131,7 @@ async def measure(
     baseline: Baseline,
     fixed_rate: float = 0.0,
     settle: Callable[[], Awaitable[None]] | None = None,
+    on_level: Callable[[str, float, float], None] | None = None,
 ) -> list[Row]:
     """Peak, then p50/p95/p99 at 50% and 90% of it (and at ``fixed_rate`` if given),
     of ``context()`` and ``add`` asks to ``args.agents`` agents of ``rt``; each level
@@ -145,7 +146,9 @@ async def measure(
 
     ``where`` names the transport in the row names (``in-process``, ``Redis``);
     ``settle`` waits after each level until what timed-out asks left queued is
-    handled, so it does not weigh on the next level.
+    handled, so it does not weigh on the next level. ``on_level`` hears of each
+    level of actormem's asks: its name (``add at 90% of peak``) and when it started
+    and ended (wall clock).
     """
     rows = recorded_rows()
     texts = message_texts(1000)
@@ -181,7 +184,10 @@ async def measure(
             step(f"{label} {level} ({rate:,.0f}/s): {baseline.name}")
             raw = None if rate >= raw_peak else await open_loop(baseline.ask, rate, args.seconds)
             step(f"{label} {level} ({rate:,.0f}/s): actormem")
+            began = time.time()
             ours = await open_loop(ask, rate, args.seconds)
+            if on_level is not None:
+                on_level(f"{label} {level}", began, time.time())
             if settle is not None:
                 await settle()
             raw_kept_up = raw is not None and raw.answered >= SUSTAINED * rate

@@ -10,14 +10,25 @@ measure the queue: the fixed-rate rows say how far off the target is, honestly.
 The raw baseline runs at each of the same rates just before: the same asker process
 asks a plain redis-py responder process over two streams, with requests the size
 of an ``add``'s (see :mod:`actormem.benchmarks._raw_echo`).
+
+With ``--trace`` the client and the worker record when each ask passed each stage
+of its way (see :mod:`actormem.runtime.redis._trace`), and the run adds, per level,
+the p50 and p99 of the time between stages: the client's outbox, on to the
+worker's read, the mailbox, the handler, the wait for the commit call and the call
+itself, the worker's reply outbox, and the reply back to the asker. Tracing costs
+some of the worker's time: read a traced run's stages, not its totals.
 """
 
 from __future__ import annotations
 
 import argparse
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import partial
+from pathlib import Path
 
-from actormem.benchmarks._common import Row, above, at_least, message_texts
+from actormem.benchmarks._common import Row, above, at_least, message_texts, percentile
 from actormem.benchmarks._raw_echo import raw_responder
 from actormem.benchmarks._redis import (
     client_runtime,
@@ -29,6 +40,15 @@ from actormem.benchmarks._redis import (
 )
 from actormem.benchmarks.latency import Baseline, measure
 from actormem.runtime.redis import connect
+from actormem.runtime.redis._trace import (
+    TRACE_ENV,
+    Records,
+    Stage,
+    Tracer,
+    load,
+    spans,
+    timelines,
+)
 
 NAME = "redis_latency"
 
@@ -48,27 +68,88 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=5_000.0,
         help="the target's rate (asks/s); 0 = skip",
     )
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="also report each level's time between the stages of an ask (p50, p99)",
+    )
 
 
 async def run(args: argparse.Namespace) -> list[Row]:
     """One worker process, a client runtime here (see :func:`actormem.benchmarks.latency.measure`),
     next to the raw redis-py round trip on the same server."""
     payload = wire_payload(message_texts(1)[0])
-    async with server() as redis:
-        config = redis_app_config(redis.url)
-        client = connect(config.redis)
-        try:
-            async with (
-                workers(config, 1),
-                client_runtime(config) as (rt, _transport),
-                raw_responder(redis.url) as raw,
-            ):
+    levels: list[tuple[str, float, float]] = []
+    tracer = Tracer() if args.trace else None
+    with _trace_dir(args.trace) as traces:
+        env = {TRACE_ENV: str(traces)} if traces is not None else None
+        async with server() as redis:
+            config = redis_app_config(redis.url)
+            client = connect(config.redis)
+            try:
+                async with (
+                    workers(config, 1, env),
+                    client_runtime(config, tracer) as (rt, _transport),
+                    raw_responder(redis.url) as raw,
+                ):
 
-                async def raw_ask(_: int) -> object:
-                    return await raw.ask(payload)
+                    async def raw_ask(_: int) -> object:
+                        return await raw.ask(payload)
 
-                settle = partial(wait_drained, client, config, _SETTLE_TIMEOUT)
-                baseline = Baseline("raw redis-py round trip", raw_ask)
-                return await measure(rt, "Redis", args, baseline, args.fixed_rate, settle)
-        finally:
-            await client.aclose()
+                    settle = partial(wait_drained, client, config, _SETTLE_TIMEOUT)
+                    baseline = Baseline("raw redis-py round trip", raw_ask)
+                    on_level = None if tracer is None else _on_level(levels)
+                    rows = await measure(
+                        rt, "Redis", args, baseline, args.fixed_rate, settle, on_level
+                    )
+            finally:
+                await client.aclose()
+        if tracer is not None and traces is not None:
+            # The workers wrote theirs as they exited.
+            records = [tracer.records(), *map(load, sorted(traces.glob("*.msgpack")))]
+            rows += stage_rows(records, levels)
+    return rows
+
+
+@contextmanager
+def _trace_dir(wanted: bool) -> Iterator[Path | None]:
+    """A temporary directory the worker processes write their traces to, if ``wanted``."""
+    if not wanted:
+        yield None
+        return
+    with tempfile.TemporaryDirectory(prefix="actormem-trace-") as directory:
+        yield Path(directory)
+
+
+def _on_level(levels: list[tuple[str, float, float]]) -> Callable[[str, float, float], None]:
+    def record(name: str, began: float, ended: float) -> None:
+        levels.append((name, began, ended))
+
+    return record
+
+
+def stage_rows(records: list[Records], levels: list[tuple[str, float, float]]) -> list[Row]:
+    """Per level (its name, and when it began and ended), the p50 and p99 of each span
+    between an ask's stages, over the asks sent during it."""
+    lines = timelines(records)
+    rows: list[Row] = []
+    for name, began, ended in levels:
+        during = [line for line in lines.values() if began <= line[Stage.SENT] <= ended]
+        for span, samples in spans(during).items():
+            if not samples:
+                continue
+            for p in (50, 99):
+                rows.append(
+                    Row(
+                        name=f"Redis {name}: {span} p{p}",
+                        value=percentile(samples, p) * 1e3,
+                        unit="ms",
+                        extra={
+                            "level": name,
+                            "span": span,
+                            "quantile": p / 100,
+                            "asks": len(samples),
+                        },
+                    )
+                )
+    return rows

@@ -112,6 +112,8 @@ class Dispatcher(Mailboxes):
         shed = config.shed_expired_asks
         metrics = self.metrics
         spare = self._spare
+        # The transport's stage tracer, if it has one on (``trace`` is None otherwise).
+        trace = getattr(transport, "trace", None)
         started = 0.0
         since_yield = 0
         self.busy += 1  # counted while awake: from here until it waits for a cell
@@ -169,6 +171,8 @@ class Dispatcher(Mailboxes):
                     if metrics is not None:
                         started = time.perf_counter()
                     origin = None
+                    if trace is not None:
+                        trace.started(env)
                     try:
                         if env.track_start:
                             await transport.starting(env)
@@ -208,6 +212,8 @@ class Dispatcher(Mailboxes):
                         continue
                     if metrics is not None:
                         metrics.handled(cell.kind.name, env.body, time.perf_counter() - started, 0)
+                    if trace is not None:
+                        trace.handled(env)
                     if type(value) is Forward:
                         if not await self._forwarded(cell, actor, env, value, origin):
                             actor = None
@@ -285,6 +291,7 @@ class Dispatcher(Mailboxes):
         transport = self._runtime.transport
         metrics = self.metrics
         kind = cell.kind.name
+        trace = getattr(transport, "trace", None)
         started = 0.0
         # Per command: what its handler returned, the error to answer it with, and
         # whether that error is a failed forward (else an expected error).
@@ -295,6 +302,8 @@ class Dispatcher(Mailboxes):
             if metrics is not None:
                 started = time.perf_counter()
             origin = Origin(env)
+            if trace is not None:
+                trace.started(env)
             try:
                 value = await receive_as_command(actor, origin)
             except actor.expected_errors as exc:
@@ -315,6 +324,8 @@ class Dispatcher(Mailboxes):
                 return None
             if metrics is not None:
                 metrics.handled(kind, env.body, time.perf_counter() - started, 0)
+            if trace is not None:
+                trace.handled(env)
             failed = None
             if type(value) is Forward:
                 failed = await self._forward(cell.address, env, value, origin)

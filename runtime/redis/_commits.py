@@ -41,6 +41,7 @@ from actormem.runtime.redis._due import DueTimes, latest_due
 from actormem.runtime.redis._erasure import Erasure
 from actormem.runtime.redis._retry import forever, retrying
 from actormem.runtime.redis._shards import PendingCommit, StreamEnvelope
+from actormem.runtime.redis._trace import Stage
 from actormem.runtime.redis._unsent import Unsent
 from actormem.runtime.redis.keys import CONSUMER_GROUP, shard_of
 from actormem.runtime.state import Durable, DurableChanges, is_durable
@@ -411,13 +412,20 @@ class GroupCommit:
                 await self._commit(shard, batch, retry=False)
 
     async def _store_timed(self, shard: Shard, batch: list[PendingCommit]) -> list[int] | None:
-        """:meth:`_store`, its size and time recorded when metrics are on."""
-        metrics = self.metrics
-        if metrics is None:
+        """:meth:`_store`, its size and time recorded when metrics are on, its stages
+        when the transport traces (see ``_trace``)."""
+        metrics, trace = self.metrics, self._link.trace
+        if metrics is None and trace is None:
             return await self._store(shard, batch)
         started = time.perf_counter()
+        if trace is not None:
+            trace.commit(batch, Stage.COMMITTING)
         statuses = await self._store(shard, batch)
-        metrics.committed(sum(len(p.envelopes) for p in batch), time.perf_counter() - started)
+        if trace is not None:
+            trace.commit(batch, Stage.COMMITTED)
+        if metrics is not None:
+            elapsed = time.perf_counter() - started
+            metrics.committed(sum(len(p.envelopes) for p in batch), elapsed)
         return statuses
 
     async def _stored(

@@ -149,6 +149,8 @@ class Intake:
                 batch = [
                     self._decode(shard, entry_id.decode(), fields) for entry_id, fields in entries
                 ]
+                if self._link.trace is not None:
+                    self._link.trace.read(batch)
                 await self._load_records(shard, batch)
                 for entry, data, decoded in batch:
                     await self._accept(shard, entry, data, decoded)

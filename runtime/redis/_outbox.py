@@ -90,6 +90,9 @@ class Outbox:
         self.appended = 0
         self.finished = 0
         self._progress: anyio.Event | None = None
+        #: Called as each batch is sent, with the position of its last entry (see
+        #: :attr:`appended`): a tracer's (see ``_trace``).
+        self.on_writing: Callable[[int], None] | None = None
 
     def __len__(self) -> int:
         return len(self._queue)
@@ -165,6 +168,8 @@ class Outbox:
         while self._drop_expired_head():
             await self._wait_for_room()
             batch, taken = self._next_batch()
+            if self.on_writing is not None:
+                self.on_writing(self.finished + taken)
             if batch:
                 await self._write(batch)
             lengths = self._lengths

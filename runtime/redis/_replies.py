@@ -162,6 +162,8 @@ class Replies:
             if stream is not None:
                 encoded = self.encode(envelope, reply) if data is None else data
                 await self.outbox.put((stream, encoded, self.expires(envelope)))
+                if self._link.trace is not None:
+                    self._link.trace.reply_queued(envelope, self.outbox.appended)
 
     def _writable(self, envelope: Envelope) -> str | None:
         """The reply stream ``envelope`` names, if it is one a reply may go to."""
@@ -228,6 +230,8 @@ class Replies:
         except MessageDecodeError as exc:
             log.warning("reply_undecodable", reason=str(exc))
             return
+        if self._link.trace is not None:
+            self._link.trace.answered(correlation)
         reply_type, _, address = self._asks.pop(correlation, (Any, 0.0, "?"))
         host.resolve(self._codec.decode_reply(data, reply_type, address))
 

@@ -17,6 +17,7 @@ from actormem.runtime.state import DurableChanges
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
+    from actormem.runtime.redis._trace import Tracer
     from actormem.runtime.redis.codec import Codec
     from actormem.runtime.redis.config import RedisConfig
     from actormem.runtime.redis.keys import Keys
@@ -46,6 +47,8 @@ class Link(Protocol):
     keys: Keys
     #: How envelopes, replies and errors are encoded.
     codec: Codec
+    #: Records the stages of the asks (None: off).
+    trace: Tracer | None
 
     @property
     def client(self) -> aioredis.Redis:

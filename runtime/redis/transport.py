@@ -73,6 +73,7 @@ from actormem.runtime.redis._replies import Replies
 from actormem.runtime.redis._retry import forever, retrying
 from actormem.runtime.redis._server import EmbeddedRedis
 from actormem.runtime.redis._shards import Holdings, RedeliveredEnvelope, StreamEnvelope
+from actormem.runtime.redis._trace import Tracer, attach, from_env
 from actormem.runtime.redis._unowned import UnownedAsks
 from actormem.runtime.redis._unsent import Unsent
 from actormem.runtime.redis.codec import Codec, default_codec
@@ -195,6 +196,9 @@ class RedisTransport(Transport):
         )
         self._owner = Owner(self, held=self._held, intake=self._intake, commits=self._commits)
         self._unowned = UnownedAsks(self)
+        #: Records the stages of its asks (None: off; see ``_trace``).
+        self.trace: Tracer | None = None
+        attach(self, from_env())
 
     def __repr__(self) -> str:
         return f"RedisTransport(id={self.id!r}, worker={self.worker}, state={self._state!r})"
@@ -317,6 +321,8 @@ class RedisTransport(Transport):
         shard = shard_of(envelope.recipient, self.config.shards)
         if not envelope.resent:  # a copy: its ask is watched since it was first sent
             self._unowned.watch(envelope, shard)
+            if self.trace is not None:  # queued next (see send, send_nowait)
+                self.trace.sent(envelope, self._outbox.appended + 1)
         return self._streams[shard], data, self._replies.expires(envelope)
 
     async def send(self, envelope: Envelope) -> None:

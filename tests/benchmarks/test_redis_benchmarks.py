@@ -73,3 +73,21 @@ async def test_the_redis_benchmarks_send_adds_counted_by_the_sender() -> None:
     counter = get_counter()
     assert add.encoding == counter.encoding
     assert add.messages[0].tokens == counter.count_message(add.messages[0].to_openai())
+
+
+async def test_redis_latency_reports_the_stages_of_the_asks_with_trace() -> None:
+    args = build_parser().parse_args(["redis_latency", *TINY["redis_latency"], "--trace"])
+    rows = await importlib.import_module("actormem.benchmarks.redis_latency").run(args)
+    check_rows("redis_latency", rows)
+    stages = [row for row in rows if "span" in row.extra]
+    # Every level of both asks; the worker's stages came from its process's file.
+    levels = {row.extra["level"] for row in stages}
+    assert levels == {
+        f"{ask} at {level}"
+        for ask in ("context()", "add")
+        for level in ("50% of peak", "90% of peak", "50/s")
+    }
+    spans = {(row.extra["level"], row.extra["span"]) for row in stages}
+    assert ("add at 50/s", "commit call") in spans
+    assert ("context() at 50/s", "worker reply outbox") in spans
+    assert ("context() at 50/s", "handler") in spans

@@ -45,7 +45,9 @@ from actormem.runtime.redis._trace import (
     Records,
     Stage,
     Tracer,
+    call_sizes,
     load,
+    loop_lags,
     spans,
     timelines,
 )
@@ -106,8 +108,8 @@ async def run(args: argparse.Namespace) -> list[Row]:
                 await client.aclose()
         if tracer is not None and traces is not None:
             # The workers wrote theirs as they exited.
-            records = [tracer.records(), *map(load, sorted(traces.glob("*.msgpack")))]
-            rows += stage_rows(records, levels)
+            worker_records = [load(path) for path in sorted(traces.glob("*.msgpack"))]
+            rows += stage_rows(tracer.records(), worker_records, levels)
     return rows
 
 
@@ -122,34 +124,47 @@ def _trace_dir(wanted: bool) -> Iterator[Path | None]:
 
 
 def _on_level(levels: list[tuple[str, float, float]]) -> Callable[[str, float, float], None]:
+    """What keeps each level's name and time in ``levels`` (``measure``'s ``on_level``)."""
+
     def record(name: str, began: float, ended: float) -> None:
         levels.append((name, began, ended))
 
     return record
 
 
-def stage_rows(records: list[Records], levels: list[tuple[str, float, float]]) -> list[Row]:
-    """Per level (its name, and when it began and ended), the p50 and p99 of each span
-    between an ask's stages, over the asks sent during it."""
-    lines = timelines(records)
+def stage_rows(
+    client: Records, workers: list[Records], levels: list[tuple[str, float, float]]
+) -> list[Row]:
+    """Per level (its name, and when it began and ended): the p50 and p99 of each span
+    between an ask's stages, over the asks sent during it; of how late the client's
+    and the worker's event loops ran; and the commands per shard read and per commit
+    call, on average."""
+    lines = timelines([client, *workers])
     rows: list[Row] = []
     for name, began, ended in levels:
         during = [line for line in lines.values() if began <= line[Stage.SENT] <= ended]
-        for span, samples in spans(during).items():
-            if not samples:
-                continue
-            for p in (50, 99):
+        figures = spans(during)
+        for who, records in (("client", [client]), ("worker", workers)):
+            figures[f"{who} event loop late"] = loop_lags(records, began, ended)
+        for span, samples in figures.items():
+            for p in (50, 99) if samples else ():
                 rows.append(
                     Row(
                         name=f"Redis {name}: {span} p{p}",
                         value=percentile(samples, p) * 1e3,
                         unit="ms",
-                        extra={
-                            "level": name,
-                            "span": span,
-                            "quantile": p / 100,
-                            "asks": len(samples),
-                        },
+                        extra={"level": name, "span": span, "quantile": p / 100},
+                    )
+                )
+        for stage, what in ((Stage.READ, "shard read"), (Stage.COMMITTING, "commit call")):
+            sizes = call_sizes(workers, stage, began, ended)
+            if sizes:
+                rows.append(
+                    Row(
+                        name=f"Redis {name}: commands per {what} (mean)",
+                        value=sum(sizes) / len(sizes),
+                        unit="commands",
+                        extra={"level": name, "calls": len(sizes)},
                     )
                 )
     return rows

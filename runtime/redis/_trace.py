@@ -23,7 +23,9 @@ host), keyed by its command id:
 - ``answered``: the asker read the reply.
 
 :func:`timelines` merges the records of every process, :func:`spans` turns them
-into the time between consecutive stages.
+into the time between consecutive stages. A tracer also records how late its
+event loop runs (:meth:`Tracer.watch_loop`, which the transport runs while it is
+open), and how many commands each shard read and commit call carried.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from pathlib import Path
 from time import time
 from typing import TYPE_CHECKING, Any, Final
 
+import anyio
 import msgspec
 
 from actormem.runtime._envelope import Envelope
@@ -55,14 +58,19 @@ __all__ = (
     "Stage",
     "Tracer",
     "attach",
+    "call_sizes",
     "from_env",
     "load",
+    "loop_lags",
     "spans",
     "timelines",
 )
 
 #: The environment variable naming the directory a process's tracers are written to.
 TRACE_ENV: Final = "ACTORMEM_TRACE"
+
+#: How often :meth:`Tracer.watch_loop` looks how late the event loop is (s).
+_LOOP_PERIOD: Final = 0.005
 
 _numbers = itertools.count()
 
@@ -100,11 +108,16 @@ SPANS: Final[tuple[tuple[str, tuple[Stage, ...], Stage], ...]] = (
 
 class Records(msgspec.Struct, array_like=True):
     """What one tracer recorded, as written to a file: ``ids[n]`` passed
-    ``stages[n]`` at ``times[n]``."""
+    ``stages[n]`` at ``times[n]``; how late its event loop ran (see
+    :meth:`Tracer.watch_loop`); and the shard reads and commit calls it made."""
 
     ids: list[str]
     stages: bytes
     times: list[float]
+    #: (when, how late the event loop ran a timer due then, in s).
+    lags: list[tuple[float, float]] = []
+    #: (``READ`` or ``COMMITTING``, when, the commands the read or call carried).
+    calls: list[tuple[int, float, int]] = []
 
 
 class Tracer:
@@ -116,7 +129,7 @@ class Tracer:
     position (see ``Outbox.appended``).
     """
 
-    __slots__ = ("_asks", "_ids", "_queued", "_stages", "_times", "_written")
+    __slots__ = ("_asks", "_calls", "_ids", "_lags", "_queued", "_stages", "_times", "_written")
 
     def __init__(self) -> None:
         self._ids: list[str] = []
@@ -127,6 +140,8 @@ class Tracer:
         # (stage, command id, outbox position) and (stage, finished through, time).
         self._queued: list[tuple[int, str, int]] = []
         self._written: list[tuple[int, int, float]] = []
+        self._lags: list[tuple[float, float]] = []
+        self._calls: list[tuple[int, float, int]] = []
 
     def __len__(self) -> int:
         return len(self._ids)
@@ -147,11 +162,14 @@ class Tracer:
     def read(self, batch: Iterable[tuple[str, Any, Any]]) -> None:
         """A shard read returned ``batch`` (entry, data, envelope or error)."""
         now = time()
+        read = 0
         for _, _, env in batch:
             if isinstance(env, Envelope) and env.id:
                 self._ids.append(env.id)
                 self._stages.append(Stage.READ)
                 self._times.append(now)
+                read += 1
+        self._calls.append((Stage.READ, now, read))
 
     def started(self, envelope: Envelope) -> None:
         """A dispatcher starts ``envelope``'s handler."""
@@ -169,6 +187,8 @@ class Tracer:
                 self._ids.append(env.id)
                 self._stages.append(stage)
                 self._times.append(now)
+        if stage == Stage.COMMITTING:
+            self._calls.append((stage, now, sum(len(p.envelopes) for p in batch)))
 
     def reply_queued(self, envelope: Envelope, position: int) -> None:
         """The reply to ``envelope`` was queued at ``position`` of the reply outbox."""
@@ -186,6 +206,15 @@ class Tracer:
         if command is not None:
             self.mark(command, Stage.ANSWERED)
 
+    async def watch_loop(self) -> None:
+        """Record, until cancelled, how late the event loop runs a timer (every
+        :data:`_LOOP_PERIOD` s): the time every task of the process waits for a turn."""
+        while True:
+            due = time() + _LOOP_PERIOD
+            await anyio.sleep(_LOOP_PERIOD)
+            now = time()
+            self._lags.append((now, max(0.0, now - due)))
+
     def records(self) -> Records:
         """Everything recorded so far, the outboxes' stages resolved."""
         ids, stages, times = list(self._ids), bytearray(self._stages), list(self._times)
@@ -198,7 +227,7 @@ class Tracer:
                     ids.append(command)
                     stages.append(stage)
                     times.append(writes[n][1])
-        return Records(ids, bytes(stages), times)
+        return Records(ids, bytes(stages), times, list(self._lags), list(self._calls))
 
     def dump(self, path: Path) -> None:
         """Write :meth:`records` to ``path`` (msgpack)."""
@@ -262,3 +291,15 @@ def spans(lines: Iterable[Sequence[float]]) -> dict[str, list[float]]:
             if not math.isnan(since):
                 out[name].append(until - since)
     return out
+
+
+def loop_lags(records: Iterable[Records], began: float, ended: float) -> list[float]:
+    """How late the event loops of ``records`` ran their timers between ``began`` and
+    ``ended`` (s)."""
+    return [lag for part in records for at, lag in part.lags if began <= at <= ended]
+
+
+def call_sizes(records: Iterable[Records], stage: Stage, began: float, ended: float) -> list[int]:
+    """The commands each shard read (``READ``) or commit call (``COMMITTING``) of
+    ``records`` carried between ``began`` and ``ended``."""
+    return [n for part in records for s, at, n in part.calls if s == stage and began <= at <= ended]

@@ -219,6 +219,8 @@ class RedisTransport(Transport):
             host.spawn(self._outbox_loop, self._outbox)
             host.spawn(self._outbox_loop, self._replies.outbox)
             host.spawn(self._unowned.run)
+            if self.trace is not None:
+                host.spawn(self.trace.watch_loop)
             if self.worker:
                 await self._owner.start(host)
         except BaseException:

@@ -91,3 +91,5 @@ async def test_redis_latency_reports_the_stages_of_the_asks_with_trace() -> None
     assert ("add at 50/s", "commit call") in spans
     assert ("context() at 50/s", "worker reply outbox") in spans
     assert ("context() at 50/s", "handler") in spans
+    assert ("add at 50/s", "worker event loop late") in spans
+    assert any(row.name == "Redis add at 50/s: commands per commit call (mean)" for row in rows)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import anyio
 import pytest
 import redis.asyncio as aioredis
 
@@ -18,8 +19,10 @@ from actormem.runtime.redis._trace import (
     Stage,
     Tracer,
     attach,
+    call_sizes,
     from_env,
     load,
+    loop_lags,
     spans,
     timelines,
 )
@@ -41,7 +44,9 @@ async def test_an_ask_passes_every_stage_in_order(
         register(rt)
         await c.ref("ledger/t").ask(Add("a", 2))  # stored: the commit call writes the reply
         await c.ref("ledger/t").ask(GetState())  # a read: the reply outbox writes it
-    lines = timelines([asker.records(), handler.records()])
+        await anyio.sleep(0.05)  # the loop watchers look a few times
+    worked = handler.records()
+    lines = timelines([asker.records(), worked])
     assert len(lines) == 2
     add, read = sorted(lines.values(), key=lambda line: line[Stage.SENT])
     stored = [Stage.COMMITTING, Stage.COMMITTED]
@@ -57,6 +62,10 @@ async def test_an_ask_passes_every_stage_in_order(
     assert len(found["whole ask"]) == 2 and len(found["handler"]) == 2
     assert len(found["commit call"]) == 1 and len(found["worker reply outbox"]) == 1
     assert len(found["reply to the asker"]) == 2
+    # The worker's loop was watched; it read both asks, and stored the add in one call.
+    assert loop_lags([worked], 0, math.inf) and loop_lags([asker.records()], 0, math.inf)
+    assert sum(call_sizes([worked], Stage.READ, 0, math.inf)) == 2
+    assert call_sizes([worked], Stage.COMMITTING, 0, math.inf) == [1]
 
 
 async def test_tracing_is_off_unless_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -101,7 +101,9 @@ SPANS: Final[tuple[tuple[str, tuple[Stage, ...], Stage], ...]] = (
     ("commit call", (Stage.COMMITTING,), Stage.COMMITTED),
     ("reply queued", (Stage.HANDLED,), Stage.REPLY_QUEUED),
     ("worker reply outbox", (Stage.REPLY_QUEUED,), Stage.REPLY_WRITTEN),
-    ("reply to the asker", (Stage.REPLY_WRITTEN, Stage.COMMITTED), Stage.ANSWERED),
+    # From when the commit call that writes the reply left: the worker hears that it
+    # returned (``committed``) when its event loop gets to it, often after the asker.
+    ("reply to the asker", (Stage.REPLY_WRITTEN, Stage.COMMITTING), Stage.ANSWERED),
     ("whole ask", (Stage.SENT,), Stage.ANSWERED),
 )
 

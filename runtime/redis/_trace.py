@@ -16,8 +16,8 @@ host), keyed by its command id:
   loop than of Redis);
 - ``read``: a worker's shard read returned it;
 - ``started``, ``handled``: its handler started; returned;
-- ``committing``, ``committed``: the group commit call storing its changes
-  started; returned (that call writes the reply itself);
+- ``committing``, ``committed``: the group commit call storing its changes (and
+  writing its reply) was sent; the worker heard that it returned;
 - ``reply_queued``, ``reply_written``: a reply that waits for no commit was queued
   in the worker's reply outbox; the outbox sent the XADD that carries it;
 - ``answered``: the asker read the reply.

@@ -199,7 +199,8 @@ class GroupCommit:
                 return True
             # Nothing to store (a read, or a non-durable actor, whose effect lives in
             # memory only): its ack can wait for the next batch.
-            shard.acks.append(env.entry)
+            if env.entry:  # a command handed over in memory has none
+                shard.acks.append(env.entry)
             if env.id:
                 record.remember(env.id, self._config.applied_keep)
             return True

@@ -96,9 +96,13 @@ class DeadLetters:
         # Attempt counters of redelivered entries whose handling returned, to delete.
         self._finished: list[str] = []
 
-    async def write(self, shard: Shard, entry: str, data: bytes | None, reason: str) -> None:
+    async def write(
+        self, shard: Shard, entry: str, data: bytes | None, reason: str, *, command: str = ""
+    ) -> None:
         """Write ``entry`` to the dead-letter stream (once: a second write, after a worker
-        died before the ack, adds nothing), then ack it."""
+        died before the ack, adds nothing), then ack it. A command handed over in
+        memory has no entry (``entry`` is empty): it is known by its id,
+        ``command``, and there is nothing to ack."""
         stream = self._keys.stream(shard.number)
         fields: list[Any] = [
             b"reason",
@@ -117,9 +121,10 @@ class DeadLetters:
                 self._link.client,
                 _scripts.DEAD_LETTER,
                 [self._keys.dead_letters(), self._keys.dead_letter_index()],
-                [f"{stream} {entry}", _DLQ_MAXLEN, f"{time.time():.6f}", *fields],
+                [f"{stream} {entry or command}", _DLQ_MAXLEN, f"{time.time():.6f}", *fields],
             )
-        await self._commits.ack(shard, [entry])
+        if entry:
+            await self._commits.ack(shard, [entry])
         if written:
             self.written += 1
             log.warning("dead_lettered", stream=stream, entry=entry, reason=reason)
@@ -132,7 +137,7 @@ class DeadLetters:
         fields = {name: getattr(env, name) for name in Envelope.__struct_fields__}
         data = self._codec.encode_envelope(Envelope(**fields))
         try:
-            await self.write(shard, env.entry, data, reason)
+            await self.write(shard, env.entry, data, reason, command=env.id)
         except TransportError as exc:
             log.warning("dead_letter_failed", entry=env.entry, reason=str(exc))
 

@@ -40,6 +40,7 @@ from actormem.runtime.redis.keys import CONSUMER_GROUP, shard_of
 if TYPE_CHECKING:
     from actormem.runtime.redis._commits import GroupCommit
     from actormem.runtime.redis._dead_letters import DeadLetters
+    from actormem.runtime.redis._handover import Handover
     from actormem.runtime.redis._replies import Replies
     from actormem.runtime.redis._shards import Holdings, Link, Shard
     from actormem.runtime.redis._unsent import Unsent
@@ -93,6 +94,8 @@ class Intake:
         self.duplicates = 0
         #: Of those, asks answered again with the reply their commit kept.
         self.answered_again = 0
+        #: Told what each read delivered (see ``Handover.read``), if set.
+        self.handover: Handover | None = None
 
     async def consume(self, shard: Shard) -> None:
         """Serve ``shard`` until cancelled: send again the tells earlier owners stored
@@ -154,6 +157,11 @@ class Intake:
                 await self._load_records(shard, batch)
                 for entry, data, decoded in batch:
                     await self._accept(shard, entry, data, decoded)
+                complete = len(batch) < BATCH
+                if self.handover is not None:
+                    self.handover.read(shard, batch, complete)
+            if not response and self.handover is not None:
+                self.handover.read(shard, [], True)  # the read waited: nothing was left
             await forever("ack", lambda: self._commits.flush_acks(shard))
             if time.monotonic() >= next_claim:
                 next_claim = time.monotonic() + claim_every
@@ -431,7 +439,8 @@ class Intake:
         limit = self._config.max_deliveries
         if allowed and env.failures < limit:
             # In flight again (handled() let go of it): not claimed, not duplicated.
-            shard.inflight.add(env.entry)
+            if env.entry:  # a command handed over in memory has no entry
+                shard.inflight.add(env.entry)
             record = self._held.actors.get(env.recipient)
             if record is not None:
                 if env.id:

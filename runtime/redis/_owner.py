@@ -2,8 +2,9 @@
 
 A worker registers, then takes its share of the shards (see ``_leases``); for each
 shard it gains it starts the shard's intake, and for each it loses it stops
-reading, stores what was handled (when it gives the shard back) and passivates
-the shard's actors. It also reads the broadcasts, and passivates durable actors
+reading, stores what was handled (when it gives the shard back), passivates
+the shard's actors and sends the asks handed over to them and not answered through
+the stream (see ``_handover``). It also reads the broadcasts, and passivates durable actors
 that stayed idle for ``passivate_after``.
 """
 
@@ -21,7 +22,11 @@ from actormem.runtime.redis._loops import OPEN_POLL, stream_end, tail, wait_open
 from actormem.runtime.redis._shards import Shard
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from actormem.runtime._envelope import Envelope
     from actormem.runtime.redis._commits import GroupCommit
+    from actormem.runtime.redis._handover import Handover
     from actormem.runtime.redis._intake import Intake
     from actormem.runtime.redis._shards import Holdings, Link
     from actormem.runtime.transports.base import TransportHost
@@ -42,6 +47,8 @@ class Owner:
         held: the shards and actors this worker holds.
         intake: reads a shard it gains, and fans the broadcasts out.
         commits: stores what was handled on a shard it gives back.
+        handover: the asks handed over to the actors of its shards.
+        send_again: sends a handed-over ask through the stream.
     """
 
     def __init__(
@@ -51,6 +58,8 @@ class Owner:
         held: Holdings,
         intake: Intake,
         commits: GroupCommit,
+        handover: Handover,
+        send_again: Callable[[Envelope], Awaitable[None]],
     ) -> None:
         self._link = link
         self._config = link.config
@@ -58,6 +67,8 @@ class Owner:
         self._held = held
         self._intake = intake
         self._commits = commits
+        self._handover = handover
+        self._send_again = send_again
         self._leases: LeaseManager | None = None
 
     @property
@@ -155,6 +166,7 @@ class Owner:
             log.info("shard_gained_while_closing", shard=number, worker=self._link.id)
             return
         shard = self._held.shards[number] = Shard(number, lease)
+        self._handover.gained(shard)
         host.spawn(self._consume, shard)
 
     async def _consume(self, shard: Shard) -> None:
@@ -186,6 +198,16 @@ class Owner:
                     # shard again would apply the redelivered commands on top.
                     dropped = host.discard(address)
                     log.info("actor_discarded", actor=address, shard=record.shard, mail=dropped)
+        # Handed over and not answered: no entry of theirs stays pending for the
+        # shard's next owner, so they go to it through the stream.
+        back = self._handover.lost(numbers)
+        if self._serving() is None:
+            return  # closing: their asks fail with the runtime
+        for envelope in back:
+            try:
+                await self._send_again(envelope)
+            except RuntimeClosedError:
+                return  # closing: their asks fail with the runtime
 
     async def _passivate_loop(self) -> None:
         after = self._config.passivate_after

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio
@@ -71,6 +72,9 @@ class Replies:
         self.shed = True
         # correlation -> (reply type, deadline, address asked)
         self._asks: dict[int, tuple[Any, float, str]] = {}
+        #: Called with the correlation of each reply to an ask made here (see
+        #: ``Handover.answered``).
+        self.answered: Callable[[int], None] = _nothing
         # Whether a commit call may write replies (None: not known until connected).
         self._with_commits: bool | None = None
         #: Replies to the asks handled here, written in pipelined batches.
@@ -156,6 +160,7 @@ class Replies:
         for envelope, reply, data in replies:
             if envelope.reply_to is None or envelope.reply_to == self.stream:
                 self._asks.pop(reply.correlation, None)
+                self.answered(reply.correlation)
                 self._link.host.resolve(reply)
                 continue
             stream = self._writable(envelope)
@@ -233,6 +238,7 @@ class Replies:
         if self._link.trace is not None:
             self._link.trace.answered(correlation)
         reply_type, _, address = self._asks.pop(correlation, (Any, 0.0, "?"))
+        self.answered(correlation)
         host.resolve(self._codec.decode_reply(data, reply_type, address))
 
     def _expire_asks(self) -> None:
@@ -257,3 +263,7 @@ class Replies:
                     await self._link.client.delete(self.stream)
             except TransportError:
                 pass
+
+
+def _nothing(correlation: int) -> None:
+    """No one to tell that a reply came."""

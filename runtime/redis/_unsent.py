@@ -30,10 +30,13 @@ import structlog
 
 from actormem.runtime._envelope import Envelope
 from actormem.runtime.redis._client import redis_errors
+from actormem.runtime.redis._handover import unsent_order
 from actormem.runtime.redis._retry import forever
 from actormem.runtime.redis._shards import StreamEnvelope
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from actormem.runtime.redis._outbox import Outbox
     from actormem.runtime.redis._shards import Link, Shard
 
@@ -68,6 +71,9 @@ class Unsent:
         self._link = link
         self._keys = link.keys
         self._outbox = outbox
+        #: Told of each tell sent again (its id and outbox item), if set: see
+        #: ``Handover.sent_again``.
+        self.sending_again: Callable[[str, tuple[str, bytes, float]], None] | None = None
         fault = os.environ.get(FAULT_ENV)
         if fault:
             self._arm_fault(int(fault))
@@ -95,10 +101,11 @@ class Unsent:
         finished = self._outbox.finished
         tells: list[tuple[str, bytes]] = []
         last = 0
-        for n, (tell, (stream, data, deadline), position) in enumerate(command.sent):
+        entry, first = unsent_order(command)
+        for n, (tell, (stream, data, deadline), position) in enumerate(command.sent, first):
             if position > finished:
                 expires = None if deadline == math.inf else deadline
-                tells.append((tell, _encoder.encode((command.entry, n, stream, data, expires))))
+                tells.append((tell, _encoder.encode((entry, n, stream, data, expires))))
                 last = position
         return tells, last
 
@@ -183,7 +190,9 @@ class Unsent:
             return
         tells.sort(key=lambda t: t[0])
         outbox = self._outbox
-        for _, _, item in tells:
+        for _, name, item in tells:
+            if self.sending_again is not None:
+                self.sending_again(name, item)
             outbox.put_nowait(item)
         self.stored(shard, [name for _, name, _ in tells], outbox.appended)
         log.info("unsent_tells_sent_again", shard=shard.number, tells=len(tells))

@@ -66,6 +66,7 @@ from actormem.runtime.ids import new_id
 from actormem.runtime.redis._client import blocking_twin, check_server, connect, redis_errors
 from actormem.runtime.redis._commits import GroupCommit
 from actormem.runtime.redis._dead_letters import DeadLetters
+from actormem.runtime.redis._handover import HandedEnvelope, Handover
 from actormem.runtime.redis._intake import Intake
 from actormem.runtime.redis._outbox import Outbox
 from actormem.runtime.redis._owner import Owner
@@ -112,6 +113,10 @@ class RedisTransportStats(msgspec.Struct, frozen=True, kw_only=True):
         answered_again: duplicate asks answered with the reply kept with their commit.
         leases_acquired: shard leases taken (or taken back) since start.
         leases_lost: shard leases lost since start (expired, or taken by another).
+        handed_over: asks to actors of the shards this worker owns delivered in
+            memory, not through the stream (see ``_handover``).
+        failed_back: of those, asks sent through the stream after all (their
+            command could not be stored here, or no reply came in time).
     """
 
     worker: str
@@ -127,6 +132,8 @@ class RedisTransportStats(msgspec.Struct, frozen=True, kw_only=True):
     answered_again: int = 0
     leases_acquired: int = 0
     leases_lost: int = 0
+    handed_over: int = 0
+    failed_back: int = 0
 
 
 class RedisTransport(Transport):
@@ -194,7 +201,26 @@ class RedisTransport(Transport):
             unsent=self._unsent,
             lease_fresh=self.lease_fresh,
         )
-        self._owner = Owner(self, held=self._held, intake=self._intake, commits=self._commits)
+        self._handover = Handover(
+            self,
+            held=self._held,
+            own_stream=self._replies.stream,
+            lease_fresh=self.lease_fresh,
+            written=lambda: self._outbox.finished,
+            queued=lambda: self._outbox.appended,
+            streams=self._streams,
+        )
+        self._unsent.sending_again = self._handover.sent_again
+        self._replies.answered = self._handover.answered
+        self._intake.handover = self._handover
+        self._owner = Owner(
+            self,
+            held=self._held,
+            intake=self._intake,
+            commits=self._commits,
+            handover=self._handover,
+            send_again=self._send_through_stream,
+        )
         self._unowned = UnownedAsks(self)
         #: Records the stages of its asks (None: off; see ``_trace``).
         self.trace: Tracer | None = None
@@ -260,6 +286,7 @@ class RedisTransport(Transport):
         self._state = "closed"
         self._host = None
         self._held.clear()
+        self._handover.clear()
         log.debug("redis_transport_closed", id=self.id)
 
     async def _leave(self) -> None:
@@ -310,7 +337,12 @@ class RedisTransport(Transport):
 
     # -- sending ---------------------------------------------------------------------------
 
-    def _prepare(self, envelope: Envelope) -> tuple[str, bytes, float]:
+    def _prepare(
+        self, envelope: Envelope, hand_over: bool = True
+    ) -> tuple[str, bytes, float] | None:
+        """``envelope`` as the outbox queues it, or None when it was handed over to a
+        local actor instead (an ask to a shard this worker owns, ``hand_over``: see
+        ``_handover``)."""
         if not envelope.id:
             envelope.id = new_id()
         self._replies.expect(envelope)
@@ -321,11 +353,15 @@ class RedisTransport(Transport):
                 f"{len(data)} bytes, over max_message_bytes={self.config.max_message_bytes}"
             )
         shard = shard_of(envelope.recipient, self.config.shards)
+        if hand_over and self.worker and self._handover.take(envelope, data, shard):
+            return None
         if not envelope.resent:  # a copy: its ask is watched since it was first sent
             self._unowned.watch(envelope, shard)
             if self.trace is not None:  # queued next (see send, send_nowait)
                 self.trace.sent(envelope, self._outbox.appended + 1)
-        return self._streams[shard], data, self._replies.expires(envelope)
+        expires = self._replies.expires(envelope)
+        self._handover.sent(envelope, shard, expires)
+        return self._streams[shard], data, expires
 
     async def send(self, envelope: Envelope) -> None:
         """Queue ``envelope`` for its shard's stream; wait only while the outbox is full.
@@ -340,11 +376,20 @@ class RedisTransport(Transport):
             TransportError: the body's type is not registered (nothing is queued).
         """
         item = self._prepare(envelope)
+        if item is None:
+            return
         self._require_host()
         command = sending_for(envelope.id)
         await self._outbox.put(item)
         if command is not None:
             self._unsent.sent(command, envelope.id, item)
+
+    async def _send_through_stream(self, envelope: Envelope) -> None:
+        """Queue ``envelope``, an ask that was handed over, for its shard's stream: the
+        same command id and correlation (its command is applied at most once)."""
+        item = self._prepare(envelope, hand_over=False)
+        assert item is not None
+        await self._outbox.put(item)
 
     def send_nowait(self, envelope: Envelope) -> None:
         """Queue ``envelope`` now, or raise; never waits (see :meth:`send`).
@@ -359,6 +404,8 @@ class RedisTransport(Transport):
                 f"the Redis outbox is full ({self.config.outbox_size} envelopes queued)",
             )
         item = self._prepare(envelope)
+        if item is None:
+            return
         self._require_host()
         self._outbox.put_nowait(item)
         command = sending_for(envelope.id)
@@ -382,6 +429,11 @@ class RedisTransport(Transport):
         deadline passed. A command whose class says ``resend_as_new`` goes again as
         a new command instead (a new id, handled again; see :class:`Command`)."""
         self._asks_resent += 1
+        if self._handover.take_back(envelope.correlation) is not None:
+            # Handed over, and no reply yet: through the stream now, not as a copy
+            # (no copy of it is in the stream; its owner skips it if it was applied).
+            await self._send_through_stream(envelope)
+            return
         if getattr(type(envelope.body), "resend_as_new", False):
             await self.send(msgspec.structs.replace(envelope, id=new_id()))
             return
@@ -451,7 +503,14 @@ class RedisTransport(Transport):
     async def handled(self, envelope: Envelope, actor: Actor | None, ok: bool) -> bool:
         if isinstance(envelope, RedeliveredEnvelope):
             self._dead_letters.finished(envelope)
-        return await self._commits.handled(envelope, actor, ok)
+        stored = await self._commits.handled(envelope, actor, ok)
+        if not stored and ok and type(envelope) is HandedEnvelope:
+            # Not stored here (the shard was lost meanwhile, say): no stream entry
+            # stays pending for it, so it goes through the stream now.
+            asked = self._handover.take_back(envelope.correlation)
+            if asked is not None:
+                await self._send_through_stream(asked)
+        return stored
 
     def batchable(self, envelope: Envelope) -> bool:
         """An entry read new (not claimed after a failure: those are handled one at a
@@ -515,4 +574,6 @@ class RedisTransport(Transport):
             answered_again=self._intake.answered_again,
             leases_acquired=leases.acquired if leases is not None else 0,
             leases_lost=leases.lost if leases is not None else 0,
+            handed_over=self._handover.handed_over,
+            failed_back=self._handover.failed_back,
         )

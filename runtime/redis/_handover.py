@@ -1,0 +1,274 @@
+"""Hand-over: asks to an actor whose shard this worker owns, delivered in memory.
+
+An ask made through a worker's own transport to an actor of a shard that worker
+owns would travel to Redis and straight back: XADD, XREADGROUP, decode, XACK. It
+is handed over instead, into the actor's mailbox, as a :class:`HandedEnvelope`
+(decoded from the bytes the stream would carry, so it is validated as a stream
+entry is, and shares nothing with the asker's envelope). It is handled like an
+entry read from the stream, under the shard's lease: its command id goes into the
+actor's applied ids with its group commit, which has no entry to XACK, and its
+reply is resolved in memory once that commit stored it.
+
+An ask is handed over only when nothing this transport sent to the same actor
+through the stream may still be on its way there (so messages to one actor keep
+the order they were sent in): every envelope sent to a shard this worker owns is
+noted until the intake reads it, and a shard gained is read to its end, past
+what the outbox held when it was gained, before anything to it is handed over.
+
+A handed-over ask is never lost while its asker waits: when its command cannot be
+stored (the shard was lost, the commit fenced off) or no reply came within the
+ask's first resend delay, it goes to the shard's stream with the same command id
+and correlation, where the shard's owner handles it once (a command already
+applied is skipped there, and answered with the reply kept with it). One that
+dies with its worker dies with its asker, as an ask not yet sent does.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, Final
+
+from actormem.runtime._envelope import Envelope
+from actormem.runtime.errors import ActorError, MailboxFullError, MessageDecodeError
+from actormem.runtime.redis._shards import StreamEnvelope
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from actormem.runtime.redis._shards import Holdings, Link, Shard
+
+__all__ = ("HandedEnvelope", "Handover", "unsent_order")
+
+#: Tells a handed-over command may send before its order among them could clash
+#: with the next handed-over command's (see :func:`unsent_order`).
+_RANK_SHIFT: Final = 20
+
+
+class HandedEnvelope(StreamEnvelope, kw_only=True):
+    """An ask handed over in memory (see the module docstring): no stream entry
+    (``entry`` is empty), so nothing to ack.
+
+    Attributes:
+        after: the last entry of its shard read before it was handed over.
+        rank: its place among the commands handed over since that entry was read.
+    """
+
+    after: str = "0-0"
+    rank: int = 0
+
+
+def unsent_order(command: StreamEnvelope) -> tuple[str, int]:
+    """Where the tells of ``command`` go among the shard's unsent tells (see
+    ``_unsent``): its entry and the place of its first tell. A handed-over command
+    has no entry: its tells go after those of the last entry read before it, and of
+    the commands handed over before it since, as it was handled."""
+    if command.entry or not isinstance(command, HandedEnvelope):
+        return command.entry, 0
+    return command.after, command.rank << _RANK_SHIFT
+
+
+class _Track:
+    """What this worker sent to one shard it owns through the stream and has not
+    read back yet, and how far it has read the shard."""
+
+    __slots__ = ("after", "armed", "caught_up", "rank", "shard", "transit", "written_by")
+
+    def __init__(self, shard: Shard, written_by: int) -> None:
+        self.shard = shard
+        # Sent through the stream, not read yet: recipient -> {command id: deadline}.
+        self.transit: dict[str, dict[str, float]] = {}
+        # The outbox position of the last envelope queued before the shard was
+        # gained: sent before then, not noted in transit.
+        self.written_by = written_by
+        # The outbox wrote through written_by when a read returned (armed); a read
+        # that found the stream's end since makes the shard caught up.
+        self.armed = False
+        self.caught_up = False
+        self.after = "0-0"
+        self.rank = 0
+
+
+class Handover:
+    """Hands asks over to the actors of the shards this worker owns (see the module
+    docstring).
+
+    Args:
+        link: the transport.
+        held: the shards and actors this worker holds.
+        own_stream: the transport's reply stream (its asks' ``reply_to``).
+        lease_fresh: whether this worker's lease on a shard was recently renewed.
+        written: how many entries the transport's outbox has taken off its queue.
+        queued: how many entries were ever queued in that outbox.
+        streams: the shards' stream names, by shard number.
+
+    Attributes:
+        handed_over: asks handed over since the transport opened.
+        failed_back: of those, the ones sent through the stream after all.
+    """
+
+    def __init__(
+        self,
+        link: Link,
+        *,
+        held: Holdings,
+        own_stream: str,
+        lease_fresh: Callable[[int], bool],
+        written: Callable[[], int],
+        queued: Callable[[], int],
+        streams: list[str],
+    ) -> None:
+        self._link = link
+        self._codec = link.codec
+        self._held = held
+        self._own_stream = own_stream
+        self._lease_fresh = lease_fresh
+        self._written = written
+        self._queued = queued
+        self._numbers = {stream: number for number, stream in enumerate(streams)}
+        self._tracks: dict[int, _Track] = {}
+        # The asks handed over and not answered yet: correlation -> (the asker's
+        # envelope, its shard).
+        self._handed: dict[int, tuple[Envelope, int]] = {}
+        self.handed_over = 0
+        self.failed_back = 0
+
+    # -- the shards ------------------------------------------------------------------------
+
+    def gained(self, shard: Shard) -> None:
+        """This worker owns ``shard`` from now: note what goes to it through the stream."""
+        self._tracks[shard.number] = _Track(shard, self._queued())
+
+    def read(self, shard: Shard, entries: list[tuple[str, Any, Any]], complete: bool) -> None:
+        """The intake delivered ``entries`` (entry id, data, decoded envelope or error)
+        of ``shard``, in stream order; ``complete``: the read reached the stream's end."""
+        track = self._tracks.get(shard.number)
+        if track is None or track.shard is not shard:
+            return
+        if entries:
+            transit = track.transit
+            if transit:
+                for _, _, env in entries:
+                    if isinstance(env, Envelope):
+                        sent = transit.get(env.recipient)
+                        if sent is not None and sent.pop(env.id, None) is not None and not sent:
+                            del transit[env.recipient]
+            track.after, track.rank = entries[-1][0], 0
+        if complete and not track.caught_up:
+            if track.armed:
+                track.caught_up = True
+            elif self._written() >= track.written_by:
+                track.armed = True
+
+    def sent(self, envelope: Envelope, number: int, deadline: float) -> None:
+        """``envelope`` goes to shard ``number``'s stream: nothing to its recipient is
+        handed over until the intake read it (or, once ``deadline`` passed, dropped it)."""
+        self._note(envelope.recipient, envelope.id, number, deadline)
+
+    def sent_again(self, tell: str, item: tuple[str, bytes, float]) -> None:
+        """A tell an earlier owner of a shard stored unsent goes to its stream again
+        (``item``: stream, data, deadline; see ``_unsent``): as :meth:`sent`."""
+        stream, data, deadline = item
+        number = self._numbers.get(stream)
+        recipient = self._codec.recipient(data)
+        if number is not None and recipient is not None:
+            self._note(recipient, tell, number, deadline)
+
+    def _note(self, recipient: str, command: str, number: int, deadline: float) -> None:
+        track = self._tracks.get(number)
+        if track is not None and self._held.shards.get(number) is track.shard:
+            track.transit.setdefault(recipient, {})[command] = deadline
+
+    def lost(self, numbers: list[int]) -> list[Envelope]:
+        """This worker lost (or gave back) the shards ``numbers``: forget them, and
+        return the asks handed over to their actors that are not answered yet (to be
+        sent through the stream)."""
+        for number in numbers:
+            self._tracks.pop(number, None)
+        lost = set(numbers)
+        back = [c for c, (_, number) in self._handed.items() if number in lost]
+        return [env for env in map(self.take_back, back) if env is not None]
+
+    # -- the asks ----------------------------------------------------------------------------
+
+    def take(self, envelope: Envelope, data: bytes, number: int) -> bool:
+        """Hand ``envelope`` (an ask, encoded as ``data``, to shard ``number``) over to
+        its actor now, if it may be (see the module docstring); False if it goes
+        through the stream."""
+        if envelope.correlation is None or envelope.reply_to != self._own_stream:
+            return False
+        track = self._tracks.get(number)
+        shard = self._held.shards.get(number)
+        if track is None or shard is None or track.shard is not shard or not track.caught_up:
+            return False
+        recipient = envelope.recipient
+        record = self._held.actors.get(recipient)
+        if record is None or record.shard != number or record.lease not in ("", shard.lease):
+            return False
+        if track.transit and not _clear(track.transit, recipient):
+            return False
+        if not self._lease_fresh(number) or envelope.id in record.applied:
+            return False
+        host = self._link.host
+        if not host.is_open or envelope.id in record.inflight:
+            return False
+        track.rank += 1
+        try:
+            handed = self._codec.decode_envelope(
+                data,
+                HandedEnvelope,
+                shard=number,
+                lease=shard.lease,
+                after=track.after,
+                rank=track.rank,
+            )
+        except MessageDecodeError:
+            return False  # the intake refuses it, as from any other sender
+        try:
+            host.deliver_nowait(handed)
+        except (MailboxFullError, ActorError):
+            return False  # it waits, or is refused, as a stream entry would be
+        record.inflight.add(handed.id)
+        record.busy += 1
+        record.last_used = time.monotonic()
+        self._handed[envelope.correlation] = (envelope, number)
+        self.handed_over += 1
+        return True
+
+    def answered(self, correlation: int) -> None:
+        """The reply to the ask ``correlation`` came: it needs no stream any more."""
+        if self._handed:
+            self._handed.pop(correlation, None)
+
+    def take_back(self, correlation: int | None) -> Envelope | None:
+        """The asker's envelope of the handed-over ask ``correlation`` not answered yet,
+        no longer counted as handed over (the caller sends it through the stream);
+        None for any other ask."""
+        if correlation is None:
+            return None
+        found = self._handed.pop(correlation, None)
+        if found is None:
+            return None
+        self.failed_back += 1
+        return found[0]
+
+    def clear(self) -> None:
+        """Forget every shard and ask (the transport closed)."""
+        self._tracks.clear()
+        self._handed.clear()
+
+
+def _clear(transit: dict[str, dict[str, float]], recipient: str) -> bool:
+    """True when nothing sent to ``recipient`` is on its way, forgetting what was sent
+    to it whose deadline passed (the outbox dropped it unsent, or the recipient's
+    runtime sheds it unhandled)."""
+    sent = transit.get(recipient)
+    if not sent:
+        return True
+    now = time.time()
+    for command, deadline in list(sent.items()):
+        if deadline < now:
+            del sent[command]
+    if sent:
+        return False
+    del transit[recipient]
+    return True

@@ -1,0 +1,128 @@
+"""Asks a worker makes to actors of the shards it owns are handed over in memory,
+with the stream's guarantees: order per sender, exactly-once effects, replies and
+errors, and nothing lost when the shard's lease goes meanwhile."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+import redis.asyncio as aioredis
+
+from actormem.runtime import Runtime
+from actormem.runtime.errors import AskTimeoutError, HandlerError
+from actormem.runtime.redis import Keys, RedisConfig, RedisTransport, shard_of
+from tests.runtime.redis.test_transport import worker
+from tests.support.actors import Add, Boom, GetState, Refuse, RefusedError
+from tests.support.streams import eventually, stored_tokens
+
+pytestmark = pytest.mark.anyio
+
+
+def _transport(rt: Runtime) -> RedisTransport:
+    transport = rt.transport
+    assert isinstance(transport, RedisTransport)
+    return transport
+
+
+async def _handing_over(rt: Runtime, address: str) -> None:
+    """Wait until asks to ``address`` are handed over (its shard is owned and read to
+    its end, its record held)."""
+    transport = _transport(rt)
+    n = 0
+
+    async def handed() -> bool:
+        nonlocal n
+        before = transport.stats().handed_over
+        n += 1
+        await rt.ref(address).ask(Add(f"warm{n}"))
+        return transport.stats().handed_over > before
+
+    await eventually(handed, f"asks to {address} are handed over", limit=10.0)
+
+
+async def test_asks_to_an_owned_shard_are_handed_over_and_stored_once(
+    redis_client: aioredis.Redis, redis_config: RedisConfig
+) -> None:
+    address = "ledger/handed"
+    stream = Keys(redis_config.prefix).stream(shard_of(address, redis_config.shards))
+    async with worker(redis_client, redis_config) as rt:
+        await _handing_over(rt, address)
+        warm = (await rt.ref(address).ask(GetState())).tokens
+        entries = await redis_client.xlen(stream)
+        before = _transport(rt).stats().handed_over
+        totals = [await rt.ref(address).ask(Add(f"t{i}", 2)) for i in range(20)]
+        stats = _transport(rt).stats()
+        assert stats.handed_over - before == 20
+        assert await redis_client.xlen(stream) == entries  # none went through the stream
+        state = await rt.ref(address).ask(GetState())
+    expected = [*warm, *(f"t{i}" for i in range(20))]
+    assert totals == [state.total - 2 * (19 - i) for i in range(20)]
+    assert state.tokens == expected
+    stored = await stored_tokens(redis_client, redis_config, [address])
+    assert stored[address] == expected  # each stored once, in order
+
+
+async def test_an_ask_waits_behind_what_went_through_the_stream_before_it(
+    redis_client: aioredis.Redis, redis_config: RedisConfig
+) -> None:
+    address = "ledger/ordered"
+    async with worker(redis_client, redis_config) as rt:
+        await _handing_over(rt, address)
+        warm = (await rt.ref(address).ask(GetState())).tokens
+        told = [f"told{i}" for i in range(30)]
+        for token in told:  # tells always go through the stream
+            await rt.ref(address).tell(Add(token, delay=0.002))
+        await rt.ref(address).ask(Add("asked"))
+        state = await rt.ref(address).ask(GetState())
+    assert state.tokens == [*warm, *told, "asked"]
+    stored = await stored_tokens(redis_client, redis_config, [address])
+    assert stored[address] == state.tokens
+
+
+async def test_handed_over_asks_get_their_errors_and_timeouts(
+    redis_client: aioredis.Redis, redis_config: RedisConfig
+) -> None:
+    address = "ledger/errors"
+    async with worker(redis_client, redis_config) as rt:
+        await _handing_over(rt, address)
+        transport = _transport(rt)
+        before = transport.stats()
+        with pytest.raises(RefusedError, match="refused on purpose"):
+            await rt.ref(address).ask(Refuse())
+        with pytest.raises(HandlerError, match="RuntimeError: boom"):
+            await rt.ref(address).ask(Boom())  # retried, then dead-lettered
+        with pytest.raises(AskTimeoutError):
+            await rt.ref(address).ask(Add("slow", delay=0.3), timeout=0.1)
+        after = transport.stats()
+        assert after.handed_over - before.handed_over == 3
+        assert after.dead_lettered == before.dead_lettered + 1
+        await rt.ref(address).ask(Add("after"))
+        state = await rt.ref(address).ask(GetState())
+    assert state.tokens[-2:] == ["slow", "after"]
+    stored = await stored_tokens(redis_client, redis_config, [address])
+    assert stored[address] == state.tokens
+
+
+async def test_a_handed_over_ask_whose_lease_goes_meanwhile_is_applied_once(
+    redis_client: aioredis.Redis, redis_config: RedisConfig
+) -> None:
+    keys = Keys(redis_config.prefix)
+    address = "ledger/fenced"
+    shard = shard_of(address, redis_config.shards)
+    async with worker(redis_client, redis_config) as rt:
+        await _handing_over(rt, address)
+        transport = _transport(rt)
+        before = transport.stats().handed_over
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: rt.ref(address).ask(Add("fenced", delay=0.6), timeout=8.0))
+            await anyio.sleep(0.2)  # handed over, and being handled
+            # Someone else holds the shard for a moment: the commit is fenced off.
+            await redis_client.set(keys.lease(shard), "999:someone-else", px=1_500)
+        stats = transport.stats()
+        assert stats.handed_over > before
+        assert stats.failed_back >= 1  # it went through the stream after all
+        state = await rt.ref(address).ask(GetState(), timeout=8.0)
+    assert state.tokens.count("fenced") == 1
+    stored = await stored_tokens(redis_client, redis_config, [address])
+    assert stored[address].count("fenced") == 1
+    assert stored[address] == state.tokens

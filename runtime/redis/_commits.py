@@ -285,6 +285,8 @@ class GroupCommit:
         """Remove the actor's entries before ``env`` (see :mod:`._erasure`) once the
         effects of the commands they carried are stored; False when that could not be
         done (the command is then delivered again, to the state stored before it)."""
+        if not env.entry:
+            return False  # handed over in memory: no entry to cut at; it goes by the stream
         held = self._held
         while record.uncommitted and held.shards.get(shard.number) is shard:
             await shard.committed.wait()

@@ -156,7 +156,7 @@ class Erasure:
             for p in batch
             if p.changes.discarded
             for env in p.envelopes
-            if isinstance(env, StreamEnvelope)
+            if isinstance(env, StreamEnvelope) and env.entry  # handed over: none
         ]
         if not entries:
             return

@@ -37,6 +37,11 @@ _COUNTERS = (
         "leases_lost",
     ),
     (
+        "actormem_asks_handed_over",
+        "Asks to actors of the shards this worker owns, delivered in memory.",
+        "handed_over",
+    ),
+    (
         "actormem_expired_unsent",
         "Asks and replies dropped unsent: their deadline passed.",
         "expired_unsent",

@@ -29,6 +29,12 @@ stored are stored with it, and sent again by the shard's next owner
 (``_unsent``). Asks it makes, and effects outside the runtime (an LLM call, a
 file), happen again.
 
+An ask a worker makes to an actor of a shard it owns is handed over in memory
+instead of going to the stream and back (``_handover``): it is handled and stored
+as an entry read from the stream would be, behind whatever this transport sent
+to that actor through the stream before it, and goes through the stream after all
+when its command cannot be stored here.
+
 A durable actor's changes are stored by *group commits*: a fenced call per
 shard stores every command handled while the previous call was in flight (up to
 two calls in flight, for actors the other does not hold), and the replies to

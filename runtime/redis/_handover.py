@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 
 __all__ = ("HandedEnvelope", "Handover", "unsent_order")
 
+#: Handed-over asks noted before the first look for those whose asker gave up.
+_PRUNE_FIRST: Final = 1024
 #: Tells a handed-over command may send before its order among them could clash
 #: with the next handed-over command's (see :func:`unsent_order`).
 _RANK_SHIFT: Final = 20
@@ -129,6 +131,8 @@ class Handover:
         # The asks handed over and not answered yet: correlation -> (the asker's
         # envelope, its shard).
         self._handed: dict[int, tuple[Envelope, int]] = {}
+        # How many may be noted before those whose asker gave up are forgotten.
+        self._prune_at = _PRUNE_FIRST
         self.handed_over = 0
         self.failed_back = 0
 
@@ -230,9 +234,20 @@ class Handover:
         record.inflight.add(handed.id)
         record.busy += 1
         record.last_used = time.monotonic()
+        if len(self._handed) >= self._prune_at:
+            self._forget_given_up()
         self._handed[envelope.correlation] = (envelope, number)
         self.handed_over += 1
         return True
+
+    def _forget_given_up(self) -> None:
+        """Forget the asks whose deadline passed (their askers stopped waiting; one
+        shed unhandled gets no reply), so that what is noted stays bounded."""
+        now = time.time()
+        handed = self._handed
+        for correlation in [c for c, (env, _) in handed.items() if (env.deadline or now) < now]:
+            del handed[correlation]
+        self._prune_at = max(_PRUNE_FIRST, 2 * len(handed))
 
     def answered(self, correlation: int) -> None:
         """The reply to the ask ``correlation`` came: it needs no stream any more."""

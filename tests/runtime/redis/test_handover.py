@@ -11,8 +11,10 @@ import redis.asyncio as aioredis
 from actormem.runtime import Runtime
 from actormem.runtime.errors import AskTimeoutError, HandlerError
 from actormem.runtime.redis import Keys, RedisConfig, RedisTransport, shard_of
+from actormem.runtime.redis._handover import HandedEnvelope, unsent_order
+from actormem.runtime.redis._shards import StreamEnvelope
 from tests.runtime.redis.test_transport import worker
-from tests.support.actors import Add, Boom, GetState, Refuse, RefusedError
+from tests.support.actors import Add, Boom, GetState, Pass, Refuse, RefusedError
 from tests.support.streams import eventually, stored_tokens
 
 pytestmark = pytest.mark.anyio
@@ -126,3 +128,47 @@ async def test_a_handed_over_ask_whose_lease_goes_meanwhile_is_applied_once(
     stored = await stored_tokens(redis_client, redis_config, [address])
     assert stored[address].count("fenced") == 1
     assert stored[address] == state.tokens
+
+
+async def test_the_tells_of_a_handed_over_command_go_out_once(
+    redis_client: aioredis.Redis, redis_config: RedisConfig
+) -> None:
+    source, target = "ledger/source", "ledger/target"
+    async with worker(redis_client, redis_config) as rt:
+        await _handing_over(rt, source)
+        before = _transport(rt).stats().handed_over
+        for i in range(5):
+            await rt.ref(source).ask(Pass(f"p{i}", to=target))
+        assert _transport(rt).stats().handed_over - before == 5
+
+        async def told() -> bool:
+            stored = await stored_tokens(redis_client, redis_config, [target])
+            return len(stored[target]) >= 5
+
+        await eventually(told, "every tell is applied")
+    stored = await stored_tokens(redis_client, redis_config, [target])
+    assert stored[target] == [f"p{i}" for i in range(5)]
+
+
+def test_a_handed_over_commands_tells_are_sent_again_in_the_order_it_was_handled() -> None:
+    # Read before it: entry 5-3; handed over after it, twice; then entry 5-4 read.
+    read_before = StreamEnvelope(recipient="a/x", body=None, entry="5-3")
+    first = HandedEnvelope(recipient="a/x", body=None, after="5-3", rank=1)
+    second = HandedEnvelope(recipient="a/x", body=None, after="5-3", rank=2)
+    read_after = StreamEnvelope(recipient="a/x", body=None, entry="5-4")
+
+    def key(command: StreamEnvelope, n: int) -> tuple[int, int, int]:
+        entry, start = unsent_order(command)
+        ms, _, seq = entry.partition("-")
+        return int(ms), int(seq), start + n
+
+    handled = [
+        (read_before, 0),
+        (read_before, 7),
+        (first, 0),
+        (first, 3),
+        (second, 0),
+        (read_after, 0),
+    ]
+    keys = [key(command, n) for command, n in handled]
+    assert keys == sorted(keys)

@@ -261,10 +261,7 @@ class Handover:
         if correlation is None:
             return None
         found = self._handed.pop(correlation, None)
-        if found is None:
-            return None
-        self.failed_back += 1
-        return found[0]
+        return None if found is None else found[0]
 
     def clear(self) -> None:
         """Forget every shard and ask (the transport closed)."""

@@ -395,6 +395,7 @@ class RedisTransport(Transport):
         same command id and correlation (its command is applied at most once)."""
         item = self._prepare(envelope, hand_over=False)
         assert item is not None
+        self._handover.failed_back += 1
         await self._outbox.put(item)
 
     def send_nowait(self, envelope: Envelope) -> None:

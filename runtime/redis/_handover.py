@@ -21,12 +21,18 @@ ask's first resend delay, it goes to the shard's stream with the same command id
 and correlation, where the shard's owner handles it once (a command already
 applied is skipped there, and answered with the reply kept with it). One that
 dies with its worker dies with its asker, as an ask not yet sent does.
+
+Whatever this transport sends through the stream to an actor that has handed-over
+asks not answered yet goes behind copies of those asks (the same command ids,
+:meth:`Handover.ahead`): should the shard be lost before they are handled, its next
+owner handles them before what was sent after them; where they were handled, the
+copies are skipped as the commands in flight or applied they are.
 """
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from actormem.runtime._envelope import Envelope
 from actormem.runtime.errors import ActorError, MailboxFullError, MessageDecodeError
@@ -131,6 +137,9 @@ class Handover:
         # The asks handed over and not answered yet: correlation -> (the asker's
         # envelope, its shard).
         self._handed: dict[int, tuple[Envelope, int]] = {}
+        # Of those, the ones no copy of went through the stream yet, by recipient, in
+        # the order they were handed over: correlation -> None.
+        self._uncopied: dict[str, dict[int, None]] = {}
         # How many may be noted before those whose asker gave up are forgotten.
         self._prune_at = _PRUNE_FIRST
         self.handed_over = 0
@@ -237,8 +246,20 @@ class Handover:
         if len(self._handed) >= self._prune_at:
             self._forget_given_up()
         self._handed[envelope.correlation] = (envelope, number)
+        self._uncopied.setdefault(recipient, {})[envelope.correlation] = None
         self.handed_over += 1
         return True
+
+    def ahead(self, recipient: str) -> list[Envelope]:
+        """The asks handed over to ``recipient``, not answered yet and not copied to
+        the stream yet, oldest first: they go through the stream ahead of what is sent
+        to it there now (see the module docstring). They stay handed over: whichever
+        reply comes first answers them."""
+        uncopied = self._uncopied.pop(recipient, None) if self._uncopied else None
+        if not uncopied:
+            return []
+        handed = self._handed
+        return [handed[c][0] for c in uncopied if c in handed]
 
     def _forget_given_up(self) -> None:
         """Forget the asks whose deadline passed (their askers stopped waiting; one
@@ -246,13 +267,15 @@ class Handover:
         now = time.time()
         handed = self._handed
         for correlation in [c for c, (env, _) in handed.items() if (env.deadline or now) < now]:
-            del handed[correlation]
+            self._uncopy(handed.pop(correlation)[0])
         self._prune_at = max(_PRUNE_FIRST, 2 * len(handed))
 
     def answered(self, correlation: int) -> None:
         """The reply to the ask ``correlation`` came: it needs no stream any more."""
         if self._handed:
-            self._handed.pop(correlation, None)
+            found = self._handed.pop(correlation, None)
+            if found is not None:
+                self._uncopy(found[0])
 
     def take_back(self, correlation: int | None) -> Envelope | None:
         """The asker's envelope of the handed-over ask ``correlation`` not answered yet,
@@ -261,12 +284,25 @@ class Handover:
         if correlation is None:
             return None
         found = self._handed.pop(correlation, None)
-        return None if found is None else found[0]
+        if found is None:
+            return None
+        self._uncopy(found[0])
+        return found[0]
+
+    def _uncopy(self, envelope: Envelope) -> None:
+        """``envelope`` (a handed-over ask) is no longer handed over: no copy of it
+        need go ahead of anything."""
+        uncopied = self._uncopied.get(envelope.recipient)
+        if uncopied is not None:
+            uncopied.pop(cast(int, envelope.correlation), None)
+            if not uncopied:
+                del self._uncopied[envelope.recipient]
 
     def clear(self) -> None:
         """Forget every shard and ask (the transport closed)."""
         self._tracks.clear()
         self._handed.clear()
+        self._uncopied.clear()
 
 
 def _clear(transit: dict[str, dict[str, float]], recipient: str) -> bool:

@@ -361,6 +361,12 @@ class RedisTransport(Transport):
         shard = shard_of(envelope.recipient, self.config.shards)
         if hand_over and self.worker and self._handover.take(envelope, data, shard):
             return None
+        for ask in self._handover.ahead(envelope.recipient):
+            # Copies of asks handed over to it go first (see ``_handover``); they may
+            # take the outbox a few entries over its size.
+            item = self._prepare(ask, hand_over=False)
+            assert item is not None
+            self._outbox.put_nowait(item)
         if not envelope.resent:  # a copy: its ask is watched since it was first sent
             self._unowned.watch(envelope, shard)
             if self.trace is not None:  # queued next (see send, send_nowait)

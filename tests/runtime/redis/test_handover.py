@@ -172,3 +172,35 @@ def test_a_handed_over_commands_tells_are_sent_again_in_the_order_it_was_handled
     ]
     keys = [key(command, n) for command, n in handled]
     assert keys == sorted(keys)
+
+
+async def test_what_is_sent_through_the_stream_goes_behind_copies_of_asks_handed_over(
+    redis_client: aioredis.Redis, redis_config: RedisConfig
+) -> None:
+    # Should the shard go before the handed-over ask is handled, its next owner must
+    # meet the ask before the tell sent after it: a copy of it goes to the stream first.
+    address = "ledger/ahead"
+    stream = Keys(redis_config.prefix).stream(shard_of(address, redis_config.shards))
+    async with worker(redis_client, redis_config) as rt:
+        await _handing_over(rt, address)
+        warm = (await rt.ref(address).ask(GetState())).tokens
+        last = (await redis_client.xrevrange(stream, count=1) or [(b"0-0", {})])[0][0]
+        before = _transport(rt).stats().handed_over
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: rt.ref(address).ask(Add("asked-first", delay=0.3)))
+            await anyio.sleep(0.1)  # handed over, and being handled
+            await rt.ref(address).tell(Add("told-after"))
+        assert _transport(rt).stats().handed_over - before == 1
+
+        async def both() -> bool:
+            return (await rt.ref(address).ask(GetState())).tokens[-1:] == ["told-after"]
+
+        await eventually(both, "the tell is applied")
+        state = await rt.ref(address).ask(GetState())
+        entries = await redis_client.xrange(stream, min=f"({last.decode()}")
+    bodies = [fields[b"e"] for _, fields in entries]
+    assert [b"asked-first" in b for b in bodies] == [True, False]
+    assert b"told-after" in bodies[1]
+    assert state.tokens == [*warm, "asked-first", "told-after"]  # the copy was skipped
+    stored = await stored_tokens(redis_client, redis_config, [address])
+    assert stored[address] == state.tokens

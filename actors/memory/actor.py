@@ -8,18 +8,17 @@ history plus a snapshot of the rest (:mod:`.snapshot`).
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
 
-import msgspec
 import structlog
 
 from actormem.actors.compression import CONTEXT_RELOAD_TOOL, RELOAD_TOOL_NAME, reload_tool_result
 from actormem.actors.config import AppConfig
 from actormem.actors.errors import MemoryInputError
 from actormem.actors.memory import edits
+from actormem.actors.memory._pool_side import serve_keyed, take_delivery, to_pool
 from actormem.actors.memory.commands import (
     Add,
     AddResult,
@@ -71,23 +70,13 @@ from actormem.actors.memory.snapshot import (
 from actormem.actors.memory.store import MessageStore
 from actormem.actors.memory.window import context_window
 from actormem.actors.messages import Message, encode_message
-from actormem.actors.pool.commands import (
-    POOL_ADDRESS,
-    POOL_KIND,
-    AgentCommand,
-    DeliveryAck,
-    ForgetSource,
-    Subscribe,
-    Unsubscribe,
-)
-from actormem.actors.pool.insights import InsightDelivery, InsightSignatureError
+from actormem.actors.pool.commands import POOL_ADDRESS, ForgetSource
+from actormem.actors.pool.insights import InsightDelivery
 from actormem.actors.recall.agent import AgentRecall, RecallConfig
 from actormem.actors.retention import erase_session
 from actormem.runtime import (
     Actor,
     ActorContext,
-    Forward,
-    MailboxFullError,
     TokenCounter,
     get_counter,
 )
@@ -215,7 +204,7 @@ class AgentMemory(Actor):
             case Reload(offload_id=offload_id):
                 return self._queries.reload(offload_id)
             case InsightDelivery():
-                return self._delivered(message)
+                return take_delivery(self.ctx, self.recall, message)
             case HeldInsights(query=query, k=k):
                 return self.recall.inbox.relevant(query, k)
             case Record(messages=messages):
@@ -254,9 +243,9 @@ class AgentMemory(Actor):
                 await self.recall.retention.end_run()
                 return None
             case ToPool(command=command):
-                return self._to_pool(command)
+                return to_pool(self.ctx, self.agent, command)
             case PutEntry() | GetEntry() | DeleteEntry() | SearchEntries() | ListNamespaces():
-                return self._keyed(message)
+                return serve_keyed(self.recall, message)
         raise MemoryInputError(f"an agent memory does not serve {type(message).__name__}")
 
     @property
@@ -405,56 +394,6 @@ class AgentMemory(Actor):
         loaded = self._store.load(data, overwrite, stored=stored)
         self._compaction.maybe_compress()
         return loaded
-
-    def _to_pool(self, command: AgentCommand) -> Forward:
-        """Hand ``command`` on to the pool as this agent (the pool answers the asker)."""
-        named = command.agent if isinstance(command, Subscribe | Unsubscribe) else command.source
-        if named != self.agent:
-            raise InsightSignatureError(
-                f"{type(command).__name__} names agent {str(named)[:64]!r}, but this is the "
-                f"memory of {self.agent!r}: an agent acts in the pool only for itself"
-            )
-        return self.ctx.forward(POOL_ADDRESS, command)
-
-    def _delivered(self, delivery: InsightDelivery) -> bool:
-        """Take an insight the pool delivered; refuse one from anybody else.
-
-        Returns True when it was applied (its chain moved on). Confirms how far the
-        chain got when the pool asks, or when one before this delivery is missing
-        (then the pool sends again what follows).
-        """
-        sender = self.ctx.sender
-        if sender is None or sender.partition("/")[0] != POOL_KIND:
-            who = repr(sender[:80]) if sender else "code outside any actor"
-            raise InsightSignatureError(
-                f"an agent memory takes insights only from the pool; this "
-                f"InsightDelivery (source {str(delivery.insight.source)[:64]!r}) came from {who}"
-            )
-        inbox = self.recall.inbox
-        applied, through, missing = inbox.deliver(sender, delivery)
-        if applied:
-            self.recall.changed()
-        if delivery.ack or missing:
-            # With the pool's mailbox full, the pool asks again with a later delivery.
-            with contextlib.suppress(MailboxFullError):
-                self.ctx.tell_nowait(sender, DeliveryAck(through=through, resend=missing))
-        return applied
-
-    def _keyed(
-        self, command: PutEntry | GetEntry | DeleteEntry | SearchEntries | ListNamespaces
-    ) -> Any:
-        """Serve a keyed long-term entry command (:mod:`actormem.actors.recall.keyed`):
-        its fields are the arguments of the method of the same job."""
-        keyed = self.recall.keyed
-        self.recall.changed()
-        methods: dict[type, Callable[..., Any]] = {
-            PutEntry: keyed.put,
-            GetEntry: keyed.get,
-            DeleteEntry: keyed.delete,
-            SearchEntries: keyed.search,
-            ListNamespaces: keyed.namespaces,
-        }
-        return methods[type(command)](**msgspec.structs.asdict(command))
 
     # -- reads ----------------------------------------------------------------------
 

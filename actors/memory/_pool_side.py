@@ -1,0 +1,92 @@
+"""What an agent memory does for the insight pool and the keyed long-term entries:
+hand the agent's pool commands on to the pool as the agent, take the insights the
+pool delivers, and serve the keyed entry commands (:mod:`actormem.actors.recall.keyed`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from actormem.actors.memory.commands import (
+    DeleteEntry,
+    GetEntry,
+    ListNamespaces,
+    PutEntry,
+    SearchEntries,
+)
+from actormem.actors.pool.commands import (
+    POOL_ADDRESS,
+    POOL_KIND,
+    AgentCommand,
+    DeliveryAck,
+    Subscribe,
+    Unsubscribe,
+)
+from actormem.actors.pool.insights import InsightDelivery, InsightSignatureError
+from actormem.actors.recall.agent import AgentRecall
+from actormem.runtime import ActorContext, Forward, MailboxFullError
+
+__all__ = ("KeyedCommand", "serve_keyed", "take_delivery", "to_pool")
+
+KeyedCommand = PutEntry | GetEntry | DeleteEntry | SearchEntries | ListNamespaces
+
+
+def to_pool(ctx: ActorContext, agent: str, command: AgentCommand) -> Forward:
+    """Hand ``command`` on to the pool as ``agent`` (the pool answers the asker).
+
+    Raises:
+        InsightSignatureError: the command names another agent.
+    """
+    named = command.agent if isinstance(command, Subscribe | Unsubscribe) else command.source
+    if named != agent:
+        raise InsightSignatureError(
+            f"{type(command).__name__} names agent {str(named)[:64]!r}, but this is the "
+            f"memory of {agent!r}: an agent acts in the pool only for itself"
+        )
+    return ctx.forward(POOL_ADDRESS, command)
+
+
+def take_delivery(ctx: ActorContext, recall: AgentRecall, delivery: InsightDelivery) -> bool:
+    """Take an insight the pool delivered; refuse one from anybody else.
+
+    Returns True when it was applied (its chain moved on). Confirms how far the
+    chain got when the pool asks, or when one before this delivery is missing
+    (then the pool sends again what follows).
+
+    Raises:
+        InsightSignatureError: the delivery did not come from the pool.
+    """
+    sender = ctx.sender
+    if sender is None or sender.partition("/")[0] != POOL_KIND:
+        who = repr(sender[:80]) if sender else "code outside any actor"
+        raise InsightSignatureError(
+            f"an agent memory takes insights only from the pool; this "
+            f"InsightDelivery (source {str(delivery.insight.source)[:64]!r}) came from {who}"
+        )
+    applied, through, missing = recall.inbox.deliver(sender, delivery)
+    if applied:
+        recall.changed()
+    if delivery.ack or missing:
+        # With the pool's mailbox full, the pool asks again with a later delivery.
+        with contextlib.suppress(MailboxFullError):
+            ctx.tell_nowait(sender, DeliveryAck(through=through, resend=missing))
+    return applied
+
+
+def serve_keyed(recall: AgentRecall, command: KeyedCommand) -> Any:
+    """Serve a keyed long-term entry command: its fields are the arguments of the
+    method of the same job."""
+    keyed = recall.keyed
+    recall.changed()
+    methods: dict[type, Callable[..., Any]] = {
+        PutEntry: keyed.put,
+        GetEntry: keyed.get,
+        DeleteEntry: keyed.delete,
+        SearchEntries: keyed.search,
+        ListNamespaces: keyed.namespaces,
+    }
+    return methods[type(command)](**msgspec.structs.asdict(command))

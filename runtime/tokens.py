@@ -59,7 +59,13 @@ class TokenCounter:
         self._enc = load_encoding(encoding)
         self.encoding = encoding
         self._encode = self._enc.encode_ordinary
+        # tiktoken's own encoder, called without the Python method around it (that
+        # method only mends text with lone surrogates, which count_plain leaves to it).
+        core = getattr(self._enc, "_core_bpe", None)
+        self._encode_core = getattr(core, "encode_ordinary", self._encode)
         self._role_tokens: dict[str, int] = {}
+        # What a plain message of each role costs besides its text and name.
+        self._plain_base: dict[str, int] = {}
 
     def count_text(self, text: str) -> int:
         """Return the number of tokens ``text`` encodes to (special tokens as text)."""
@@ -107,10 +113,14 @@ class TokenCounter:
 
         The hot path of every ``add``: most messages are plain text.
         """
-        role_tokens = self._role_tokens.get(role)
-        if role_tokens is None:
-            role_tokens = self._role_tokens[role] = self.count_text(role)
-        total = TOKENS_PER_MESSAGE + role_tokens + (len(self._encode(text)) if text else 0)
+        total = self._plain_base.get(role)
+        if total is None:
+            total = self._plain_base[role] = TOKENS_PER_MESSAGE + self.count_text(role)
+        if text:
+            try:
+                total += len(self._encode_core(text))
+            except UnicodeEncodeError:  # lone surrogates: tiktoken's method mends them
+                total += len(self._encode(text))
         if name:
             total += TOKENS_PER_NAME + self.count_text(name)
         return total

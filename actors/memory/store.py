@@ -11,6 +11,9 @@ need a recount.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Final
+
+import msgspec
 
 from actormem.actors.config import MemoryConfig
 from actormem.actors.conversation import group_units, leading_system_count
@@ -20,6 +23,8 @@ from actormem.actors.messages import MAX_TIMESTAMP, Message, admit, count_tokens
 from actormem.runtime import TokenCounter
 
 __all__ = ("MessageStore",)
+
+_force_setattr: Final = msgspec.structs.force_setattr
 
 
 class MessageStore:
@@ -197,7 +202,11 @@ class MessageStore:
         counter = self._counter
         if encoding != counter.encoding or m.tokens < 0:
             # sent_count()'s usual case, inline: not counted by the sender, counted here.
-            m = m.with_tokens(count_tokens(m, counter))
+            tokens = count_tokens(m, counter)
+            if m.tokens != tokens:
+                # Message.with_tokens(), inline: a copy that skips __post_init__.
+                m = m.__copy__()  # type: ignore[attr-defined]  # msgspec's own
+                _force_setattr(m, "tokens", tokens)
         else:
             try:
                 m = self.sent_count(m, encoding)

@@ -106,6 +106,17 @@ def test_both_encodings_count_chat_messages_by_the_cookbook_formula() -> None:
         assert counter.count_plain("user", "hello world", "alice") == 7 + 1
 
 
+@pytest.mark.parametrize("text", ["a lone \ud800 surrogate", "<|endoftext|> as text", ""])
+def test_plain_messages_count_as_their_chat_dicts(text: str) -> None:
+    # count_plain calls tiktoken's encoder directly; text it cannot take as it is
+    # (a lone surrogate) is counted as tiktoken's own method mends it.
+    for encoding in ENCODINGS:
+        counter = get_counter(encoding)
+        for role in ("user", "system", "assistant"):
+            expected = counter.count_message({"role": role, "content": text})
+            assert counter.count_plain(role, text) == expected
+
+
 @pytest.mark.parametrize(
     ("model", "encoding"),
     [

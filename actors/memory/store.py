@@ -59,6 +59,10 @@ class MessageStore:
     __slots__ = (
         "_config",
         "_counter",
+        "_history_summed",
+        "_history_tokens",
+        "_peak_size",
+        "_peak_tokens",
         "dirty",
         "durable",
         "edited",
@@ -66,11 +70,8 @@ class MessageStore:
         "history",
         "history_ids",
         "history_skip",
-        "history_tokens",
         "log_pending",
         "offloaded",
-        "peak_size",
-        "peak_tokens",
         "version",
         "working",
         "working_tokens",
@@ -83,7 +84,9 @@ class MessageStore:
         self.working_tokens = 0
         self.history: list[Message] = []
         self.history_ids: set[str] = set()
-        self.history_tokens = 0
+        # The history's total, summed up to how many of its messages (see history_tokens).
+        self._history_tokens = 0
+        self._history_summed = 0
         self.offloaded: dict[str, list[Message]] = {}
         self.version = 0
         self.history_skip = 0
@@ -92,9 +95,48 @@ class MessageStore:
         self.durable = False
         self.log_pending: list[Message] = []
         self.dirty = False
-        self.peak_tokens = 0
-        self.peak_size = 0
+        # The peaks as of the last time the working view could shrink (see peak_tokens).
+        self._peak_tokens = 0
+        self._peak_size = 0
         self.edited: set[str] = set()
+
+    # An add leaves the history's total and the peaks below as they are: with many
+    # agents each object an add reads is likely out of the processor's cache. They
+    # are brought up to date when read, and the peaks also before the working view
+    # is rewritten (the only way it shrinks).
+
+    @property
+    def history_tokens(self) -> int:
+        """The history's token total."""
+        history = self.history
+        if self._history_summed < len(history):
+            self._history_tokens += sum(m.tokens for m in history[self._history_summed :])
+            self._history_summed = len(history)
+        return self._history_tokens
+
+    @history_tokens.setter
+    def history_tokens(self, total: int) -> None:
+        """Set the token total of the history as it is now."""
+        self._history_tokens = total
+        self._history_summed = len(self.history)
+
+    @property
+    def peak_tokens(self) -> int:
+        """The most tokens the working view ever held."""
+        return max(self._peak_tokens, self.working_tokens)
+
+    @peak_tokens.setter
+    def peak_tokens(self, tokens: int) -> None:
+        self._peak_tokens = tokens
+
+    @property
+    def peak_size(self) -> int:
+        """The most messages the working view ever held."""
+        return max(self._peak_size, len(self.working))
+
+    @peak_size.setter
+    def peak_size(self, size: int) -> None:
+        self._peak_size = size
 
     # -- writes -------------------------------------------------------------------
 
@@ -213,19 +255,12 @@ class MessageStore:
             except MemoryInputError as exc:
                 raise MemoryInputError(f"add: message 0: {exc}") from None
         # The effects of add() for one message, without the batch bookkeeping.
-        working = self.working
-        working.append(m)
-        tokens = m.tokens
-        self.working_tokens += tokens
+        self.working.append(m)
+        self.working_tokens += m.tokens
         self.history_ids.add(m.id)
         self.history.append(m)
-        self.history_tokens += tokens
         if self.durable:
             self.log_pending.append(m)
-        if self.working_tokens > self.peak_tokens:
-            self.peak_tokens = self.working_tokens
-        if len(working) > self.peak_size:
-            self.peak_size = len(working)
         return m
 
     def append_history(self, messages: Sequence[Message]) -> None:
@@ -234,7 +269,6 @@ class MessageStore:
             if m.id not in self.history_ids:
                 self.history_ids.add(m.id)
                 self.history.append(m)
-                self.history_tokens += m.tokens
                 if self.durable:
                     self.log_pending.append(m)
 
@@ -256,11 +290,11 @@ class MessageStore:
         self.working.extend(counted)
         self.working_tokens += sum(m.tokens for m in counted)
         self.append_history(counted)
-        self.note_peak()
         return counted
 
     def set_working(self, messages: list[Message]) -> None:
         """Rewrite the working view."""
+        self.note_peak()  # before the view may shrink
         self.working = messages
         self.working_tokens = sum(m.tokens for m in messages)
         self.version += 1
@@ -268,8 +302,8 @@ class MessageStore:
 
     def note_peak(self) -> None:
         """Raise the peaks to the working view's size now."""
-        self.peak_tokens = max(self.peak_tokens, self.working_tokens)
-        self.peak_size = max(self.peak_size, len(self.working))
+        self._peak_tokens = self.peak_tokens
+        self._peak_size = self.peak_size
 
     def delete(self, ids: list[str], indices: list[int]) -> int:
         """Drop messages from the working view by id or index; return how many.

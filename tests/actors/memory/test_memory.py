@@ -57,6 +57,27 @@ async def test_add_counts_tokens_once_and_keeps_budgets(memory_rt: MemoryRuntime
     assert (await alice.stats()).working_tokens == sum(expected[:-1])
 
 
+async def test_stats_keep_the_peaks_and_the_history_total_as_the_view_shrinks(
+    memory_rt: MemoryRuntime,
+) -> None:
+    alice = memory_rt.memory("alice")
+    tokens = (await alice.add(chat())).tokens
+    for text in ("one more", "and the last"):
+        tokens += (await alice.add(Message(role="user", content=text))).tokens
+    most = sum(tokens)
+    await alice.prune(tokens[-1], preserve_system=False)  # the view shrinks to the last
+    tokens += (await alice.add(Message(role="user", content="after the prune"))).tokens
+    stats = await alice.stats()
+    assert (stats.size, stats.working_tokens) == (2, sum(tokens[-2:]))
+    assert (stats.peak_size, stats.peak_working_tokens) == (9, most)
+    assert (stats.history_size, stats.history_tokens) == (10, sum(tokens))
+    await alice.clear(history=True)
+    tokens = (await alice.add(Message(role="user", content="a fresh start"))).tokens
+    stats = await alice.stats()
+    assert (stats.history_size, stats.history_tokens) == (1, tokens[0])
+    assert (stats.peak_size, stats.peak_working_tokens) == (9, most)
+
+
 async def test_a_told_add_stores_what_an_asked_one_does(memory_rt: MemoryRuntime) -> None:
     told, asked = Message(role="user", content="told"), Message(role="user", content="asked")
     await memory_rt.tell("memory/alice", Add(messages=[told]))

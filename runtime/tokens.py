@@ -42,6 +42,9 @@ TOKENS_PER_TOOL_CALL: Final = 3
 TOKENS_PER_IMAGE_PART: Final = 85
 #: Every reply is primed with ``<|start|>assistant<|message|>``.
 REPLY_PRIMING_TOKENS: Final = 3
+#: How many names' costs a counter keeps: the speakers of a system are few, and
+#: past this many (names a caller makes up) it starts again from none.
+NAMES_KEPT: Final = 4096
 
 
 class TokenCounter:
@@ -66,6 +69,8 @@ class TokenCounter:
         self._role_tokens: dict[str, int] = {}
         # What a plain message of each role costs besides its text and name.
         self._plain_base: dict[str, int] = {}
+        # What each name adds to a message (see NAMES_KEPT).
+        self._name_costs: dict[str, int] = {}
 
     def count_text(self, text: str) -> int:
         """Return the number of tokens ``text`` encodes to (special tokens as text)."""
@@ -122,8 +127,17 @@ class TokenCounter:
             except UnicodeEncodeError:  # lone surrogates: tiktoken's method mends them
                 total += len(self._encode(text))
         if name:
-            total += TOKENS_PER_NAME + self.count_text(name)
+            total += self._name_cost(name)
         return total
+
+    def _name_cost(self, name: str) -> int:
+        """What ``name`` adds to a chat message: its tokens and the name's own one."""
+        cost = self._name_costs.get(name)
+        if cost is None:
+            if len(self._name_costs) >= NAMES_KEPT:
+                self._name_costs.clear()
+            cost = self._name_costs[name] = TOKENS_PER_NAME + self.count_text(name)
+        return cost
 
     def count_message(self, message: Mapping[str, Any]) -> int:
         """Tokens one OpenAI-format chat message costs in a request (without priming).
@@ -139,7 +153,7 @@ class TokenCounter:
         total = TOKENS_PER_MESSAGE + role_tokens + self.count_content(message.get("content"))
         name = message.get("name")
         if name:
-            total += TOKENS_PER_NAME + self.count_text(str(name))
+            total += self._name_cost(str(name))
         call_id = message.get("tool_call_id")
         if call_id:
             total += self.count_text(str(call_id))

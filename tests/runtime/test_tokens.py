@@ -13,7 +13,7 @@ import pytest
 import tiktoken_ext.openai_public
 
 from actormem.actors.config import MemoryConfig, load_app_config
-from actormem.runtime import ConfigError, TokenCounter, _encodings, get_counter
+from actormem.runtime import ConfigError, TokenCounter, _encodings, get_counter, tokens
 from actormem.runtime.tokens import ENCODINGS, encoding_for_model
 
 #: Token ids as OpenAI's cookbook and tiktoken's README print them.
@@ -104,6 +104,20 @@ def test_both_encodings_count_chat_messages_by_the_cookbook_formula() -> None:
         named = {"role": "user", "content": "hello world", "name": "alice"}
         assert counter.count_message(named) == 7 + counter.count_text("alice")
         assert counter.count_plain("user", "hello world", "alice") == 7 + 1
+
+
+def test_names_count_the_same_past_the_names_a_counter_keeps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(tokens, "NAMES_KEPT", 2)
+    counter = TokenCounter()
+    unnamed = counter.count_plain("user", "hello world")
+    for name in ("alice", "bob", "carol_the_baker", "alice", "dave"):
+        expected = unnamed + 1 + counter.count_text(name)
+        assert counter.count_plain("user", "hello world", name) == expected
+        named = {"role": "user", "content": "hello world", "name": name}
+        assert counter.count_message(named) == expected
+        assert len(counter._name_costs) <= 2
 
 
 @pytest.mark.parametrize("text", ["a lone \ud800 surrogate", "<|endoftext|> as text", ""])

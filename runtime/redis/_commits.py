@@ -27,8 +27,7 @@ from __future__ import annotations
 
 import functools
 import time
-from itertools import chain
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import TYPE_CHECKING, Final, cast
 
 import anyio
 import structlog
@@ -37,7 +36,8 @@ from actormem.runtime._envelope import Envelope, Reply
 from actormem.runtime.errors import HandlerError, TransportError
 from actormem.runtime.redis import _scripts
 from actormem.runtime.redis._client import redis_errors, run_script, wire
-from actormem.runtime.redis._due import DueTimes, latest_due
+from actormem.runtime.redis._commit_call import CommitCalls
+from actormem.runtime.redis._due import DueTimes
 from actormem.runtime.redis._erasure import Erasure
 from actormem.runtime.redis._retry import forever, retrying
 from actormem.runtime.redis._shards import PendingCommit, StreamEnvelope
@@ -65,8 +65,6 @@ _COMMIT_BYTES: Final = 64 << 20
 _COMMIT_QUEUE: Final = 1024
 #: Commit calls in flight per shard, at most (each for actors the others do not hold).
 _COMMIT_CALLS: Final = 2
-#: Seconds a kept reply outlives its ask's deadline.
-_REPLY_SLACK: Final = 1.0
 
 
 class GroupCommit:
@@ -93,6 +91,7 @@ class GroupCommit:
         self.metrics: Metrics | None = None
         #: The due times of the actors of the shards owned here.
         self.due = DueTimes(link, held)
+        self._calls = CommitCalls(link, replies=replies, unsent=unsent, due=self.due)
         # Calls started while another of their shard was in flight, and how many may
         # be at once: a share of the connection pool, the rest kept for the others.
         self._second_calls = 0
@@ -415,15 +414,15 @@ class GroupCommit:
                 await self._commit(shard, batch, retry=False)
 
     async def _store_timed(self, shard: Shard, batch: list[PendingCommit]) -> list[int] | None:
-        """:meth:`_store`, its size and time recorded when metrics are on, its stages
+        """:meth:`CommitCalls.store`, its size and time recorded when metrics are on, its stages
         when the transport traces (see ``_trace``)."""
         metrics, trace = self.metrics, self._link.trace
         if metrics is None and trace is None:
-            return await self._store(shard, batch)
+            return await self._calls.store(shard, batch)
         started = time.perf_counter()
         if trace is not None:
             trace.commit(batch, Stage.COMMITTING)
-        statuses = await self._store(shard, batch)
+        statuses = await self._calls.store(shard, batch)
         if trace is not None:
             trace.commit(batch, Stage.COMMITTED)
         if metrics is not None:
@@ -490,191 +489,6 @@ class GroupCommit:
                 env.commit = None
                 self._held.dropped(env)
 
-    async def _store(self, shard: Shard, batch: list[PendingCommit]) -> list[int] | None:
-        """One fenced call storing ``batch``; its statuses in ``batch`` order, or None
-        when fenced off. The commands go grouped by actor (each actor's own in order)."""
-        keys, number = self._keys, shard.number
-        by_actor: dict[str, list[int]] = {}
-        for i, pending in enumerate(batch):
-            address = pending.envelopes[0].recipient
-            indices = by_actor.get(address)
-            if indices is None:
-                by_actor[address] = [i]
-            else:
-                indices.append(i)
-        names = [keys.lease(number), keys.stream(number), keys.unsent(number)]
-        now = time.time()
-        args: list[Any] = [
-            shard.lease,
-            CONSUMER_GROUP,
-            f"{now:.6f}",
-            self._config.applied_keep,
-            len(by_actor),
-        ]
-        reply_keys: list[str] = []
-        # Where each pending commit's commands start among the commands stored.
-        head: list[int] = [0] * len(batch)
-        slots = 0
-        unsent: list[str] = []
-        through = 0
-        unwritten = self._unsent.unwritten
-        for address, indices in by_actor.items():
-            names += keys.actor_state(number, address)
-            if len(indices) == 1:
-                args.append(len(batch[indices[0]].envelopes))
-            else:
-                args.append(sum(len(batch[i].envelopes) for i in indices))
-            for i in indices:
-                pending = batch[i]
-                envelopes = pending.envelopes
-                remember = pending.remember
-                following = len(envelopes)
-                head[i] = slots
-                slots += following
-                for env in envelopes:
-                    following -= 1
-                    kept = self._kept_reply(pending, env) if pending.replies else None
-                    if kept is None:
-                        reply: Any = b""
-                        ttl = 0  # read only with a reply
-                    else:
-                        reply = kept
-                        reply_keys.append(keys.reply(number, address, env.id))
-                        ttl = self._reply_ttl_ms(env, now)
-                    if isinstance(env, StreamEnvelope):
-                        entry, sent = env.entry, env.sent
-                    else:
-                        entry, sent = "", None
-                    command = env.id if remember else ""
-                    if following:
-                        args += (following, entry, command, "0", b"", "0", reply, ttl, 0)
-                    else:
-                        # The change set goes with the last command of the batch.
-                        changes = pending.changes
-                        snapshot, appends = changes.snapshot, changes.log_appends
-                        args += (
-                            0,
-                            entry,
-                            command,
-                            "0" if snapshot is None else "1",
-                            snapshot or b"",
-                            "1" if changes.replace_log else "0",
-                            reply,
-                            ttl,
-                            len(appends),
-                            *appends,
-                        )
-                    if sent:
-                        tells, last = unwritten(env)
-                        args.append(len(tells))
-                        if tells:
-                            args += chain.from_iterable(tells)
-                            unsent += (tell for tell, _ in tells)
-                            through = max(through, last)
-                    else:
-                        args.append(0)
-        names += reply_keys
-        args += self._reply_writes(batch, head, names)
-        with redis_errors(f"storing the state of {len(batch)} commands of shard {number}"):
-            result = await run_script(wire(self._link.client), _scripts.COMMIT, names, args)
-        if result == -1:
-            log.warning("write_fenced_off", shard=number, commands=len(batch))
-            return None
-        if unsent:
-            self._unsent.stored(shard, unsent, through)
-        if any(map(_touches_expiry, batch)):
-            stored = {a: [batch[n].changes for n in i] for a, i in by_actor.items()}
-            await self._expire(number, stored)
-        # One status per command, the same for each of a batch: one per pending commit.
-        return [int(result[slot]) for slot in head]
-
-    def _reply_writes(
-        self, batch: list[PendingCommit], head: list[int], names: list[str]
-    ) -> list[Any]:
-        """The arguments that have the commit call write the replies waiting for it to
-        their askers' reply streams itself (see ``Replies.stream_of``; the streams are
-        appended to ``names``): a reply then costs no round trip and no outbox turn of
-        its own after the commit, and goes only if its command is stored. Marks them in
-        each pending commit's ``written``; the others are sent once it is stored."""
-        replies = self._replies
-        args: list[Any] = []
-        streams: dict[str, int] = {}
-        count = 0
-        for i, pending in enumerate(batch):
-            if not pending.replies:
-                pending.written = frozenset()
-                continue
-            envelopes = pending.envelopes
-            kept = pending.kept_replies or {}
-            written: list[int] = []
-            for n, (env, reply) in enumerate(pending.replies):
-                stream = replies.stream_of(env)
-                if stream is None:
-                    continue
-                index = streams.get(stream)
-                if index is None:
-                    names.append(stream)
-                    index = streams[stream] = len(names)
-                # Its command's number among the call's (1 = the first).
-                number = head[i] + 1 + (0 if len(envelopes) == 1 else _position(envelopes, env))
-                data = kept.get(env.id) or replies.encode(env, reply)
-                args += (number, index, data)
-                written.append(n)
-                count += 1
-            pending.written = frozenset(written)
-        args += (*replies.stream_args(), count)
-        return args
-
-    def _kept_reply(self, pending: PendingCommit, env: Envelope) -> bytes | None:
-        """The encoded reply the commit keeps for ``env`` of ``pending`` (an ask with an
-        id that was answered, of a command that keeps its reply:
-        ``Command.keep_reply``), so that the ask sent again is answered with it; else
-        None."""
-        keep = getattr(type(env.body), "keep_reply", True)
-        if not (keep and env.id and env.correlation is not None and pending.replies):
-            return None
-        kept = pending.kept_replies
-        if kept is None:
-            kept = pending.kept_replies = {}
-        data = kept.get(env.id)
-        if data is None:
-            answers = [reply for asked, reply in pending.replies if asked is env]
-            if not answers:
-                return None
-            data = kept[env.id] = self._replies.encode(env, answers[-1])
-        return data
-
-    def _reply_ttl_ms(self, env: Envelope, now: float) -> int:
-        """How long the reply to ``env`` is kept: until its asker stops waiting (and a
-        second more, for clocks a little apart), at most ``reply_ttl_ms``."""
-        limit = self._config.reply_ttl_ms
-        if env.deadline is None:
-            return limit
-        return max(1, min(limit, int((env.deadline - now + _REPLY_SLACK) * 1000)))
-
-    async def _expire(self, shard: int, stored: dict[str, list[DurableChanges]]) -> None:
-        """Set the expiry of the stored state of the actors whose latest changes ask
-        for one (``expire_after``), and the due times the changes set (see
-        :mod:`._due`); a failure only leaves the previous ones."""
-        keys = self._keys
-        expiring = [(a, c[-1].expire_after) for a, c in stored.items() if c[-1].expire_after]
-        due = {a: t for a, c in stored.items() if (t := latest_due(c)) is not None}
-        if not expiring and not due:
-            return
-        try:
-            with redis_errors("PEXPIRE"):
-                async with self._link.client.pipeline(transaction=False) as pipe:
-                    for address, seconds in expiring:
-                        ms = max(1, round((seconds or 0) * 1000))
-                        pipe.pexpire(keys.actor_log(shard, address), ms)
-                        pipe.pexpire(keys.actor_snapshot(shard, address), ms)
-                        pipe.pexpire(keys.actor_applied(shard, address), ms)
-                    if due:
-                        self.due.write(pipe, shard, due)
-                    await pipe.execute()
-        except TransportError as exc:
-            log.warning("expiry_not_set", shard=shard, actors=len(expiring), reason=str(exc))
-
     async def flush_acks(self, shard: Shard) -> None:
         """XACK the handled entries of non-durable actors in one fenced call.
 
@@ -736,19 +550,6 @@ def _stores_something(changes: DurableChanges) -> bool:
         or changes.discarded  # settled by a commit, then its entry deleted
         or changes.due_at is not None
     )
-
-
-def _touches_expiry(pending: PendingCommit) -> bool:
-    """True when ``pending``'s changes set an expiry or a due time (or may remove
-    it, see :func:`._due.latest_due`): only then does a commit pass through
-    :meth:`GroupCommit._expire`."""
-    changes = pending.changes
-    return bool(changes.expire_after) or changes.due_at is not None or changes.erase
-
-
-def _position(envelopes: list[Envelope], env: Envelope) -> int:
-    """Where ``env`` itself (not an equal envelope) is in ``envelopes``."""
-    return next(n for n, other in enumerate(envelopes) if other is env)
 
 
 def _take(shard: Shard) -> list[PendingCommit]:

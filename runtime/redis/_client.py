@@ -19,11 +19,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import ssl
-import weakref
 from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from functools import cache
-from typing import Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
 import hiredis
 import redis.asyncio as aioredis
@@ -39,6 +38,9 @@ from actormem.runtime.redis._server import EmbeddedRedis
 from actormem.runtime.redis.config import RedisConfig
 from actormem.runtime.redis.keys import Keys
 
+if TYPE_CHECKING:
+    from actormem.runtime.redis._wire import Wire
+
 __all__ = (
     "blocking_twin",
     "check_server",
@@ -48,7 +50,6 @@ __all__ = (
     "open_client",
     "redis_errors",
     "run_script",
-    "wire",
 )
 
 log = structlog.get_logger("actormem.redis")
@@ -405,87 +406,6 @@ def blocking_twin(client: aioredis.Redis, connections: int) -> aioredis.Redis:
 
 def _unparsed(response: Any, **_options: Any) -> Any:
     return response
-
-
-class Wire:
-    """The hot calls of one client (group commits, acks, shard reads) over
-    connections kept out of its pool.
-
-    A call through the client takes a connection from the pool and gives it back,
-    through the pool's lock and timeout and a retry wrapper: tens of microseconds of
-    Python per call, paid by every group commit and every read. A wire takes up to
-    ``limit`` connections from the pool, once each, and keeps them: a call has one
-    to itself for its command and its reply (see :meth:`execute_command`). Calls
-    beyond ``limit`` at once go through the client, as does every call of a Cluster
-    client and of a client whose ``execute_command`` is its own (one that watches or
-    changes the calls it makes).
-
-    The connections stay the pool's (it counts them as in use, and closes them when
-    the client closes); :meth:`aclose` gives them back.
-
-    Args:
-        client: the client whose pool lends the connections.
-        limit: the most connections kept.
-    """
-
-    def __init__(self, client: aioredis.Redis, limit: int) -> None:
-        self.client: Any = client
-        self._limit = max(1, limit)
-        self._idle: list[Any] = []
-        self._kept: list[Any] = []
-        self._direct = (
-            not is_cluster(client)
-            and type(client).execute_command is aioredis.Redis.execute_command
-        )
-
-    async def execute_command(self, *args: Any) -> Any:
-        """Send ``args`` as one command and return the server's reply, unparsed.
-
-        A failure leaves the connection closed (redis-py closes it on anything but
-        an error reply, a cancellation included: its reply may still come), and its
-        next call connects again; nothing is retried here (the transport's loops
-        retry, and every call they make may be made again).
-
-        Raises:
-            redis.exceptions.RedisError: the call failed.
-        """
-        idle = self._idle
-        if idle:
-            conn = idle.pop()
-        elif self._direct and len(self._kept) < self._limit:
-            conn = await self.client.connection_pool.get_connection()
-            self._kept.append(conn)
-        else:
-            return await self.client.execute_command(*args)
-        try:
-            await conn.send_packed_command(conn.pack_command(*args))
-            return await conn.read_response()
-        finally:
-            idle.append(conn)
-
-    async def script_load(self, script: str) -> Any:
-        """Load ``script`` into the server's script cache."""
-        return await self.client.script_load(script)
-
-    async def aclose(self) -> None:
-        """Give the kept connections back to the pool (none may be in a call)."""
-        kept, self._kept, self._idle = self._kept, [], []
-        for conn in kept:
-            await self.client.connection_pool.release(conn)
-
-
-_WIRES: weakref.WeakKeyDictionary[aioredis.Redis, Wire] = weakref.WeakKeyDictionary()
-
-
-def wire(client: aioredis.Redis, limit: int | None = None) -> Wire:
-    """The :class:`Wire` of ``client``, made on first use (kept for as long as the
-    client is) with ``limit``: by default half its pool's bound."""
-    found = _WIRES.get(client)
-    if found is None:
-        if limit is None:
-            limit = getattr(client.connection_pool, "max_connections", 2) // 2
-        found = _WIRES[client] = Wire(client, limit)
-    return found
 
 
 @cache

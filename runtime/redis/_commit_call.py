@@ -12,9 +12,10 @@ import structlog
 
 from actormem.runtime.errors import TransportError
 from actormem.runtime.redis import _scripts
-from actormem.runtime.redis._client import redis_errors, run_script, wire
+from actormem.runtime.redis._client import redis_errors, run_script
 from actormem.runtime.redis._due import DueTimes, latest_due
 from actormem.runtime.redis._shards import PendingCommit, StreamEnvelope
+from actormem.runtime.redis._wire import wire
 from actormem.runtime.redis.keys import CONSUMER_GROUP
 
 if TYPE_CHECKING:

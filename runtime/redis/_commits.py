@@ -35,7 +35,7 @@ import structlog
 from actormem.runtime._envelope import Envelope, Reply
 from actormem.runtime.errors import HandlerError, TransportError
 from actormem.runtime.redis import _scripts
-from actormem.runtime.redis._client import redis_errors, run_script, wire
+from actormem.runtime.redis._client import redis_errors, run_script
 from actormem.runtime.redis._commit_call import CommitCalls
 from actormem.runtime.redis._due import DueTimes
 from actormem.runtime.redis._erasure import Erasure
@@ -43,6 +43,7 @@ from actormem.runtime.redis._retry import forever, retrying
 from actormem.runtime.redis._shards import PendingCommit, StreamEnvelope
 from actormem.runtime.redis._trace import Stage
 from actormem.runtime.redis._unsent import Unsent
+from actormem.runtime.redis._wire import wire
 from actormem.runtime.redis.keys import CONSUMER_GROUP, shard_of
 from actormem.runtime.state import Durable, DurableChanges, is_durable
 

@@ -30,11 +30,12 @@ from actormem.runtime.errors import (
     TransportError,
 )
 from actormem.runtime.ids import split_address
-from actormem.runtime.redis._client import redis_errors, wire
+from actormem.runtime.redis._client import redis_errors
 from actormem.runtime.redis._dead_letters import given_up
 from actormem.runtime.redis._loops import trim_settled, wait_open
 from actormem.runtime.redis._retry import forever
 from actormem.runtime.redis._shards import ActorRecord, RedeliveredEnvelope, StreamEnvelope
+from actormem.runtime.redis._wire import wire
 from actormem.runtime.redis.keys import CONSUMER_GROUP, shard_of
 
 if TYPE_CHECKING:

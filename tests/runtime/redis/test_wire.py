@@ -9,7 +9,8 @@ import redis.asyncio as aioredis
 import redis.exceptions as rexc
 
 from actormem.runtime.redis import RedisConfig, connect
-from actormem.runtime.redis._client import Wire, run_script, wire
+from actormem.runtime.redis._client import run_script
+from actormem.runtime.redis._wire import Wire, wire
 
 pytestmark = pytest.mark.anyio
 

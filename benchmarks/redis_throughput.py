@@ -9,7 +9,9 @@ XACK, concurrently, until the last entry is acked.
 
 Both are noisy on a shared machine (the baseline alone varies by a third from run
 to run), so each agent count runs ``--repeat`` pairs, baseline then actormem, and
-reports the medians and the median of the pairs' ratios.
+reports the medians and the median of the pairs' ratios. Each actormem run records
+the process's CPU time per add too (``cpu_us_per_add`` in the row's extra and
+runs), which moves much less than the rate with the load of a shared machine.
 
 Each message's tokens are counted where it is made, as a client's handle does
 (:func:`actormem.benchmarks._redis.sender_adds`), before the clock starts: the
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import time
 
 import anyio
 
@@ -82,10 +85,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 async def actormem_add(
     url: str, adds: list[Add], agents: int, timeout: float, cold: bool = False
-) -> float:
+) -> tuple[float, float]:
     """Messages/s of ``adds`` (one message each) told to ``agents`` agents, until all
     are handled (``cold``: the agents are not activated first, so first messages
-    load state)."""
+    load state), and the process's CPU time per add meanwhile (µs: the worker's and
+    the producer's, which share the process): on a shared machine the rate moves
+    with the cores the process gets, its CPU per add much less."""
     messages = [add.messages[0] for add in adds]
     config = redis_app_config(url)
     async with worker_runtime(config) as rt:
@@ -97,7 +102,9 @@ async def actormem_add(
                 for address in addresses:
                     await rt.tell(address, Add(messages=[]))
                 await wait_processed(rt, agents, poll=0.005)
-            return await timed_adds(rt, addresses, messages, 0.002, adds[0].encoding)
+            started = time.process_time()
+            rate = await timed_adds(rt, addresses, messages, 0.002, adds[0].encoding)
+            return rate, (time.process_time() - started) / len(adds) * 1e6
 
 
 async def run(args: argparse.Namespace) -> list[Row]:
@@ -113,6 +120,7 @@ async def run(args: argparse.Namespace) -> list[Row]:
         for agents in args.agents:
             pairs = []
             floors = []
+            cpus: list[float] = []
             for n in range(args.repeat):
                 run = f"{agents:,} agents, run {n + 1} of {args.repeat}"
                 step(f"{run}: raw redis-py")
@@ -120,8 +128,9 @@ async def run(args: argparse.Namespace) -> list[Row]:
                 step(f"{run}: least work, no runtime")
                 floors.append(await floor_redis(redis.url, adds, agents))
                 step(f"{run}: actormem add")
-                ours = await actormem_add(redis.url, adds, agents, args.timeout, args.cold)
+                ours, cpu = await actormem_add(redis.url, adds, agents, args.timeout, args.cold)
                 pairs.append((raw, ours))
+                cpus.append(cpu)
             raws += [raw for raw, _ in pairs]
             raw = statistics.median(raw for raw, _ in pairs)
             rows.append(
@@ -150,7 +159,11 @@ async def run(args: argparse.Namespace) -> list[Row]:
                         "agents": agents,
                         "messages": len(adds),
                         "cold": args.cold,
-                        "runs": [{"raw": raw, "actormem": ours} for raw, ours in pairs],
+                        "cpu_us_per_add": statistics.median(cpus),
+                        "runs": [
+                            {"raw": raw, "actormem": ours, "cpu_us_per_add": cpu}
+                            for (raw, ours), cpu in zip(pairs, cpus, strict=True)
+                        ],
                     },
                 )
             )

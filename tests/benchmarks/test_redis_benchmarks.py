@@ -57,6 +57,7 @@ async def test_benchmark_runs_at_tiny_size(name: str) -> None:
         runs = ours.extra["runs"]
         assert len(runs) == 2
         assert ours.value == (runs[0]["actormem"] + runs[1]["actormem"]) / 2
+        assert all(run["cpu_us_per_add"] > 0 for run in runs)
     if name == "simulation":  # --runs 2: each pair, their mean, and the runs' agreement
         first, second, both, differ = rows
         assert (first.extra["first"], second.extra["first"]) == ("local", "redis")

@@ -12,11 +12,13 @@ from structlog.testing import capture_logs
 
 from actormem.actors.compression import (
     CompressionConfig,
+    CompressRequest,
     OfflineSummarizer,
     RunUsage,
     compress,
     render_problems,
 )
+from actormem.actors.compression._slices import TimeSlicer
 from actormem.actors.compression.draft import Candidate, PassContext
 from actormem.actors.compression.strategies import STRATEGIES
 from actormem.actors.compression.summarizers import Purpose
@@ -262,3 +264,39 @@ async def test_compression_leaves_headroom_so_it_does_not_run_on_every_message()
 async def test_an_empty_view_is_under_budget() -> None:
     out = await run([])
     assert out.messages == [] and out.under_budget and out.tokens_after == 0
+
+
+class _CountingSummarizer(OfflineSummarizer):
+    """The offline summarizer, counting the spans it summarizes and their messages."""
+
+    def __init__(self) -> None:
+        super().__init__(get_counter())
+        self.spans: list[int] = []
+
+    async def summarize_sliced(
+        self, messages: Sequence[Message], max_tokens: int, slicer: TimeSlicer
+    ) -> str:
+        self.spans.append(len(messages))
+        return await super().summarize_sliced(messages, max_tokens, slicer)
+
+
+async def test_a_request_decoded_from_msgpack_costs_and_gives_what_the_original_does() -> None:
+    # Over Redis the compressor gets the request decoded: no cached count or field
+    # the work depends on may be lost on the way.
+    request = CompressRequest(agent="ada", messages=long_conversation(), version=3)
+    decoded = msgspec.msgpack.decode(msgspec.msgpack.encode(request), type=CompressRequest)
+    results = []
+    for asked in (request, decoded):
+        summarizer = _CountingSummarizer()
+        out = await compress(
+            asked.messages,
+            config=CompressionConfig(msg_threshold=30, max_tokens=4000),
+            counter=get_counter(),
+            summarizer=summarizer,
+            version=asked.version,
+            agent=asked.agent,
+        )
+        view = [(m.role, m.content, m.tokens) for m in out.messages]
+        results.append((out.strategies, out.passes, summarizer.spans, view, sorted(out.offloaded)))
+    assert results[0] == results[1]
+    assert "summarize_rounds" in results[0][0]

@@ -41,6 +41,10 @@ _MAX_PIECE_CHARS: Final = 280
 _MAX_PIECES: Final = 3000
 #: Pieces handled between two pauses (see :mod:`actormem.actors.compression._slices`).
 _STEP: Final = 32
+#: Pieces whose reading (tokens, facts, decision) a summarizer keeps: a compression
+#: reads its round summaries' sentences again when it merges the history, and every
+#: later merge reads the history summary's sentences again.
+_KNOWN_PIECES: Final = 4096
 _NUMBER: Final = re.compile(r"[#$€£]?\b[\w.:/-]*\d[\w.:/%-]*")
 _MONTH: Final = (
     r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)[a-z]*\.?\s+\d{1,2}(?:,\s*\d{4})?"
@@ -136,6 +140,17 @@ class Summarizer(Protocol):
         ...
 
 
+class _Reading:
+    """What a piece's text alone decides: its tokens, its facts, whether it decides."""
+
+    __slots__ = ("decision", "facts", "tokens")
+
+    def __init__(self, text: str, counter: TokenCounter) -> None:
+        self.tokens = counter.count_text(text)
+        self.facts = extract_facts(text)
+        self.decision = bool(_DECISION.search(text))
+
+
 class _Piece:
     __slots__ = (
         "decision",
@@ -149,13 +164,15 @@ class _Piece:
         "tokens",
     )
 
-    def __init__(self, order: int, speaker: str, text: str, tokens: int, lead: bool) -> None:
+    def __init__(
+        self, order: int, speaker: str, text: str, tokens: int, lead: bool, reading: _Reading
+    ) -> None:
         self.order = order
         self.speaker = speaker
         self.text = text
         self.tokens = tokens
-        self.facts = extract_facts(text)
-        self.decision = bool(_DECISION.search(text))
+        self.facts = reading.facts
+        self.decision = reading.decision
         self.lead = lead
         self.score_base = (2.0 if self.decision else 0.0) + (1.0 if lead else 0.0)
         self.repeats = 1
@@ -237,6 +254,8 @@ class OfflineSummarizer:
 
     def __init__(self, counter: TokenCounter) -> None:
         self._counter = counter
+        # Text -> its reading, oldest first; pure, so a kept one is as good as new.
+        self._readings: dict[str, _Reading] = {}
 
     async def summarize(
         self,
@@ -305,27 +324,37 @@ class OfflineSummarizer:
             if len(texts) >= _MAX_PIECES:
                 break
         texts = texts[:_MAX_PIECES]
-        # One by one: tiktoken's batch call starts a thread pool each time, which
-        # costs more than these sentence-sized pieces do.
-        counts: list[int] = []
-        for k, (_, text, _) in enumerate(texts):
-            counts.append(self._counter.count_text(text))
-            if k % _STEP == _STEP - 1:
-                yield
-
         # Each piece is charged its speaker label too (paid once per line in fact), so
         # that the joined summary fits without being cut mid-sentence.
         label = {sp: self._counter.count_text(f"{sp}: ") for sp in {sp for sp, _, _ in texts}}
         pieces: list[_Piece] = []
         shapes: list[str] = []
-        for order, ((speaker, text, lead), tokens) in enumerate(zip(texts, counts, strict=True)):
-            yield  # finding a piece's facts takes a while
-            pieces.append(_Piece(order, speaker, text, tokens + 1 + label[speaker], lead))
+        for order, (speaker, text, lead) in enumerate(texts):
+            reading = self._readings.get(text)
+            if reading is None:
+                yield  # counting a piece and finding its facts takes a while
+                reading = self._read(text)
+            elif order % _STEP == _STEP - 1:
+                yield  # a known piece is quick, thousands of them are not
+            tokens = reading.tokens + 1 + label[speaker]
+            pieces.append(_Piece(order, speaker, text, tokens, lead, reading))
             shapes.append(_shape(text))
         repeats = Counter(shapes)
         for p, shape in zip(pieces, shapes, strict=True):
             p.repeats = repeats[shape]
         return pieces
+
+    def _read(self, text: str) -> _Reading:
+        """The reading of a piece's text, kept for the next time the text comes up.
+
+        One text at a time: tiktoken's batch call starts a thread pool each time,
+        which costs more than these sentence-sized pieces do.
+        """
+        reading = _Reading(text, self._counter)
+        if len(self._readings) >= _KNOWN_PIECES:
+            del self._readings[next(iter(self._readings))]
+        self._readings[text] = reading
+        return reading
 
     @staticmethod
     def _choose(pieces: list[_Piece], budget: int) -> Steps[list[_Piece]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from actormem.actors.compression import OfflineSummarizer, RunUsage
+from actormem.actors.compression import OfflineSummarizer, RunUsage, summarizers
 from actormem.actors.compression.summarizers import extract_facts
 from actormem.actors.messages import Message
 from actormem.runtime.tokens import get_counter
@@ -82,3 +82,46 @@ async def test_a_long_summary_can_be_cancelled_while_it_works() -> None:
         await summarizer.summarize(huge, max_tokens=200, purpose="history", usage=RunUsage())
         finished = True
     assert not finished
+
+
+def count_facts_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record the texts whose facts the summarizers look for from now on."""
+    read: list[str] = []
+
+    def counting(text: str) -> frozenset[str]:
+        read.append(text)
+        return extract_facts(text)
+
+    monkeypatch.setattr(summarizers, "extract_facts", counting)
+    return read
+
+
+async def summarize_twice(summarizer: OfflineSummarizer, max_tokens: int) -> list[str]:
+    """Summarize ``span()`` twice with one summarizer."""
+    return [
+        await summarizer.summarize(span(), max_tokens=max_tokens, purpose="round", usage=RunUsage())
+        for _ in range(2)
+    ]
+
+
+async def test_a_piece_met_again_is_not_read_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    fresh = await summarize(span(), 100)
+    read = count_facts_calls(monkeypatch)
+    summarizer = OfflineSummarizer(get_counter())
+    assert await summarize_twice(summarizer, 100) == [fresh, fresh]
+    assert read and len(read) == len(set(read))  # each piece read once over both runs
+    # A summary summarized again along with new messages: as a fresh summarizer does it.
+    again = Message(role="assistant", content=fresh, metadata={"compressed": "round_summary"})
+    merged = await summarizer.summarize(
+        [again, *span()], max_tokens=100, purpose="history", usage=RunUsage()
+    )
+    assert merged == await summarize([again, *span()], 100)
+
+
+async def test_the_pieces_kept_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(summarizers, "_KNOWN_PIECES", 2)
+    fresh = await summarize(span(), 80)
+    read = count_facts_calls(monkeypatch)
+    assert await summarize_twice(OfflineSummarizer(get_counter()), 80) == [fresh, fresh]
+    # Only the last two pieces were kept: the second run read the others again.
+    assert len(read) >= 2 * len(set(read)) - 2

@@ -289,7 +289,12 @@ async def test_a_paused_stale_owner_cannot_overwrite_the_new_owner_s_state(
         async def done() -> bool:
             return await applied_count(redis_client, config, agents) >= len(history)
 
-        await eventually(done, "every command applied")
+        try:
+            await eventually(done, "every command applied")
+        except AssertionError as exc:
+            # What the workers said is what tells a stall from a lost command.
+            tails = "\n".join(_tail(workers.log_path(i)) for i in range(2))
+            raise AssertionError(f"{exc}\n{tails}") from None
         await anyio.sleep(1.0)  # give a stale write every chance to land
         stored = await stored_tokens(redis_client, config, agents)
     verdict = verdict_of(history, stored)
@@ -489,3 +494,9 @@ async def test_redis_killed_and_restarted_with_aof_loses_no_acknowledged_command
         recovery_s=recovered,
     )
     assert verdict.ok, str(verdict)
+
+
+def _tail(path: Path, lines: int = 60) -> str:
+    """The last ``lines`` lines a worker logged, headed by its log's name."""
+    text = path.read_text(errors="replace").splitlines() if path.exists() else []
+    return "\n".join([f"--- {path.name}", *text[-lines:]])

@@ -26,9 +26,14 @@ def _transport(rt: Runtime) -> RedisTransport:
     return transport
 
 
-async def _handing_over(rt: Runtime, address: str) -> None:
+def _stream(config: RedisConfig, address: str) -> str:
+    """The shard stream that carries what is sent to ``address``."""
+    return Keys(config.prefix).stream(shard_of(address, config.shards))
+
+
+async def _handing_over(rt: Runtime, address: str) -> list[str]:
     """Wait until asks to ``address`` are handed over (its shard is owned and read to
-    its end, its record held)."""
+    its end, its record held); the tokens its warm-up stored."""
     transport = _transport(rt)
     n = 0
 
@@ -40,16 +45,16 @@ async def _handing_over(rt: Runtime, address: str) -> None:
         return transport.stats().handed_over > before
 
     await eventually(handed, f"asks to {address} are handed over", limit=10.0)
+    return list((await rt.ref(address).ask(GetState())).tokens)
 
 
 async def test_asks_to_an_owned_shard_are_handed_over_and_stored_once(
     redis_client: aioredis.Redis, redis_config: RedisConfig
 ) -> None:
     address = "ledger/handed"
-    stream = Keys(redis_config.prefix).stream(shard_of(address, redis_config.shards))
+    stream = _stream(redis_config, address)
     async with worker(redis_client, redis_config) as rt:
-        await _handing_over(rt, address)
-        warm = (await rt.ref(address).ask(GetState())).tokens
+        warm = await _handing_over(rt, address)
         entries = await redis_client.xlen(stream)
         before = _transport(rt).stats().handed_over
         totals = [await rt.ref(address).ask(Add(f"t{i}", 2)) for i in range(20)]
@@ -69,8 +74,7 @@ async def test_an_ask_waits_behind_what_went_through_the_stream_before_it(
 ) -> None:
     address = "ledger/ordered"
     async with worker(redis_client, redis_config) as rt:
-        await _handing_over(rt, address)
-        warm = (await rt.ref(address).ask(GetState())).tokens
+        warm = await _handing_over(rt, address)
         told = [f"told{i}" for i in range(30)]
         for token in told:  # tells always go through the stream
             await rt.ref(address).tell(Add(token, delay=0.002))
@@ -180,10 +184,9 @@ async def test_what_is_sent_through_the_stream_goes_behind_copies_of_asks_handed
     # Should the shard go before the handed-over ask is handled, its next owner must
     # meet the ask before the tell sent after it: a copy of it goes to the stream first.
     address = "ledger/ahead"
-    stream = Keys(redis_config.prefix).stream(shard_of(address, redis_config.shards))
+    stream = _stream(redis_config, address)
     async with worker(redis_client, redis_config) as rt:
-        await _handing_over(rt, address)
-        warm = (await rt.ref(address).ask(GetState())).tokens
+        warm = await _handing_over(rt, address)
         last = (await redis_client.xrevrange(stream, count=1) or [(b"0-0", {})])[0][0]
         before = _transport(rt).stats().handed_over
         async with anyio.create_task_group() as tg:

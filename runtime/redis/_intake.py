@@ -126,6 +126,7 @@ class Intake:
             *("BLOCK", config.block_ms, "STREAMS", stream, ">"),
         )
         host = self._link.host
+        held = self._held
 
         async def read() -> Any:
             try:
@@ -148,6 +149,8 @@ class Intake:
                 await anyio.sleep(config.block_ms / 1000)
                 continue
             response = await forever("read", read)
+            if not held.current(shard):
+                return  # lost while reading: what was read stays pending for its holder
             for entries in _streams_read(response):
                 # Each entry decoded once: its recipient's record is loaded from it too.
                 batch = [
@@ -181,6 +184,8 @@ class Intake:
                     stream, CONSUMER_GROUP, min=start, max="+", count=BATCH, idle=min_idle or None
                 )
             for item in page:
+                if not self._held.current(shard):
+                    return  # lost meanwhile: its holder claims what is pending
                 entry = item["message_id"].decode()
                 if entry in shard.inflight or entry in shard.acks:
                     continue
@@ -258,7 +263,9 @@ class Intake:
         decoded: Envelope | MessageDecodeError | None,
     ) -> None:
         """Check, deduplicate and deliver one stream entry, as :meth:`_decode` read it."""
-        config, dead_letters = self._config, self._dead_letters
+        config, dead_letters, held = self._config, self._dead_letters, self._held
+        if not held.current(shard):
+            return  # lost meanwhile: the entry stays pending for the shard's holder
         if data is None:
             await dead_letters.write(shard, entry, None, "the entry has no 'e' field")
             return
@@ -272,7 +279,7 @@ class Intake:
             await self._undecodable(shard, entry, data, decoded)
             return
         env = decoded
-        record = self._held.actors.get(env.recipient)
+        record = held.actors.get(env.recipient)
         if record is None or record.shard != shard.number:
             # A held record's address was checked when it was made (a record is made
             # only for a valid address of its shard): only a new one is checked here.
@@ -289,7 +296,9 @@ class Intake:
                 )
                 await dead_letters.write(shard, entry, data, reason)
                 return
-            record = await self._record(env.recipient, shard.number)
+            record = await self._record(env.recipient, shard)
+            if not held.current(shard):
+                return  # lost while the record loaded
         if env.id and (env.resent or env.id in record.applied or env.id in record.inflight):
             await self._duplicate(shard, entry, env, record)
             return
@@ -375,17 +384,20 @@ class Intake:
             self.answered_again += 1
         shard.acks.append(entry)  # acked with the read's batch
 
-    async def _record(self, address: str, shard: int) -> ActorRecord:
-        """The record of the actor at ``address``, its applied ids loaded from Redis."""
-        actors = self._held.actors
-        record = actors.get(address)
+    async def _record(self, address: str, shard: Shard) -> ActorRecord:
+        """The record of the actor at ``address``, its applied ids loaded from Redis
+        (kept only while ``shard`` is still held)."""
+        held = self._held
+        record = held.actors.get(address)
         if record is None:
-            key = self._keys.actor_applied(shard, address)
+            key = self._keys.actor_applied(shard.number, address)
             with redis_errors(f"loading the applied ids of {address}"):
                 ids: list[bytes] = await self._link.client.zrange(key, 0, -1)  # type: ignore[assignment]
-            record = actors.get(address)  # another task may have loaded it meanwhile
+            record = held.actors.get(address)  # another task may have loaded it meanwhile
             if record is None:
-                record = actors[address] = ActorRecord(shard, [i.decode() for i in ids])
+                record = ActorRecord(shard.number, [i.decode() for i in ids])
+                if held.current(shard):
+                    held.actors[address] = record
         return record
 
     async def _load_records(self, shard: Shard, read: list[tuple[str, bytes | None, Any]]) -> None:
@@ -421,6 +433,8 @@ class Intake:
                     loaded = await pipe.execute()
         except TransportError:
             return  # each is loaded on its own as it is accepted
+        if not self._held.current(shard):
+            return  # lost meanwhile: its holder loads them
         for i, address in enumerate(wanted):
             if address not in actors:  # another task may have loaded it meanwhile
                 ids, snapshot, log_entries = loaded[3 * i : 3 * i + 3]

@@ -217,12 +217,25 @@ class Holdings:
         self.shards: dict[int, Shard] = {}
         self.actors: dict[str, ActorRecord] = {}
 
+    def current(self, shard: Shard) -> bool:
+        """True while ``shard`` is what this worker holds of its number. A task of a
+        holding that was lost (the shard maybe taken again since, as a new holding)
+        can run on for a moment after its cancellation: it must then change nothing
+        the current holding keeps."""
+        return self.shards.get(shard.number) is shard
+
     def dropped(self, envelope: Envelope) -> None:
-        """Let go of ``envelope``: its entry and command are no longer in flight."""
+        """Let go of ``envelope``: its entry and command are no longer in flight.
+
+        An envelope delivered under a lease since lost changes nothing: what it held
+        went with that holding, and the shard's current holding may have the same
+        entry and command in flight (claimed again from the pending list).
+        """
         if isinstance(envelope, StreamEnvelope):
             shard = self.shards.get(envelope.shard)
-            if shard is not None:
-                shard.inflight.discard(envelope.entry)
+            if shard is None or shard.lease != envelope.lease:
+                return
+            shard.inflight.discard(envelope.entry)
             record = self.actors.get(envelope.recipient)
             if record is not None:
                 record.inflight.discard(envelope.id)

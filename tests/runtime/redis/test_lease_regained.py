@@ -1,6 +1,7 @@
 """A worker that loses a shard's lease mid-work and later takes the shard again
 starts its actors afresh from what is stored, never from the state it held when the
-lease went (that state may hold changes that were never stored)."""
+lease went (that state may hold changes that were never stored); what the lost
+holding's tasks still do before they stop changes nothing of the new holding."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """What an agent memory does for the insight pool and the keyed long-term entries:
 hand the agent's pool commands on to the pool as the agent, take the insights the
-pool delivers, and serve the keyed entry commands (:mod:`actormem.actors.recall.keyed`).
+pool delivers (kept, over Redis, as entries of the memory's log: :class:`DeliveryLog`),
+and serve the keyed entry commands (:mod:`actormem.actors.recall.keyed`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from actormem.actors.memory.commands import (
     PutEntry,
     SearchEntries,
 )
+from actormem.actors.memory.snapshot import encode_delivery
 from actormem.actors.pool.commands import (
     POOL_ADDRESS,
     POOL_KIND,
@@ -30,7 +32,7 @@ from actormem.actors.pool.insights import InsightDelivery, InsightSignatureError
 from actormem.actors.recall.agent import AgentRecall
 from actormem.runtime import ActorContext, Forward, MailboxFullError
 
-__all__ = ("KeyedCommand", "serve_keyed", "take_delivery", "to_pool")
+__all__ = ("DeliveryLog", "KeyedCommand", "serve_keyed", "take_delivery", "to_pool")
 
 KeyedCommand = PutEntry | GetEntry | DeleteEntry | SearchEntries | ListNamespaces
 
@@ -50,12 +52,16 @@ def to_pool(ctx: ActorContext, agent: str, command: AgentCommand) -> Forward:
     return ctx.forward(POOL_ADDRESS, command)
 
 
-def take_delivery(ctx: ActorContext, recall: AgentRecall, delivery: InsightDelivery) -> bool:
+def take_delivery(
+    ctx: ActorContext, recall: AgentRecall, delivery: InsightDelivery, logged: bool = False
+) -> bool:
     """Take an insight the pool delivered; refuse one from anybody else.
 
     Returns True when it was applied (its chain moved on). Confirms how far the
     chain got when the pool asks, or when one before this delivery is missing
-    (then the pool sends again what follows).
+    (then the pool sends again what follows). ``logged``: an applied delivery goes
+    into the memory's durable log (see :class:`DeliveryLog`), so recall's snapshot
+    need not be written for it.
 
     Raises:
         InsightSignatureError: the delivery did not come from the pool.
@@ -69,7 +75,7 @@ def take_delivery(ctx: ActorContext, recall: AgentRecall, delivery: InsightDeliv
         )
     applied, through, missing = recall.inbox.deliver(sender, delivery)
     if applied:
-        recall.changed()
+        recall.changed(logged)
     if delivery.ack or missing:
         # With the pool's mailbox full, the pool asks again with a later delivery.
         with contextlib.suppress(MailboxFullError):
@@ -90,3 +96,45 @@ def serve_keyed(recall: AgentRecall, command: KeyedCommand) -> Any:
         ListNamespaces: keyed.namespaces,
     }
     return methods[type(command)](**msgspec.structs.asdict(command))
+
+
+class DeliveryLog:
+    """The insight deliveries a durable memory keeps as entries of its log instead of
+    in a snapshot of its inbox each (see :mod:`actormem.actors.memory.snapshot`).
+
+    Attributes:
+        pending: entries of deliveries applied since the last durable change.
+        stored: delivery entries the stored log holds (after its skipped ones).
+        rewrite: an insight was erased (its source forgotten) while the stored log
+            may quote it: the log is to be written again without deliveries, beside
+            a snapshot of the inbox.
+    """
+
+    __slots__ = ("pending", "rewrite", "stored")
+
+    def __init__(self) -> None:
+        self.pending: list[bytes] = []
+        self.stored = 0
+        self.rewrite = False
+
+    def take(self, ctx: ActorContext, recall: AgentRecall, delivery: InsightDelivery) -> bool:
+        """:func:`take_delivery`, logging an applied delivery; an erased insight's
+        delivery changes recall's snapshot and has the log written again instead.
+
+        Raises:
+            InsightSignatureError: as :func:`take_delivery`.
+        """
+        erased = delivery.insight.erased
+        applied = take_delivery(ctx, recall, delivery, logged=not erased)
+        if applied:
+            if erased:
+                self.rewrite = self.rewrite or bool(self.stored or self.pending)
+            else:
+                self.pending.append(encode_delivery(str(ctx.sender), delivery))
+        return applied
+
+    def reset(self, stored: int = 0) -> None:
+        """Forget what is pending: the stored log holds ``stored`` deliveries."""
+        self.pending = []
+        self.stored = stored
+        self.rewrite = False

@@ -3,7 +3,8 @@
 It serves the memory commands over its parts: the messages (:mod:`.store`), the
 queries over them (:mod:`.queries`), the context window (:mod:`.window`), the
 compressions (:mod:`.compaction`) and recall; its durable state is a log of the
-history plus a snapshot of the rest (:mod:`.snapshot`).
+history (and of the insight deliveries since the last snapshot) plus a snapshot of
+the rest (:mod:`.snapshot`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from actormem.actors.compression import CONTEXT_RELOAD_TOOL, RELOAD_TOOL_NAME, r
 from actormem.actors.config import AppConfig
 from actormem.actors.errors import MemoryInputError
 from actormem.actors.memory import edits
-from actormem.actors.memory._pool_side import serve_keyed, take_delivery, to_pool
+from actormem.actors.memory._pool_side import DeliveryLog, serve_keyed, take_delivery, to_pool
 from actormem.actors.memory.commands import (
     Add,
     AddResult,
@@ -102,6 +103,7 @@ class AgentMemory(Actor):
         "_compacts",
         "_config",
         "_counter",
+        "_deliveries",
         "_discarding",
         "_episodes",
         "_expires",
@@ -138,6 +140,8 @@ class AgentMemory(Actor):
         # recall.edits when the stored snapshot was written.
         self._saved_edits = 0
         self._episodes = LoggedEpisodes()
+        # Over Redis, the insight deliveries kept as log entries (see .snapshot).
+        self._deliveries = DeliveryLog()
         # Forgotten since the last durable change: the stored state is deleted.
         self._forgotten = False
         # The command being handled is a compression result not applied: the copy the
@@ -204,7 +208,10 @@ class AgentMemory(Actor):
             case Reload(offload_id=offload_id):
                 return self._queries.reload(offload_id)
             case InsightDelivery():
-                return take_delivery(self.ctx, self.recall, message)
+                recall = self._recall
+                if recall is None or not store.durable:
+                    return take_delivery(self.ctx, self.recall, message)
+                return self._deliveries.take(self.ctx, recall, message)
             case HeldInsights(query=query, k=k):
                 return self.recall.inbox.relevant(query, k)
             case Record(messages=messages):
@@ -434,12 +441,15 @@ class AgentMemory(Actor):
         commit does not grow with the agent's working view or recall.
         """
         store = self._store
+        deliveries = self._deliveries
         appends = [encode_message(m) for m in store.log_pending]
         store.log_pending = []
         discarded, self._discarding = self._discarding, False
         if store.erased:
             # A wipe: the stored log is replaced, the store erases its other copies;
             # a forgotten agent's snapshot is deleted (what follows is replayed).
+            # The snapshot holds the inbox whole: no delivery goes into the new log.
+            deliveries.reset()
             store.erased = store.dirty = False
             forgotten, self._forgotten = self._forgotten, False
             recall = self._recall
@@ -456,6 +466,24 @@ class AgentMemory(Actor):
             )
         recall = self._recall
         edits = recall.edits if recall is not None else 0
+        if deliveries.rewrite:
+            # An erased insight may be quoted by a logged delivery: the log is written
+            # again, its history alone, beside a snapshot of the inbox as it is.
+            deliveries.reset()
+            store.history_skip, store.dirty = 0, False
+            self._saved_edits = edits
+            return DurableChanges(
+                [encode_message(m) for m in store.history],
+                self._snapshot(),
+                replace_log=True,
+                expire_after=self._idle.key_ttl,
+                discarded=discarded,
+                due_at=self._idle.due_at,
+            )
+        if deliveries.pending:
+            appends += deliveries.pending
+            deliveries.stored += len(deliveries.pending)
+            deliveries.pending = []
         if not store.dirty and edits == self._saved_edits:
             return DurableChanges(appends, expire_after=self._idle.key_ttl, discarded=discarded)
         store.dirty = False
@@ -479,6 +507,7 @@ class AgentMemory(Actor):
             self._unobserved,
             idle.active_at,
             self._episodes,
+            self._deliveries.stored,
         )
 
     def durable_restore(self, snapshot: bytes | None, log: list[bytes]) -> None:
@@ -487,7 +516,8 @@ class AgentMemory(Actor):
         store = self._store
         store.durable = True
         state = decode_snapshot(snapshot)
-        by_id, replay = restore_store(store, self._compaction, state, log)
+        by_id, replay, deliveries, logged = restore_store(store, self._compaction, state, log)
+        self._deliveries.reset(logged)
         self._idle.restored(state.active_at)
         if state.unobserved is not None:
             unobserved = [by_id[i] for i in state.unobserved if i in by_id] + replay
@@ -501,7 +531,12 @@ class AgentMemory(Actor):
                 self.recall.awaiting_reply = [by_id[i] for i in state.awaiting_reply if i in by_id]
             if replay:
                 self.recall.observe(replay)
-            self._saved_edits = self._recall.edits if self._recall is not None else 0
+        if deliveries:
+            inbox = self.recall.inbox
+            for logged_delivery in deliveries:
+                inbox.deliver(logged_delivery.pool, logged_delivery.delivery)
+            self.recall.changed(logged=True)
+        self._saved_edits = self._recall.edits if self._recall is not None else 0
         store.dirty = False
 
 

@@ -5,6 +5,12 @@ encoded message per entry) plus a snapshot of everything else. The working view
 is stored as message ids into the history plus the messages the history does not
 hold (compressed forms), and so are the episodes' messages: a snapshot does not
 repeat what the log holds.
+
+The log also holds the insight deliveries applied since the last snapshot, one
+entry each (:class:`LoggedDelivery`, a msgpack array where a message is a map):
+a delivery changes only the inbox, which the next snapshot holds whole, so
+between snapshots a delivery costs one log entry, not a snapshot of the inbox.
+On load they are applied again after the snapshot, in the order they were logged.
 """
 
 from __future__ import annotations
@@ -31,28 +37,32 @@ from actormem.actors.memory.commands import (
 from actormem.actors.memory.compaction import Compaction, CompactionState
 from actormem.actors.memory.store import MessageStore
 from actormem.actors.messages import Message, decode_message
+from actormem.actors.pool.insights import InsightDelivery
 from actormem.actors.recall.agent import AgentRecall
 from actormem.actors.recall.episodes import Episode, EpisodeState, EpisodicMemory
 
 __all__ = (
     "REPLAYABLE",
+    "LoggedDelivery",
     "LoggedEpisodes",
     "MemorySnapshot",
     "decode_snapshot",
+    "encode_delivery",
     "encode_snapshot",
+    "is_logged_delivery",
     "restore_episodes",
     "restore_store",
 )
 
-#: Commands whose whole effect on the state a plain add's replay reproduces (adds)
-#: or that change nothing (reads, a retrieval's touches aside, and commands handed
-#: on to the pool): after them,
-#: no new snapshot is needed unless the working view was rewritten or recall
-#: changed otherwise (both tracked).
+#: Commands whose whole effect on the state a replay of the log reproduces (adds,
+#: logged insight deliveries) or that change nothing (reads, a retrieval's touches
+#: aside, and commands handed on to the pool): after them, no new snapshot is
+#: needed unless the working view was rewritten or recall changed otherwise (both
+#: tracked; a delivery that is not logged counts as a change of recall).
 REPLAYABLE: frozenset[type] = frozenset(
     {
         *(Add, Context, Get, Search, Stats, Export, Reload, HeldInsights, MemoryTools),
-        *(RecallEpisode, Expire, ToPool, Retrieve),
+        *(RecallEpisode, Expire, ToPool, Retrieve, InsightDelivery),
     }
 )
 
@@ -70,9 +80,10 @@ class MemorySnapshot(msgspec.Struct, kw_only=True):
     tokens_saved: int = 0
     peak_tokens: int = 0
     peak_size: int = 0
-    # Log entries (counted from the log's start) this snapshot accounts for: the
-    # ones after it were added by plain adds and are replayed as such on load.
-    # -1: all of them (snapshots written before the mark existed).
+    # Log entries (counted from the log's start, deliveries included) this snapshot
+    # accounts for: the ones after it were added by plain adds, or are insight
+    # deliveries, and are replayed as such on load. -1: all of them (snapshots
+    # written before the mark existed).
     log_mark: int = -1
     # Ids of added messages recall has not taken in yet (it is made on first
     # read); None when recall was made and its state is in ``recall``.
@@ -209,6 +220,28 @@ _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(MemorySnapshot)
 
 
+class LoggedDelivery(msgspec.Struct, frozen=True, array_like=True):
+    """An insight delivery as a log entry: the pool that sent it (the envelope's
+    sender) and the delivery. Encoded as an array, told apart from a message (a map)."""
+
+    pool: str
+    delivery: InsightDelivery
+
+
+_delivery_decoder = msgspec.msgpack.Decoder(LoggedDelivery)
+
+
+def encode_delivery(pool: str, delivery: InsightDelivery) -> bytes:
+    """The log entry of ``delivery``, applied from ``pool``."""
+    return _encoder.encode(LoggedDelivery(pool, delivery))
+
+
+def is_logged_delivery(entry: bytes) -> bool:
+    """True when the log entry ``entry`` is a :class:`LoggedDelivery` (a msgpack
+    array: fixarray, array 16 or array 32), not a message (a map)."""
+    return bool(entry) and (0x90 <= entry[0] <= 0x9F or entry[0] in (0xDC, 0xDD))
+
+
 def encode_snapshot(
     store: MessageStore,
     compaction: Compaction,
@@ -216,6 +249,7 @@ def encode_snapshot(
     unobserved: list[Message] | None,
     active_at: float | None = None,
     episodes: LoggedEpisodes | None = None,
+    deliveries: int = 0,
 ) -> bytes:
     """Return the snapshot of a memory's state but its history, encoded.
 
@@ -227,6 +261,8 @@ def encode_snapshot(
         active_at: when the agent last had a command, if tracked.
         episodes: encodes recall's episodes apart (their messages by id); None puts
             them into the recall states whole.
+        deliveries: insight deliveries in the stored log (after ``history_skip``),
+            counted in the snapshot's mark.
     """
     in_history = store.history_ids
     edited = store.edited
@@ -248,7 +284,7 @@ def encode_snapshot(
         tokens_saved=compaction.tokens_saved,
         peak_tokens=store.peak_tokens,
         peak_size=store.peak_size,
-        log_mark=store.history_skip + len(store.history),
+        log_mark=store.history_skip + len(store.history) + deliveries,
         unobserved=None if recall is not None else [m.id for m in unobserved or ()],
         awaiting_reply=[m.id for m in recall.awaiting_reply] if recall is not None else [],
         compaction=compaction.state(),
@@ -268,17 +304,36 @@ def decode_snapshot(snapshot: bytes | None) -> MemorySnapshot:
 
 def restore_store(
     store: MessageStore, compaction: Compaction, state: MemorySnapshot, log: list[bytes]
-) -> tuple[dict[str, Message], list[Message]]:
+) -> tuple[dict[str, Message], list[Message], list[LoggedDelivery], int]:
     """Rebuild the messages and counters from a snapshot and the stored log.
 
     Returns:
-        Every known message by id, and the log's messages after the snapshot's
-        mark (added by plain adds since, replayed as such).
+        Every known message by id; the log's messages after the snapshot's mark
+        (added by plain adds since, replayed as such); the insight deliveries after
+        the mark, in log order; and how many deliveries the log holds after
+        ``history_skip``.
+
+    Raises:
+        msgspec.ValidationError: a delivery entry is not a :class:`LoggedDelivery`.
+        MemoryInputError: a message entry is not a valid message.
     """
     skip = store.history_skip = state.history_skip
-    history = [decode_message(entry) for entry in log[skip:]]
     mark = len(log) if state.log_mark < 0 else min(max(state.log_mark, skip), len(log))
-    replay = history[mark - skip :]
+    history: list[Message] = []
+    replay: list[Message] = []
+    deliveries: list[LoggedDelivery] = []
+    logged = 0
+    for index in range(skip, len(log)):
+        entry = log[index]
+        if is_logged_delivery(entry):
+            logged += 1
+            if index >= mark:
+                deliveries.append(_delivery_decoder.decode(entry))
+            continue
+        message = decode_message(entry)
+        history.append(message)
+        if index >= mark:
+            replay.append(message)
     store.history = history
     store.history_ids = {m.id for m in history}
     store.history_tokens = sum(m.tokens for m in history)
@@ -300,4 +355,4 @@ def restore_store(
     compaction.compressions = state.compressions
     compaction.tokens_saved = state.tokens_saved
     compaction.restore(state.compaction)
-    return by_id, replay
+    return by_id, replay, deliveries, logged

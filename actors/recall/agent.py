@@ -142,11 +142,18 @@ class AgentRecall:
         recent."""
         return self._edits
 
-    def changed(self) -> None:
+    def changed(self, logged: bool = False) -> None:
         """Note that something recall holds changed outside :meth:`observe` (a record,
-        a tool call, an episode, a load)."""
+        a tool call, an episode, a load, an insight delivered).
+
+        Args:
+            logged: the change is kept as an entry of the memory's durable log (an
+                insight delivery, see :mod:`actormem.actors.memory.snapshot`): it
+                calls for no new snapshot.
+        """
         self._generation += 1
-        self._edits += 1
+        if not logged:
+            self._edits += 1
 
     async def blocks(
         self,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
@@ -33,6 +33,10 @@ from actormem.actors.recall.agent import AgentRecall
 from actormem.runtime import ActorContext, Forward, MailboxFullError
 
 __all__ = ("DeliveryLog", "KeyedCommand", "serve_keyed", "take_delivery", "to_pool")
+
+#: Delivery entries a memory's log may hold, at least, before it is written again
+#: without them (beside a snapshot); past this, as many as its history has messages.
+DELIVERIES_KEPT: Final = 256
 
 KeyedCommand = PutEntry | GetEntry | DeleteEntry | SearchEntries | ListNamespaces
 
@@ -102,6 +106,12 @@ class DeliveryLog:
     """The insight deliveries a durable memory keeps as entries of its log instead of
     in a snapshot of its inbox each (see :mod:`actormem.actors.memory.snapshot`).
 
+    The log is written again, its history alone, beside a snapshot of the inbox
+    (:meth:`rewrite_due`) when an erased insight may be quoted by an entry, and when
+    the entries outnumber both :data:`DELIVERIES_KEPT` and the history's messages:
+    so they never take the log past about twice its history, and the rewrites cost
+    about one history message's encoding per delivery.
+
     Attributes:
         pending: entries of deliveries applied since the last durable change.
         stored: delivery entries the stored log holds (after its skipped ones).
@@ -132,6 +142,19 @@ class DeliveryLog:
             else:
                 self.pending.append(encode_delivery(str(ctx.sender), delivery))
         return applied
+
+    def rewrite_due(self, history: int) -> bool:
+        """Whether the log is to be written again (see the class docstring), its
+        history holding ``history`` messages."""
+        if not self.rewrite and self.stored + len(self.pending) > max(DELIVERIES_KEPT, history):
+            self.rewrite = True
+        return self.rewrite
+
+    def flush(self) -> list[bytes]:
+        """The pending entries, now counted as stored."""
+        pending, self.pending = self.pending, []
+        self.stored += len(pending)
+        return pending
 
     def reset(self, stored: int = 0) -> None:
         """Forget what is pending: the stored log holds ``stored`` deliveries."""

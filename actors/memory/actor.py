@@ -3,8 +3,8 @@
 It serves the memory commands over its parts: the messages (:mod:`.store`), the
 queries over them (:mod:`.queries`), the context window (:mod:`.window`), the
 compressions (:mod:`.compaction`) and recall; its durable state is a log of the
-history (and of the insight deliveries since the last snapshot) plus a snapshot of
-the rest (:mod:`.snapshot`).
+history and of the insight deliveries applied, plus a snapshot of the rest
+(:mod:`.snapshot`).
 """
 
 from __future__ import annotations
@@ -466,9 +466,9 @@ class AgentMemory(Actor):
             )
         recall = self._recall
         edits = recall.edits if recall is not None else 0
-        if deliveries.rewrite:
-            # An erased insight may be quoted by a logged delivery: the log is written
-            # again, its history alone, beside a snapshot of the inbox as it is.
+        if deliveries.rewrite_due(len(store.history)):
+            # The log is written again, its history alone, beside a snapshot of the
+            # inbox as it is (see DeliveryLog.rewrite_due).
             deliveries.reset()
             store.history_skip, store.dirty = 0, False
             self._saved_edits = edits
@@ -481,9 +481,7 @@ class AgentMemory(Actor):
                 due_at=self._idle.due_at,
             )
         if deliveries.pending:
-            appends += deliveries.pending
-            deliveries.stored += len(deliveries.pending)
-            deliveries.pending = []
+            appends += deliveries.flush()
         if not store.dirty and edits == self._saved_edits:
             return DurableChanges(appends, expire_after=self._idle.key_ttl, discarded=discarded)
         store.dirty = False

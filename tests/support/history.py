@@ -31,6 +31,7 @@ from typing import Any
 import msgspec
 import redis.asyncio as aioredis
 
+from actormem.actors.memory.snapshot import is_logged_delivery
 from actormem.actors.messages import Message, decode_message
 from actormem.runtime.redis import Keys, shard_of
 
@@ -268,7 +269,8 @@ async def observe_memory(rt: Any, agents: Iterable[str]) -> dict[str, list[Appli
 async def observe_stored_memory(
     client: aioredis.Redis, prefix: str, shards: int, agents: Iterable[str]
 ) -> dict[str, list[Applied]]:
-    """Every agent's original history as stored in Redis (its durable log), read directly.
+    """Every agent's original history as stored in Redis (its durable log, the insight
+    deliveries it also holds left out), read directly.
 
     Reads what survives a worker's death, without asking any worker.
     """
@@ -277,5 +279,7 @@ async def observe_stored_memory(
     for agent in agents:
         address = f"memory/{agent}"
         entries = await client.lrange(keys.actor_log(shard_of(address, shards), address), 0, -1)
-        final[agent] = _applied(decode_message(entry) for entry in entries)
+        final[agent] = _applied(
+            decode_message(entry) for entry in entries if not is_logged_delivery(entry)
+        )
     return final

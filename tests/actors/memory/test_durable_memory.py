@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from actormem.actors import MemoryInputError, MemoryRuntime, Message
+from actormem.actors.memory._pool_side import DELIVERIES_KEPT
 from actormem.actors.memory.actor import AgentMemory, memory_factory
 from actormem.actors.memory.commands import (
     Add,
@@ -36,7 +37,11 @@ from actormem.actors.memory.commands import (
     ToPool,
     Update,
 )
-from actormem.actors.memory.snapshot import MemorySnapshot, encode_snapshot
+from actormem.actors.memory.snapshot import (
+    MemorySnapshot,
+    encode_snapshot,
+    is_logged_delivery,
+)
 from actormem.actors.pool.commands import Share
 from actormem.actors.pool.insights import Insight, InsightDelivery
 from actormem.actors.recall.agent import AgentRecall
@@ -54,13 +59,14 @@ WORDS = ("vault", "code", "bread", "river", "market", "lamp", "bridge", "owl")
 def commands(draw: st.DrawFn) -> list[Any]:
     out: list[Any] = []
     serial = 0
+    chain = 0  # the pool's delivery chain to this agent
     for _ in range(draw(st.integers(1, 25))):
         kind = draw(
             st.sampled_from(
                 [
                     *("add", "add", "add", "add", "context", "delete", "prune"),
                     *("record", "retrieve", "insight", "clear", "episode", "reload", "held"),
-                    *("update", "update", "summary", "search", "put", "get"),
+                    *("update", "update", "summary", "search", "put", "get", "erase"),
                 ]
             )
         )
@@ -98,7 +104,26 @@ def commands(draw: st.DrawFn) -> list[Any]:
                 importance=0.5,
                 created=1_700_000_000.0 + serial,
             )
-            out.append(InsightDelivery(insight=insight))
+            if draw(st.booleans()):
+                chain += 1
+                out.append(InsightDelivery(insight=insight, number=chain, after=chain - 1))
+            else:
+                out.append(InsightDelivery(insight=insight))
+        elif kind == "erase":
+            # The pool's erased form of an insight (its source forgotten), next in the chain.
+            serial += 1
+            chain += 1
+            target = draw(st.integers(1, serial))
+            erased = Insight(
+                id=f"i{target}",
+                text="",
+                topic="news",
+                source="pat",
+                importance=0.5,
+                created=1_700_000_000.0 + target,
+                erased=True,
+            )
+            out.append(InsightDelivery(insight=erased, number=chain, after=chain - 1))
         elif kind == "clear":
             out.append(Clear(history=draw(st.booleans())))
         elif kind == "episode":
@@ -149,6 +174,7 @@ def _state(memory: AgentMemory) -> dict[str, Any]:
         "stats": msgspec.structs.asdict(memory._stats()),
         "offloaded": sorted(memory._store.offloaded),
         "insights": [i.id for i in recall.inbox.export_state().insights],
+        "cursors": recall.inbox.export_state().cursors,
         "longterm": sorted(e.text for e in longterm.entries),
         "keyed": [(e.key, e.value) for e in recall.keyed.export_state().entries],
         "episodes": _episodes(recall.episodes.export_state()),
@@ -343,3 +369,93 @@ async def test_a_retrieval_s_touches_go_with_the_next_snapshot_not_one_of_their_
         again = memory_factory(rt.app_config)(ActorContext(rt, "memory/ada"))
         again.durable_restore(stored.snapshot, stored.log)
         assert again.recall.longterm._accessed == memory.recall.longterm._accessed
+
+
+def _delivery(number: int, text: str = "", erasing: int | None = None) -> InsightDelivery:
+    """The pool's delivery ``number`` of its chain to one agent: of insight
+    ``i<number>`` with ``text``, or of the erased form of insight ``i<erasing>``."""
+    n = number if erasing is None else erasing
+    insight = Insight(
+        id=f"i{n}",
+        text=text,
+        topic="news",
+        source="pat",
+        importance=0.5,
+        created=1_700_000_000.0 + n,
+        erased=erasing is not None,
+    )
+    return InsightDelivery(insight=insight, number=number, after=number - 1)
+
+
+async def _memory_taking_insights(rt: MemoryRuntime) -> tuple[AgentMemory, StoredState]:
+    """A durable memory holding one message, its recall made, its changes kept; what
+    it receives next comes from the pool."""
+    memory = memory_factory(rt.app_config)(ActorContext(rt, "memory/ada"))
+    memory.durable_restore(None, [])
+    stored = StoredState()
+    await memory.receive(Add(messages=[Message(role="user", content="the mill is shut")]))
+    await memory.receive(Context(max_tokens=400, query=None))  # recall is made
+    stored.keep(memory)
+    memory.ctx.sender = "pool/main"
+    return memory, stored
+
+
+def _reloaded(rt: MemoryRuntime, stored: StoredState) -> AgentMemory:
+    """A memory activated from ``stored``, as the transport activates one."""
+    memory = memory_factory(rt.app_config)(ActorContext(rt, "memory/ada"))
+    memory.durable_restore(stored.snapshot, stored.log)
+    return memory
+
+
+@pytest.mark.anyio
+async def test_an_insight_delivered_is_a_log_entry_and_a_reload_applies_it_again() -> None:
+    async with MemoryRuntime() as rt:
+        memory, stored = await _memory_taking_insights(rt)
+        for n in (1, 2, 3):
+            await memory.receive(_delivery(n, f"the owl knows {n}"))
+            changes = stored.keep(memory)
+            # One entry, whatever the inbox holds: no snapshot of it.
+            assert changes.snapshot is None and len(changes.log_appends) == 1
+            assert is_logged_delivery(changes.log_appends[0])
+        await memory.receive(_delivery(2, "the owl knows 2"))  # sent again: skipped
+        assert stored.keep(memory) == DurableChanges([])
+        await memory.receive(Add(messages=[Message(role="user", content="the lamp is lit")]))
+        stored.keep(memory)
+        again = _reloaded(rt, stored)
+        assert _state(again) == _state(memory)
+        assert again.recall.inbox.export_state().cursors == {"pool/main": 3}
+        assert [m.content for m in again._store.history] == ["the mill is shut", "the lamp is lit"]
+
+
+@pytest.mark.anyio
+async def test_an_erased_insight_leaves_no_stored_entry_quoting_it() -> None:
+    async with MemoryRuntime() as rt:
+        memory, stored = await _memory_taking_insights(rt)
+        await memory.receive(_delivery(1, "the vault code is 4417"))
+        await memory.receive(_delivery(2, "the owl knows"))
+        stored.keep(memory)
+        assert any(b"4417" in entry for entry in stored.log)
+        await memory.receive(_delivery(3, erasing=1))
+        changes = stored.keep(memory)
+        assert changes.replace_log and changes.snapshot
+        assert stored.snapshot is not None
+        assert b"4417" not in stored.snapshot + b"".join(stored.log)
+        assert not any(map(is_logged_delivery, stored.log))  # the history alone
+        again = _reloaded(rt, stored)
+        assert _state(again) == _state(memory)
+        assert [i.text for i in again.recall.inbox] == ["the owl knows"]
+
+
+@pytest.mark.anyio
+async def test_the_log_is_written_again_once_its_deliveries_outnumber_its_history() -> None:
+    async with MemoryRuntime() as rt:
+        memory, stored = await _memory_taking_insights(rt)
+        rewrites = 0
+        for n in range(1, 2 * DELIVERIES_KEPT + 3):
+            await memory.receive(_delivery(n, f"the owl knows {n}"))
+            rewrites += stored.keep(memory).replace_log
+            assert len(stored.log) <= 1 + DELIVERIES_KEPT
+        assert rewrites == 2
+        again = _reloaded(rt, stored)
+        assert _state(again) == _state(memory)
+        assert again.recall.inbox.export_state().cursors == {"pool/main": 2 * DELIVERIES_KEPT + 2}

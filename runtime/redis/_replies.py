@@ -194,6 +194,10 @@ class Replies:
             return False
         if envelope.deadline is not None and envelope.deadline < time.time():
             return False
+        if envelope.reply_to == self.stream and envelope.correlation not in self._asks:
+            # Asked through this transport and answered already (a copy of an ask
+            # that was handed over, say) or given up: no read of the kept reply.
+            return False
         with redis_errors("reading a kept reply"):
             data: bytes | None = await self._link.client.get(key)  # type: ignore[assignment]
         if data is None:

@@ -139,6 +139,23 @@ async def test_a_tell_keeps_no_reply(
     assert keys == []
 
 
+async def test_a_copy_of_an_ask_answered_here_already_is_not_answered_again(
+    redis_client: aioredis.Redis, redis_config: RedisConfig
+) -> None:
+    """A copy of an ask this transport made and has its reply to (one handed over,
+    say) is skipped without reading the kept reply: nobody waits for it."""
+    async with worker(redis_client, redis_config) as rt:
+        await rt.ref("ledger/kept").ask(Add("kept"))
+        replies = rt.transport._replies  # type: ignore[attr-defined]
+        key = kept_reply_key(redis_config, "ledger/kept", "c1")
+        await redis_client.set(key, b"a reply kept with its command")
+        copy = Envelope(
+            recipient="ledger/kept", body=Add("kept"), id="c1", correlation=10**9, resent=True
+        )
+        copy.reply_to = replies.stream
+        assert not await replies.answer_again(copy, key)
+
+
 async def test_in_process_an_ask_is_sent_once_and_a_slow_command_applied_once() -> None:
     # Nothing is lost in process: an ask that times out is not sent again, so a
     # slow command is applied once (after its asker gave up).

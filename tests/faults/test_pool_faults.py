@@ -4,7 +4,8 @@ while agents share and subscribe.
 Every insight the pool acknowledged (a share whose reply came back) is recorded in
 a :class:`History` once per subscriber, with its sharer as the producer; after
 the run, each subscriber's held insights are read straight from Redis (its
-memory's stored snapshot, in the order they were applied) and the checker says
+memory's stored snapshot and the deliveries logged after it, in the order they
+were applied) and the checker says
 whether any was lost, applied twice, or applied out of its sharer's order.
 """
 
@@ -20,7 +21,7 @@ import redis.asyncio as aioredis
 
 from actormem.actors import AppConfig, MemoryRuntime
 from actormem.actors.memory.commands import ToPool
-from actormem.actors.memory.snapshot import decode_snapshot
+from actormem.actors.memory.snapshot import LoggedDelivery, decode_snapshot, is_logged_delivery
 from actormem.actors.pool.commands import (
     POOL_ADDRESS,
     GetPoolStats,
@@ -28,7 +29,7 @@ from actormem.actors.pool.commands import (
     Share,
     ShareResult,
 )
-from actormem.actors.recall.inbox import InboxState
+from actormem.actors.recall.inbox import InboxState, InsightInbox
 from actormem.runtime import AskTimeoutError, RuntimeConfig
 from actormem.runtime.redis import Keys, RedisConfig, RedisTransport, shard_of
 from actormem.runtime.redis.worker import WorkerProcesses
@@ -56,16 +57,31 @@ def insight_text(rng: random.Random, sharer: str, n: int) -> str:
 async def held_in_order(
     client: aioredis.Redis, config: RedisConfig, agents: list[str]
 ) -> dict[str, list[Applied]]:
-    """Each agent's held insights as its memory's stored snapshot keeps them (in the
-    order they were applied), read straight from Redis; one command per subscriber."""
+    """Each agent's held insights as its memory's stored state keeps them (in the
+    order they were applied): the inbox of its snapshot, then the deliveries its log
+    holds after the snapshot's mark, applied again as a reload does; read straight
+    from Redis, one call per subscriber."""
     keys = Keys(config.prefix)
     out: dict[str, list[Applied]] = {}
     for agent in agents:
         address = f"memory/{agent}"
-        raw = await client.get(keys.actor_snapshot(shard_of(address, config.shards), address))
-        inbox = decode_snapshot(raw).recall.get("insights")
-        state = msgspec.msgpack.decode(inbox, type=InboxState) if inbox else InboxState()
-        out[agent] = [Applied(f"{i.id}@{agent}", digest(i.text)) for i in state.insights]
+        shard = shard_of(address, config.shards)
+        async with client.pipeline(transaction=False) as pipe:
+            pipe.get(keys.actor_snapshot(shard, address))
+            pipe.lrange(keys.actor_log(shard, address), 0, -1)
+            raw, log = await pipe.execute()
+        snapshot = decode_snapshot(raw)
+        stored = snapshot.recall.get("insights")
+        inbox = InsightInbox()
+        inbox.load_state(
+            msgspec.msgpack.decode(stored, type=InboxState) if stored else InboxState()
+        )
+        mark = len(log) if snapshot.log_mark < 0 else snapshot.log_mark
+        for entry in log[mark:]:
+            if is_logged_delivery(entry):
+                logged = msgspec.msgpack.decode(entry, type=LoggedDelivery)
+                inbox.deliver(logged.pool, logged.delivery)
+        out[agent] = [Applied(f"{i.id}@{agent}", digest(i.text)) for i in inbox]
     return out
 
 

@@ -109,8 +109,8 @@ class DeliveryLog:
     The log is written again, its history alone, beside a snapshot of the inbox
     (:meth:`rewrite_due`) when an erased insight may be quoted by an entry, and when
     the entries outnumber both :data:`DELIVERIES_KEPT` and the history's messages:
-    so they never take the log past about twice its history, and the rewrites cost
-    about one history message's encoding per delivery.
+    so the log holds at most its history and as many deliveries (or 256), and the
+    rewrites cost at most one history message's encoding per delivery.
 
     Attributes:
         pending: entries of deliveries applied since the last durable change.

@@ -140,8 +140,8 @@ class Dispatcher(Mailboxes):
                 while mailbox and handled < limit and cell.stopped is None:
                     if actor is None:
                         actor = await self._activate(cell, mailbox[0])
-                        if actor is None:
-                            break
+                        if actor is None or not mailbox:
+                            break  # refused, failed, or discarded while it started
                     env = mailbox.popleft()
                     space = cell.space
                     if space is not None:
@@ -426,7 +426,13 @@ class Dispatcher(Mailboxes):
                 await transport.activated(cell.address, actor)
             await actor.on_start()
         except Exception as exc:
-            cell.mailbox.popleft()
+            mailbox = cell.mailbox
+            if not mailbox or mailbox[0] is not first:
+                # Discarded while it started: its mail went with it (the transport
+                # delivers it again), and the failure is no longer this cell's.
+                log.info("actor_start_failed_after_discard", actor=cell.address, error=repr(exc))
+                return None
+            mailbox.popleft()
             if self._hooked:
                 transport.dropped(first)
             await self._failed(cell, first, exc)

@@ -303,6 +303,36 @@ async def test_a_failing_start_counts_as_a_crash() -> None:
             await rt.ref("broken/a").ask(1)
 
 
+@pytest.mark.parametrize("starts", [True, False], ids=["start-returns", "start-fails"])
+async def test_an_actor_discarded_while_it_starts_leaves_the_runtime_serving(starts: bool) -> None:
+    # A transport discards an actor (its shard's lease went) while the actor loads
+    # its state: the dispatcher finds the mail it was starting for gone, and goes on.
+    begun, release = anyio.Event(), anyio.Event()
+
+    class Slow(Actor):
+        async def on_start(self) -> None:
+            begun.set()
+            await release.wait()
+            if not starts:
+                raise RuntimeError("cannot start")
+
+        async def receive(self, message: Any) -> Any:
+            return message
+
+    rt = Runtime()
+    rt.register("slow", Slow)
+    async with rt:
+        for i in range(3):
+            await rt.ref("slow/a").tell(i)
+        await begun.wait()
+        assert rt.discard("slow/a") == 3
+        release.set()
+        begun, release = anyio.Event(), anyio.Event()
+        release.set()
+        starts = True
+        assert await rt.ref("slow/a").ask("again") == "again"  # a new actor serves it
+
+
 async def test_shutdown_drains_mailboxes() -> None:
     rt = runtime()
     async with rt:

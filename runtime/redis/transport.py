@@ -218,7 +218,7 @@ class RedisTransport(Transport):
         )
         self._unsent.sending_again = self._handover.sent_again
         self._replies.answered = self._handover.answered
-        self._intake.handover = self._handover
+        self._intake.handover = self._intake.shared.handover = self._handover
         self._owner = Owner(
             self,
             held=self._held,

@@ -98,6 +98,8 @@ class SharedRead:
         self._batch = batch
         self._wake_key = self._keys.wake(link.id)
         self._wake_name = self._wake_key.encode()
+        # Each shard's stream name as a reply names it, by number.
+        self._names = [self._keys.stream(n).encode() for n in range(self._config.shards)]
         #: Told when a read found a shard's stream at its end (see ``Handover.read``).
         self.handover: Handover | None = None
         # The shards joined, by number, and when each is next claimed (monotonic s).
@@ -276,7 +278,7 @@ class SharedRead:
     async def _deliver(self, shards: dict[int, Shard], response: Any) -> None:
         """Hand each shard's entries of ``response`` to the intake, shard after shard;
         a shard whose read found its stream's end is told to the hand-over."""
-        names = {self._keys.stream(n).encode(): s for n, s in shards.items()}
+        names = {self._names[n]: s for n, s in shards.items()}
         read: set[int] = set()
         for name, entries in _streams_of(response):
             if name == self._wake_name:

@@ -179,15 +179,12 @@ class SharedRead:
         while True:
             if not host.is_open:
                 await anyio.sleep_forever()  # shutting down: read nothing new
-            # Not renewed for most of a lease: another worker may own the shard by
-            # now, so it is not read until the heartbeat settles it.
-            shards = {n: s for n, s in self._joined.items() if self._lease_fresh(n)}
+            shards, response = await forever("read", self._read)
             if not shards:
                 self._changed = anyio.Event()
                 with anyio.move_on_after(config.block_ms / 1000):
                     await self._changed.wait()
                 continue
-            response = await forever("read", functools.partial(self._read, shards))
             if response is not _REGROUPED:
                 await self._deliver(shards, response)
             now = time.monotonic()
@@ -196,10 +193,17 @@ class SharedRead:
                     self._next_claim[number] = now + config.claim_idle_ms / 2000
                     await self._within(shard, functools.partial(self._claim, shard))
 
-    async def _read(self, shards: dict[int, Shard]) -> Any:
-        """One pipeline: the acks of ``shards`` and of the wake-up entries read, then
-        the blocking read of them; the read's reply (``_REGROUPED`` when a stream had
-        lost its consumer group: made again)."""
+    async def _read(self) -> tuple[dict[int, Shard], Any]:
+        """One pipeline: the acks of the shards read and of the wake-up entries read,
+        then the blocking read of them; the shards and the read's reply
+        (``_REGROUPED`` when a stream had lost its consumer group: made again).
+
+        The shards read are those joined whose lease was renewed lately (another
+        worker may own one that was not by now: it is read again once the heartbeat
+        settles it); none, and nothing is read."""
+        shards = {n: s for n, s in self._joined.items() if self._lease_fresh(n)}
+        if not shards:
+            return shards, None
         keys, lease_key, stream_key = self._keys, self._keys.lease, self._keys.stream
         acked: list[tuple[Shard, list[str]]] = []
         commands: list[tuple[Any, ...]] = []
@@ -245,8 +249,8 @@ class SharedRead:
             client: Any = self._link.client
             for number in shards:
                 await self._ensure_group(client, keys.stream(number))
-            return _REGROUPED
-        return reply
+            return shards, _REGROUPED
+        return shards, reply
 
     async def _acked(self, shard: Shard, entries: list[str], reply: Any) -> None:
         """Check the reply to the ack of ``entries`` sent with a read."""

@@ -241,10 +241,11 @@ class SharedRead:
             await self._acked(shard, entries, reply)
         reply = replies[-1]
         if isinstance(reply, rexc.ResponseError):
-            if "NOGROUP" not in str(reply):
+            if "NOGROUP" not in str(reply) and "UNBLOCKED" not in str(reply):
                 with redis_errors("XREADGROUP"):
                     raise reply
-            # A stream was lost (a restart without AOF): its group is made again.
+            # A stream was lost (a restart without AOF, or the wake-up stream expired
+            # while the worker had no lease changes for a day): its group is made again.
             await self._ensure_wake()
             client: Any = self._link.client
             for number in shards:

@@ -2,7 +2,8 @@
 
 A worker reads each shard it owns through the consumer group ``workers``, first
 claiming what earlier owners left pending (XPENDING, XCLAIM), then new entries
-(XREADGROUP). Each entry is checked (size, codec, address, shard), deduplicated by
+(XREADGROUP: one blocking read over all its shards, ``_shared_read``, or on a Redis
+Cluster one per shard). Each entry is checked (size, codec, address, shard), deduplicated by
 command id against what its actor applied or has in flight (an ask applied already
 is answered with the reply kept with its commit), and delivered; what cannot be
 (for a reason of the entry's own: the runtime refuses it too when no actor can

@@ -184,16 +184,15 @@ class Owner:
         self._intake.leave(shards)  # read and deliver nothing more from them
         for shard in shards:
             shard.scope.cancel()
-        # A third of a lease at most for each wait, so the other leases are renewed
-        # in time. The read that may still take entries of them returns first (their
-        # next owner claims those).
+        # A third of a lease at most, so the other leases are renewed in time: the
+        # read that may still take entries of them returns (their next owner claims
+        # those), and, when they are given back, what was delivered finishes and is
+        # acked before the leases go.
         with anyio.move_on_after(self._config.lease_ms / 3000):
             await self._intake.left(shards)
+            while released and any(shard.inflight for shard in shards):  # noqa: ASYNC110 (bounded)
+                await anyio.sleep(OPEN_POLL)
         if released:
-            # Let what was delivered finish and be acked before the leases go.
-            with anyio.move_on_after(self._config.lease_ms / 3000):
-                while any(shard.inflight for shard in shards):  # noqa: ASYNC110 (bounded)
-                    await anyio.sleep(OPEN_POLL)
             for shard in shards:
                 await self._commits.settle(shard, self._config.socket_timeout)
         for shard in shards:

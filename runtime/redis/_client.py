@@ -50,6 +50,7 @@ __all__ = (
     "open_client",
     "redis_errors",
     "run_script",
+    "script_sha",
 )
 
 log = structlog.get_logger("actormem.redis")
@@ -409,7 +410,8 @@ def _unparsed(response: Any, **_options: Any) -> Any:
 
 
 @cache
-def _sha(script: str) -> str:
+def script_sha(script: str) -> str:
+    """The SHA1 Redis names ``script`` by (EVALSHA)."""
     return hashlib.sha1(script.encode()).hexdigest()
 
 
@@ -425,7 +427,7 @@ async def run_script(
     Raises:
         redis.exceptions.RedisError: the call failed.
     """
-    sha = _sha(script)
+    sha = script_sha(script)
     one: Any = client
     try:
         return await one.execute_command("EVALSHA", sha, len(keys), *keys, *args)
@@ -447,7 +449,7 @@ async def eval_pipelined(
     Raises:
         redis.exceptions.RedisError: a call failed (the others may have run).
     """
-    sha = _sha(script)
+    sha = script_sha(script)
     if len(calls) == 1:
         # One call needs no pipeline (redis-py's costs a task to give its connection back).
         return [await run_script(client, script, *calls[0])]

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 
 from actormem.runtime._envelope import Envelope
 from actormem.runtime.errors import ActorError, MailboxFullError, MessageDecodeError
+from actormem.runtime.redis._loops import entry_id
 from actormem.runtime.redis._shards import StreamEnvelope
 
 if TYPE_CHECKING:
@@ -165,7 +166,10 @@ class Handover:
                         sent = transit.get(env.recipient)
                         if sent is not None and sent.pop(env.id, None) is not None and not sent:
                             del transit[env.recipient]
-            track.after, track.rank = entries[-1][0], 0
+            last = entries[-1][0]
+            if entry_id(last) > entry_id(track.after):
+                # Entries claimed from the pending list may be older than those read.
+                track.after, track.rank = last, 0
         if complete and not track.caught_up:
             if track.armed:
                 track.caught_up = True

@@ -2,7 +2,8 @@
 
 A worker reads each shard it owns through the consumer group ``workers``, first
 claiming what earlier owners left pending (XPENDING, XCLAIM), then new entries
-(XREADGROUP). Each entry is checked (size, codec, address, shard), deduplicated by
+(XREADGROUP: one blocking read over all its shards, ``_shared_read``, or on a Redis
+Cluster one per shard). Each entry is checked (size, codec, address, shard), deduplicated by
 command id against what its actor applied or has in flight (an ask applied already
 is answered with the reply kept with its commit), and delivered; what cannot be
 (for a reason of the entry's own: the runtime refuses it too when no actor can
@@ -35,6 +36,7 @@ from actormem.runtime.redis._dead_letters import given_up
 from actormem.runtime.redis._loops import trim_settled, wait_open
 from actormem.runtime.redis._retry import forever
 from actormem.runtime.redis._shards import ActorRecord, RedeliveredEnvelope, StreamEnvelope
+from actormem.runtime.redis._shared_read import SharedRead
 from actormem.runtime.redis._wire import wire
 from actormem.runtime.redis.keys import CONSUMER_GROUP, shard_of
 
@@ -45,6 +47,7 @@ if TYPE_CHECKING:
     from actormem.runtime.redis._replies import Replies
     from actormem.runtime.redis._shards import Holdings, Link, Shard
     from actormem.runtime.redis._unsent import Unsent
+    from actormem.runtime.transports.base import TransportHost
 
 __all__ = ("Intake",)
 
@@ -97,26 +100,57 @@ class Intake:
         self.answered_again = 0
         #: Told what each read delivered (see ``Handover.read``), if set.
         self.handover: Handover | None = None
+        #: The one read over every shard owned, once :meth:`share_reads` started it.
+        self.shared = SharedRead(
+            link,
+            held=held,
+            commits=commits,
+            handle=self.handle,
+            claim=self.claim,
+            ensure_group=_ensure_group,
+            lease_fresh=lease_fresh,
+            batch=BATCH,
+        )
+        self._sharing = False
+
+    def share_reads(self, host: TransportHost) -> None:
+        """Read the owned shards with one blocking read (see ``_shared_read``), not one
+        each: start its reader in ``host``'s task group. Not on a Redis Cluster, whose
+        shards' streams are in different slots."""
+        self._sharing = True
+        host.spawn(self.shared.run)
 
     async def consume(self, shard: Shard) -> None:
         """Serve ``shard`` until cancelled: send again the tells earlier owners stored
-        unsent, claim what they left pending, then read."""
+        unsent, claim what they left pending, then read (in the shared read, or on its
+        own: see :meth:`share_reads`)."""
         stream = self._keys.stream(shard.number)
         client: Any = self._link.client
         await forever("create_group", lambda: _ensure_group(client, stream))
         await wait_open(self._link)
         await forever("resend_unsent", lambda: self._unsent.resend(shard))
         await forever("recover", lambda: self._recover(shard, 0))
-        claim_every = self._config.claim_idle_ms / 2000
-        next_claim = time.monotonic() + claim_every
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._commits.run, shard)
             tg.start_soon(self._unsent.run, shard)
-            await self._read_loop(shard, stream, claim_every, next_claim)
+            if self._sharing:
+                await self.shared.serve(shard)
+            else:
+                await self._read_loop(shard, stream)
 
-    async def _read_loop(
-        self, shard: Shard, stream: str, claim_every: float, next_claim: float
-    ) -> None:
+    def leave(self, shards: list[Shard]) -> None:
+        """Stop reading ``shards`` (lost or given back), and handling what was read of
+        them, at once."""
+        for shard in shards:
+            self.shared.leave(shard)
+
+    async def left(self, shards: list[Shard]) -> None:
+        """Return once no read in flight holds the streams of ``shards``, which
+        :meth:`leave` stopped reading: until then it may still take entries of them."""
+        await self.shared.left(shards)
+
+    async def _read_loop(self, shard: Shard, stream: str) -> None:
+        """Read ``shard`` on its own (on a Redis Cluster), until cancelled."""
         config = self._config
         client: Any = self._link.client
         # One blocking read per shard at a time: the twin's pool holds one for each.
@@ -127,6 +161,8 @@ class Intake:
         )
         host = self._link.host
         held = self._held
+        claim_every = config.claim_idle_ms / 2000
+        next_claim = time.monotonic() + claim_every
 
         async def read() -> Any:
             try:
@@ -152,25 +188,32 @@ class Intake:
             if not held.current(shard):
                 return  # lost while reading: what was read stays pending for its holder
             for entries in _streams_read(response):
-                # Each entry decoded once: its recipient's record is loaded from it too.
-                batch = [
-                    self._decode(shard, entry_id.decode(), fields) for entry_id, fields in entries
-                ]
-                if self._link.trace is not None:
-                    self._link.trace.read(batch)
-                await self._load_records(shard, batch)
-                for entry, data, decoded in batch:
-                    await self._accept(shard, entry, data, decoded)
-                complete = len(batch) < BATCH
-                if self.handover is not None:
-                    self.handover.read(shard, batch, complete)
+                await self.handle(shard, entries)
             if not response and self.handover is not None:
                 self.handover.read(shard, [], True)  # the read waited: nothing was left
             await forever("ack", lambda: self._commits.flush_acks(shard))
             if time.monotonic() >= next_claim:
                 next_claim = time.monotonic() + claim_every
-                await forever("recover", lambda: self._recover(shard, config.claim_idle_ms))
-                await forever("trim", lambda: self._trim(shard))
+                await self.claim(shard)
+
+    async def handle(self, shard: Shard, entries: Any) -> None:
+        """Check, deduplicate and deliver the ``entries`` one read of ``shard`` brought
+        (as the server sent them), in order, and tell the hand-over what was read."""
+        # Each entry decoded once: its recipient's record is loaded from it too.
+        batch = [self._decode(shard, entry_id.decode(), fields) for entry_id, fields in entries]
+        if self._link.trace is not None:
+            self._link.trace.read(batch)
+        await self._load_records(shard, batch)
+        for entry, data, decoded in batch:
+            await self._accept(shard, entry, data, decoded)
+        if self.handover is not None:
+            self.handover.read(shard, batch, len(batch) < BATCH)
+
+    async def claim(self, shard: Shard) -> None:
+        """Claim what stayed pending on ``shard`` for ``claim_idle_ms`` (a worker died
+        with it, or a delivery failed), and trim its stream."""
+        await forever("recover", lambda: self._recover(shard, self._config.claim_idle_ms))
+        await forever("trim", lambda: self._trim(shard))
 
     async def _recover(self, shard: Shard, min_idle: int) -> None:
         """Claim entries pending for ``min_idle`` ms (any consumer), or dead-letter them."""
@@ -222,6 +265,11 @@ class Intake:
                     else:
                         read = self._decode(shard, entry_id.decode(), fields, redelivered=True)
                         await self._accept(shard, *read)
+                        if self.handover is not None:
+                            # As a read's entries: what this worker sent is not in transit
+                            # any more, and the tells of the asks handed over next go after
+                            # this entry's.
+                            self.handover.read(shard, [read], False)
             if len(page) < BATCH:
                 return
             start = "(" + page[-1]["message_id"].decode()

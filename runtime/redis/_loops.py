@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 
+from actormem.runtime.errors import TransportError
 from actormem.runtime.redis._client import redis_errors
 from actormem.runtime.redis._retry import forever
 from actormem.runtime.redis.keys import CONSUMER_GROUP
@@ -17,7 +18,16 @@ from actormem.runtime.redis.keys import CONSUMER_GROUP
 if TYPE_CHECKING:
     from actormem.runtime.redis._shards import Link
 
-__all__ = ("OPEN_POLL", "EntryId", "entry_id", "stream_end", "tail", "trim_settled", "wait_open")
+__all__ = (
+    "OPEN_POLL",
+    "EntryId",
+    "delete_quietly",
+    "entry_id",
+    "stream_end",
+    "tail",
+    "trim_settled",
+    "wait_open",
+)
 
 #: Entries read per XREAD of a reply or broadcast stream.
 _BATCH: Final = 1_000
@@ -126,3 +136,15 @@ async def stream_end(link: Link, stream: str) -> str:
     with redis_errors(f"reading {stream}"):
         newest: Any = await link.client.xrevrange(stream, count=1)
     return newest[0][0].decode() if newest else "0-0"
+
+
+async def delete_quietly(link: Link, key: str, what: str) -> None:
+    """Delete ``key`` (a stream of this transport's alone, as it closes), within the
+    socket timeout and shielded; a failure leaves it to expire. ``what``: for the
+    error's message."""
+    with anyio.move_on_after(link.config.socket_timeout, shield=True):
+        try:
+            with redis_errors(f"deleting {what}"):
+                await link.client.delete(key)
+        except TransportError:
+            pass

@@ -17,6 +17,7 @@ import anyio
 import structlog
 
 from actormem.runtime.errors import RuntimeClosedError, TransportError, TransportUnavailableError
+from actormem.runtime.redis._client import is_cluster
 from actormem.runtime.redis._leases import LeaseManager
 from actormem.runtime.redis._loops import OPEN_POLL, stream_end, tail, wait_open
 from actormem.runtime.redis._shards import Shard
@@ -97,6 +98,8 @@ class Owner:
         stream = self._keys.broadcast()
         start = await stream_end(self._link, stream)
         host.spawn(self._read_broadcasts, stream, start)
+        if not is_cluster(self._link.client):
+            self._intake.share_reads(host)
         host.spawn(self._lease_loop, self._leases)
         host.spawn(self._passivate_loop)
 
@@ -104,11 +107,13 @@ class Owner:
         """The runtime has stopped: stop reading, store what was handled (and answer
         it); what is still in flight stays pending, for the next owner, and giving
         the leases back need not wait for it."""
+        self._intake.leave(list(self._held.shards.values()))
         for shard in self._held.shards.values():
             shard.scope.cancel()
             await self._commits.settle(shard, self._config.retry_for)
             shard.inflight.clear()
         await self._commits.settle_erasures(self._config.socket_timeout)
+        await self._intake.shared.delete_wake()
 
     async def release(self) -> None:
         """Give the leases back at once: other workers take the shards over without
@@ -176,14 +181,18 @@ class Owner:
     async def _lost(self, numbers: list[int], released: bool) -> None:
         held = self._held
         shards = [held.shards[n] for n in numbers if n in held.shards]
+        self._intake.leave(shards)  # read and deliver nothing more from them
         for shard in shards:
-            shard.scope.cancel()  # read nothing more from it
+            shard.scope.cancel()
+        # A third of a lease at most, so the other leases are renewed in time: the
+        # read that may still take entries of them returns (their next owner claims
+        # those), and, when they are given back, what was delivered finishes and is
+        # acked before the leases go.
+        with anyio.move_on_after(self._config.lease_ms / 3000):
+            await self._intake.left(shards)
+            while released and any(shard.inflight for shard in shards):  # noqa: ASYNC110 (bounded)
+                await anyio.sleep(OPEN_POLL)
         if released:
-            # Let what was delivered finish and be acked before the leases go;
-            # a third of a lease at most, so the other leases are renewed in time.
-            with anyio.move_on_after(self._config.lease_ms / 3000):
-                while any(shard.inflight for shard in shards):  # noqa: ASYNC110 (bounded)
-                    await anyio.sleep(OPEN_POLL)
             for shard in shards:
                 await self._commits.settle(shard, self._config.socket_timeout)
         for shard in shards:

@@ -27,10 +27,9 @@ from actormem.runtime.errors import (
     MessageDecodeError,
     MessageTooLargeError,
     RuntimeClosedError,
-    TransportError,
 )
 from actormem.runtime.redis._client import is_cluster, redis_errors
-from actormem.runtime.redis._loops import tail
+from actormem.runtime.redis._loops import delete_quietly, tail
 from actormem.runtime.redis._outbox import NO_DEADLINE, Outbox
 from actormem.runtime.redis._retry import forever
 from actormem.runtime.redis._shards import StreamEnvelope
@@ -261,12 +260,7 @@ class Replies:
 
     async def delete_stream(self) -> None:
         """Delete this transport's reply stream (a failure leaves it to expire)."""
-        with anyio.move_on_after(self._config.socket_timeout, shield=True):
-            try:
-                with redis_errors("deleting the reply stream"):
-                    await self._link.client.delete(self.stream)
-            except TransportError:
-                pass
+        await delete_quietly(self._link, self.stream, "the reply stream")
 
 
 def _nothing(correlation: int) -> None:

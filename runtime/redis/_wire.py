@@ -7,6 +7,7 @@ import weakref
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.exceptions import ResponseError
 
 from actormem.runtime.redis._client import is_cluster
 
@@ -55,19 +56,54 @@ class Wire:
         Raises:
             redis.exceptions.RedisError: the call failed.
         """
-        idle = self._idle
-        if idle:
-            conn = idle.pop()
-        elif self._direct and len(self._kept) < self._limit:
-            conn = await self.client.connection_pool.get_connection()
-            self._kept.append(conn)
-        else:
+        conn = await self._take()
+        if conn is None:
             return await self.client.execute_command(*args)
         try:
             await conn.send_packed_command(conn.pack_command(*args))
             return await conn.read_response()
         finally:
-            idle.append(conn)
+            self._idle.append(conn)
+
+    async def pipeline(self, commands: list[tuple[Any, ...]]) -> list[Any]:
+        """Send ``commands`` at once and return their replies, in order, unparsed: one
+        round trip (the server runs them in order), on one connection.
+
+        An error reply comes back as its exception (the replies after it are read
+        too); a failure of the connection raises, as :meth:`execute_command`.
+
+        Raises:
+            redis.exceptions.RedisError: the connection failed (the commands may
+                have run, some or all).
+        """
+        conn = await self._take()
+        if conn is None:
+            async with self.client.pipeline(transaction=False) as pipe:
+                for command in commands:
+                    pipe.execute_command(*command)
+                return list(await pipe.execute(raise_on_error=False))
+        try:
+            await conn.send_packed_command(conn.pack_commands(commands))
+            replies: list[Any] = []
+            for _ in commands:
+                try:
+                    replies.append(await conn.read_response())
+                except ResponseError as exc:  # an error reply: the connection is sound
+                    replies.append(exc)
+            return replies
+        finally:
+            self._idle.append(conn)
+
+    async def _take(self) -> Any:
+        """A kept connection no call is using (one more taken from the pool while
+        fewer than ``limit`` are kept), or None: the call goes through the client."""
+        if self._idle:
+            return self._idle.pop()
+        if self._direct and len(self._kept) < self._limit:
+            conn = await self.client.connection_pool.get_connection()
+            self._kept.append(conn)
+            return conn
+        return None
 
     async def script_load(self, script: str) -> Any:
         """Load ``script`` into the server's script cache."""

@@ -24,6 +24,7 @@ Layout (prefix ``am``)::
     am:{workers}:counters:<worker>  what a worker handled, failed and dead-lettered (hash)
     am:{workers}:counted         workers with counters (zset: worker id -> their expiry ms)
     am:{r:<client>}:replies      one client's reply stream
+    am:{r:<worker>}:wake         a worker's wake-up stream (cuts its shared shard read short)
 
 The ``agent`` segment names the state of any actor: it is part of the stored
 layout, which a new name would leave unreadable. An actor's three keys expire when
@@ -161,6 +162,11 @@ class Keys:
     def replies(self, client: str) -> str:
         """One client's reply stream."""
         return f"{self.prefix}:{{r:{client}}}:replies"
+
+    def wake(self, worker: str) -> str:
+        """A worker's wake-up stream: an entry added to it ends the worker's blocking
+        read of its shards (see ``_shared_read``)."""
+        return f"{self.prefix}:{{r:{worker}}}:wake"
 
     def pattern(self) -> str:
         """A SCAN pattern matching every key under this prefix (and nothing else: the

@@ -2,11 +2,12 @@
 
 Every envelope is msgpack on the stream of its recipient's shard (a stable hash
 of the address). A *worker* transport owns shards through leases (``_owner``,
-``_leases``) and reads each owned shard through the consumer group ``workers``
-(``_intake``); it delivers entries to its runtime's local cells and XACKs an
-entry only once the handler's effect is stored (the runtime's ``handled`` hook,
-``_commits``): for a :class:`~actormem.runtime.state.Durable` actor the
-state changes, the command's id and the XACK are one fenced Lua call. A *client*
+``_leases``) and reads the owned shards through the consumer group ``workers``
+(``_intake``; one blocking read over them all, ``_shared_read``); it delivers
+entries to its runtime's local cells and XACKs an entry only once the handler's
+effect is stored (the runtime's ``handled`` hook, ``_commits``): for a
+:class:`~actormem.runtime.state.Durable` actor the state changes, the command's id
+and the XACK are one fenced Lua call. A *client*
 transport (``worker=False``) only sends, and reads the replies to its asks from
 its own reply stream (``_replies``).
 
@@ -218,7 +219,7 @@ class RedisTransport(Transport):
         )
         self._unsent.sending_again = self._handover.sent_again
         self._replies.answered = self._handover.answered
-        self._intake.handover = self._handover
+        self._intake.handover = self._intake.shared.handover = self._handover
         self._owner = Owner(
             self,
             held=self._held,

@@ -22,7 +22,7 @@ import ssl
 from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from functools import cache
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import Any, Final, cast
 
 import hiredis
 import redis.asyncio as aioredis
@@ -35,11 +35,9 @@ from redis.backoff import ExponentialBackoff
 from actormem.runtime.config import redact_url
 from actormem.runtime.errors import TransportError, TransportUnavailableError
 from actormem.runtime.redis._server import EmbeddedRedis
+from actormem.runtime.redis._wire import Wire
 from actormem.runtime.redis.config import RedisConfig
 from actormem.runtime.redis.keys import Keys
-
-if TYPE_CHECKING:
-    from actormem.runtime.redis._wire import Wire
 
 __all__ = (
     "blocking_twin",
@@ -169,7 +167,8 @@ class _HiredisPacking:
         which on Python 3.11 runs the write as a new task, so every command costs a
         task and two more turns of the event loop (a busy loop's turn takes
         milliseconds). ``asyncio.timeout`` bounds the same write where it runs, with
-        the same errors and the same disconnect on failure."""
+        the same errors and the same disconnect on failure, and only when the write
+        could not go to the socket at once (only then may it wait)."""
         conn: Any = self
         if not conn.socket_timeout:
             await super().send_packed_command(command, check_health)  # type: ignore[misc]
@@ -184,10 +183,18 @@ class _HiredisPacking:
             command = command.encode()
         if isinstance(command, bytes):
             command = [command]
+        writer = conn._writer
         try:
-            async with asyncio.timeout(conn.socket_timeout):
-                conn._writer.writelines(command)
-                await conn._writer.drain()
+            writer.writelines(command)
+            if writer.transport.get_write_buffer_size():
+                # Part of it waits in the buffer: the drain may wait for the socket.
+                async with asyncio.timeout(conn.socket_timeout):
+                    await writer.drain()
+            else:
+                # All of it went to the socket at once (the usual case): the drain
+                # only raises what the connection met, and cannot wait, so the timer
+                # a timeout would start and cancel again is spared.
+                await writer.drain()
         except TimeoutError:
             await conn.disconnect(nowait=True)
             raise rexc.TimeoutError("Timeout writing to socket") from None
@@ -437,14 +444,16 @@ async def run_script(
 
 
 async def eval_pipelined(
-    client: aioredis.Redis, script: str, calls: list[tuple[list[Any], list[Any]]]
+    client: aioredis.Redis | Wire, script: str, calls: list[tuple[list[Any], list[Any]]]
 ) -> list[Any]:
     """Run ``script`` once per ``(keys, args)`` of ``calls``, all in one pipeline (one
     round trip per node); the results in order.
 
     By EVALSHA, as every script of the transport (its ACL rules allow ``evalsha`` and
     ``script|load``, not ``eval``). Calls the server did not run for want of the
-    script (a restarted server forgot it) are run again once it is loaded.
+    script (a restarted server forgot it) are run again once it is loaded. Through a
+    :class:`~actormem.runtime.redis._wire.Wire` the calls skip redis-py's pipeline
+    (its pool, retry and parsing), and are not retried when the connection fails.
 
     Raises:
         redis.exceptions.RedisError: a call failed (the others may have run).
@@ -455,10 +464,15 @@ async def eval_pipelined(
         return [await run_script(client, script, *calls[0])]
 
     async def run(indices: list[int]) -> list[Any]:
+        commands = [
+            ("EVALSHA", sha, len(keys), *keys, *args)
+            for keys, args in map(calls.__getitem__, indices)
+        ]
+        if isinstance(client, Wire):
+            return await client.pipeline(commands)
         async with client.pipeline(transaction=False) as pipe:
-            for i in indices:
-                keys, args = calls[i]
-                pipe.execute_command("EVALSHA", sha, len(keys), *keys, *args)
+            for command in commands:
+                pipe.execute_command(*command)
             return list(await pipe.execute(raise_on_error=False))
 
     results = await run(list(range(len(calls))))

@@ -33,7 +33,7 @@ from actormem.runtime.errors import (
 from actormem.runtime.ids import split_address
 from actormem.runtime.redis._client import redis_errors
 from actormem.runtime.redis._dead_letters import given_up
-from actormem.runtime.redis._loops import trim_settled, wait_open
+from actormem.runtime.redis._loops import entry_field, streams_read, trim_settled, wait_open
 from actormem.runtime.redis._retry import forever
 from actormem.runtime.redis._shards import ActorRecord, RedeliveredEnvelope, StreamEnvelope
 from actormem.runtime.redis._shared_read import SharedRead
@@ -187,7 +187,7 @@ class Intake:
             response = await forever("read", read)
             if not held.current(shard):
                 return  # lost while reading: what was read stays pending for its holder
-            for entries in _streams_read(response):
+            for entries in streams_read(response):
                 await self.handle(shard, entries)
             if not response and self.handover is not None:
                 self.handover.read(shard, [], True)  # the read waited: nothing was left
@@ -291,7 +291,7 @@ class Intake:
         """``entry``, its data (its ``e`` field) and its envelope decoded (an
         error when it does not decode; None when there is no data, or too much):
         ``redelivered``: claimed from the pending list, not read new."""
-        data = _field_e(fields)
+        data = entry_field(fields, b"e")
         if data is None or len(data) > self._config.max_message_bytes:
             return entry, data, None
         kind = RedeliveredEnvelope if redelivered else StreamEnvelope
@@ -543,16 +543,6 @@ class Intake:
                 log.warning("broadcast_undelivered", to=address, reason=str(exc))
 
 
-def _streams_read(response: Any) -> Any:
-    """The entry lists of an XREADGROUP reply: parsed by redis-py, or as the server
-    sent it (the blocking twin skips redis-py's parsing, see ``blocking_twin``)."""
-    if not response:
-        return ()
-    if isinstance(response, dict):  # RESP3: {stream: entries}
-        return response.values()
-    return (entries for _stream, entries in response)
-
-
 async def _ensure_group(client: Any, stream: str) -> None:
     try:
         with redis_errors(f"XGROUP CREATE {stream}"):
@@ -560,14 +550,3 @@ async def _ensure_group(client: Any, stream: str) -> None:
     except TransportError as exc:
         if not str(exc.__cause__).startswith("BUSYGROUP"):
             raise
-
-
-def _field_e(fields: Any) -> bytes | None:
-    """The ``e`` field of an entry: from redis-py's dict, or the server's flat
-    ``[name, value, ...]`` list."""
-    if type(fields) is list:
-        if len(fields) == 2 and fields[0] == b"e":  # what every sender writes
-            return cast(bytes, fields[1])
-        pairs = dict(zip(fields[::2], fields[1::2], strict=False))
-        return pairs.get(b"e")
-    return cast(dict[bytes, bytes], fields).get(b"e")

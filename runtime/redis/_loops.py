@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 import anyio
 
 from actormem.runtime.errors import TransportError
 from actormem.runtime.redis._client import redis_errors
 from actormem.runtime.redis._retry import forever
+from actormem.runtime.redis._wire import wire
 from actormem.runtime.redis.keys import CONSUMER_GROUP
 
 if TYPE_CHECKING:
@@ -22,8 +23,10 @@ __all__ = (
     "OPEN_POLL",
     "EntryId",
     "delete_quietly",
+    "entry_field",
     "entry_id",
     "stream_end",
+    "streams_read",
     "tail",
     "trim_settled",
     "wait_open",
@@ -98,29 +101,35 @@ async def tail(
             read, and the stream stays as short as the backlog.
         every_second: called about once a second, between reads.
     """
-    blocking: Any = link.blocking_client
+    # Its own connection, the reply as the server sent it: no pool, retry and
+    # redis-py parsing (a dict per entry) for each read.
+    reads = wire(link.blocking_client)
     next_tick = time.monotonic() + 1.0
     # Trim below this entry with the next read (what was read and handled).
     trim: str | None = None
     while True:
 
         async def read(after: str = last, below: str | None = trim) -> Any:
+            commands: list[tuple[Any, ...]] = []
+            if below is not None:
+                commands.append(("XTRIM", stream, "MINID", below))
+            commands.append(("XREAD", "COUNT", _BATCH, "BLOCK", block_ms, "STREAMS", stream, after))
             with redis_errors(f"XREAD {stream}"):
-                if below is None:
-                    return await blocking.xread({stream: after}, count=_BATCH, block=block_ms)
-                async with blocking.pipeline(transaction=False) as pipe:
-                    pipe.xtrim(stream, minid=below, approximate=False)
-                    pipe.xread({stream: after}, count=_BATCH, block=block_ms)
-                    _, response = await pipe.execute()
-                return response
+                replies = await reads.pipeline(commands)
+                for reply in replies:
+                    if isinstance(reply, Exception):
+                        raise reply
+            return replies[-1]
 
         response = await forever(stream, read)
         trim = None
-        for _stream, entries in response or ():
-            for entry_id, fields in entries:
-                last = entry_id.decode()
-                await handle(fields.get(field))
-        if own and response:
+        read_any = False
+        for entries in streams_read(response):
+            for entry, fields in entries:
+                read_any = True
+                last = entry.decode()
+                await handle(entry_field(fields, field))
+        if own and read_any:
             ms, _, seq = last.partition("-")
             trim = f"{ms}-{int(seq) + 1}"
         if time.monotonic() >= next_tick:
@@ -129,6 +138,26 @@ async def tail(
             next_tick = time.monotonic() + 1.0
             if every_second is not None:
                 every_second()
+
+
+def streams_read(response: Any) -> Any:
+    """The entry lists of an XREAD or XREADGROUP reply: parsed by redis-py, or as
+    the server sent it."""
+    if not response:
+        return ()
+    if isinstance(response, dict):  # RESP3: {stream: entries}
+        return response.values()
+    return (entries for _stream, entries in response)
+
+
+def entry_field(fields: Any, name: bytes) -> bytes | None:
+    """The field ``name`` of a stream entry: from the server's flat
+    ``[name, value, ...]`` list, or redis-py's dict."""
+    if type(fields) is list:
+        if len(fields) == 2 and fields[0] == name:  # what every writer writes
+            return cast(bytes, fields[1])
+        return cast("bytes | None", dict(zip(fields[::2], fields[1::2], strict=False)).get(name))
+    return cast("dict[bytes, bytes]", fields).get(name)
 
 
 async def stream_end(link: Link, stream: str) -> str:

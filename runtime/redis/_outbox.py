@@ -29,6 +29,7 @@ import structlog
 
 from actormem.runtime.redis import _scripts
 from actormem.runtime.redis._client import eval_pipelined, redis_errors
+from actormem.runtime.redis._wire import wire
 
 __all__ = ("NO_DEADLINE", "Outbox")
 
@@ -203,7 +204,7 @@ class Outbox:
                 args.append(data)
                 filling[stream] = (args, size + len(data))
         with redis_errors("XADD from the outbox"):
-            await eval_pipelined(self._client(), _scripts.XADD_MANY, calls)
+            await eval_pipelined(wire(self._client()), _scripts.XADD_MANY, calls)
 
     def _drop_expired_head(self) -> bool:
         """Drop the expired entries at the head of the queue; True if any is left."""

@@ -7,9 +7,8 @@ import weakref
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError
-
-from actormem.runtime.redis._client import is_cluster
 
 __all__ = ("Wire", "wire")
 
@@ -41,7 +40,7 @@ class Wire:
         self._idle: list[Any] = []
         self._kept: list[Any] = []
         self._direct = (
-            not is_cluster(client)
+            not isinstance(client, RedisCluster)
             and type(client).execute_command is aioredis.Redis.execute_command
         )
 
@@ -125,6 +124,8 @@ def wire(client: aioredis.Redis, limit: int | None = None) -> Wire:
     found = _WIRES.get(client)
     if found is None:
         if limit is None:
-            limit = getattr(client.connection_pool, "max_connections", 2) // 2
+            # (A Cluster client has pools per node, and no wire connections.)
+            pool = getattr(client, "connection_pool", None)
+            limit = getattr(pool, "max_connections", 2) // 2
         found = _WIRES[client] = Wire(client, limit)
     return found

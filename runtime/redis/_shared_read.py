@@ -22,6 +22,7 @@ so that its next owner's claim of the pending entries finds them all.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import time
 from typing import TYPE_CHECKING, Any, Final
@@ -187,6 +188,10 @@ class SharedRead:
                 continue
             if response is not _REGROUPED:
                 await self._deliver(shards, response)
+                # The handlers of what was delivered run before the next read is sent:
+                # the acks of the read-only commands go with it (not with the one
+                # after), and what came meanwhile makes that read fuller.
+                await asyncio.sleep(0)
             now = time.monotonic()
             for number, shard in shards.items():
                 if self._next_claim.get(number, now + 1) <= now and self._holds(shard):

@@ -39,8 +39,10 @@ class Wire:
         self._limit = max(1, limit)
         self._idle: list[Any] = []
         self._kept: list[Any] = []
+        # A Cluster client is typed as a Redis one (see ``_client.connect``).
+        given: object = client
         self._direct = (
-            not isinstance(client, RedisCluster)
+            not isinstance(given, RedisCluster)
             and type(client).execute_command is aioredis.Redis.execute_command
         )
 

@@ -8,6 +8,7 @@ import time
 from itertools import chain
 from typing import TYPE_CHECKING, Any, Final
 
+import msgspec
 import structlog
 
 from actormem.runtime.errors import TransportError
@@ -31,6 +32,10 @@ log = structlog.get_logger("actormem.redis")
 
 #: Seconds a kept reply outlives its ask's deadline.
 _REPLY_SLACK: Final = 1.0
+#: Packs what describes a commit call's commands and reply writes into one argument.
+_ENCODER: Final = msgspec.msgpack.Encoder()
+#: No log items, no tells.
+_NONE: Final[tuple[()]] = ()
 
 
 class CommitCalls:
@@ -65,13 +70,10 @@ class CommitCalls:
                 indices.append(i)
         names = [keys.lease(number), keys.stream(number), keys.unsent(number)]
         now = time.time()
-        args: list[Any] = [
-            shard.lease,
-            CONSUMER_GROUP,
-            f"{now:.6f}",
-            self._config.applied_keep,
-            len(by_actor),
-        ]
+        # What describes the commands, nine items each, packed as one argument, and
+        # their data (see ``_scripts.COMMIT``).
+        described: list[Any] = []
+        data: list[Any] = []
         reply_keys: list[str] = []
         # Where each pending commit's commands start among the commands stored.
         head: list[int] = [0] * len(batch)
@@ -82,9 +84,9 @@ class CommitCalls:
         for address, indices in by_actor.items():
             names += keys.actor_state(number, address)
             if len(indices) == 1:
-                args.append(len(batch[indices[0]].envelopes))
+                described.append(len(batch[indices[0]].envelopes))
             else:
-                args.append(sum(len(batch[i].envelopes) for i in indices))
+                described.append(sum(len(batch[i].envelopes) for i in indices))
             for i in indices:
                 pending = batch[i]
                 envelopes = pending.envelopes
@@ -94,48 +96,51 @@ class CommitCalls:
                 slots += following
                 for env in envelopes:
                     following -= 1
-                    kept = self._kept_reply(pending, env) if pending.replies else None
-                    if kept is None:
-                        reply: Any = b""
-                        ttl = 0  # read only with a reply
-                    else:
-                        reply = kept
-                        reply_keys.append(keys.reply(number, address, env.id))
-                        ttl = self._reply_ttl_ms(env, now)
+                    command = env.id if remember else ""
                     if isinstance(env, StreamEnvelope):
                         entry, sent = env.entry, env.sent
                     else:
                         entry, sent = "", None
-                    command = env.id if remember else ""
                     if following:
-                        args += (following, entry, command, "0", b"", "0", reply, ttl, 0)
+                        snapshot, replace, appends = None, False, _NONE
                     else:
                         # The change set goes with the last command of the batch.
                         changes = pending.changes
                         snapshot, appends = changes.snapshot, changes.log_appends
-                        args += (
-                            0,
-                            entry,
-                            command,
-                            "0" if snapshot is None else "1",
-                            snapshot or b"",
-                            "1" if changes.replace_log else "0",
-                            reply,
-                            ttl,
-                            len(appends),
-                            *appends,
-                        )
+                        replace = bool(changes.replace_log)
+                        if snapshot is not None:
+                            data.append(snapshot)
+                    kept = self._kept_reply(pending, env) if pending.replies else None
+                    if kept is None:
+                        ttl = 0  # read only with a reply
+                    else:
+                        data.append(kept)
+                        reply_keys.append(keys.reply(number, address, env.id))
+                        ttl = self._reply_ttl_ms(env, now)
+                    data += appends
                     if sent:
                         tells, last = unwritten(env)
-                        args.append(len(tells))
                         if tells:
-                            args += chain.from_iterable(tells)
+                            data += chain.from_iterable(tells)
                             unsent += (tell for tell, _ in tells)
                             through = max(through, last)
                     else:
-                        args.append(0)
+                        tells = []
+                    described += (
+                        following,
+                        entry,
+                        command,
+                        snapshot is not None,
+                        replace,
+                        kept is not None,
+                        ttl,
+                        len(appends),
+                        len(tells),
+                    )
         names += reply_keys
-        args += self._reply_writes(batch, head, names)
+        writes = self._reply_writes(batch, head, names, data)
+        args = [shard.lease, CONSUMER_GROUP, f"{now:.6f}", self._config.applied_keep]
+        args += (len(by_actor), _ENCODER.encode((described, writes)), *data)
         with redis_errors(f"storing the state of {len(batch)} commands of shard {number}"):
             result = await run_script(wire(self._link.client), _scripts.COMMIT, names, args)
         if result == -1:
@@ -150,17 +155,17 @@ class CommitCalls:
         return [int(result[slot]) for slot in head]
 
     def _reply_writes(
-        self, batch: list[PendingCommit], head: list[int], names: list[str]
+        self, batch: list[PendingCommit], head: list[int], names: list[str], data: list[Any]
     ) -> list[Any]:
-        """The arguments that have the commit call write the replies waiting for it to
-        their askers' reply streams itself (see ``Replies.stream_of``; the streams are
-        appended to ``names``): a reply then costs no round trip and no outbox turn of
-        its own after the commit, and goes only if its command is stored. Marks them in
-        each pending commit's ``written``; the others are sent once it is stored."""
+        """What describes the replies that the commit call writes to their askers'
+        reply streams itself (see ``Replies.stream_of``), as ``_scripts.COMMIT`` takes
+        it (empty: none); the streams are appended to ``names``, the replies to
+        ``data``. A reply then costs no round trip and no outbox turn of its own after
+        the commit, and goes only if its command is stored. Marks them in each pending
+        commit's ``written``; the others are sent once it is stored."""
         replies = self._replies
-        args: list[Any] = []
+        writes: list[Any] = []
         streams: dict[str, int] = {}
-        count = 0
         for i, pending in enumerate(batch):
             if not pending.replies:
                 pending.written = frozenset()
@@ -178,13 +183,15 @@ class CommitCalls:
                     index = streams[stream] = len(names)
                 # Its command's number among the call's (1 = the first).
                 number = head[i] + 1 + (0 if len(envelopes) == 1 else _position(envelopes, env))
-                data = kept.get(env.id) or replies.encode(env, reply)
-                args += (number, index, data)
+                if not writes:
+                    field, maxlen, ttl = replies.stream_args()
+                    writes += (maxlen, ttl)
+                    data.append(field)
+                writes += (number, index)
+                data.append(kept.get(env.id) or replies.encode(env, reply))
                 written.append(n)
-                count += 1
             pending.written = frozenset(written)
-        args += (*replies.stream_args(), count)
-        return args
+        return writes
 
     def _kept_reply(self, pending: PendingCommit, env: Envelope) -> bytes | None:
         """The encoded reply the commit keeps for ``env`` of ``pending`` (an ask with an

@@ -58,19 +58,26 @@ return redis.call('XACK', KEYS[2], ARGV[2], unpack(ARGV, 3))
 #: all with the last, and each command saying how many of the set follow it. The
 #: tells a command sent that were not written yet go into the shard's unsent hash
 #: with it (see ``_unsent``).
+#: What describes the commands (numbers, ids, flags) comes as one msgpack argument
+#: the script unpacks (``cmsgpack``), and only the data (log items, snapshots,
+#: replies, tells) as arguments of their own: a client packs one argument far
+#: faster than the ten or so of each command.
 #: KEYS: lease, stream, unsent, then per actor: log, snapshot, applied; then the
-#: reply key of each command that carries a reply, in order.
-#: ARGV: lease value, group, score, applied ids to keep, number of actors, then per
-#: actor: its number of commands, then per command: how many commands of its
-#: change set follow it, entry id ('' = none), command id ('' = none), has snapshot
-#: ('0'/'1'), snapshot, replace the log ('0'/'1'), encoded reply ('' = none), the
-#: reply's time to live (ms), number of log items, log items, number of unsent
-#: tells, then per tell: its id, its record; then the replies the call writes to
-#: their askers' reply streams (their KEYS follow the reply keys): per reply, the
-#: number of its command (1 = the first above), the index of its stream in KEYS, the
-#: reply; then the streams' entry field, their length to trim to (approximately),
-#: their time to live (ms), the number of such replies. A reply is written only
-#: if its command's changes are stored or were already (status 1 or 2).
+#: reply key of each command that carries a reply, in order; then the reply
+#: streams the call writes to.
+#: ARGV: lease value, group, score, applied ids to keep, number of actors, the
+#: msgpack of a pair of arrays, then the data, in the order the arrays name it.
+#: The first array holds, per actor: its number of commands, then per command nine
+#: items: how many commands of its change set follow it, entry id ('' = none),
+#: command id ('' = none), has a snapshot (a boolean), replaces the log (a
+#: boolean), has a reply to keep (a boolean), the reply's time to live (ms), number
+#: of log items, number of unsent tells; its data: the snapshot, the reply, the log
+#: items, each tell's id and record. The second array holds the replies the call
+#: writes to their askers' reply streams (empty: none): the streams' length to trim
+#: to (approximately) and time to live (ms), then per reply: the number of its
+#: command (1 = the first above) and the index of its stream in KEYS; their data,
+#: after every command's: the streams' entry field, then each reply. A reply is
+#: written only if its command's changes are stored or were already (status 1 or 2).
 #: An empty snapshot deletes the stored one (the actor's state was erased).
 #: Returns -1 when fenced off (nothing is changed), else one status per command, in
 #: order, the same for every command of a change set: 1 stored, 2 every command id
@@ -81,7 +88,8 @@ return redis.call('XACK', KEYS[2], ARGV[2], unpack(ARGV, 3))
 COMMIT: Final = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
 local group, score, keep = ARGV[2], ARGV[3], tonumber(ARGV[4])
-local actors = tonumber(ARGV[5])
+local described = cmsgpack.unpack(ARGV[6])
+local C, W = described[1], described[2]
 local function chunked(command, key, head, list)
   local i = 1
   while i <= #list do
@@ -94,40 +102,36 @@ local function chunked(command, key, head, list)
     i = j + 1
   end
 end
-local function next_command(a)
-  local m = tonumber(ARGV[a + 8])
-  return a + 10 + m + 2 * tonumber(ARGV[a + 9 + m])
-end
 local out, acks, unsent = {}, {}, {}
-local replies = tonumber(ARGV[#ARGV])
-local a, k, r, n = 6, 4, 4 + 3 * actors, #ARGV - 4 - 3 * replies
+local a, v, k, r, n = 1, 7, 4, 4 + 3 * tonumber(ARGV[5]), #C
 while a <= n do
-  local count = tonumber(ARGV[a])
+  local count = C[a]
   a = a + 1
   local log, snapshot, applied = KEYS[k], KEYS[k + 1], KEYS[k + 2]
   k = k + 3
   local done = {}
   local items, snap, added = {}, false, {}
   local left, status = 0, 1
-  for c = 1, count do
-    local following, entry, id, has_snap = tonumber(ARGV[a]), ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
-    local replace, reply, ttl = ARGV[a + 5], ARGV[a + 6], ARGV[a + 7]
-    local m = tonumber(ARGV[a + 8])
-    local q = tonumber(ARGV[a + 9 + m])
-    local reply_key = false
-    if reply ~= '' then
-      reply_key = KEYS[r]
-      r = r + 1
+  for _ = 1, count do
+    local following, entry, id, replace = C[a], C[a + 1], C[a + 2], C[a + 4]
+    local ttl, m, q = C[a + 6], C[a + 7], C[a + 8]
+    local snapped, reply, reply_key = false, false, false
+    if C[a + 3] then
+      snapped = ARGV[v]
+      v = v + 1
+    end
+    if C[a + 5] then
+      reply, reply_key = ARGV[v], KEYS[r]
+      v, r = v + 1, r + 1
     end
     if left == 0 then
       -- The first command of a change set: how many of the set's ids were applied.
-      local seen, b = 0, a
-      for _ = 0, following do
-        local other = ARGV[b + 2]
+      local seen = 0
+      for b = a + 2, a + 2 + 9 * following, 9 do
+        local other = C[b]
         if other ~= '' and (done[other] or redis.call('ZSCORE', applied, other)) then
           seen = seen + 1
         end
-        b = next_command(b)
       end
       if seen == 0 then status = 1 elseif seen == following + 1 then status = 2 else status = 3 end
       left = following + 1
@@ -135,22 +139,22 @@ while a <= n do
     left = left - 1
     out[#out + 1] = status
     if status == 1 then
-      if replace == '1' then
+      if replace then
         redis.call('DEL', log)
         items = {}
       end
-      for i = a + 9, a + 8 + m do items[#items + 1] = ARGV[i] end
-      if has_snap == '1' then snap = ARGV[a + 4] end
+      for i = v, v + m - 1 do items[#items + 1] = ARGV[i] end
+      if snapped then snap = snapped end
       if id ~= '' then
         added[#added + 1] = score
         added[#added + 1] = id
         done[id] = true
       end
       if reply_key then redis.call('SET', reply_key, reply, 'PX', ttl) end
-      for i = a + 10 + m, a + 9 + m + 2 * q do unsent[#unsent + 1] = ARGV[i] end
+      for i = v + m, v + m + 2 * q - 1 do unsent[#unsent + 1] = ARGV[i] end
     end
     if entry ~= '' and status ~= 3 then acks[#acks + 1] = entry end
-    a = a + 10 + m + 2 * q
+    a, v = a + 9, v + m + 2 * q
   end
   chunked('RPUSH', log, false, items)
   if snap == '' then
@@ -165,13 +169,14 @@ while a <= n do
 end
 chunked('HSET', KEYS[3], false, unsent)
 chunked('XACK', KEYS[2], group, acks)
-if replies > 0 then
-  local field, maxlen, ttl = ARGV[#ARGV - 3], ARGV[#ARGV - 2], ARGV[#ARGV - 1]
+if #W > 0 then
+  local maxlen, ttl, field = W[1], W[2], ARGV[v]
   local written = {}
-  for i = n + 1, n + 3 * replies, 3 do
-    if out[tonumber(ARGV[i])] ~= 3 then
-      local stream = KEYS[tonumber(ARGV[i + 1])]
-      redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', field, ARGV[i + 2])
+  for i = 3, #W, 2 do
+    v = v + 1
+    if out[W[i]] ~= 3 then
+      local stream = KEYS[W[i + 1]]
+      redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', field, ARGV[v])
       written[stream] = true
     end
   end

@@ -15,7 +15,7 @@ from structlog.testing import capture_logs
 from actormem.runtime import Runtime
 from actormem.runtime.redis import Keys, RedisConfig, _scripts, register_message_types, shard_of
 from actormem.runtime.state import DurableChanges
-from tests.runtime.redis.test_group_commit import NO_REPLY_WRITES
+from tests.runtime.redis.test_group_commit import commit_args, commit_group
 from tests.runtime.redis.test_transport import worker
 from tests.runtime.redis.test_unsent import COMMIT_SHA, held
 from tests.support.actors import GetState, Ledger, RefusedError
@@ -237,14 +237,19 @@ async def test_the_commit_script_stores_a_change_set_whole_or_not_at_all(
     async def store(ids: list[str], items: list[bytes], at: int = 0) -> Any:
         """One change set of the commands ``ids`` (the entries from ``at`` on), its
         log items and a snapshot with the last."""
-        args: list[Any] = ["1:w", "g", "1000.5", 100, 1, len(ids)]
-        for n, command in enumerate(ids):
-            last = n == len(ids) - 1
-            args += [len(ids) - 1 - n, entries[at + n], command, "1" if last else "0"]
-            args += [b"S" if last else b"", "0", b"", 60_000]
-            args += [len(items), *items] if last else [0]
-            args.append(0)
-        args += NO_REPLY_WRITES
+        last = len(ids) - 1
+        commands = [
+            (
+                entries[at + n],
+                command,
+                b"S" if n == last else None,
+                False,
+                items if n == last else [],
+            )
+            for n, command in enumerate(ids)
+        ]
+        following = {entries[at + n]: last - n for n in range(len(ids))}
+        args = commit_args("1:w", [commit_group(commands, following=following)])
         return await commit(keys=[lease, stream, keys.unsent(0), log, snapshot, applied], args=args)
 
     assert await store(["c1", "c2"], [b"x1", b"x2"]) == [1, 1]

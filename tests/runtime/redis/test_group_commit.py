@@ -7,6 +7,7 @@ import hashlib
 from typing import Any
 
 import anyio
+import msgspec
 import pytest
 import redis.asyncio as aioredis
 
@@ -187,29 +188,47 @@ async def test_a_commit_call_in_flight_holds_back_only_its_own_actors(
         await client.aclose()
 
 
-#: The end of the commit script's ARGV when it writes no reply to a reply stream.
-NO_REPLY_WRITES: list[Any] = [b"r", 100, 60_000, 0]
+Group = tuple[list[Any], list[bytes]]
 
 
-def _group(
+def commit_group(
     commands: list[Command],
     replies: dict[str, bytes] | None = None,
     unsent: dict[str, list[tuple[str, bytes]]] | None = None,
     following: dict[str, int] | None = None,
-) -> list[Any]:
-    """One agent's part of the commit script's ARGV: (entry, id, snapshot, replace,
-    items) per command, the reply of the commands named in ``replies``, the unsent
-    tells of those named in ``unsent``, and how many commands of its change set
-    follow each command named in ``following`` (a batch; else none)."""
-    args: list[Any] = [len(commands)]
+) -> Group:
+    """One agent's part of the commit script's arguments, what describes its commands
+    and their data: (entry, id, snapshot, replace, items) per command, the reply of
+    the commands named in ``replies``, the unsent tells of those named in ``unsent``,
+    and how many commands of its change set follow each command named in
+    ``following`` (a batch; else none)."""
+    described: list[Any] = [len(commands)]
+    data: list[bytes] = []
     for entry, command, snapshot, replace, items in commands:
-        has = "0" if snapshot is None else "1"
-        reply = (replies or {}).get(entry, b"")
+        reply = (replies or {}).get(entry)
         tells = (unsent or {}).get(entry, [])
-        args += [(following or {}).get(entry, 0), entry, command, has, snapshot or b""]
-        args += ["1" if replace else "0", reply, 60_000]
-        args += [len(items), *items, len(tells), *(x for tell in tells for x in tell)]
-    return args
+        described += [(following or {}).get(entry, 0), entry, command, snapshot is not None]
+        described += [replace, reply is not None, 60_000, len(items), len(tells)]
+        data += [x for x in (snapshot, reply) if x is not None]
+        data += [*items, *(x for tell in tells for x in tell)]
+    return described, data
+
+
+def commit_args(
+    lease: str, groups: list[Group], writes: tuple[int, list[tuple[int, bytes]]] | None = None
+) -> list[Any]:
+    """The commit script's ARGV for the agents' ``groups`` (see :func:`commit_group`), and
+    ``writes``: the index in KEYS of a reply stream and the replies written to it, by
+    command number."""
+    described = [x for group, _ in groups for x in group]
+    data = [x for _, group_data in groups for x in group_data]
+    written: list[Any] = []
+    if writes is not None:
+        index, replies = writes
+        written = [100, 5_000, *(x for number, _ in replies for x in (number, index))]
+        data += [b"r", *(reply for _, reply in replies)]
+    packed = msgspec.msgpack.encode((described, written))
+    return [lease, "g", "1000.5", 100, len(groups), packed, *data]
 
 
 async def test_the_commit_script_stores_each_agent_s_commands_once_and_in_order(
@@ -230,21 +249,19 @@ async def test_the_commit_script_stores_each_agent_s_commands_once_and_in_order(
             keys.actor_applied(0, address),
         ]
 
-    def head(actors: int) -> list[Any]:
-        return ["1:w", "g", "1000.5", 100, actors]
-
     reply_a1 = keys.reply(0, "a", "a1")
     first = await commit(
         keys=[lease, stream, unsent, *agent_keys("a"), reply_a1],
-        args=[
-            *head(1),
-            *_group(
-                [(entries[0], "a1", None, False, [b"x1"])],
-                {entries[0]: b"R1"},
-                {entries[0]: [("a1.1", b"T1"), ("a1.fwd", b"F1")]},
-            ),
-            *NO_REPLY_WRITES,
-        ],
+        args=commit_args(
+            "1:w",
+            [
+                commit_group(
+                    [(entries[0], "a1", None, False, [b"x1"])],
+                    {entries[0]: b"R1"},
+                    {entries[0]: [("a1.1", b"T1"), ("a1.fwd", b"F1")]},
+                )
+            ],
+        ),
     )
     assert first == [1]
     # The tells it sent that were not written yet are kept with it.
@@ -256,27 +273,28 @@ async def test_the_commit_script_stores_each_agent_s_commands_once_and_in_order(
     # same agent behind it; another agent replaces its log mid-batch.
     second = await commit(
         keys=[lease, stream, unsent, *agent_keys("a"), *agent_keys("c"), reply_a1],
-        args=[
-            *head(2),
-            *_group(
-                [
-                    (entries[0], "a1", None, False, [b"x1"]),
-                    (entries[1], "a2", None, False, [b"x2", b"x3"]),
-                    (entries[2], "", None, False, [b"x4"]),
-                ],
-                {entries[0]: b"R1 again"},
-                {entries[0]: [("a1.1", b"T1 again")], entries[1]: [("a2.1", b"T2")]},
-            ),
-            *_group(
-                [
-                    (entries[3], "c1", None, False, [b"p1"]),
-                    (entries[4], "c2", b"S1", True, [b"q1"]),
-                    (entries[5], "c3", b"S2", False, [b"q2"]),
-                    (entries[6], "c3", None, False, [b"dup"]),
-                ]
-            ),
-            *NO_REPLY_WRITES,
-        ],
+        args=commit_args(
+            "1:w",
+            [
+                commit_group(
+                    [
+                        (entries[0], "a1", None, False, [b"x1"]),
+                        (entries[1], "a2", None, False, [b"x2", b"x3"]),
+                        (entries[2], "", None, False, [b"x4"]),
+                    ],
+                    {entries[0]: b"R1 again"},
+                    {entries[0]: [("a1.1", b"T1 again")], entries[1]: [("a2.1", b"T2")]},
+                ),
+                commit_group(
+                    [
+                        (entries[3], "c1", None, False, [b"p1"]),
+                        (entries[4], "c2", b"S1", True, [b"q1"]),
+                        (entries[5], "c3", b"S2", False, [b"q2"]),
+                        (entries[6], "c3", None, False, [b"dup"]),
+                    ]
+                ),
+            ],
+        ),
     )
     assert second == [2, 1, 1, 1, 1, 1, 2]
     assert await redis_client.get(reply_a1) == b"R1"  # the first reply stays
@@ -293,11 +311,9 @@ async def test_the_commit_script_stores_each_agent_s_commands_once_and_in_order(
     await redis_client.set(lease, "2:other")
     fenced = await commit(
         keys=[lease, stream, unsent, *agent_keys("a")],
-        args=[
-            *head(1),
-            *_group([("", "a9", None, False, [b"late"])], None, {"": [("a9.1", b"")]}),
-            *NO_REPLY_WRITES,
-        ],
+        args=commit_args(
+            "1:w", [commit_group([("", "a9", None, False, [b"late"])], None, {"": [("a9.1", b"")]})]
+        ),
     )
     assert fenced == -1
     assert await redis_client.hlen(unsent) == 3
@@ -320,9 +336,9 @@ async def test_the_commit_call_writes_the_replies_of_the_commands_it_stores(
 
     async def call(commands: list[Command], following: dict[str, int], written: list[Any]) -> Any:
         """The commands, and the replies (command number, reply) written to ``replies``."""
-        tail = [x for number, reply in written for x in (number, len(names), reply)]
-        args = ["1:w", "g", "1000.5", 100, 1, *_group(commands, None, None, following)]
-        return await commit(keys=names, args=[*args, *tail, b"r", 100, 5_000, len(written)])
+        group = commit_group(commands, None, None, following)
+        writes = (len(names), written) if written else None
+        return await commit(keys=names, args=commit_args("1:w", [group], writes))
 
     first = await call([(entries[0], "a1", None, False, [b"x1"])], {}, [(1, b"R1")])
     assert first == [1]

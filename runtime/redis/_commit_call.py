@@ -15,8 +15,8 @@ from actormem.runtime.errors import TransportError
 from actormem.runtime.redis import _scripts
 from actormem.runtime.redis._client import redis_errors, run_script
 from actormem.runtime.redis._due import DueTimes, latest_due
+from actormem.runtime.redis._rounds import rounds
 from actormem.runtime.redis._shards import PendingCommit, StreamEnvelope
-from actormem.runtime.redis._wire import wire
 from actormem.runtime.redis.keys import CONSUMER_GROUP
 
 if TYPE_CHECKING:
@@ -34,8 +34,8 @@ log = structlog.get_logger("actormem.redis")
 _REPLY_SLACK: Final = 1.0
 #: Packs what describes a commit call's commands and reply writes into one argument.
 _ENCODER: Final = msgspec.msgpack.Encoder()
-#: No log items, no tells.
-_NONE: Final[tuple[()]] = ()
+#: No log items.
+_NONE: Final[list[bytes]] = []
 
 
 class CommitCalls:
@@ -142,7 +142,9 @@ class CommitCalls:
         args = [shard.lease, CONSUMER_GROUP, f"{now:.6f}", self._config.applied_keep]
         args += (len(by_actor), _ENCODER.encode((described, writes)), *data)
         with redis_errors(f"storing the state of {len(batch)} commands of shard {number}"):
-            result = await run_script(wire(self._link.client), _scripts.COMMIT, names, args)
+            # (Rounds take the calls run_script makes, as a client or a wire does.)
+            calls: Any = rounds(self._link.client)
+            result = await run_script(calls, _scripts.COMMIT, names, args)
         if result == -1:
             log.warning("write_fenced_off", shard=number, commands=len(batch))
             return None

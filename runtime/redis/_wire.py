@@ -110,6 +110,12 @@ class Wire:
         """Load ``script`` into the server's script cache."""
         return await self.client.script_load(script)
 
+    @property
+    def direct(self) -> bool:
+        """True when its calls may go over the connections it keeps (not through the
+        client: see above)."""
+        return self._direct
+
     async def aclose(self) -> None:
         """Give the kept connections back to the pool (none may be in a call)."""
         kept, self._kept, self._idle = self._kept, [], []

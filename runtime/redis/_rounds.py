@@ -1,0 +1,135 @@
+"""Calls of several tasks that go together: those made in one turn of the event loop
+go in one round trip (see :class:`Rounds`)."""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any, Final
+
+import anyio
+import anyio.lowlevel
+import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from actormem.runtime.redis._wire import Wire, wire
+
+__all__ = ("Rounds", "rounds")
+
+#: Calls sent in one round, at most.
+_ROUND_MOST: Final = 32
+
+
+class _Round:
+    """Calls that go in one pipeline, and their replies once it returned."""
+
+    __slots__ = ("commands", "done", "failure", "replies")
+
+    def __init__(self, first: tuple[Any, ...]) -> None:
+        self.commands = [first]
+        self.replies: list[Any] = []
+        self.failure: BaseException | None = None
+        self.done = anyio.Event()
+
+
+class Rounds:
+    """A wire's calls made by several tasks in the same turn of the event loop, sent
+    as one pipeline: one write and one read for all of them (the group commits of
+    the shards whose handlers ran in one turn, say), not one each.
+
+    The first call of a round lets the event loop run the tasks that are ready
+    (one turn), which may make more calls; then it sends them all at once, and
+    each caller gets its own reply (an error reply raises for its call only). A
+    round never spans a Redis Cluster's nodes: a Cluster's calls (and those of a
+    client that watches its calls) go one by one, as :meth:`Wire.execute_command`
+    sends them.
+
+    A caller cancelled while its round is in flight leaves its call to the round
+    (it is sent, or was): as a call cancelled while its reply is awaited, it may
+    have run. The task that sends a round finishes it before its own cancellation
+    takes effect (the connection's timeout bounds it), so that cancelling one
+    caller fails no other.
+
+    Args:
+        wire: sends the rounds.
+    """
+
+    def __init__(self, wire: Wire) -> None:
+        # Weakly: the rounds are kept for as long as their wire is (see :func:`rounds`).
+        self._wire = weakref.ref(wire)
+        self._open: _Round | None = None
+
+    async def execute_command(self, *args: Any) -> Any:
+        """Send ``args`` as one command, with the others made in this turn of the
+        event loop, and return the server's reply, unparsed.
+
+        Raises:
+            redis.exceptions.RedisError: the call failed (a failure of the
+                connection fails every call of the round).
+        """
+        wire = self._sender()
+        if not wire.direct:
+            return await wire.execute_command(*args)
+        round_ = self._open
+        if round_ is not None and len(round_.commands) < _ROUND_MOST:
+            return await self._joined(round_, args)
+        round_ = self._open = _Round(args)
+        try:
+            with anyio.CancelScope(shield=True):
+                await anyio.lowlevel.checkpoint()  # the calls of this turn join it
+        finally:
+            if self._open is round_:
+                self._open = None
+        commands = round_.commands
+        try:
+            if len(commands) == 1:
+                reply = await wire.execute_command(*args)
+                round_.replies = [reply]
+                return reply
+            with anyio.CancelScope(shield=True):
+                round_.replies = await wire.pipeline(commands)
+        except BaseException as exc:
+            round_.failure = exc
+            raise
+        finally:
+            round_.done.set()
+        return _result(round_.replies[0])
+
+    async def _joined(self, round_: _Round, args: tuple[Any, ...]) -> Any:
+        """``args`` sent with ``round_``: its reply once the round returned."""
+        number = len(round_.commands)
+        round_.commands.append(args)
+        await round_.done.wait()
+        failure = round_.failure
+        if failure is not None:
+            raise RedisConnectionError(f"the round carrying the call failed: {failure!r}")
+        return _result(round_.replies[number])
+
+    async def script_load(self, script: str) -> Any:
+        """Load ``script`` into the server's script cache."""
+        return await self._sender().script_load(script)
+
+    def _sender(self) -> Wire:
+        wire = self._wire()
+        if wire is None:
+            raise RedisConnectionError("the client of these calls is gone")
+        return wire
+
+
+def _result(reply: Any) -> Any:
+    """``reply``, or the error it is raised."""
+    if isinstance(reply, Exception):
+        raise reply
+    return reply
+
+
+_ROUNDS: weakref.WeakKeyDictionary[Wire, Rounds] = weakref.WeakKeyDictionary()
+
+
+def rounds(client: aioredis.Redis) -> Rounds:
+    """The :class:`Rounds` of ``client``'s :class:`Wire` (see :func:`wire`), made on
+    first use and kept for as long as the wire is."""
+    kept = wire(client)
+    found = _ROUNDS.get(kept)
+    if found is None:
+        found = _ROUNDS[kept] = Rounds(kept)
+    return found

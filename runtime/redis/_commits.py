@@ -558,8 +558,13 @@ def _take(shard: Shard) -> list[PendingCommit]:
     queued commits of actors no call in flight holds, and hold its actors."""
     commits = shard.commits
     holding = shard.committing
-    free = [p for p in commits if p.envelopes[0].recipient not in holding]
-    if not free:
+    if holding:
+        free = [p for p in commits if p.envelopes[0].recipient not in holding]
+        if not free:
+            return []
+    elif commits:
+        free = commits
+    else:
         return []
     batch = _next_batch(free)
     if len(batch) == len(commits):

@@ -28,17 +28,21 @@ asks not answered yet goes behind copies of those asks (the same command ids,
 owner handles them before what was sent after them; where they were handled, the
 copies are skipped as the commands in flight or applied they are.
 
-A tell a handler sends to an actor of a shard this worker owns is handed over the
-same way, on the same conditions, as a :class:`HandedTell`. The sending command
-keeps it with its commit as it keeps a tell the outbox has not written (``_unsent``:
-stored in its shard's unsent hash by its commit) until the recipient's commit
-stored it, its id among the recipient's applied ids (or it was dead-lettered).
-When that commit cannot be stored (the shard was lost, the commit fenced off or
-refused) or the runtime drops it unhandled, it goes to the shard's stream with the
-same id, and is kept until the outbox wrote it. A tell handed over goes ahead of
-what is sent to its recipient through the stream after it, as a handed-over ask
-does; one that dies with its worker is sent again from the unsent hash by the next
-owner of its sender's shard (or by its sender's command, delivered again).
+A tell an actor sends to an actor of a shard this worker owns is handed over the
+same way, on the same conditions, as a :class:`HandedTell`. A handler's tell is kept
+with its command's commit as a tell the outbox has not written is (``_unsent``:
+stored in the sender's shard's unsent hash by that commit) until the recipient's
+commit stored it, its id among the recipient's applied ids (or it was
+dead-lettered); should its worker die before, the next owner of the sender's shard
+sends it again from there (or the sender's command, delivered again, does). A
+tell sent outside a handler (a piped task's outcome) has no commit to keep it: it
+dies with its worker until its recipient's commit stored it, as it would in the
+outbox until written. Tells from code outside any actor always go through the
+outbox (:meth:`RedisTransport.flush` waits for them). When the recipient's commit
+cannot be stored (the shard was lost, the commit fenced off or refused) or the
+runtime drops the tell unhandled, it goes to the shard's stream with the same id,
+and counts as sent once the outbox wrote it. A tell handed over goes ahead of what
+is sent to its recipient through the stream after it, as a handed-over ask does.
 """
 
 from __future__ import annotations
@@ -92,7 +96,7 @@ def unsent_order(command: StreamEnvelope) -> tuple[str, int]:
 
 
 class HandedTell:
-    """A tell a handler sent, handed over in memory (see the module docstring), until
+    """A tell an actor sent, handed over in memory (see the module docstring), until
     it is *done*: stored by its recipient's commit, or, sent through the stream after
     all, written by the outbox.
 
@@ -295,7 +299,7 @@ class Handover:
     def take_tell(
         self, envelope: Envelope, item: tuple[str, bytes, float], number: int
     ) -> HandedTell | None:
-        """Hand ``envelope`` (a tell a handler sends, queued as ``item`` otherwise, to
+        """Hand ``envelope`` (a tell an actor sends, queued as ``item`` otherwise, to
         shard ``number``) over to its actor now, if it may be (see the module
         docstring); None if it goes through the stream."""
         if envelope.correlation is not None or not self._hand(envelope, item[1], number):

@@ -30,12 +30,13 @@ stored are stored with it, and sent again by the shard's next owner
 (``_unsent``). Asks it makes, and effects outside the runtime (an LLM call, a
 file), happen again.
 
-An ask a worker makes, or a tell one of its handlers sends, to an actor of a shard
-it owns is handed over in memory instead of going to the stream and back
+An ask a worker makes, or a tell one of its actors sends, to an actor of a shard it
+owns is handed over in memory instead of going to the stream and back
 (``_handover``): it is handled and stored as an entry read from the stream would
 be, behind whatever this transport sent to that actor through the stream before
 it, and goes through the stream after all when its command cannot be stored here
-(a tell is kept with its sender's commit until its recipient's commit stored it).
+(a handler's tell is kept with its command's commit until its recipient's commit
+stored it).
 
 A durable actor's changes are stored by *group commits*: a fenced call per
 shard stores every command handled while the previous call was in flight (up to
@@ -125,7 +126,7 @@ class RedisTransportStats(msgspec.Struct, frozen=True, kw_only=True):
             memory, not through the stream (see ``_handover``).
         failed_back: of those, asks sent through the stream after all (their
             command could not be stored here, or no reply came in time).
-        tells_handed_over: tells sent by handlers to actors of the shards this
+        tells_handed_over: tells sent by actors to actors of the shards this
             worker owns delivered in memory, not through the stream.
         tells_failed_back: of those, tells sent through the stream after all
             (their command could not be stored here).
@@ -358,7 +359,7 @@ class RedisTransport(Transport):
         self, envelope: Envelope, hand_over: bool = True
     ) -> tuple[str, bytes, float] | None:
         """``envelope`` as the outbox queues it, or None when it was handed over to a
-        local actor instead (an ask, or a handler's tell, to a shard this worker owns,
+        local actor instead (an ask, or an actor's tell, to a shard this worker owns,
         ``hand_over``: see ``_handover``)."""
         if not envelope.id:
             envelope.id = new_id()
@@ -388,18 +389,21 @@ class RedisTransport(Transport):
 
     def _hand_over(self, envelope: Envelope, data: bytes, shard: int) -> bool:
         """Hand ``envelope`` (encoded as ``data``, to ``shard``) over in memory if it
-        is an ask made here or a tell a handler sends (kept with its command's
-        commit), and may be (see ``_handover``)."""
+        is an ask made here or a tell an actor sends (a handler's is kept with its
+        command's commit), and may be (see ``_handover``)."""
         if envelope.correlation is not None:
             return self._handover.take(envelope, data, shard)
         command = sending_for(envelope.id)
-        if not isinstance(command, StreamEnvelope):
-            return False  # no commit keeps it: through the outbox
+        if command is None and envelope.sender is None:
+            return False  # from code outside any actor: through the outbox (see flush)
+        if command is not None and not isinstance(command, StreamEnvelope):
+            return False  # a broadcast's handler: no commit keeps it
         item = (self._streams[shard], data, self._replies.expires(envelope))
         handed = self._handover.take_tell(envelope, item, shard)
         if handed is None:
             return False
-        self._unsent.handed(command, envelope.id, handed)
+        if command is not None:
+            self._unsent.handed(command, envelope.id, handed)
         return True
 
     def _tell_settled(self, envelope: StreamEnvelope, stored: bool) -> None:

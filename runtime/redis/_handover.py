@@ -349,24 +349,39 @@ class Handover:
         record.last_used = time.monotonic()
         return True
 
-    def ahead(self, recipient: str) -> list[Envelope]:
-        """The asks and tells handed over to ``recipient``, not answered (stored) yet
-        and not copied to the stream yet, oldest first: they go through the stream
-        ahead of what is sent to it there now (see the module docstring). They stay
-        handed over: whichever reply comes first answers an ask, and a tell is done
-        once its handed-over copy is stored (its copies are skipped)."""
-        uncopied = self._uncopied.pop(recipient, None) if self._uncopied else None
+    def ahead(self, envelope: Envelope) -> list[Envelope]:
+        """What goes through the stream ahead of ``envelope`` to its recipient (see the
+        module docstring): the asks and tells handed over to it, not answered (stored)
+        yet and not copied to the stream yet, oldest first. When ``envelope`` was
+        handed over itself and goes through the stream after all, only those handed
+        over before it: those after it stay behind it. They stay handed over:
+        whichever reply comes first answers an ask, and a tell is done once its
+        handed-over copy is stored (its copies are skipped)."""
+        recipient = envelope.recipient
+        uncopied = self._uncopied.get(recipient) if self._uncopied else None
         if not uncopied:
             return []
+        correlation = envelope.correlation
+        key = envelope.id if correlation is None else correlation
+        if key in uncopied:
+            keys = list(uncopied)
+            before = keys[: keys.index(key)]
+            for taken in (*before, key):
+                del uncopied[taken]
+            if not uncopied:
+                del self._uncopied[recipient]
+        else:
+            before = list(uncopied)
+            del self._uncopied[recipient]
         handed, tells = self._handed, self.tells
         ahead: list[Envelope] = []
-        for key in uncopied:
-            if type(key) is str:
-                tell = tells.get(key)
+        for taken in before:
+            if type(taken) is str:
+                tell = tells.get(taken)
                 if tell is not None:
                     ahead.append(tell.envelope)
-            elif key in handed:
-                ahead.append(handed[key][0])
+            elif taken in handed:
+                ahead.append(handed[taken][0])
         return ahead
 
     def _forget_given_up(self) -> None:
@@ -387,15 +402,14 @@ class Handover:
 
     def take_back(self, correlation: int | None) -> Envelope | None:
         """The asker's envelope of the handed-over ask ``correlation`` not answered yet,
-        no longer counted as handed over (the caller sends it through the stream);
-        None for any other ask."""
+        no longer counted as handed over (the caller sends it through the stream, see
+        :meth:`ahead`); None for any other ask."""
         if correlation is None:
             return None
         found = self._handed.pop(correlation, None)
-        if found is None:
-            return None
-        self._uncopy(found[0])
-        return found[0]
+        # Still among the uncopied: it goes through the stream behind those handed
+        # over before it, and ahead of those after it (see :meth:`ahead`).
+        return None if found is None else found[0]
 
     def _uncopy(self, envelope: Envelope) -> None:
         """``envelope`` (a handed-over ask or tell) is no longer handed over: no copy
@@ -421,8 +435,7 @@ class Handover:
         outbox position); None for any other."""
         handed = self.tells.pop(tell, None)
         if handed is not None:
-            self._uncopy(handed.envelope)
-            self.tells_failed_back += 1
+            self.tells_failed_back += 1  # still among the uncopied, as a taken-back ask
         return handed
 
     def clear(self) -> None:

@@ -373,9 +373,9 @@ class RedisTransport(Transport):
         shard = shard_of(envelope.recipient, self.config.shards)
         if hand_over and self.worker and self._hand_over(envelope, data, shard):
             return None
-        for handed in self._handover.ahead(envelope.recipient):
-            # Copies of what was handed over to it go first (see ``_handover``); they
-            # may take the outbox a few entries over its size.
+        for handed in self._handover.ahead(envelope):
+            # Copies of what was handed over to it (before it) go first (see
+            # ``_handover``); they may take the outbox a few entries over its size.
             item = self._prepare(handed, hand_over=False)
             assert item is not None
             self._outbox.put_nowait(item)

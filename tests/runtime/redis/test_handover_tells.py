@@ -5,6 +5,9 @@ stream after all, with the same id, when that commit fails."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
 import anyio
 import anyio.lowlevel
 import pytest
@@ -16,7 +19,7 @@ from actormem.runtime.redis._handover import HandedTell
 from actormem.runtime.redis._outbox import Outbox
 from tests.runtime.redis.test_handover import _handing_over, _stream, _transport
 from tests.runtime.redis.test_transport import worker
-from tests.runtime.redis.test_unsent import COMMIT_SHA, held, layout
+from tests.runtime.redis.test_unsent import COMMIT_SHA, Layout, held, layout
 from tests.support.actors import Add, GetState, Pass
 from tests.support.streams import eventually, stored_tokens
 
@@ -33,14 +36,25 @@ async def _last_entry(client: aioredis.Redis, stream: str) -> str:
     return last[0][0].decode() if last else "0-0"
 
 
+@asynccontextmanager
+async def _relaying(
+    client: aioredis.Redis, config: RedisConfig
+) -> AsyncIterator[tuple[Runtime, Layout, list[str]]]:
+    """A worker on ``client`` that hands over to a relay and a sink ledger on two of
+    its shards (both warmed up), the ledgers, and the tokens of the sink's warm-up."""
+    ledgers = layout(config)
+    async with worker(client, config) as rt:
+        await _handing_over(rt, ledgers.relay)
+        warm = await _handing_over(rt, ledgers.sink)
+        yield rt, ledgers, warm
+
+
 async def test_tells_to_an_owned_shard_are_handed_over_and_stored_once_in_order(
     redis_client: aioredis.Redis, redis_config: RedisConfig
 ) -> None:
-    relay, sink, relay_shard, _, keys = layout(redis_config)
-    sink_stream = _stream(redis_config, sink)
-    async with worker(redis_client, redis_config) as rt:
-        await _handing_over(rt, relay)
-        warm = await _handing_over(rt, sink)
+    async with _relaying(redis_client, redis_config) as (rt, ledgers, warm):
+        relay, sink, relay_shard, _, keys = ledgers
+        sink_stream = _stream(redis_config, sink)
         entries = await redis_client.xlen(sink_stream)
         before = await _tells_handed_over(rt)
         for i in range(10):
@@ -69,9 +83,7 @@ async def test_a_handed_over_tell_is_kept_with_its_senders_commit_until_stored(
     client = held(redis_config, COMMIT_SHA, keys.lease(sink_shard))
     client.gate.set()
     try:
-        async with worker(client, redis_config) as rt:
-            await _handing_over(rt, relay)
-            warm = await _handing_over(rt, sink)
+        async with _relaying(client, redis_config) as (rt, _, warm):
             client.gate = anyio.Event()
             before = await _tells_handed_over(rt)
             await rt.ref(relay).ask(Pass("kept", sink))  # the relay's commit is stored
@@ -97,41 +109,44 @@ async def test_a_handed_over_tell_is_kept_with_its_senders_commit_until_stored(
     assert stored[sink] == state.tokens
 
 
-async def test_a_handed_over_tell_whose_commit_is_fenced_off_goes_through_the_stream_once(
+async def test_handed_over_tells_whose_commit_is_fenced_off_go_through_the_stream_once_in_order(
     redis_client: aioredis.Redis, redis_config: RedisConfig
 ) -> None:
     relay, sink, _, sink_shard, keys = layout(redis_config)
+    stream = _stream(redis_config, sink)
     client = held(redis_config, COMMIT_SHA, keys.lease(sink_shard))
     client.gate.set()
     try:
-        async with worker(client, redis_config) as rt:
-            await _handing_over(rt, relay)
-            await _handing_over(rt, sink)
+        async with _relaying(client, redis_config) as (rt, _, warm):
+            last = await _last_entry(redis_client, stream)
             client.gate = anyio.Event()
-            await rt.ref(relay).ask(Pass("fenced", sink))
+            await rt.ref(relay).ask(Pass("fenced1", sink))
 
             async def holding() -> bool:
                 return client.held >= 1
 
             await eventually(holding, "the sink's commit held")
-            # Someone else holds the sink's shard for a moment: its commit is fenced off.
+            await rt.ref(relay).ask(Pass("fenced2", sink))  # behind the held commit
+            # Someone else holds the sink's shard for a moment: its commits are fenced off.
             await redis_client.set(keys.lease(sink_shard), "999:someone-else", px=1_500)
             client.gate.set()
 
             async def applied() -> bool:
                 stored = await stored_tokens(redis_client, redis_config, [sink])
-                return "fenced" in stored[sink]
+                return "fenced2" in stored[sink]
 
-            await eventually(applied, "the tell stored after all", limit=15.0)
-            stats = _transport(rt).stats()
-            assert stats.tells_failed_back >= 1
+            await eventually(applied, "the tells stored after all", limit=15.0)
+            assert _transport(rt).stats().tells_failed_back >= 2
             state = await rt.ref(sink).ask(GetState(), timeout=8.0)
+            entries = await redis_client.xrange(stream, min=f"({last}")
     finally:
         await client.aclose()
-    assert state.tokens.count("fenced") == 1
+    # Through the stream with their own ids, in the order they were handed over.
+    sent = [b"fenced1" in e[b"e"] for _, e in entries if b"fenced" in e[b"e"]]
+    assert sent == [True, False]
+    assert state.tokens == [*warm, "fenced1", "fenced2"]
     stored = await stored_tokens(redis_client, redis_config, [sink])
-    assert stored[sink].count("fenced") == 1
-    assert stored[sink] == state.tokens
+    assert stored[sink] == state.tokens  # each once, in order
 
 
 async def test_what_is_sent_through_the_stream_goes_behind_copies_of_tells_handed_over(
@@ -139,11 +154,9 @@ async def test_what_is_sent_through_the_stream_goes_behind_copies_of_tells_hande
 ) -> None:
     # Should the shard go before the handed-over ask and tell are handled, its next
     # owner must meet them before what was sent after them: copies go first.
-    relay, sink, _, _, _ = layout(redis_config)
-    stream = _stream(redis_config, sink)
-    async with worker(redis_client, redis_config) as rt:
-        await _handing_over(rt, relay)
-        warm = await _handing_over(rt, sink)
+    async with _relaying(redis_client, redis_config) as (rt, ledgers, warm):
+        relay, sink = ledgers.relay, ledgers.sink
+        stream = _stream(redis_config, sink)
         last = await _last_entry(redis_client, stream)
         before = await _tells_handed_over(rt)
         async with anyio.create_task_group() as tg:

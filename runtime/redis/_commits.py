@@ -48,6 +48,8 @@ from actormem.runtime.redis.keys import CONSUMER_GROUP, shard_of
 from actormem.runtime.state import Durable, DurableChanges, is_durable
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from actormem.runtime._actor import Actor
     from actormem.runtime.metrics import Metrics
     from actormem.runtime.redis._replies import Replies
@@ -90,6 +92,9 @@ class GroupCommit:
         self._unsent = unsent
         self._erasure = Erasure(link)
         self.metrics: Metrics | None = None
+        #: Told of each tell handed over in memory (``_handover``) whose commit is
+        #: over: the command, and whether it was stored.
+        self.tell_settled: Callable[[StreamEnvelope, bool], None] | None = None
         #: The due times of the actors of the shards owned here.
         self.due = DueTimes(link, held)
         self._calls = CommitCalls(link, replies=replies, unsent=unsent, due=self.due)
@@ -192,8 +197,10 @@ class GroupCommit:
                     await self._queue(shard, record, [env], changes)
                     queued = True
                     return True
-            if self._unsent.waiting(env):
+            if self._unsent.waiting(env) or (durable and _handed_tell(env)):
                 # Its tells are not all written yet: its ack goes with them, in a commit.
+                # A tell handed over in memory has its id stored all the same: its
+                # sender keeps it until then (see ``_handover``).
                 await self._queue(shard, record, [env], _NO_CHANGES, remember=durable)
                 queued = True
                 return True
@@ -489,6 +496,8 @@ class GroupCommit:
             if isinstance(env, StreamEnvelope):
                 env.commit = None
                 self._held.dropped(env)
+                if self.tell_settled is not None and _handed_tell(env):
+                    self.tell_settled(env, stored)
 
     async def flush_acks(self, shard: Shard) -> None:
         """XACK the handled entries of non-durable actors in one fenced call.
@@ -551,6 +560,11 @@ def _stores_something(changes: DurableChanges) -> bool:
         or changes.discarded  # settled by a commit, then its entry deleted
         or changes.due_at is not None
     )
+
+
+def _handed_tell(env: StreamEnvelope) -> bool:
+    """True for a tell handed over in memory (no stream entry, no asker)."""
+    return not env.entry and env.correlation is None
 
 
 def _take(shard: Shard) -> list[PendingCommit]:

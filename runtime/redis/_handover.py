@@ -27,12 +27,30 @@ asks not answered yet goes behind copies of those asks (the same command ids,
 :meth:`Handover.ahead`): should the shard be lost before they are handled, its next
 owner handles them before what was sent after them; where they were handled, the
 copies are skipped as the commands in flight or applied they are.
+
+A tell an actor sends to an actor of a shard this worker owns is handed over the
+same way, on the same conditions, as a :class:`HandedTell`. A handler's tell is kept
+with its command's commit as a tell the outbox has not written is (``_unsent``:
+stored in the sender's shard's unsent hash by that commit) until the recipient's
+commit stored it, its id among the recipient's applied ids (or it was
+dead-lettered); should its worker die before, the next owner of the sender's shard
+sends it again from there (or the sender's command, delivered again, does). A
+tell sent outside a handler (a piped task's outcome) has no commit to keep it: it
+dies with its worker until its recipient's commit stored it, as it would in the
+outbox until written. Tells from code outside any actor always go through the
+outbox (:meth:`RedisTransport.flush` waits for them). When the recipient's commit
+cannot be stored (the shard was lost, the commit fenced off or refused) or the
+runtime drops the tell unhandled, it goes to the shard's stream with the same id,
+and counts as sent once the outbox wrote it. A tell handed over goes ahead of what
+is sent to its recipient through the stream after it, as a handed-over ask does.
 """
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final
+
+import anyio
 
 from actormem.runtime._envelope import Envelope
 from actormem.runtime.errors import ActorError, MailboxFullError, MessageDecodeError
@@ -42,9 +60,10 @@ from actormem.runtime.redis._shards import StreamEnvelope
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from actormem.runtime.redis._outbox import Outbox
     from actormem.runtime.redis._shards import Holdings, Link, Shard
 
-__all__ = ("HandedEnvelope", "Handover", "unsent_order")
+__all__ = ("HandedEnvelope", "HandedTell", "Handover", "unsent_order")
 
 #: Handed-over asks noted before the first look for those whose asker gave up.
 _PRUNE_FIRST: Final = 1024
@@ -74,6 +93,52 @@ def unsent_order(command: StreamEnvelope) -> tuple[str, int]:
     if command.entry or not isinstance(command, HandedEnvelope):
         return command.entry, 0
     return command.after, command.rank << _RANK_SHIFT
+
+
+class HandedTell:
+    """A tell an actor sent, handed over in memory (see the module docstring), until
+    it is *done*: stored by its recipient's commit, or, sent through the stream after
+    all, written by the outbox.
+
+    Args:
+        envelope: the sender's envelope.
+        item: the outbox item it would have been (stream, data, deadline).
+        shard: its recipient's shard.
+
+    Attributes:
+        stored: its recipient's commit stored it (or it was dead-lettered).
+        position: its outbox position once sent through the stream (0: not sent).
+    """
+
+    __slots__ = ("_event", "envelope", "item", "position", "shard", "stored")
+
+    def __init__(self, envelope: Envelope, item: tuple[str, bytes, float], shard: int) -> None:
+        self.envelope = envelope
+        self.item = item
+        self.shard = shard
+        self.stored = False
+        self.position = 0
+        self._event: anyio.Event | None = None
+
+    def done(self, finished: int) -> bool:
+        """True once stored, or written by an outbox that finished ``finished`` entries."""
+        return self.stored or 0 < self.position <= finished
+
+    def settle(self, *, stored: bool = False, position: int = 0) -> None:
+        """It was stored (``stored``), or queued in the outbox at ``position``."""
+        self.stored = self.stored or stored
+        self.position = self.position or position
+        if self._event is not None:
+            self._event.set()
+
+    async def wait(self, outbox: Outbox) -> None:
+        """Wait until it is done (see :meth:`done`)."""
+        while not (self.stored or self.position):
+            if self._event is None:
+                self._event = anyio.Event()
+            await self._event.wait()
+        if not self.stored:
+            await outbox.written(self.position)
 
 
 class _Track:
@@ -113,6 +178,8 @@ class Handover:
     Attributes:
         handed_over: asks handed over since the transport opened.
         failed_back: of those, the ones sent through the stream after all.
+        tells_handed_over: tells handed over since the transport opened.
+        tells_failed_back: of those, the ones sent through the stream after all.
     """
 
     def __init__(
@@ -138,13 +205,18 @@ class Handover:
         # The asks handed over and not answered yet: correlation -> (the asker's
         # envelope, its shard).
         self._handed: dict[int, tuple[Envelope, int]] = {}
-        # Of those, the ones no copy of went through the stream yet, by recipient, in
-        # the order they were handed over: correlation -> None.
-        self._uncopied: dict[str, dict[int, None]] = {}
+        # The tells handed over and not done yet: tell id -> its record.
+        self.tells: dict[str, HandedTell] = {}
+        # Of those asks and tells, the ones no copy of went through the stream yet, by
+        # recipient, in the order they were handed over: correlation (an ask) or tell
+        # id (a tell) -> None.
+        self._uncopied: dict[str, dict[int | str, None]] = {}
         # How many may be noted before those whose asker gave up are forgotten.
         self._prune_at = _PRUNE_FIRST
         self.handed_over = 0
         self.failed_back = 0
+        self.tells_handed_over = 0
+        self.tells_failed_back = 0
 
     # -- the shards ------------------------------------------------------------------------
 
@@ -195,15 +267,17 @@ class Handover:
         if track is not None and self._held.shards.get(number) is track.shard:
             track.transit.setdefault(recipient, {})[command] = deadline
 
-    def lost(self, numbers: list[int]) -> list[Envelope]:
+    def lost(self, numbers: list[int]) -> tuple[list[Envelope], list[HandedTell]]:
         """This worker lost (or gave back) the shards ``numbers``: forget them, and
-        return the asks handed over to their actors that are not answered yet (to be
-        sent through the stream)."""
+        return the asks handed over to their actors that are not answered yet and the
+        tells handed over to them that are not stored (to be sent through the stream)."""
         for number in numbers:
             self._tracks.pop(number, None)
         lost = set(numbers)
         back = [c for c, (_, number) in self._handed.items() if number in lost]
-        return [env for env in map(self.take_back, back) if env is not None]
+        asks = [env for env in map(self.take_back, back) if env is not None]
+        told = [tell for tell, handed in self.tells.items() if handed.shard in lost]
+        return asks, [tell for tell in map(self.take_back_tell, told) if tell is not None]
 
     # -- the asks ----------------------------------------------------------------------------
 
@@ -213,6 +287,32 @@ class Handover:
         through the stream."""
         if envelope.correlation is None or envelope.reply_to != self._own_stream:
             return False
+        if not self._hand(envelope, data, number):
+            return False
+        if len(self._handed) >= self._prune_at:
+            self._forget_given_up()
+        self._handed[envelope.correlation] = (envelope, number)
+        self._uncopied.setdefault(envelope.recipient, {})[envelope.correlation] = None
+        self.handed_over += 1
+        return True
+
+    def take_tell(
+        self, envelope: Envelope, item: tuple[str, bytes, float], number: int
+    ) -> HandedTell | None:
+        """Hand ``envelope`` (a tell an actor sends, queued as ``item`` otherwise, to
+        shard ``number``) over to its actor now, if it may be (see the module
+        docstring); None if it goes through the stream."""
+        if envelope.correlation is not None or not self._hand(envelope, item[1], number):
+            return None
+        handed = self.tells[envelope.id] = HandedTell(envelope, item, number)
+        self._uncopied.setdefault(envelope.recipient, {})[envelope.id] = None
+        self.tells_handed_over += 1
+        return handed
+
+    def _hand(self, envelope: Envelope, data: bytes, number: int) -> bool:
+        """Deliver ``envelope`` (encoded as ``data``) to its actor on shard ``number``
+        as a :class:`HandedEnvelope`, if nothing stands in the way (see the module
+        docstring)."""
         track = self._tracks.get(number)
         shard = self._held.shards.get(number)
         if track is None or shard is None or track.shard is not shard or not track.caught_up:
@@ -247,23 +347,42 @@ class Handover:
         record.inflight.add(handed.id)
         record.busy += 1
         record.last_used = time.monotonic()
-        if len(self._handed) >= self._prune_at:
-            self._forget_given_up()
-        self._handed[envelope.correlation] = (envelope, number)
-        self._uncopied.setdefault(recipient, {})[envelope.correlation] = None
-        self.handed_over += 1
         return True
 
-    def ahead(self, recipient: str) -> list[Envelope]:
-        """The asks handed over to ``recipient``, not answered yet and not copied to
-        the stream yet, oldest first: they go through the stream ahead of what is sent
-        to it there now (see the module docstring). They stay handed over: whichever
-        reply comes first answers them."""
-        uncopied = self._uncopied.pop(recipient, None) if self._uncopied else None
+    def ahead(self, envelope: Envelope) -> list[Envelope]:
+        """What goes through the stream ahead of ``envelope`` to its recipient (see the
+        module docstring): the asks and tells handed over to it, not answered (stored)
+        yet and not copied to the stream yet, oldest first. When ``envelope`` was
+        handed over itself and goes through the stream after all, only those handed
+        over before it: those after it stay behind it. They stay handed over:
+        whichever reply comes first answers an ask, and a tell is done once its
+        handed-over copy is stored (its copies are skipped)."""
+        recipient = envelope.recipient
+        uncopied = self._uncopied.get(recipient) if self._uncopied else None
         if not uncopied:
             return []
-        handed = self._handed
-        return [handed[c][0] for c in uncopied if c in handed]
+        correlation = envelope.correlation
+        key = envelope.id if correlation is None else correlation
+        if key in uncopied:
+            keys = list(uncopied)
+            before = keys[: keys.index(key)]
+            for taken in (*before, key):
+                del uncopied[taken]
+            if not uncopied:
+                del self._uncopied[recipient]
+        else:
+            before = list(uncopied)
+            del self._uncopied[recipient]
+        handed, tells = self._handed, self.tells
+        ahead: list[Envelope] = []
+        for taken in before:
+            if type(taken) is str:
+                tell = tells.get(taken)
+                if tell is not None:
+                    ahead.append(tell.envelope)
+            elif taken in handed:
+                ahead.append(handed[taken][0])
+        return ahead
 
     def _forget_given_up(self) -> None:
         """Forget the asks whose deadline passed (their askers stopped waiting; one
@@ -283,29 +402,47 @@ class Handover:
 
     def take_back(self, correlation: int | None) -> Envelope | None:
         """The asker's envelope of the handed-over ask ``correlation`` not answered yet,
-        no longer counted as handed over (the caller sends it through the stream);
-        None for any other ask."""
+        no longer counted as handed over (the caller sends it through the stream, see
+        :meth:`ahead`); None for any other ask."""
         if correlation is None:
             return None
         found = self._handed.pop(correlation, None)
-        if found is None:
-            return None
-        self._uncopy(found[0])
-        return found[0]
+        # Still among the uncopied: it goes through the stream behind those handed
+        # over before it, and ahead of those after it (see :meth:`ahead`).
+        return None if found is None else found[0]
 
     def _uncopy(self, envelope: Envelope) -> None:
-        """``envelope`` (a handed-over ask) is no longer handed over: no copy of it
-        need go ahead of anything."""
+        """``envelope`` (a handed-over ask or tell) is no longer handed over: no copy
+        of it need go ahead of anything."""
         uncopied = self._uncopied.get(envelope.recipient)
         if uncopied is not None:
-            uncopied.pop(cast(int, envelope.correlation), None)
+            correlation = envelope.correlation
+            uncopied.pop(envelope.id if correlation is None else correlation, None)
             if not uncopied:
                 del self._uncopied[envelope.recipient]
+
+    def stored_tell(self, tell: str) -> None:
+        """The handed-over tell ``tell`` (its id) was stored by its recipient's commit,
+        or dead-lettered: it is done."""
+        handed = self.tells.pop(tell, None)
+        if handed is not None:
+            self._uncopy(handed.envelope)
+            handed.settle(stored=True)
+
+    def take_back_tell(self, tell: str) -> HandedTell | None:
+        """The handed-over tell ``tell`` (its id) if it is not done, no longer counted
+        as handed over (the caller sends it through the stream and settles it with its
+        outbox position); None for any other."""
+        handed = self.tells.pop(tell, None)
+        if handed is not None:
+            self.tells_failed_back += 1  # still among the uncopied, as a taken-back ask
+        return handed
 
     def clear(self) -> None:
         """Forget every shard and ask (the transport closed)."""
         self._tracks.clear()
         self._handed.clear()
+        self.tells.clear()
         self._uncopied.clear()
 
 

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
     from actormem.runtime._envelope import Envelope
     from actormem.runtime.redis._commits import GroupCommit
-    from actormem.runtime.redis._handover import Handover
+    from actormem.runtime.redis._handover import HandedTell, Handover
     from actormem.runtime.redis._intake import Intake
     from actormem.runtime.redis._shards import Holdings, Link
     from actormem.runtime.transports.base import TransportHost
@@ -48,8 +48,9 @@ class Owner:
         held: the shards and actors this worker holds.
         intake: reads a shard it gains, and fans the broadcasts out.
         commits: stores what was handled on a shard it gives back.
-        handover: the asks handed over to the actors of its shards.
+        handover: the asks and tells handed over to the actors of its shards.
         send_again: sends a handed-over ask through the stream.
+        tell_again: queues a handed-over tell for the stream.
     """
 
     def __init__(
@@ -61,6 +62,7 @@ class Owner:
         commits: GroupCommit,
         handover: Handover,
         send_again: Callable[[Envelope], Awaitable[None]],
+        tell_again: Callable[[HandedTell], None],
     ) -> None:
         self._link = link
         self._config = link.config
@@ -70,6 +72,7 @@ class Owner:
         self._commits = commits
         self._handover = handover
         self._send_again = send_again
+        self._tell_again = tell_again
         self._leases: LeaseManager | None = None
 
     @property
@@ -207,9 +210,13 @@ class Owner:
                     # shard again would apply the redelivered commands on top.
                     dropped = host.discard(address)
                     log.info("actor_discarded", actor=address, shard=record.shard, mail=dropped)
-        # Handed over and not answered: no entry of theirs stays pending for the
-        # shard's next owner, so they go to it through the stream.
-        back = self._handover.lost(numbers)
+        # Handed over and not answered (or stored): no entry of theirs stays pending
+        # for the shard's next owner, so they go to it through the stream.
+        back, told = self._handover.lost(numbers)
+        for tell in told:
+            # Queued even while closing: should the outbox not write it, its sender's
+            # commit keeps it in the unsent hash, and it is sent again from there.
+            self._tell_again(tell)
         if self._serving() is None:
             return  # closing: their asks fail with the runtime
         for envelope in back:

@@ -17,6 +17,7 @@ from actormem.runtime.state import DurableChanges
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
+    from actormem.runtime.redis._handover import HandedTell
     from actormem.runtime.redis._trace import Tracer
     from actormem.runtime.redis.codec import Codec
     from actormem.runtime.redis.config import RedisConfig
@@ -80,8 +81,9 @@ class StreamEnvelope(Envelope, kw_only=True):
     commit: PendingCommit | None = None
     # Handler failures so far on this delivery (each retried at once, in order).
     failures: int = 0
-    # What its handler sent: (tell id, outbox item, outbox position), see ``_unsent``.
-    sent: list[tuple[str, tuple[str, bytes, float], int]] | None = None
+    # What its handler sent: (tell id, outbox item, outbox position or, handed over
+    # in memory, its record), see ``_unsent``.
+    sent: list[tuple[str, tuple[str, bytes, float], int | HandedTell]] | None = None
 
 
 class RedeliveredEnvelope(StreamEnvelope, kw_only=True):
@@ -162,8 +164,9 @@ class Shard:
         self.committed = anyio.Event()
         self.commit_lock = anyio.Lock(fast_acquire=True)
         # Tells stored by a commit, to delete once the outbox wrote through the
-        # position: (position, tell ids), see ``_unsent``.
-        self.unsent: deque[tuple[int, list[str]]] = deque()
+        # position and those handed over are done: (position, tell ids, the handed
+        # over), see ``_unsent``.
+        self.unsent: deque[tuple[int, list[str], list[HandedTell]]] = deque()
         self.unsent_ready = anyio.Event()
 
 

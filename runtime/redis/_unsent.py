@@ -15,6 +15,10 @@ already applied it skips it, as it skips a redelivered command. Nothing waits on
 the outbox to store a commit (a full stream makes only the outbox wait), so
 commits and writes never wait on each other across workers. A command whose tells
 were all written by the time its commit is built stores nothing more.
+
+A tell handed over in memory (``_handover``) is kept the same way: it counts as
+written once its recipient's commit stored it, or, sent through the stream after
+all, once the outbox wrote it.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import structlog
 
 from actormem.runtime._envelope import Envelope
 from actormem.runtime.redis._client import redis_errors
-from actormem.runtime.redis._handover import unsent_order
+from actormem.runtime.redis._handover import HandedTell, unsent_order
 from actormem.runtime.redis._retry import forever
 from actormem.runtime.redis._shards import StreamEnvelope
 
@@ -74,6 +78,8 @@ class Unsent:
         #: Told of each tell sent again (its id and outbox item), if set: see
         #: ``Handover.sent_again``.
         self.sending_again: Callable[[str, tuple[str, bytes, float]], None] | None = None
+        #: The tells handed over in memory and not done yet, by id (``Handover.tells``).
+        self.handed_tells: dict[str, HandedTell] = {}
         fault = os.environ.get(FAULT_ENV)
         if fault:
             self._arm_fault(int(fault))
@@ -88,25 +94,39 @@ class Unsent:
             else:
                 command.sent.append(record)
 
+    def handed(self, command: Envelope, tell: str, handed: HandedTell) -> None:
+        """Note that the handler of ``command`` sent ``tell`` (its id), handed over in
+        memory as ``handed``."""
+        if isinstance(command, StreamEnvelope):
+            record = (tell, handed.item, handed)
+            if command.sent is None:
+                command.sent = [record]
+            else:
+                command.sent.append(record)
+
     def waiting(self, command: Envelope) -> bool:
-        """True while some tell of ``command`` is not written yet."""
+        """True while some tell of ``command`` is not written (or stored) yet."""
         sent = command.sent if isinstance(command, StreamEnvelope) else None
-        return bool(sent) and sent[-1][2] > self._outbox.finished  # type: ignore[index]
+        if not sent:
+            return False
+        finished = self._outbox.finished
+        return any(not _done(where, finished) for _, _, where in sent)
 
     def unwritten(self, command: Envelope) -> tuple[list[tuple[str, bytes]], int]:
-        """The tells of ``command`` not written yet, as ``(tell id, record)`` for the
-        unsent hash, and the outbox position of the last (0: none)."""
+        """The tells of ``command`` not written (or stored) yet, as ``(tell id,
+        record)`` for the unsent hash, and the outbox position of the last written
+        through the outbox (0: none)."""
         if not isinstance(command, StreamEnvelope) or not command.sent:
             return [], 0
         finished = self._outbox.finished
         tells: list[tuple[str, bytes]] = []
         last = 0
         entry, first = unsent_order(command)
-        for n, (tell, (stream, data, deadline), position) in enumerate(command.sent, first):
-            if position > finished:
+        for n, (tell, (stream, data, deadline), where) in enumerate(command.sent, first):
+            if not _done(where, finished):
                 expires = None if deadline == math.inf else deadline
                 tells.append((tell, _encoder.encode((entry, n, stream, data, expires))))
-                last = position
+                last = max(last, where if isinstance(where, int) else where.position)
         return tells, last
 
     def failed(self, command: Envelope) -> None:
@@ -116,8 +136,10 @@ class Unsent:
 
     def stored(self, shard: Shard, fields: list[str], position: int) -> None:
         """A commit stored ``fields`` in the unsent hash: delete them once the outbox
-        wrote through ``position``."""
-        shard.unsent.append((position, fields))
+        wrote through ``position`` and those handed over in memory are done."""
+        handed = self.handed_tells
+        waits = [h for f in fields if (h := handed.get(f)) is not None] if handed else []
+        shard.unsent.append((position, fields, waits))
         shard.unsent_ready.set()
 
     async def run(self, shard: Shard) -> None:
@@ -127,7 +149,10 @@ class Unsent:
             await shard.unsent_ready.wait()
             shard.unsent_ready = anyio.Event()
             while shard.unsent:
-                await outbox.written(shard.unsent[0][0])
+                position, _, handed = shard.unsent[0]
+                await outbox.written(position)
+                for tell in handed:
+                    await tell.wait(outbox)
                 await forever("forget_unsent", lambda: self.forget_written(shard))
 
     async def forget_written(self, shard: Shard) -> None:
@@ -137,13 +162,13 @@ class Unsent:
             TransportError: Redis is away or failed (they stay listed, for a retry).
         """
         finished = self._outbox.finished
-        taken: list[tuple[int, list[str]]] = []
-        while shard.unsent and shard.unsent[0][0] <= finished:
+        taken: list[tuple[int, list[str], list[HandedTell]]] = []
+        while shard.unsent and _kept_done(shard.unsent[0], finished):
             taken.append(shard.unsent.popleft())
         if not taken:
             return
         key = self._keys.unsent(shard.number)
-        fields = [name for _, names in taken for name in names]
+        fields = [name for _, names, _ in taken for name in names]
         try:
             with redis_errors(f"HDEL {key}"):
                 async with self._link.client.pipeline(transaction=False) as pipe:
@@ -230,3 +255,16 @@ class Unsent:
 
         outbox._write = write_then_stop  # type: ignore[method-assign]
         self.stored = stored_then_die  # type: ignore[method-assign]
+
+
+def _done(where: int | HandedTell, finished: int) -> bool:
+    """Whether a tell sent is written: through the outbox at position ``where``, or
+    handed over in memory as ``where`` (see :meth:`HandedTell.done`)."""
+    return where <= finished if isinstance(where, int) else where.done(finished)
+
+
+def _kept_done(kept: tuple[int, list[str], list[HandedTell]], finished: int) -> bool:
+    """Whether the tells a commit stored (``kept``, see :meth:`Unsent.stored`) are all
+    written, or stored by their recipients."""
+    position, _, handed = kept
+    return position <= finished and all(tell.done(finished) for tell in handed)

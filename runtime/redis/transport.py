@@ -30,11 +30,13 @@ stored are stored with it, and sent again by the shard's next owner
 (``_unsent``). Asks it makes, and effects outside the runtime (an LLM call, a
 file), happen again.
 
-An ask a worker makes to an actor of a shard it owns is handed over in memory
-instead of going to the stream and back (``_handover``): it is handled and stored
-as an entry read from the stream would be, behind whatever this transport sent
-to that actor through the stream before it, and goes through the stream after all
-when its command cannot be stored here.
+An ask a worker makes, or a tell one of its actors sends, to an actor of a shard it
+owns is handed over in memory instead of going to the stream and back
+(``_handover``): it is handled and stored as an entry read from the stream would
+be, behind whatever this transport sent to that actor through the stream before
+it, and goes through the stream after all when its command cannot be stored here
+(a handler's tell is kept with its command's commit until its recipient's commit
+stored it).
 
 A durable actor's changes are stored by *group commits*: a fenced call per
 shard stores every command handled while the previous call was in flight (up to
@@ -73,7 +75,7 @@ from actormem.runtime.ids import new_id
 from actormem.runtime.redis._client import blocking_twin, check_server, connect, redis_errors
 from actormem.runtime.redis._commits import GroupCommit
 from actormem.runtime.redis._dead_letters import DeadLetters
-from actormem.runtime.redis._handover import HandedEnvelope, Handover
+from actormem.runtime.redis._handover import HandedEnvelope, HandedTell, Handover
 from actormem.runtime.redis._intake import Intake
 from actormem.runtime.redis._outbox import Outbox
 from actormem.runtime.redis._owner import Owner
@@ -124,6 +126,10 @@ class RedisTransportStats(msgspec.Struct, frozen=True, kw_only=True):
             memory, not through the stream (see ``_handover``).
         failed_back: of those, asks sent through the stream after all (their
             command could not be stored here, or no reply came in time).
+        tells_handed_over: tells sent by actors to actors of the shards this
+            worker owns delivered in memory, not through the stream.
+        tells_failed_back: of those, tells sent through the stream after all
+            (their command could not be stored here).
     """
 
     worker: str
@@ -141,6 +147,8 @@ class RedisTransportStats(msgspec.Struct, frozen=True, kw_only=True):
     leases_lost: int = 0
     handed_over: int = 0
     failed_back: int = 0
+    tells_handed_over: int = 0
+    tells_failed_back: int = 0
 
 
 class RedisTransport(Transport):
@@ -218,6 +226,8 @@ class RedisTransport(Transport):
             streams=self._streams,
         )
         self._unsent.sending_again = self._handover.sent_again
+        self._unsent.handed_tells = self._handover.tells
+        self._commits.tell_settled = self._tell_settled
         self._replies.answered = self._handover.answered
         self._intake.handover = self._intake.shared.handover = self._handover
         self._owner = Owner(
@@ -227,6 +237,7 @@ class RedisTransport(Transport):
             commits=self._commits,
             handover=self._handover,
             send_again=self._send_through_stream,
+            tell_again=self._tell_through_stream,
         )
         self._unowned = UnownedAsks(self)
         #: Records the stages of its asks (None: off; see ``_trace``).
@@ -348,8 +359,8 @@ class RedisTransport(Transport):
         self, envelope: Envelope, hand_over: bool = True
     ) -> tuple[str, bytes, float] | None:
         """``envelope`` as the outbox queues it, or None when it was handed over to a
-        local actor instead (an ask to a shard this worker owns, ``hand_over``: see
-        ``_handover``)."""
+        local actor instead (an ask, or an actor's tell, to a shard this worker owns,
+        ``hand_over``: see ``_handover``)."""
         if not envelope.id:
             envelope.id = new_id()
         self._replies.expect(envelope)
@@ -360,12 +371,12 @@ class RedisTransport(Transport):
                 f"{len(data)} bytes, over max_message_bytes={self.config.max_message_bytes}"
             )
         shard = shard_of(envelope.recipient, self.config.shards)
-        if hand_over and self.worker and self._handover.take(envelope, data, shard):
+        if hand_over and self.worker and self._hand_over(envelope, data, shard):
             return None
-        for ask in self._handover.ahead(envelope.recipient):
-            # Copies of asks handed over to it go first (see ``_handover``); they may
-            # take the outbox a few entries over its size.
-            item = self._prepare(ask, hand_over=False)
+        for handed in self._handover.ahead(envelope):
+            # Copies of what was handed over to it (before it) go first (see
+            # ``_handover``); they may take the outbox a few entries over its size.
+            item = self._prepare(handed, hand_over=False)
             assert item is not None
             self._outbox.put_nowait(item)
         if not envelope.resent:  # a copy: its ask is watched since it was first sent
@@ -375,6 +386,44 @@ class RedisTransport(Transport):
         expires = self._replies.expires(envelope)
         self._handover.sent(envelope, shard, expires)
         return self._streams[shard], data, expires
+
+    def _hand_over(self, envelope: Envelope, data: bytes, shard: int) -> bool:
+        """Hand ``envelope`` (encoded as ``data``, to ``shard``) over in memory if it
+        is an ask made here or a tell an actor sends (a handler's is kept with its
+        command's commit), and may be (see ``_handover``)."""
+        if envelope.correlation is not None:
+            return self._handover.take(envelope, data, shard)
+        command = sending_for(envelope.id)
+        if command is None and envelope.sender is None:
+            return False  # from code outside any actor: through the outbox (see flush)
+        if command is not None and not isinstance(command, StreamEnvelope):
+            return False  # a broadcast's handler: no commit keeps it
+        item = (self._streams[shard], data, self._replies.expires(envelope))
+        handed = self._handover.take_tell(envelope, item, shard)
+        if handed is None:
+            return False
+        if command is not None:
+            self._unsent.handed(command, envelope.id, handed)
+        return True
+
+    def _tell_settled(self, envelope: StreamEnvelope, stored: bool) -> None:
+        """The commit of ``envelope``, a tell handed over, is over: done if ``stored``,
+        else through the stream after all."""
+        if stored:
+            self._handover.stored_tell(envelope.id)
+            return
+        handed = self._handover.take_back_tell(envelope.id)
+        if handed is not None:
+            self._tell_through_stream(handed)
+
+    def _tell_through_stream(self, handed: HandedTell) -> None:
+        """Queue ``handed``, a tell that was handed over, for its shard's stream: the
+        same id (its recipient applies it at most once). It may take the outbox a few
+        entries over its size, as the copies of what was handed over do."""
+        item = self._prepare(handed.envelope, hand_over=False)
+        assert item is not None
+        self._outbox.put_nowait(item)
+        handed.settle(position=self._outbox.appended)
 
     async def send(self, envelope: Envelope) -> None:
         """Queue ``envelope`` for its shard's stream; wait only while the outbox is full.
@@ -518,12 +567,18 @@ class RedisTransport(Transport):
         if isinstance(envelope, RedeliveredEnvelope):
             self._dead_letters.finished(envelope)
         stored = await self._commits.handled(envelope, actor, ok)
-        if not stored and ok and type(envelope) is HandedEnvelope:
-            # Not stored here (the shard was lost meanwhile, say): no stream entry
-            # stays pending for it, so it goes through the stream now.
-            asked = self._handover.take_back(envelope.correlation)
-            if asked is not None:
-                await self._send_through_stream(asked)
+        if type(envelope) is HandedEnvelope and ok:
+            if envelope.correlation is None:
+                if not stored or envelope.commit is None:
+                    # Not stored here (the shard was lost meanwhile, say), or nothing
+                    # to store; else done once its commit is (``_tell_settled``).
+                    self._tell_settled(envelope, stored)
+            elif not stored:
+                # Not stored here (the shard was lost meanwhile, say): no stream entry
+                # stays pending for it, so it goes through the stream now.
+                asked = self._handover.take_back(envelope.correlation)
+                if asked is not None:
+                    await self._send_through_stream(asked)
         return stored
 
     def batchable(self, envelope: Envelope) -> bool:
@@ -544,13 +599,28 @@ class RedisTransport(Transport):
         await self._dead_letters.starting(envelope)
 
     async def retry(self, envelope: Envelope, allowed: bool) -> bool:
-        return await self._intake.retry(envelope, allowed)
+        again = await self._intake.retry(envelope, allowed)
+        if not again:
+            self._dead_lettered(envelope)
+        return again
 
     async def undeliverable(self, envelope: Envelope, error: ActorError) -> None:
         await self._intake.undeliverable(envelope, error)
+        self._dead_lettered(envelope)
+
+    def _dead_lettered(self, envelope: Envelope) -> None:
+        """``envelope`` is given up; a tell handed over that was dead-lettered here is
+        done (one whose shard went is sent through the stream by ``Owner.release``)."""
+        if type(envelope) is HandedEnvelope and envelope.correlation is None:
+            shard = self._held.shards.get(envelope.shard)
+            if shard is not None and shard.lease == envelope.lease:
+                self._handover.stored_tell(envelope.id)
 
     def dropped(self, envelope: Envelope) -> None:
         self._held.dropped(envelope)
+        if type(envelope) is HandedEnvelope and envelope.correlation is None:
+            # Never handled, and no stream entry stays pending for it.
+            self._tell_settled(envelope, False)
 
     def instrument(self, metrics: Metrics) -> None:
         """Record each group commit, and add the transport's families (see
@@ -590,4 +660,6 @@ class RedisTransport(Transport):
             leases_lost=leases.lost if leases is not None else 0,
             handed_over=self._handover.handed_over,
             failed_back=self._handover.failed_back,
+            tells_handed_over=self._handover.tells_handed_over,
+            tells_failed_back=self._handover.tells_failed_back,
         )

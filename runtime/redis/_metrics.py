@@ -42,6 +42,11 @@ _COUNTERS = (
         "handed_over",
     ),
     (
+        "actormem_tells_handed_over",
+        "Tells actors sent to actors of the shards this worker owns, delivered in memory.",
+        "tells_handed_over",
+    ),
+    (
         "actormem_expired_unsent",
         "Asks and replies dropped unsent: their deadline passed.",
         "expired_unsent",

@@ -64,6 +64,7 @@ async def test_a_worker_serves_metrics_that_move_and_logs_its_status(
     assert value(samples, "actormem_group_commit_seconds_count") >= 1
     assert value(samples, "actormem_lease_acquisitions_total") >= 1
     assert value(samples, "actormem_owned_shards") == redis_config.shards
+    assert ("actormem_tells_handed_over_total", frozenset()) in samples
     assert value(samples, "actormem_actors_active", kind="memory") == 2
     assert value(samples, "actormem_handling_seconds_count", kind="memory") >= 4
     line = next(e for e in status_lines(w.log_path(0)) if e["handled"])

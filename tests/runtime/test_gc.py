@@ -61,9 +61,11 @@ async def test_what_exists_at_open_is_frozen_until_the_last_runtime_closes() -> 
     async with Runtime(RuntimeConfig()):
         frozen = gc.get_freeze_count()
         assert frozen > 0
+        # A frozen object that is freed leaves the permanent generation, so the count
+        # may fall; a second freeze would add what was made since the first.
         async with Runtime(RuntimeConfig()):
-            assert gc.get_freeze_count() == frozen
-        assert gc.get_freeze_count() == frozen
+            assert 0 < gc.get_freeze_count() <= frozen
+        assert 0 < gc.get_freeze_count() <= frozen
     assert gc.get_freeze_count() == 0
 
 

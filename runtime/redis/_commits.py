@@ -40,6 +40,7 @@ from actormem.runtime.redis._commit_call import CommitCalls
 from actormem.runtime.redis._due import DueTimes
 from actormem.runtime.redis._erasure import Erasure
 from actormem.runtime.redis._retry import forever, retrying
+from actormem.runtime.redis._rounds import rounds
 from actormem.runtime.redis._shards import PendingCommit, StreamEnvelope
 from actormem.runtime.redis._trace import Stage
 from actormem.runtime.redis._unsent import Unsent
@@ -349,7 +350,7 @@ class GroupCommit:
                 env.commit = pending
         shard.commits.append(pending)
         record.uncommitted += 1
-        shard.commit_ready.set()
+        self._wake(shard)
 
     async def run(self, shard: Shard) -> None:
         """Store the shard's queued changes, a batch per call, for as long as it is owned.
@@ -361,20 +362,46 @@ class GroupCommit:
         actor's changes are stored in the order it made them (each Lua call is
         atomic and fenced on its own). A worker's second calls take a quarter of its
         connection pool at most.
+
+        Each of the ``_COMMIT_CALLS`` calls is made by a loop of its own, which takes
+        the next batch as soon as its call returned, and otherwise waits until a
+        handler queues changes (see :meth:`_wake`).
         """
         async with anyio.create_task_group() as tg:
-            while True:
-                await shard.commit_ready.wait()
-                shard.commit_ready = anyio.Event()
-                while shard.calls < _COMMIT_CALLS:
-                    second = shard.calls > 0
-                    if second and self._second_calls >= self._second_limit:
-                        break
-                    batch = _take(shard)
-                    if not batch:
-                        break
-                    call = functools.partial(self._commit, shard, batch, retry=True, second=second)
-                    tg.start_soon(call)
+            for _ in range(_COMMIT_CALLS):
+                tg.start_soon(self._commit_loop, shard)
+
+    async def _commit_loop(self, shard: Shard) -> None:
+        """Store batches of ``shard``'s queue, one call at a time, until cancelled."""
+        idle = shard.commit_idle
+        while True:
+            second = shard.calls > 0
+            if second and self._second_calls >= self._second_limit:
+                batch = None
+            else:
+                batch = _take(shard)
+            if batch:
+                if idle and shard.commits:
+                    self._wake(shard)  # more is queued: another call may take it
+                await self._commit(shard, batch, retry=True, second=second)
+                continue
+            woken = anyio.Event()
+            idle.append(woken)
+            try:
+                await woken.wait()
+            finally:
+                idle.remove(woken)
+                if woken.is_set():
+                    rounds(self._link.client).arrived()
+
+    def _wake(self, shard: Shard) -> None:
+        """Wake one of ``shard``'s idle commit loops to take what is queued, unless one
+        is woken already; its call is announced to the rounds, so that the calls made
+        before it runs wait for it (see :class:`Rounds`)."""
+        idle = shard.commit_idle
+        if idle and not idle[-1].is_set():
+            idle[-1].set()
+            rounds(self._link.client).announce()
 
     async def _commit(
         self, shard: Shard, batch: list[PendingCommit], *, retry: bool, second: bool = False
@@ -600,7 +627,6 @@ def _release(shard: Shard, batch: list[PendingCommit]) -> None:
     shard.committing.difference_update(p.envelopes[0].recipient for p in batch)
     done, shard.committed = shard.committed, anyio.Event()
     done.set()
-    shard.commit_ready.set()
 
 
 def _next_batch(commits: list[PendingCommit]) -> list[PendingCommit]:

@@ -22,13 +22,15 @@ _ROUND_MOST: Final = 32
 class _Round:
     """Calls that go in one pipeline, and their replies once it returned."""
 
-    __slots__ = ("commands", "done", "failure", "replies")
+    __slots__ = ("commands", "done", "failure", "replies", "sent")
 
     def __init__(self, first: tuple[Any, ...]) -> None:
         self.commands = [first]
         self.replies: list[Any] = []
         self.failure: BaseException | None = None
         self.done = anyio.Event()
+        #: True once a caller sends it (it takes no more calls).
+        self.sent = False
 
 
 class Rounds:
@@ -36,12 +38,16 @@ class Rounds:
     as one pipeline: one write and one read for all of them (the group commits of
     the shards whose handlers ran in one turn, say), not one each.
 
-    The first call of a round lets the event loop run the tasks that are ready
-    (one turn), which may make more calls; then it sends them all at once, and
-    each caller gets its own reply (an error reply raises for its call only). A
-    round never spans a Redis Cluster's nodes: a Cluster's calls (and those of a
-    client that watches its calls) go one by one, as :meth:`Wire.execute_command`
-    sends them.
+    A task that is woken to make a call says so beforehand (:meth:`announce`, by
+    whoever wakes it) and when it runs (:meth:`arrived`, whether it makes the call
+    or not). A call made while announced calls are still to come opens a round:
+    it lets the event loop run the tasks that are ready (one turn), which join it,
+    then sends it; the last announced call to join sends it at once, without
+    waiting for that turn. A call made while none is announced goes at once, on
+    its own (or joins a round that is open). Each caller gets its own reply (an
+    error reply raises for its call only). A round never spans a Redis Cluster's
+    nodes: a Cluster's calls (and those of a client that watches its calls) go one
+    by one, as :meth:`Wire.execute_command` sends them.
 
     A caller cancelled while its round is in flight leaves its call to the round
     (it is sent, or was): as a call cancelled while its reply is awaited, it may
@@ -57,6 +63,16 @@ class Rounds:
         # Weakly: the rounds are kept for as long as their wire is (see :func:`rounds`).
         self._wire = weakref.ref(wire)
         self._open: _Round | None = None
+        self._coming = 0
+
+    def announce(self) -> None:
+        """Say that a task was woken to make a call: calls made before it runs wait
+        for it (one turn at most)."""
+        self._coming += 1
+
+    def arrived(self) -> None:
+        """An announced task runs: it makes its call now, or none."""
+        self._coming = max(self._coming - 1, 0)
 
     async def execute_command(self, *args: Any) -> Any:
         """Send ``args`` as one command, with the others made in this turn of the
@@ -71,33 +87,59 @@ class Rounds:
             return await wire.execute_command(*args)
         round_ = self._open
         if round_ is not None and len(round_.commands) < _ROUND_MOST:
-            return await self._joined(round_, args)
+            return await self._joined(wire, round_, args)
+        if not self._coming:
+            return await wire.execute_command(*args)
         round_ = self._open = _Round(args)
         try:
             with anyio.CancelScope(shield=True):
-                await anyio.lowlevel.checkpoint()  # the calls of this turn join it
+                await anyio.lowlevel.checkpoint()  # the calls announced join it
         finally:
             if self._open is round_:
                 self._open = None
-        commands = round_.commands
-        try:
-            if len(commands) == 1:
+        if round_.sent:
+            return await self._answer(round_, 0)
+        if len(round_.commands) == 1:
+            round_.sent = True
+            try:
                 reply = await wire.execute_command(*args)
-                round_.replies = [reply]
-                return reply
+            except BaseException as exc:
+                round_.failure = exc
+                raise
+            finally:
+                round_.done.set()
+            round_.replies = [reply]
+            return reply
+        await self._send(wire, round_)
+        return _result(round_.replies[0])
+
+    async def _joined(self, wire: Wire, round_: _Round, args: tuple[Any, ...]) -> Any:
+        """``args`` sent with ``round_``: its reply once the round returned. The last
+        announced call sends the round."""
+        number = len(round_.commands)
+        round_.commands.append(args)
+        if self._coming:
+            return await self._answer(round_, number)
+        self._open = None
+        await self._send(wire, round_)
+        return _result(round_.replies[number])
+
+    async def _send(self, wire: Wire, round_: _Round) -> None:
+        """Send ``round_``'s calls as one pipeline (shielded: its other callers wait
+        for it)."""
+        round_.sent = True
+        try:
             with anyio.CancelScope(shield=True):
-                round_.replies = await wire.pipeline(commands)
+                round_.replies = await wire.pipeline(round_.commands)
         except BaseException as exc:
             round_.failure = exc
             raise
         finally:
             round_.done.set()
-        return _result(round_.replies[0])
 
-    async def _joined(self, round_: _Round, args: tuple[Any, ...]) -> Any:
-        """``args`` sent with ``round_``: its reply once the round returned."""
-        number = len(round_.commands)
-        round_.commands.append(args)
+    @staticmethod
+    async def _answer(round_: _Round, number: int) -> Any:
+        """The reply to call ``number`` of ``round_``, which another caller sends."""
         await round_.done.wait()
         failure = round_.failure
         if failure is not None:

@@ -131,8 +131,8 @@ class Shard:
     __slots__ = (
         "acks",
         "calls",
+        "commit_idle",
         "commit_lock",
-        "commit_ready",
         "commit_space",
         "commits",
         "committed",
@@ -158,7 +158,8 @@ class Shard:
         # Commit calls in flight, and the actors they hold (whose next commits wait).
         self.calls = 0
         self.committing: set[str] = set()
-        self.commit_ready = anyio.Event()
+        # Its commit loops that wait for changes to be queued (see ``_commits``).
+        self.commit_idle: list[anyio.Event] = []
         self.commit_space: anyio.Event | None = None
         # Set (and replaced) after every commit call, and when one is cancelled.
         self.committed = anyio.Event()

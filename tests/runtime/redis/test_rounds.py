@@ -15,7 +15,7 @@ from tests.runtime.redis.test_wire import _Watched
 pytestmark = pytest.mark.anyio
 
 
-async def test_calls_made_in_one_turn_go_in_one_round_trip_each_with_its_own_reply(
+async def test_announced_calls_made_in_one_turn_go_in_one_round_trip_each_with_its_own_reply(
     redis_config: RedisConfig, redis_client: aioredis.Redis
 ) -> None:
     key = f"{redis_config.prefix}:k"
@@ -26,11 +26,14 @@ async def test_calls_made_in_one_turn_go_in_one_round_trip_each_with_its_own_rep
         replies: dict[str, Any] = {}
 
         async def call(name: str, *args: Any) -> None:
+            rounds.arrived()
             try:
                 replies[name] = await rounds.execute_command(*args)
             except rexc.ResponseError as exc:
                 replies[name] = exc
 
+        for _ in range(3):
+            rounds.announce()
         async with anyio.create_task_group() as tg:
             tg.start_soon(call, "get", "GET", key)
             tg.start_soon(call, "incr", "INCR", key)  # an error reply: its call's only
@@ -56,14 +59,18 @@ async def test_cancelling_the_caller_that_sends_a_round_fails_no_other_call(
         got: list[Any] = []
 
         async def first() -> None:
+            rounds.arrived()
             with anyio.CancelScope() as scope:
                 scopes.append(scope)
                 await rounds.execute_command("SET", key, "first")
 
         async def second() -> None:
+            rounds.arrived()
             scopes[0].cancel()  # while the round its call joins is still open
             got.append(await rounds.execute_command("INCRBY", f"{key}:n", 5))
 
+        rounds.announce()
+        rounds.announce()
         async with anyio.create_task_group() as tg:
             tg.start_soon(first)
             tg.start_soon(second)
@@ -71,6 +78,36 @@ async def test_cancelling_the_caller_that_sends_a_round_fails_no_other_call(
         # The cancelled caller's call went with the round (it may run, as any call
         # cancelled while its reply is awaited; here it did).
         assert await redis_client.get(key) == b"first"
+        await _wire.wire(client).aclose()
+    finally:
+        await client.aclose()
+
+
+async def test_a_round_waits_one_turn_at_most_for_an_announced_task_that_makes_no_call(
+    redis_config: RedisConfig, redis_client: aioredis.Redis
+) -> None:
+    key = f"{redis_config.prefix}:k"
+    client = connect(redis_config)
+    try:
+        rounds = _rounds.rounds(client)
+        got: list[Any] = []
+
+        async def caller() -> None:
+            rounds.arrived()
+            got.append(await rounds.execute_command("INCRBY", key, 2))
+
+        async def idle() -> None:
+            rounds.arrived()  # woken, and found nothing to call
+
+        rounds.announce()
+        rounds.announce()
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(caller)
+                tg.start_soon(idle)
+        assert got == [2]
+        # Nothing is announced any more: a call goes at once, on its own.
+        assert await rounds.execute_command("INCRBY", key, 3) == 5
         await _wire.wire(client).aclose()
     finally:
         await client.aclose()

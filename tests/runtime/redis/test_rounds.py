@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -13,6 +15,17 @@ from actormem.runtime.redis import RedisConfig, _rounds, _wire, connect
 from tests.runtime.redis.test_wire import _Watched
 
 pytestmark = pytest.mark.anyio
+
+
+@asynccontextmanager
+async def _rounds_of(config: RedisConfig) -> AsyncIterator[_rounds.Rounds]:
+    """The rounds of a client of its own, closed after."""
+    client = connect(config)
+    try:
+        yield _rounds.rounds(client)
+        await _wire.wire(client).aclose()
+    finally:
+        await client.aclose()
 
 
 async def test_announced_calls_made_in_one_turn_go_in_one_round_trip_each_with_its_own_reply(
@@ -52,9 +65,7 @@ async def test_cancelling_the_caller_that_sends_a_round_fails_no_other_call(
     redis_config: RedisConfig, redis_client: aioredis.Redis
 ) -> None:
     key = f"{redis_config.prefix}:k"
-    client = connect(redis_config)
-    try:
-        rounds = _rounds.rounds(client)
+    async with _rounds_of(redis_config) as rounds:
         scopes: list[anyio.CancelScope] = []
         got: list[Any] = []
 
@@ -78,18 +89,13 @@ async def test_cancelling_the_caller_that_sends_a_round_fails_no_other_call(
         # The cancelled caller's call went with the round (it may run, as any call
         # cancelled while its reply is awaited; here it did).
         assert await redis_client.get(key) == b"first"
-        await _wire.wire(client).aclose()
-    finally:
-        await client.aclose()
 
 
 async def test_a_round_waits_one_turn_at_most_for_an_announced_task_that_makes_no_call(
     redis_config: RedisConfig, redis_client: aioredis.Redis
 ) -> None:
     key = f"{redis_config.prefix}:k"
-    client = connect(redis_config)
-    try:
-        rounds = _rounds.rounds(client)
+    async with _rounds_of(redis_config) as rounds:
         got: list[Any] = []
 
         async def caller() -> None:
@@ -108,9 +114,6 @@ async def test_a_round_waits_one_turn_at_most_for_an_announced_task_that_makes_n
         assert got == [2]
         # Nothing is announced any more: a call goes at once, on its own.
         assert await rounds.execute_command("INCRBY", key, 3) == 5
-        await _wire.wire(client).aclose()
-    finally:
-        await client.aclose()
 
 
 async def test_the_calls_of_a_client_that_watches_its_calls_go_one_by_one_through_it(

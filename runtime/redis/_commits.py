@@ -40,7 +40,7 @@ from actormem.runtime.redis._commit_call import CommitCalls
 from actormem.runtime.redis._due import DueTimes
 from actormem.runtime.redis._erasure import Erasure
 from actormem.runtime.redis._retry import forever, retrying
-from actormem.runtime.redis._rounds import rounds
+from actormem.runtime.redis._rounds import Rounds, rounds
 from actormem.runtime.redis._shards import PendingCommit, StreamEnvelope
 from actormem.runtime.redis._trace import Stage
 from actormem.runtime.redis._unsent import Unsent
@@ -103,6 +103,9 @@ class GroupCommit:
         # be at once: a share of the connection pool, the rest kept for the others.
         self._second_calls = 0
         self._second_limit = max(1, self._config.pool_size // 4)
+        # The rounds of the client the commit calls go through, and that client.
+        self._rounds_of: object = None
+        self._round_calls: Rounds | None = None
 
     async def activated(self, address: str, actor: Actor) -> None:
         """Load a durable actor's state from Redis before its ``on_start``.
@@ -128,7 +131,7 @@ class GroupCommit:
             # A fresh activation (after a failure) must see what its predecessor
             # handled: wait until those changes are stored.
             while record.uncommitted and owned is not None and held.shards.get(shard) is owned:
-                await owned.committed.wait()
+                await _committed_event(owned).wait()
 
         async def load() -> tuple[bytes | None, list[bytes]]:
             with redis_errors(f"loading the state of {address}"):
@@ -297,7 +300,7 @@ class GroupCommit:
             return False  # handed over in memory: no entry to cut at; it goes by the stream
         held = self._held
         while record.uncommitted and held.shards.get(shard.number) is shard:
-            await shard.committed.wait()
+            await _committed_event(shard).wait()
         if held.shards.get(shard.number) is not shard or shard.lease != env.lease:
             return False
         try:
@@ -392,7 +395,7 @@ class GroupCommit:
             finally:
                 idle.remove(woken)
                 if woken.is_set():
-                    rounds(self._link.client).arrived()
+                    self._rounds().arrived()
 
     def _wake(self, shard: Shard) -> None:
         """Wake one of ``shard``'s idle commit loops to take what is queued, unless one
@@ -401,7 +404,14 @@ class GroupCommit:
         idle = shard.commit_idle
         if idle and not idle[-1].is_set():
             idle[-1].set()
-            rounds(self._link.client).announce()
+            self._rounds().announce()
+
+    def _rounds(self) -> Rounds:
+        """The rounds the commit calls go in (those of the transport's client)."""
+        client = self._link.client
+        if self._rounds_of is not client:
+            self._rounds_of, self._round_calls = client, rounds(client)
+        return cast("Rounds", self._round_calls)
 
     async def _commit(
         self, shard: Shard, batch: list[PendingCommit], *, retry: bool, second: bool = False
@@ -444,7 +454,7 @@ class GroupCommit:
                 batch = _take(shard)
                 if not batch:
                     # What is queued waits for the calls in flight (they hold its actors).
-                    await shard.committed.wait()
+                    await _committed_event(shard).wait()
                     continue
                 await self._commit(shard, batch, retry=False)
 
@@ -475,7 +485,7 @@ class GroupCommit:
         found += [None] * (len(batch) - len(found))
         for status, pending in zip(found, batch, strict=True):
             self._committed(status, pending, statuses is not None, answered)
-        if statuses is not None:
+        if statuses is not None and any(p.changes.discarded for p in batch):
             await self._erasure.delete_discarded(shard.number, batch)
         space, shard.commit_space = shard.commit_space, None
         if space is not None:
@@ -511,20 +521,22 @@ class GroupCommit:
                         record.remember(env.id, keep)
         if status == 2:
             log.info("commit_already_stored", actor=address, msg_ids=[e.id for e in envelopes])
-        if stored and pending.replies:
+        replies = pending.replies
+        if stored and replies and len(pending.written) < len(replies):
             kept = pending.kept_replies or {}
             written = pending.written
             answered.extend(
                 (env, reply, kept.get(env.id))
-                for n, (env, reply) in enumerate(pending.replies)
+                for n, (env, reply) in enumerate(replies)
                 if n not in written
             )
+        dropped, settled = self._held.dropped, self.tell_settled
         for env in envelopes:
             if isinstance(env, StreamEnvelope):
                 env.commit = None
-                self._held.dropped(env)
-                if self.tell_settled is not None and _handed_tell(env):
-                    self.tell_settled(env, stored)
+                dropped(env)
+                if settled is not None and _handed_tell(env):
+                    settled(env, stored)
 
     async def flush_acks(self, shard: Shard) -> None:
         """XACK the handled entries of non-durable actors in one fenced call.
@@ -625,8 +637,18 @@ def _release(shard: Shard, batch: list[PendingCommit]) -> None:
     (their next commits may be queued)."""
     shard.calls -= 1
     shard.committing.difference_update(p.envelopes[0].recipient for p in batch)
-    done, shard.committed = shard.committed, anyio.Event()
-    done.set()
+    done, shard.committed = shard.committed, None
+    if done is not None:
+        done.set()
+
+
+def _committed_event(shard: Shard) -> anyio.Event:
+    """What is set when ``shard``'s next commit call is over (made when first waited
+    for: most calls have no one waiting)."""
+    event = shard.committed
+    if event is None:
+        event = shard.committed = anyio.Event()
+    return event
 
 
 def _next_batch(commits: list[PendingCommit]) -> list[PendingCommit]:

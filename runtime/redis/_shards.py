@@ -161,8 +161,9 @@ class Shard:
         # Its commit loops that wait for changes to be queued (see ``_commits``).
         self.commit_idle: list[anyio.Event] = []
         self.commit_space: anyio.Event | None = None
-        # Set (and replaced) after every commit call, and when one is cancelled.
-        self.committed = anyio.Event()
+        # Set (and dropped) after every commit call, and when one is cancelled; made
+        # by whoever waits for it (see ``_commits``).
+        self.committed: anyio.Event | None = None
         self.commit_lock = anyio.Lock(fast_acquire=True)
         # Tells stored by a commit, to delete once the outbox wrote through the
         # position and those handed over are done: (position, tell ids, the handed

@@ -379,10 +379,8 @@ class GroupCommit:
         idle = shard.commit_idle
         while True:
             second = shard.calls > 0
-            if second and self._second_calls >= self._second_limit:
-                batch = None
-            else:
-                batch = _take(shard)
+            limited = second and self._second_calls >= self._second_limit
+            batch = None if limited else _take(shard)
             if batch:
                 if idle and shard.commits:
                     self._wake(shard)  # more is queued: another call may take it

@@ -49,6 +49,8 @@ _REPLY_MAXLEN: Final = 100_000
 _REPLY_FIELD: Final = b"r"
 #: How long an ask without a deadline waits for its reply before it is forgotten (s).
 _UNBOUNDED_ASK: Final = 3600
+#: Reply stream names remembered as checked, at most (then forgotten together).
+_REPLY_STREAMS_KNOWN: Final = 4096
 
 
 class Replies:
@@ -74,6 +76,9 @@ class Replies:
         #: Called with the correlation of each reply to an ask made here (see
         #: ``Handover.answered``).
         self.answered: Callable[[int], None] = _nothing
+        # Reply stream names seen to be ones (a reply goes to each of a client's
+        # asks: the pattern is matched once per stream, not once per reply).
+        self._reply_streams: set[str] = set()
         # Whether a commit call may write replies (None: not known until connected).
         self._with_commits: bool | None = None
         #: Replies to the asks handled here, written in pipelined batches.
@@ -129,11 +134,23 @@ class Replies:
         with_commits = self._with_commits
         if with_commits is None:
             with_commits = self._with_commits = not is_cluster(self._link.client)
-        if not with_commits or not self._reply_stream.fullmatch(stream):
+        if not with_commits or not self._is_reply_stream(stream):
             return None
         if self.shed and envelope.deadline is not None and envelope.deadline < time.time():
             return None
         return stream
+
+    def _is_reply_stream(self, stream: str) -> bool:
+        """True when ``stream`` names a reply stream under this transport's prefix."""
+        known = self._reply_streams
+        if stream in known:
+            return True
+        if not self._reply_stream.fullmatch(stream):
+            return False
+        if len(known) >= _REPLY_STREAMS_KNOWN:
+            known.clear()
+        known.add(stream)
+        return True
 
     def stream_args(self) -> tuple[bytes, int, int]:
         """How a reply is written to a reply stream: its entry field, the length the
@@ -172,7 +189,7 @@ class Replies:
     def _writable(self, envelope: Envelope) -> str | None:
         """The reply stream ``envelope`` names, if it is one a reply may go to."""
         stream = envelope.reply_to
-        if stream is None or not self._reply_stream.fullmatch(stream):
+        if stream is None or not self._is_reply_stream(stream):
             # A frame could name any key here (an actor's history, say): only
             # reply streams under our prefix may be written to.
             log.warning(

@@ -65,6 +65,11 @@ class Rounds:
         self._open: _Round | None = None
         self._coming = 0
 
+    @property
+    def coming(self) -> int:
+        """The announced calls whose tasks have not run yet."""
+        return self._coming
+
     def announce(self) -> None:
         """Say that a task was woken to make a call: calls made before it runs wait
         for it (one turn at most)."""

@@ -11,7 +11,7 @@ import msgspec
 import pytest
 import redis.asyncio as aioredis
 
-from actormem.runtime.redis import Keys, RedisConfig, _scripts, connect, shard_of
+from actormem.runtime.redis import Keys, RedisConfig, _rounds, _scripts, connect, shard_of
 from actormem.runtime.redis._commits import _COMMIT_CALLS
 from tests.runtime.redis.test_transport import worker
 from tests.support.actors import Add, GetState
@@ -123,6 +123,28 @@ async def test_commands_handled_while_a_commit_is_in_flight_share_the_next_one(
         assert states[0].tokens == ["first", *(f"t{n}" for n in range(0, 100, 5))]
         for i, state in enumerate(states[1:], 1):
             assert state.tokens == [f"t{n}" for n in range(i, 100, 5)]
+    finally:
+        await client.aclose()
+
+
+async def test_every_commit_call_announced_arrives_so_later_calls_wait_for_none(
+    redis_config: RedisConfig, redis_client: aioredis.Redis
+) -> None:
+    agents = [f"ledger/w{i}" for i in range(40)]
+    client = connect(redis_config)
+    try:
+        async with worker(client, redis_config) as rt:
+            async with anyio.create_task_group() as tg:
+                for n in range(400):
+                    tg.start_soon(rt.ref(agents[n % 40]).ask, Add(f"t{n}", 1))
+            with anyio.fail_after(10):
+                while not rt.transport.settled():  # type: ignore[attr-defined]  # noqa: ASYNC110
+                    await anyio.sleep(0.01)
+            # Each commit loop woken for the adds (of many shards at once) has run: no
+            # call made from now on waits a turn for one that will not come.
+            assert _rounds.rounds(client).coming == 0
+            states = [await rt.ref(a).ask(GetState()) for a in agents]
+        assert [len(state.tokens) for state in states] == [10] * 40
     finally:
         await client.aclose()
 

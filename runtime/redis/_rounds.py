@@ -105,16 +105,7 @@ class Rounds:
         if round_.sent:
             return await self._answer(round_, 0)
         if len(round_.commands) == 1:
-            round_.sent = True
-            try:
-                reply = await wire.execute_command(*args)
-            except BaseException as exc:
-                round_.failure = exc
-                raise
-            finally:
-                round_.done.set()
-            round_.replies = [reply]
-            return reply
+            return await wire.execute_command(*args)  # none joined: no one waits for it
         await self._send(wire, round_)
         return _result(round_.replies[0])
 

@@ -1,5 +1,5 @@
-"""Calls of several tasks that go together: those made in one turn of the event loop
-go in one round trip (see :class:`Rounds`)."""
+"""Calls of several tasks that go together: those announced for one turn of the event
+loop go in one round trip (see :class:`Rounds`)."""
 
 from __future__ import annotations
 
@@ -80,8 +80,8 @@ class Rounds:
         self._coming = max(self._coming - 1, 0)
 
     async def execute_command(self, *args: Any) -> Any:
-        """Send ``args`` as one command, with the others made in this turn of the
-        event loop, and return the server's reply, unparsed.
+        """Send ``args`` as one command, with the calls announced for this turn of the
+        event loop (see above), and return the server's reply, unparsed.
 
         Raises:
             redis.exceptions.RedisError: the call failed (a failure of the

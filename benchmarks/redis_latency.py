@@ -3,6 +3,8 @@
 The asks (``context()`` and ``add``) go from a client runtime in this process to
 one worker process over Redis streams, at 50% and 90% of the measured peak and at
 the target's fixed 5,000 asks/s, open loop (see :mod:`actormem.benchmarks.latency`).
+Each ``add`` carries its message's token count, made by the asker as a memory
+handle makes it, so the worker does not tokenize.
 
 A rate above the measured peak queues without bound, so its percentiles mostly
 measure the queue: the fixed-rate rows say how far off the target is, honestly.

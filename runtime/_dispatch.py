@@ -26,7 +26,7 @@ import structlog
 from actormem.runtime._actor import Actor, ActorContext, Forward
 from actormem.runtime._cell import Cell, Kind
 from actormem.runtime._envelope import Envelope, Reply
-from actormem.runtime._handling import Origin, handling, receive_as_command
+from actormem.runtime._handling import Origin, handling
 from actormem.runtime._mailboxes import SPARE_MAILBOXES, Mailboxes
 from actormem.runtime._supervision import Stopped, Supervisor, handler_error
 from actormem.runtime.errors import ActorError, ActorNotFoundError
@@ -177,8 +177,13 @@ class Dispatcher(Mailboxes):
                         if env.track_start:
                             await transport.starting(env)
                         if env.id:
+                            # Its tells are numbered after its id (see ``_handling``).
                             origin = Origin(env)
-                            value = await receive_as_command(actor, origin)
+                            token = handling.set(origin)
+                            try:
+                                value = await actor.receive(env.body)
+                            finally:
+                                handling.reset(token)
                         else:
                             value = await actor.receive(env.body)
                     except actor.expected_errors as exc:
@@ -305,7 +310,12 @@ class Dispatcher(Mailboxes):
             if trace is not None:
                 trace.started(env)
             try:
-                value = await receive_as_command(actor, origin)
+                # Its tells are numbered after its id (see ``_handling``).
+                token = handling.set(origin)
+                try:
+                    value = await actor.receive(env.body)
+                finally:
+                    handling.reset(token)
             except actor.expected_errors as exc:
                 self.rejected += 1
                 if metrics is not None:

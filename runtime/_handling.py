@@ -13,10 +13,9 @@ import hashlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
-    from actormem.runtime._actor import Actor
     from actormem.runtime._envelope import Envelope
 
 __all__ = (
@@ -24,7 +23,6 @@ __all__ = (
     "derived_id",
     "handling",
     "outside_handling",
-    "receive_as_command",
     "sending_for",
 )
 
@@ -46,16 +44,6 @@ class Origin:
 
 #: Set while a handler runs a command that has an id (over Redis, every one).
 handling: ContextVar[Origin | None] = ContextVar("actormem_handling", default=None)
-
-
-async def receive_as_command(actor: Actor, origin: Origin) -> Any:
-    """``actor.receive(...)`` of ``origin``'s command, with the tells it sends numbered
-    after the command's id."""
-    token = handling.set(origin)
-    try:
-        return await actor.receive(origin.envelope.body)
-    finally:
-        handling.reset(token)
 
 
 def derived_id() -> str:

@@ -265,7 +265,11 @@ class Handover:
     def _note(self, recipient: str, command: str, number: int, deadline: float) -> None:
         track = self._tracks.get(number)
         if track is not None and self._held.shards.get(number) is track.shard:
-            track.transit.setdefault(recipient, {})[command] = deadline
+            sent = track.transit.get(recipient)
+            if sent is None:
+                track.transit[recipient] = {command: deadline}
+            else:
+                sent[command] = deadline
 
     def lost(self, numbers: list[int]) -> tuple[list[Envelope], list[HandedTell]]:
         """This worker lost (or gave back) the shards ``numbers``: forget them, and

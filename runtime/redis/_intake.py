@@ -27,6 +27,7 @@ from actormem.runtime._envelope import Envelope, Reply
 from actormem.runtime.errors import (
     ActorError,
     InvalidAddressError,
+    MailboxFullError,
     MessageDecodeError,
     TransportError,
 )
@@ -204,8 +205,29 @@ class Intake:
         if self._link.trace is not None:
             self._link.trace.read(batch)
         await self._load_records(shard, batch)
-        for entry, data, decoded in batch:
-            await self._accept(shard, entry, data, decoded)
+        held = self._held
+        shards, actors, number = held.shards, held.actors, shard.number
+        deliver_nowait = self._link.host.deliver_nowait
+        for entry, data, env in batch:
+            # The usual entry, checked here without a call of its own: a command new
+            # to an actor whose record this worker holds, into a mailbox with room.
+            if type(env) is StreamEnvelope and shards.get(number) is shard:
+                record = actors.get(env.recipient)
+                if (
+                    record is not None
+                    and record.shard == number
+                    and not (
+                        env.id
+                        and (env.resent or env.id in record.applied or env.id in record.inflight)
+                    )
+                ):
+                    self._taken(shard, entry, env, record)
+                    try:
+                        deliver_nowait(env)
+                    except ActorError as exc:
+                        await self._not_delivered(shard, entry, cast(bytes, data), env, exc)
+                    continue
+            await self._accept(shard, entry, data, env)
         if self.handover is not None:
             self.handover.read(shard, batch, len(batch) < BATCH)
 
@@ -351,16 +373,35 @@ class Intake:
             await self._duplicate(shard, entry, env, record)
             return
         delivery = cast(StreamEnvelope, env)
+        self._taken(shard, entry, delivery, record)
+        try:
+            self._link.host.deliver_nowait(delivery)
+        except ActorError as exc:
+            await self._not_delivered(shard, entry, data, delivery, exc)
+
+    @staticmethod
+    def _taken(shard: Shard, entry: str, env: StreamEnvelope, record: ActorRecord) -> None:
+        """Note ``env`` (read as ``entry``) in flight, for its actor's ``record``."""
         shard.inflight.add(entry)
         if env.id:
             record.inflight.add(env.id)
         record.busy += 1
         record.last_used = time.monotonic()
-        try:
-            await self._link.host.deliver(delivery)
-        except ActorError as exc:  # no actor can take it: unknown kind, stopped, ...
-            self._held.dropped(delivery)
-            await self._refuse(shard, entry, data, delivery, exc)
+
+    async def _not_delivered(
+        self, shard: Shard, entry: str, data: bytes, delivery: StreamEnvelope, error: ActorError
+    ) -> None:
+        """``delivery`` did not go into its mailbox at once (``error``): wait for room
+        in a full mailbox; refuse it when no actor can take it (unknown kind, stopped...)."""
+        if isinstance(error, MailboxFullError):
+            try:
+                await self._link.host.deliver(delivery)
+            except ActorError as exc:
+                error = exc
+            else:
+                return
+        self._held.dropped(delivery)
+        await self._refuse(shard, entry, data, delivery, error)
 
     async def _undecodable(
         self, shard: Shard, entry: str, data: bytes, error: MessageDecodeError

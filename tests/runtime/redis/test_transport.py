@@ -547,6 +547,28 @@ async def test_producers_wait_while_a_stream_is_full_and_carry_on_when_it_drains
                 assert rt.transport.stats().owned_shards == [0]  # type: ignore[attr-defined]
 
 
+async def test_a_read_that_fills_a_mailbox_waits_for_room_and_loses_nothing(
+    redis_client: aioredis.Redis, redis_config: RedisConfig
+) -> None:
+    # One read brings 30 commands for an actor whose mailbox holds 2: the intake
+    # waits for room for each after the second, in stream order.
+    config = msgspec.structs.replace(redis_config, shards=1)
+    async with worker(redis_client, config, worker=False) as client:
+        for i in range(30):
+            await client.ref("ledger/full").tell(Add(f"f{i}", 1))
+        await client.transport.flush()  # type: ignore[attr-defined]
+        transport = RedisTransport(redis_client, config)
+        runtime = RuntimeConfig(ask_timeout=10.0, mailbox_size=2)
+        async with Runtime(runtime, transport=transport) as rt:
+            register(rt)
+            state = await client.ref("ledger/full").ask(GetState())
+            assert state.tokens == [f"f{i}" for i in range(30)]
+            assert state.total == 30
+            stats = transport.stats()
+            assert stats.duplicates == 0
+            assert stats.dead_lettered == 0
+
+
 async def test_the_transport_factory_fixture_gives_a_working_transport(
     make_redis_transport: Callable[[], RedisTransport],
 ) -> None:

@@ -445,7 +445,15 @@ class Intake:
             return
         shard = self._held.shards.get(env.shard)
         if shard is not None and shard.lease == env.lease:
+            self._giving_up(env)
             await self._dead_letters.write_handled(shard, env, str(error))
+
+    def _giving_up(self, env: StreamEnvelope) -> None:
+        """``env`` is given up, and its asker is told so: an ask handed over in memory
+        (no entry) is forgotten by the hand-over at once, so that no copy of it goes
+        through the stream to be handled after that (see ``_handover``)."""
+        if not env.entry and env.correlation is not None and self.handover is not None:
+            self.handover.answered(env.correlation)
 
     async def _duplicate(
         self, shard: Shard, entry: str, env: Envelope, record: ActorRecord
@@ -552,6 +560,7 @@ class Intake:
                 record.busy += 1
             self.redelivered += 1
             return True
+        self._giving_up(env)
         reason = (
             f"the handler failed {env.failures} times in a row"
             + ("" if allowed else " (the actor's restart budget is spent)")

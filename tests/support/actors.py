@@ -44,7 +44,9 @@ class GetState(msgspec.Struct, frozen=True, tag="ledger.GetState"):
 
 
 class Boom(msgspec.Struct, frozen=True, tag="ledger.Boom"):
-    """Makes the handler crash."""
+    """Makes the handler crash, after ``delay`` seconds of work."""
+
+    delay: float = 0.0
 
 
 class Reset(msgspec.Struct, frozen=True, tag="ledger.Reset"):
@@ -131,7 +133,9 @@ class Ledger(Actor):
                 return self.total
             case GetState():
                 return LedgerState(list(self.tokens), self.total, Ledger.activations)
-            case Boom():
+            case Boom(delay=delay):
+                if delay:
+                    await anyio.sleep(delay)
                 raise RuntimeError("boom")
             case Flaky(token=token):
                 self.tokens.append(token)

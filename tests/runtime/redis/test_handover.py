@@ -5,6 +5,7 @@ errors, and nothing lost when the shard's lease goes meanwhile."""
 from __future__ import annotations
 
 import anyio
+import msgspec
 import pytest
 import redis.asyncio as aioredis
 
@@ -107,6 +108,34 @@ async def test_handed_over_asks_get_their_errors_and_timeouts(
     assert state.tokens[-2:] == ["slow", "after"]
     stored = await stored_tokens(redis_client, redis_config, [address])
     assert stored[address] == state.tokens
+
+
+async def test_a_started_ask_with_no_reply_within_half_a_lease_stays_handed_over(
+    redis_client: aioredis.Redis, redis_config: RedisConfig
+) -> None:
+    """Its handling answers it, success or failure: no copy goes through the stream
+    to be handled again (say after its command was given up)."""
+    config = msgspec.structs.replace(redis_config, lease_ms=600)  # resent after 0.3 s
+    keys = Keys(config.prefix)
+    slow, failing = "ledger/slow-handed", "ledger/failing-handed"
+    async with worker(redis_client, config) as rt:
+        for address in (slow, failing):
+            await _handing_over(rt, address)
+        transport = _transport(rt)
+        before = transport.stats()
+        entries = [await redis_client.xlen(_stream(config, a)) for a in (slow, failing)]
+        assert await rt.ref(slow).ask(Add("slow", delay=0.8)) >= 1
+        with pytest.raises(HandlerError, match="RuntimeError: boom"):
+            await rt.ref(failing).ask(Boom(delay=0.4))  # retried, then given up
+        after = transport.stats()
+        assert after.asks_resent > before.asks_resent  # no reply within half a lease
+        assert after.failed_back == before.failed_back  # yet nothing taken back
+        assert after.dead_lettered == before.dead_lettered + 1
+        assert [await redis_client.xlen(_stream(config, a)) for a in (slow, failing)] == entries
+        state = await rt.ref(slow).ask(GetState())
+    assert state.tokens.count("slow") == 1
+    letters = await redis_client.xrange(keys.dead_letters())
+    assert len(letters) == 1
 
 
 async def test_a_handed_over_ask_whose_lease_goes_meanwhile_is_applied_once(

@@ -113,7 +113,11 @@ async def test_inspect_shows_each_worker_s_counters(deployment: Deployment) -> N
         return all(counters) and sum(c["dead_letters"] for c in counters) == 1
 
     # The ledger's handler crashes at every delivery until the command is dead-lettered.
-    await eventually(crashed, "a worker dead-letters the crashing command")
+    try:
+        await eventually(crashed, "a worker dead-letters the crashing command")
+    except AssertionError as exc:
+        counters = {w["worker"]: w["counters"] for w in seen.get("workers", [])}
+        raise AssertionError(f"{exc}: workers' counters {counters}") from None
     workers = {w["worker"]: w["counters"] for w in seen["workers"]}
     assert set(workers) == set(deployment.workers.ids)
     assert sum(c["handled"] for c in workers.values()) >= TURNS + 5

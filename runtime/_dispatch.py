@@ -279,9 +279,10 @@ class Dispatcher(Mailboxes):
         )
 
     async def _run_batch(self, cell: Cell, actor: Actor, run: list[Envelope]) -> Actor | None:
-        """Handle ``run``, consecutive commands of one actor, as a batch: each in turn,
-        then their effects settled together (``Transport.handled_batch``: over Redis
-        one change set, one entry of the group commit), then each answered in order.
+        """Handle ``run``, consecutive commands of one actor, as a batch: each in turn
+        (its start reported to the transport first when it tracks starts), then their
+        effects settled together (``Transport.handled_batch``: over Redis one change
+        set, one entry of the group commit), then each answered in order.
 
         A command refused as bad input (an expected error) is answered with its error
         and changes nothing; the others go on. A command that crashes leaves the
@@ -310,6 +311,8 @@ class Dispatcher(Mailboxes):
             if trace is not None:
                 trace.started(env)
             try:
+                if env.track_start:
+                    await transport.starting(env)
                 # Its tells are numbered after its id (see ``_handling``).
                 token = handling.set(origin)
                 try:

@@ -229,9 +229,11 @@ class GroupCommit:
         Returns:
             True when the changes are queued (or there were none), False when the
             shard was lost meanwhile (the actor is then dropped and the commands
-            stay pending for the shard's owner), None when the changes cannot be
-            stored as one set (they erase, trim the streams, or discard a command):
-            the commands are handled again, one at a time, by a fresh activation.
+            stay pending for the shard's owner; those handed over in memory go
+            through the stream, see ``RedisTransport.handled_batch``), None when
+            the changes cannot be stored as one set (they erase, trim the streams,
+            or discard a command): the commands are handled again, one at a time,
+            by a fresh activation.
         """
         held = self._held
         first = cast(StreamEnvelope, envelopes[0])
@@ -257,13 +259,21 @@ class GroupCommit:
                     self._unsent.failed(env)
                 kept = True  # still in flight: handled again
                 return None
-            if _stores_something(changes) or any(map(self._unsent.waiting, envelopes)):
+            if (
+                _stores_something(changes)
+                or any(map(self._unsent.waiting, envelopes))
+                or any(map(_handed_tell, envelopes))
+            ):
+                # A tell handed over in memory has its id stored all the same (see
+                # :meth:`handled`).
                 await self._queue(shard, record, envelopes, changes)
                 kept = True
                 return True
             keep = self._config.applied_keep
             for env in envelopes:
-                shard.acks.append(cast(StreamEnvelope, env).entry)
+                entry = cast(StreamEnvelope, env).entry
+                if entry:  # a command handed over in memory has none
+                    shard.acks.append(entry)
                 record.remember(env.id, keep)
             return True
         finally:
@@ -599,9 +609,9 @@ def _stores_something(changes: DurableChanges) -> bool:
     )
 
 
-def _handed_tell(env: StreamEnvelope) -> bool:
+def _handed_tell(env: Envelope) -> bool:
     """True for a tell handed over in memory (no stream entry, no asker)."""
-    return not env.entry and env.correlation is None
+    return isinstance(env, StreamEnvelope) and not env.entry and env.correlation is None
 
 
 def _take(shard: Shard) -> list[PendingCommit]:

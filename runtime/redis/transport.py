@@ -572,29 +572,46 @@ class RedisTransport(Transport):
             self._dead_letters.finished(envelope)
         stored = await self._commits.handled(envelope, actor, ok)
         if type(envelope) is HandedEnvelope and ok:
-            if envelope.correlation is None:
-                if not stored or envelope.commit is None:
-                    # Not stored here (the shard was lost meanwhile, say), or nothing
-                    # to store; else done once its commit is (``_tell_settled``).
-                    self._tell_settled(envelope, stored)
-            elif not stored:
-                # Not stored here (the shard was lost meanwhile, say): no stream entry
-                # stays pending for it, so it goes through the stream now.
-                asked = self._handover.take_back(envelope.correlation)
-                if asked is not None:
-                    await self._send_through_stream(asked)
+            await self._handed_handled(envelope, stored)
         return stored
 
+    async def _handed_handled(self, envelope: HandedEnvelope, stored: bool) -> None:
+        """Settle ``envelope``, a command handed over in memory and handled, whose
+        effect was queued for its commit (or needed none) if ``stored``."""
+        if envelope.correlation is None:
+            if not stored or envelope.commit is None:
+                # Not stored here (the shard was lost meanwhile, say), or nothing
+                # to store; else done once its commit is (``_tell_settled``).
+                self._tell_settled(envelope, stored)
+        elif not stored:
+            # Not stored here (the shard was lost meanwhile, say): no stream entry
+            # stays pending for it, so it goes through the stream now.
+            asked = self._handover.take_back(envelope.correlation)
+            if asked is not None:
+                await self._send_through_stream(asked)
+
     def batchable(self, envelope: Envelope) -> bool:
-        """An entry read new (not claimed after a failure: those are handled one at a
-        time, each attempt counted) for a durable actor."""
-        if type(envelope) is not StreamEnvelope:
+        """A command for a durable actor: an entry read new (not claimed after a
+        failure: those are handled one at a time, each attempt counted), or one
+        handed over in memory whose handler has not failed on it."""
+        kind = type(envelope)
+        if kind is not StreamEnvelope and not (
+            kind is HandedEnvelope and not envelope.failures  # type: ignore[attr-defined]
+        ):
             return False
         record = self._held.actors.get(envelope.recipient)
         return record is not None and record.durable
 
     async def handled_batch(self, envelopes: list[Envelope], actor: Actor) -> bool | None:
-        return await self._commits.handled_batch(envelopes, actor)
+        """Store a batch's effect (see ``GroupCommit.handled_batch``); the commands of
+        it handed over in memory are settled as each would be on its own (see
+        :meth:`handled`), in the order they were handled."""
+        stored = await self._commits.handled_batch(envelopes, actor)
+        if stored is not None:
+            for envelope in envelopes:
+                if type(envelope) is HandedEnvelope:
+                    await self._handed_handled(envelope, stored)
+        return stored
 
     def again(self, envelope: Envelope) -> None:
         self._unsent.failed(envelope)

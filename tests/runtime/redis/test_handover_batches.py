@@ -13,7 +13,13 @@ import pytest
 import redis.asyncio as aioredis
 
 from actormem.runtime import Runtime
-from actormem.runtime.redis import Keys, RedisConfig, register_message_types, shard_of
+from actormem.runtime.redis import (
+    Keys,
+    RedisConfig,
+    RedisTransportStats,
+    register_message_types,
+    shard_of,
+)
 from tests.runtime.redis.test_batches import BatchLedger, Put
 from tests.runtime.redis.test_handover import _handing_over, _stream, _transport
 from tests.runtime.redis.test_transport import worker
@@ -80,18 +86,28 @@ async def _asked_together(rt: Runtime, address: str, commands: list[Any]) -> lis
     return outcomes
 
 
+async def _ready(
+    rt: Runtime, client: aioredis.Redis, config: RedisConfig, address: str
+) -> tuple[list[str], RedisTransportStats, int]:
+    """Register the kind and warm ``address`` up until asks to it are handed over; its
+    warm-up's tokens, the transport's counters and the length of its shard stream
+    then (the change sets counted from there)."""
+    _register(rt)
+    warm = await _handing_over(rt, address)
+    before = _transport(rt).stats()
+    entries = await client.xlen(_stream(config, address))
+    BatchLedger.change_sets = 0
+    return warm, before, entries
+
+
 async def test_handed_over_asks_queued_together_are_one_batch_answered_each_in_order(
     redis_client: aioredis.Redis, redis_config: RedisConfig
 ) -> None:
     address = "handbatch/asked"
     stream = _stream(redis_config, address)
     async with worker(redis_client, redis_config) as rt:
-        _register(rt)
-        warm = await _handing_over(rt, address)
+        warm, before, entries = await _ready(rt, redis_client, redis_config, address)
         transport = _transport(rt)
-        before = transport.stats()
-        entries = await redis_client.xlen(stream)
-        BatchLedger.change_sets = 0
         outcomes = await _asked_together(rt, address, [Put(f"p{i}") for i in range(5)])
         change_sets = BatchLedger.change_sets
         after = transport.stats()
@@ -158,12 +174,8 @@ async def test_a_batch_of_started_asks_with_no_reply_within_half_a_lease_stays_h
     client.gate.set()
     try:
         async with worker(client, config) as rt:
-            _register(rt)
-            warm = await _handing_over(rt, address)
+            warm, before, entries = await _ready(rt, redis_client, config, address)
             transport = _transport(rt)
-            before = transport.stats()
-            entries = await redis_client.xlen(stream)
-            BatchLedger.change_sets = 0
             client.gate = anyio.Event()
 
             async def release() -> None:

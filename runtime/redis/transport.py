@@ -55,7 +55,7 @@ import os
 import secrets
 import socket
 from contextlib import AsyncExitStack
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 import anyio
 import msgspec
@@ -595,9 +595,10 @@ class RedisTransport(Transport):
         failure: those are handled one at a time, each attempt counted), or one
         handed over in memory whose handler has not failed on it."""
         kind = type(envelope)
-        if kind is not StreamEnvelope and not (
-            kind is HandedEnvelope and not envelope.failures  # type: ignore[attr-defined]
-        ):
+        if kind is HandedEnvelope:
+            if cast(HandedEnvelope, envelope).failures:
+                return False
+        elif kind is not StreamEnvelope:
             return False
         record = self._held.actors.get(envelope.recipient)
         return record is not None and record.durable

@@ -16,7 +16,7 @@ import hashlib
 import hmac
 import time
 from collections.abc import Iterable
-from typing import Final
+from typing import ClassVar, Final
 
 import msgspec
 
@@ -89,6 +89,11 @@ class InsightDelivery(Command[None], frozen=True):
     (:class:`~actormem.actors.pool.commands.DeliveryAck`). ``number`` 0 is a
     delivery outside any chain (applied unless held already).
     """
+
+    #: Deliveries (and adds) to one agent that queue together are stored as one change
+    #: set over Redis: a delivery changes only the memory's inbox and tells its
+    #: confirmation, and one handled again is applied once by its place in the chain.
+    batch: ClassVar[bool] = True
 
     insight: Insight
     number: int = 0

@@ -428,6 +428,27 @@ async def test_an_insight_delivered_is_a_log_entry_and_a_reload_applies_it_again
 
 
 @pytest.mark.anyio
+async def test_deliveries_and_adds_handled_as_a_batch_are_one_change_set_that_reloads() -> None:
+    # Over Redis a run of them queued for one memory is a batch (Command.batch): each
+    # handled in turn, their changes taken once.
+    assert InsightDelivery.batch and Add.batch
+    async with MemoryRuntime() as rt:
+        memory, stored = await _memory_taking_insights(rt)
+        await memory.receive(_delivery(1, "the owl knows 1"))
+        await memory.receive(Add(messages=[Message(role="user", content="the lamp is lit")]))
+        await memory.receive(_delivery(2, "the owl knows 2"))
+        await memory.receive(_delivery(2, "the owl knows 2"))  # sent again: skipped
+        await memory.receive(_delivery(3, "the owl knows 3"))
+        changes = stored.keep(memory)
+        assert changes.snapshot is None  # log entries only
+        again = _reloaded(rt, stored)
+        assert _state(again) == _state(memory)
+        assert again.recall.inbox.export_state().cursors == {"pool/main": 3}
+        assert [i.text for i in again.recall.inbox] == [f"the owl knows {n}" for n in (1, 2, 3)]
+        assert [m.content for m in again._store.history] == ["the mill is shut", "the lamp is lit"]
+
+
+@pytest.mark.anyio
 async def test_an_erased_insight_leaves_no_stored_entry_quoting_it() -> None:
     async with MemoryRuntime() as rt:
         memory, stored = await _memory_taking_insights(rt)

@@ -48,7 +48,10 @@ _KNOWN_PIECES: Final = 4096
 #: Summaries a summarizer keeps, by what they were made from: every compression of
 #: an agent tries again the rounds that no summary could shrink (see
 #: :mod:`actormem.actors.compression.rounds`), and gets the same summary each time.
-_KNOWN_SUMMARIES: Final = 4096
+_KNOWN_SUMMARIES: Final = 2048
+#: The most text (characters) of a span whose summary is kept: the rounds tried
+#: again are short, and the kept summaries hold their spans' text in their keys.
+_KNOWN_SPAN_CHARS: Final = 2000
 _NUMBER: Final = re.compile(r"[#$€£]?\b[\w.:/-]*\d[\w.:/%-]*")
 _MONTH: Final = (
     r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)[a-z]*\.?\s+\d{1,2}(?:,\s*\d{4})?"
@@ -213,12 +216,13 @@ def _speaker(message: Message) -> str:
     return message.name or message.role
 
 
-def _made_from(message: Message) -> tuple[object, ...]:
-    """What of ``message`` its part of an offline summary depends on."""
+def _made_from(message: Message, text: str) -> tuple[object, ...]:
+    """What of ``message`` (whose text is ``text``) its part of an offline summary
+    depends on."""
     return (
         message.role,
         message.name,
-        message.text(),
+        text,
         tuple((call.name, call.arguments) for call in message.tool_calls),
         "compressed" in message.metadata,
     )
@@ -295,7 +299,10 @@ class OfflineSummarizer:
         self, messages: Sequence[Message], max_tokens: int, slicer: TimeSlicer
     ) -> str:
         """The summary, pausing with ``slicer`` (shared by a compression's passes)."""
-        key = (max_tokens, *(_made_from(m) for m in messages))
+        texts = [m.text() for m in messages]
+        if sum(map(len, texts)) > _KNOWN_SPAN_CHARS:
+            return await run_sliced(self._steps(messages, max_tokens), slicer)
+        key = (max_tokens, *map(_made_from, messages, texts))
         known = self._summaries.pop(key, None)
         if known is not None:
             self._summaries[key] = known  # the newest again: kept the longest

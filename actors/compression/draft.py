@@ -36,6 +36,7 @@ __all__ = (
     "PassContext",
     "Strategy",
     "is_summary",
+    "least_summary_tokens",
     "reload_id",
     "run_jobs",
     "summary_builder",
@@ -241,9 +242,9 @@ class Draft:
             self.replaced[i] = (i + 1, [])
         return True
 
-    def store(self, originals: list[Message]) -> str:
-        """Keep ``originals`` under a new reload id; return the id."""
-        made = self.ctx.new_reload_id()
+    def store(self, originals: list[Message], reload_id: str = "") -> str:
+        """Keep ``originals`` under ``reload_id`` (``""``: a new reload id); return the id."""
+        made = reload_id or self.ctx.new_reload_id()
         self.offloaded[made] = list(originals)
         return made
 
@@ -274,17 +275,34 @@ def summary_builder(
     kind: str,
     strategy: str,
     before: str = "",
+    reload_id: str = "",
 ) -> Callable[[str], Message]:
-    """Return what builds the summary of ``originals`` from its body (storing the originals)."""
+    """Return what builds the summary of ``originals`` from its body (storing the
+    originals under ``reload_id``; ``""``: a new reload id when it is built)."""
 
     def build(body: str) -> Message:
-        reload_id = draft.store(list(originals))
+        made = draft.store(list(originals), reload_id)
         text = f"{before}\n{body}" if before and body else before or body
         return _summary(
-            ctx, originals, text, label=label, kind=kind, strategy=strategy, reload_id=reload_id
+            ctx, originals, text, label=label, kind=kind, strategy=strategy, reload_id=made
         )
 
     return build
+
+
+def least_summary_tokens(
+    ctx: PassContext, originals: Sequence[Message], *, label: str, reload_id: str
+) -> int:
+    """The fewest tokens a summary of ``originals`` built by :func:`summary_builder`
+    (with no ``before``) under ``reload_id`` can have, whatever its body.
+
+    It is the summary with an empty body: label and hint are split from the body by
+    a space and a newline, where the encodings' pre-tokenizer cuts, so they count
+    the same with any body, and what lies between them (one token when empty) is
+    at least one token.
+    """
+    empty = _summary(ctx, originals, "", label=label, kind="", strategy="", reload_id=reload_id)
+    return empty.tokens
 
 
 def _summary(

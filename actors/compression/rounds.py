@@ -14,6 +14,7 @@ from actormem.actors.compression.draft import (
     Job,
     PassContext,
     is_summary,
+    least_summary_tokens,
     run_jobs,
     summary_builder,
 )
@@ -22,6 +23,8 @@ from actormem.actors.messages import Message
 __all__ = ("summarize_rounds",)
 
 
+#: The label of a round's summary.
+_ROUND_LABEL: Final = "Earlier round, summarized"
 #: Summaries strategy 4 wrote: it merges them when it must, never shrinks them again.
 _SETTLED: Final = frozenset({"round_summary", "history_summary"})
 
@@ -54,16 +57,23 @@ async def summarize_rounds(ctx: PassContext, view: list[Message]) -> Candidate |
             pulled, span = layout.take(lo, hi)
             if is_summary(span):
                 continue
+            # Taken here, in the rounds' order, as each job's summary would take it.
+            made = ctx.new_reload_id()
+            tokens = sum(m.tokens for m in span)
+            if tokens <= SUMMARY_OVERHEAD and tokens <= least_summary_tokens(
+                ctx, span, label=_ROUND_LABEL, reload_id=made
+            ):
+                continue  # no summary of it can be smaller: it stays as it is
             build = summary_builder(
                 ctx,
                 draft,
                 span,
-                label="Earlier round, summarized",
+                label=_ROUND_LABEL,
                 kind="round_summary",
                 strategy="summarize_rounds",
+                reload_id=made,
             )
-            target = ctx.target(sum(m.tokens for m in span))
-            jobs.append(Job(lo, hi, span, target, "round", build, pulled))
+            jobs.append(Job(lo, hi, span, ctx.target(tokens), "round", build, pulled))
     # A round summary must be smaller than its round; too many small rounds are the
     # merge's job below, which saves the summaries' overhead too.
     await run_jobs(ctx, draft, jobs, may_grow=False)

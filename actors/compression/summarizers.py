@@ -45,6 +45,13 @@ _STEP: Final = 32
 #: reads its round summaries' sentences again when it merges the history, and every
 #: later merge reads the history summary's sentences again.
 _KNOWN_PIECES: Final = 4096
+#: Summaries a summarizer keeps, by what they were made from: every compression of
+#: an agent tries again the rounds that no summary could shrink (see
+#: :mod:`actormem.actors.compression.rounds`), and gets the same summary each time.
+_KNOWN_SUMMARIES: Final = 2048
+#: The most text (characters) of a span whose summary is kept: the rounds tried
+#: again are short, and the kept summaries hold their spans' text in their keys.
+_KNOWN_SPAN_CHARS: Final = 2000
 _NUMBER: Final = re.compile(r"[#$€£]?\b[\w.:/-]*\d[\w.:/%-]*")
 _MONTH: Final = (
     r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)[a-z]*\.?\s+\d{1,2}(?:,\s*\d{4})?"
@@ -209,6 +216,18 @@ def _speaker(message: Message) -> str:
     return message.name or message.role
 
 
+def _made_from(message: Message, text: str) -> tuple[object, ...]:
+    """What of ``message`` (whose text is ``text``) its part of an offline summary
+    depends on."""
+    return (
+        message.role,
+        message.name,
+        text,
+        tuple((call.name, call.arguments) for call in message.tool_calls),
+        "compressed" in message.metadata,
+    )
+
+
 def _chunks(text: str) -> list[str]:
     """Split text into sentence-sized pieces, cutting overlong ones at word boundaries."""
     out: list[str] = []
@@ -256,6 +275,9 @@ class OfflineSummarizer:
         self._counter = counter
         # Text -> its reading, oldest first; pure, so a kept one is as good as new.
         self._readings: dict[str, _Reading] = {}
+        # What a summary was made from -> the summary, least recently used first;
+        # pure as well.
+        self._summaries: dict[tuple[object, ...], str] = {}
 
     async def summarize(
         self,
@@ -277,7 +299,19 @@ class OfflineSummarizer:
         self, messages: Sequence[Message], max_tokens: int, slicer: TimeSlicer
     ) -> str:
         """The summary, pausing with ``slicer`` (shared by a compression's passes)."""
-        return await run_sliced(self._steps(messages, max_tokens), slicer)
+        texts = [m.text() for m in messages]
+        if sum(map(len, texts)) > _KNOWN_SPAN_CHARS:
+            return await run_sliced(self._steps(messages, max_tokens), slicer)
+        key = (max_tokens, *map(_made_from, messages, texts))
+        known = self._summaries.pop(key, None)
+        if known is not None:
+            self._summaries[key] = known  # the newest again: kept the longest
+            return known
+        summary = await run_sliced(self._steps(messages, max_tokens), slicer)
+        self._summaries[key] = summary
+        if len(self._summaries) > _KNOWN_SUMMARIES:
+            del self._summaries[next(iter(self._summaries))]
+        return summary
 
     def _steps(self, messages: Sequence[Message], max_tokens: int) -> Steps[str]:
         counter = self._counter

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from actormem.actors.compression import (
     CompressionConfig,
@@ -13,6 +16,14 @@ from actormem.actors.compression import (
     compress,
 )
 from actormem.actors.compression._layout import set_aside
+from actormem.actors.compression._slices import TimeSlicer
+from actormem.actors.compression.draft import (
+    Draft,
+    PassContext,
+    least_summary_tokens,
+    reload_id,
+    summary_builder,
+)
 from actormem.actors.compression.rounds import summarize_rounds
 from actormem.actors.compression.strategies import (
     compress_current_round,
@@ -20,6 +31,7 @@ from actormem.actors.compression.strategies import (
     offload_large,
     offload_large_keep_recent,
 )
+from actormem.actors.compression.summarizers import RunUsage
 from actormem.actors.messages import Message, ToolCall
 from actormem.runtime.tokens import get_counter
 from tests.actors.compression._build import (
@@ -33,6 +45,7 @@ from tests.actors.compression._build import (
     tool_unit,
     user,
 )
+from tests.support import examples
 
 pytestmark = pytest.mark.anyio
 
@@ -245,6 +258,100 @@ async def test_a_pinned_message_inside_a_round_stays_and_splits_it() -> None:
     for summary in summaries:
         ids = set(summary.metadata["summarized_ids"])
         assert ids <= before or not ids & before  # never merged across the pinned message
+
+
+class _Asked(OfflineSummarizer):
+    """The offline summarizer, noting the ids of every span it is asked to summarize."""
+
+    def __init__(self) -> None:
+        super().__init__(get_counter())
+        self.spans: list[list[str]] = []
+
+    async def summarize_sliced(
+        self, messages: Sequence[Message], max_tokens: int, slicer: TimeSlicer
+    ) -> str:
+        self.spans.append([m.id for m in messages])
+        return await super().summarize_sliced(messages, max_tokens, slicer)
+
+
+async def _rounds_of(view: list[Message], summarizer: OfflineSummarizer) -> CompressionOutcome:
+    config = CompressionConfig(msg_threshold=12, compress_to=1.0)
+    return await compress(
+        view,
+        config=config,
+        counter=get_counter(),
+        summarizer=summarizer,
+        strategies=[("s4", summarize_rounds)],
+        agent="Ada",
+        version=3,
+    )
+
+
+async def test_a_round_no_summary_could_shrink_is_not_summarized(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    short = [user(f"Thanks, {n}.") for n in ("Bram", "Cleo", "Dario")]
+    view = counted(
+        [
+            system(),
+            user("Round one: Ada approved the budget of 12000 euros. " + chatter(6)),
+            assistant("Noted. " + chatter(6)),
+            short[0],
+            user("Round two: " + chatter(8)),
+            assistant("Recorded. " + chatter(6)),
+            short[1],
+            short[2],
+            *(
+                m
+                for r in range(3)
+                for m in (user(f"Round {r + 3}: " + chatter(6)), assistant("ok"))
+            ),
+            user("current question"),
+        ]
+    )
+    asked = _Asked()
+    out = await _rounds_of(view, asked)
+    # The one-message rounds stay as they are, and no summary of them was written.
+    assert {m.id for m in short} <= {m.id for m in out.messages}
+    assert not any(set(span) & {m.id for m in short} for span in asked.spans)
+    assert any(m.metadata.get("compressed") == "round_summary" for m in out.messages)
+    # Summarizing them anyway, and dropping each summary as no smaller, ends the same.
+    monkeypatch.setattr(
+        "actormem.actors.compression.rounds.least_summary_tokens", lambda *a, **k: 0
+    )
+    every = _Asked()
+    again = await _rounds_of(view, every)
+    assert any(set(span) & {m.id for m in short} for span in every.spans)
+    assert _shown(again.messages) == _shown(out.messages) and again.offloaded == out.offloaded
+
+
+def _shown(view: list[Message]) -> list[tuple[Any, ...]]:
+    """A view without its summaries' own message ids (each summary gets a new one)."""
+    return [(m.role, m.content, m.metadata, m.tokens) for m in view]
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(
+    body=st.text(max_size=60) | st.sampled_from(["", " ", "\n", ".", "x", "\n\n[", "] \n"]),
+    encoding=st.sampled_from(["cl100k_base", "o200k_base"]),
+    serial=st.integers(min_value=1, max_value=100_000),
+)
+def test_no_summary_of_a_round_is_smaller_than_its_least_tokens(
+    body: str, encoding: str, serial: int
+) -> None:
+    counter = get_counter(encoding)
+    ctx = PassContext(
+        CompressionConfig(), counter, OfflineSummarizer(counter), RunUsage(), agent="Ada"
+    )
+    span = counted([user("Thanks, Bram."), assistant("You are welcome.")])
+    made = reload_id("Ada", 7, serial)
+    draft = Draft(ctx, span)
+    build = summary_builder(
+        ctx, draft, span, label="Earlier round, summarized", kind="k", strategy="s", reload_id=made
+    )
+    least = least_summary_tokens(ctx, span, label="Earlier round, summarized", reload_id=made)
+    assert build(body).tokens >= least
+    assert build("").tokens == least
 
 
 # -- strategy 5 ----------------------------------------------------------------------------------

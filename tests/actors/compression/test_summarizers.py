@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import anyio
 import pytest
 
@@ -96,6 +98,19 @@ def count_facts_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return read
 
 
+def count_work(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Note each summary the summarizers make from now on (not those they kept)."""
+    worked: list[int] = []
+    run_sliced = summarizers.run_sliced
+
+    async def counting(steps: Any, slicer: Any) -> Any:
+        worked.append(1)
+        return await run_sliced(steps, slicer)
+
+    monkeypatch.setattr(summarizers, "run_sliced", counting)
+    return worked
+
+
 async def summarize_twice(summarizer: OfflineSummarizer, max_tokens: int) -> list[str]:
     """Summarize ``span()`` twice with one summarizer."""
     return [
@@ -105,6 +120,7 @@ async def summarize_twice(summarizer: OfflineSummarizer, max_tokens: int) -> lis
 
 
 async def test_a_piece_met_again_is_not_read_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(summarizers, "_KNOWN_SUMMARIES", 0)  # the pieces alone are kept
     fresh = await summarize(span(), 100)
     read = count_facts_calls(monkeypatch)
     summarizer = OfflineSummarizer(get_counter())
@@ -120,8 +136,41 @@ async def test_a_piece_met_again_is_not_read_again(monkeypatch: pytest.MonkeyPat
 
 async def test_the_pieces_kept_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(summarizers, "_KNOWN_PIECES", 2)
+    monkeypatch.setattr(summarizers, "_KNOWN_SUMMARIES", 0)
     fresh = await summarize(span(), 80)
     read = count_facts_calls(monkeypatch)
     assert await summarize_twice(OfflineSummarizer(get_counter()), 80) == [fresh, fresh]
     # Only the last two pieces were kept: the second run read the others again.
     assert len(read) >= 2 * len(set(read)) - 2
+
+
+async def test_a_span_summarized_again_gets_its_summary_without_the_work(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(summarizers, "_KNOWN_SUMMARIES", 2)
+    monkeypatch.setattr(summarizers, "_KNOWN_SPAN_CHARS", 100_000)
+    summarizer = OfflineSummarizer(get_counter())
+    fresh = await summarize(span(), 100)
+    assert await summarizer.summarize(span(), max_tokens=100, purpose="round", usage=RunUsage())
+    worked = count_work(monkeypatch)
+    assert await summarize_twice(summarizer, 100) == [fresh, fresh]
+    assert not worked
+    # What the summary depends on is in what it is known by: another budget, or
+    # another text, is summarized afresh.
+    shorter = await summarizer.summarize(span(), max_tokens=60, purpose="round", usage=RunUsage())
+    assert shorter == await summarize(span(), 60) and shorter != fresh
+    edited = [*span()[:-1], user("Olav decided to sail on Friday.")]
+    other = await summarizer.summarize(edited, max_tokens=100, purpose="round", usage=RunUsage())
+    assert other == await summarize(edited, 100) and "Friday" in other
+    # Only the two summaries used last are kept: the first one is made again.
+    worked.clear()
+    assert await summarize_twice(summarizer, 100) == [fresh, fresh]
+    assert len(worked) == 1
+
+
+async def test_the_summary_of_a_long_span_is_not_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(summarizers, "_KNOWN_SPAN_CHARS", sum(len(m.text()) for m in span()) - 1)
+    worked = count_work(monkeypatch)
+    summarizer = OfflineSummarizer(get_counter())
+    assert await summarize_twice(summarizer, 100) == [await summarize(span(), 100)] * 2
+    assert len(worked) == 3  # both runs, and the fresh summarizer's

@@ -266,8 +266,9 @@ class Turn:
         call as an ``agent_call`` and the answer as an ``agent_response``. With
         ``record``, this agent's memory gets what it said (an ``assistant``
         message, after the queued ones) and the answer (a ``user`` message named
-        after the listener); without, the caller records the exchange itself (as
-        a tool call and its result, say).
+        after the listener) in one add, once the listener has answered; without,
+        the caller records the exchange itself (as a tool call and its result,
+        say).
 
         Raises:
             BrainError: ``to`` is no agent of the run, the listener's answer is not
@@ -278,8 +279,10 @@ class Turn:
         if to not in self._crowd.memories:
             raise BrainError(f"{self.agent} cannot speak to {to!r}: no agent of that name")
         if record:
+            # Kept with the answer, for one add below: the turn reaches this agent's
+            # memory as one unit, so a call to it from another agent lands before or
+            # after the exchange, never between the line and its answer.
             self.remember(Message(role="assistant", name=self.agent, content=text))
-            await self.flush()
         call_rng = random.Random(self.rng.getrandbits(64))
         listener = self._crowd.turn(to, self.step, answering=True, rng=call_rng)
         answer = await self._crowd.brains[to].respond(listener, self.agent, text)

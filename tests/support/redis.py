@@ -19,7 +19,7 @@ import anyio
 import pytest
 import redis.asyncio as aioredis
 
-from actormem.runtime.redis import EmbeddedRedis, RedisConfig, connect
+from actormem.runtime.redis import EmbeddedRedis, Keys, RedisConfig, connect
 from actormem.runtime.redis.transport import RedisTransport
 
 
@@ -216,3 +216,16 @@ def redis_cluster_url() -> Iterator[str]:
         yield url
     finally:
         anyio.run(stack.aclose)
+
+
+#: The lease value of a worker that is not in the test (a larger fencing token than
+#: any the test's own workers hold).
+OTHER_HOLDER = "999:someone-else"
+
+
+async def hold_lease_elsewhere(
+    client: aioredis.Redis, config: RedisConfig, shard: int, ms: int | None = 1_500
+) -> None:
+    """Someone else holds ``shard``'s lease, for ``ms`` (None: until it is changed):
+    the commits of the worker that held it are fenced off meanwhile."""
+    await client.set(Keys(config.prefix).lease(shard), OTHER_HOLDER, px=ms)

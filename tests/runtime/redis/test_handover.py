@@ -16,6 +16,7 @@ from actormem.runtime.redis._handover import HandedEnvelope, unsent_order
 from actormem.runtime.redis._shards import StreamEnvelope
 from tests.runtime.redis.test_transport import worker
 from tests.support.actors import Add, Boom, GetState, Pass, Refuse, RefusedError
+from tests.support.redis import hold_lease_elsewhere
 from tests.support.streams import eventually, stored_tokens
 
 pytestmark = pytest.mark.anyio
@@ -141,7 +142,6 @@ async def test_a_started_ask_with_no_reply_within_half_a_lease_stays_handed_over
 async def test_a_handed_over_ask_whose_lease_goes_meanwhile_is_applied_once(
     redis_client: aioredis.Redis, redis_config: RedisConfig
 ) -> None:
-    keys = Keys(redis_config.prefix)
     address = "ledger/fenced"
     shard = shard_of(address, redis_config.shards)
     async with worker(redis_client, redis_config) as rt:
@@ -152,7 +152,7 @@ async def test_a_handed_over_ask_whose_lease_goes_meanwhile_is_applied_once(
             tg.start_soon(lambda: rt.ref(address).ask(Add("fenced", delay=0.6), timeout=8.0))
             await anyio.sleep(0.2)  # handed over, and being handled
             # Someone else holds the shard for a moment: the commit is fenced off.
-            await redis_client.set(keys.lease(shard), "999:someone-else", px=1_500)
+            await hold_lease_elsewhere(redis_client, redis_config, shard)
         stats = transport.stats()
         assert stats.handed_over > before
         assert stats.failed_back >= 1  # it went through the stream after all

@@ -25,6 +25,7 @@ from tests.runtime.redis.test_handover import _handing_over, _stream, _transport
 from tests.runtime.redis.test_transport import worker
 from tests.runtime.redis.test_unsent import COMMIT_SHA, held
 from tests.support.actors import GetState
+from tests.support.redis import hold_lease_elsewhere
 from tests.support.streams import eventually, stored_tokens
 
 pytestmark = pytest.mark.anyio
@@ -207,7 +208,6 @@ async def test_a_batch_of_started_asks_with_no_reply_within_half_a_lease_stays_h
 async def test_a_batch_of_handed_over_asks_whose_lease_goes_meanwhile_is_applied_once(
     redis_client: aioredis.Redis, redis_config: RedisConfig
 ) -> None:
-    keys = Keys(redis_config.prefix)
     address = "handbatch/fenced"
     shard = shard_of(address, redis_config.shards)
     tokens = [f"f{i}" for i in range(3)]
@@ -221,7 +221,7 @@ async def test_a_batch_of_handed_over_asks_whose_lease_goes_meanwhile_is_applied
         async def fence() -> None:
             await anyio.sleep(0.2)  # handed over, and the batch being handled
             # Someone else holds the shard for a moment: its commit cannot be stored.
-            await redis_client.set(keys.lease(shard), "999:someone-else", px=1_500)
+            await hold_lease_elsewhere(redis_client, redis_config, shard)
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(fence)

@@ -21,6 +21,7 @@ from tests.runtime.redis.test_handover import _handing_over, _stream, _transport
 from tests.runtime.redis.test_transport import worker
 from tests.runtime.redis.test_unsent import COMMIT_SHA, Layout, held, layout
 from tests.support.actors import Add, GetState, Pass
+from tests.support.redis import hold_lease_elsewhere
 from tests.support.streams import eventually, stored_tokens
 
 pytestmark = pytest.mark.anyio
@@ -128,7 +129,7 @@ async def test_handed_over_tells_whose_commit_is_fenced_off_go_through_the_strea
             await eventually(holding, "the sink's commit held")
             await rt.ref(relay).ask(Pass("fenced2", sink))  # behind the held commit
             # Someone else holds the sink's shard for a moment: its commits are fenced off.
-            await redis_client.set(keys.lease(sink_shard), "999:someone-else", px=1_500)
+            await hold_lease_elsewhere(redis_client, redis_config, sink_shard)
             client.gate.set()
 
             async def applied() -> bool:

@@ -12,6 +12,7 @@ from actormem.runtime.redis import Keys, RedisConfig, RedisTransport, shard_of
 from actormem.runtime.redis._shards import ActorRecord, Holdings, Shard, StreamEnvelope
 from tests.runtime.redis.test_transport import worker
 from tests.support.actors import Add, GetState
+from tests.support.redis import hold_lease_elsewhere
 from tests.support.streams import eventually, stored_tokens
 
 pytestmark = pytest.mark.anyio
@@ -33,7 +34,7 @@ async def test_a_shard_taken_again_after_its_lease_was_lost_is_served_from_stora
 
         await eventually(some_applied, "the first commands are stored")
         # Someone else holds the shard for a moment; then it is free again.
-        await redis_client.set(keys.lease(shard), "999:someone-else", px=1_500)
+        await hold_lease_elsewhere(redis_client, redis_config, shard)
 
         async def all_stored() -> bool:
             stored = await stored_tokens(redis_client, redis_config, [address])

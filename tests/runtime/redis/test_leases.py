@@ -20,7 +20,7 @@ from actormem.runtime.redis._leases import LeaseManager
 from actormem.runtime.redis.config import DEFAULT_LEASE_MS
 from tests.runtime.redis.test_transport import worker
 from tests.support.actors import Add
-from tests.support.redis import prefixed_client
+from tests.support.redis import OTHER_HOLDER, hold_lease_elsewhere, prefixed_client
 from tests.support.streams import client_runtime, eventually
 
 pytestmark = pytest.mark.anyio
@@ -56,7 +56,7 @@ async def _renews_all_but_the_lost(redis_client: aioredis.Redis, keys: Keys) -> 
     await leases.heartbeat()
     assert sorted(gained) == list(range(shards))
     # Another worker takes shard 3 over; the others' leases run low.
-    await redis_client.set(keys.lease(3), "999:someone-else")
+    await redis_client.set(keys.lease(3), OTHER_HOLDER)
     for shard in range(shards):
         if shard != 3:
             await redis_client.pexpire(keys.lease(shard), 100)
@@ -66,7 +66,7 @@ async def _renews_all_but_the_lost(redis_client: aioredis.Redis, keys: Keys) -> 
     for shard in leases.owned:
         assert leases.fresh(shard)
         assert await redis_client.pttl(keys.lease(shard)) > 1_000
-    assert await redis_client.get(keys.lease(3)) == b"999:someone-else"
+    assert await redis_client.get(keys.lease(3)) == OTHER_HOLDER.encode()
     assert not leases.fresh(3)
 
 
@@ -249,7 +249,7 @@ async def test_a_lease_gained_as_the_worker_closes_is_given_back_unserved(
     without error, does not serve the shard and gives its lease back."""
     keys = Keys(redis_config.prefix)
     shard = 2
-    await redis_client.set(keys.lease(shard), "999:someone-else")
+    await hold_lease_elsewhere(redis_client, redis_config, shard, None)
     reached, proceed = anyio.Event(), anyio.Event()
     evalsha = redis_client.evalsha
 
@@ -285,7 +285,7 @@ async def test_a_closing_worker_takes_no_more_shards_while_its_mailboxes_drain(
     rounds that follow renew what the worker holds and leave the free shard alone."""
     keys = Keys(redis_config.prefix)
     shard = 2
-    await redis_client.set(keys.lease(shard), "999:someone-else")
+    await hold_lease_elsewhere(redis_client, redis_config, shard, None)
     entered, closing, freed, round_done = (anyio.Event() for _ in range(4))
     acquiring: list[bool] = []
     heartbeat = LeaseManager.heartbeat

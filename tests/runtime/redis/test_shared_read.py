@@ -26,6 +26,7 @@ from actormem.runtime.redis._wire import Wire
 from actormem.runtime.redis.codec import default_codec
 from tests.runtime.redis.test_transport import worker
 from tests.support.actors import Add, GetState
+from tests.support.redis import hold_lease_elsewhere
 from tests.support.streams import eventually, stored_tokens
 
 pytestmark = pytest.mark.anyio
@@ -55,12 +56,11 @@ async def test_a_shard_gained_while_the_read_waits_joins_it(
     redis_client: aioredis.Redis, redis_config: RedisConfig
 ) -> None:
     config = msgspec.structs.replace(redis_config, block_ms=_LONG_BLOCK_MS)
-    keys = Keys(config.prefix)
     address = "echo/late"
     late = shard_of(address, config.shards)
     # Another worker holds one shard for a moment: the worker reads the others (one
     # read, waiting for a minute) before it gains that one.
-    await redis_client.set(keys.lease(late), "999:someone-else", px=1_500)
+    await hold_lease_elsewhere(redis_client, config, late)
     async with (
         worker(redis_client, config) as rt,
         worker(redis_client, config, worker=False) as asker,

@@ -47,6 +47,7 @@ from tests.support.actors import (
     Reset,
     register,
 )
+from tests.support.redis import hold_lease_elsewhere
 from tests.support.streams import eventually
 
 pytestmark = pytest.mark.anyio
@@ -293,7 +294,7 @@ async def test_a_worker_that_lost_its_lease_cannot_store_state(
     async with worker(redis_client, redis_config) as rt:
         await rt.ref(address).ask(Add("before"))
         # Another worker takes the shard over (a larger fencing token).
-        await redis_client.set(keys.lease(shard), "999:someone-else")
+        await hold_lease_elsewhere(redis_client, redis_config, shard, None)
         await rt.ref(address).tell(Add("stale"))
 
         async def pending() -> bool:

@@ -84,9 +84,16 @@ class Owner:
         """True while this worker's lease on ``shard`` was recently renewed."""
         return self._leases is not None and self._leases.fresh(shard)
 
-    async def start(self, host: TransportHost) -> None:
+    async def start(self, host: TransportHost, *, alone: bool = False) -> None:
         """Start the lease heartbeat, the broadcast reader and the passivation, in
-        the runtime's task group."""
+        the runtime's task group.
+
+        Args:
+            host: the runtime.
+            alone: no other worker can reach this Redis (an embedded server the
+                transport started): the first round takes the shards at once,
+                without the pause that lets workers started together share them.
+        """
         config = self._config
         self._leases = LeaseManager(
             self._link.client,
@@ -103,7 +110,7 @@ class Owner:
         host.spawn(self._read_broadcasts, stream, start)
         if not is_cluster(self._link.client):
             self._intake.share_reads(host)
-        host.spawn(self._lease_loop, self._leases)
+        host.spawn(self._lease_loop, self._leases, alone)
         host.spawn(self._passivate_loop)
 
     async def settle_all(self) -> None:
@@ -145,11 +152,12 @@ class Owner:
         fan_out = self._intake.fan_out
         await tail(self._link, stream, start, b"e", fan_out, block_ms=self._config.block_ms)
 
-    async def _lease_loop(self, leases: LeaseManager) -> None:
+    async def _lease_loop(self, leases: LeaseManager, alone: bool) -> None:
         await wait_open(self._link)
         # The first round only registers, then a short pause: enough for workers
-        # started together to see each other, too short to delay a lone one.
-        registered = False
+        # started together to see each other, too short to delay a lone one much.
+        # A worker no other can join (``alone``) takes its shards in that round.
+        registered = alone
         pause = min(leases.interval, _FIRST_ROUND_PAUSE)
         while True:
             try:

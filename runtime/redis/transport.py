@@ -191,6 +191,9 @@ class RedisTransport(Transport):
         self.worker = worker
         self.id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
         self._given = redis
+        # Set on open when the server is an embedded one started here: no other
+        # worker can reach it, so this one takes every shard in its first round.
+        self._alone = False
         self._client: aioredis.Redis | None = None
         self._blocking: aioredis.Redis | None = None
         self._stack = AsyncExitStack()
@@ -266,7 +269,7 @@ class RedisTransport(Transport):
             if self.trace is not None:
                 host.spawn(self.trace.watch_loop)
             if self.worker:
-                await self._owner.start(host)
+                await self._owner.start(host, alone=self._alone)
         except BaseException:
             await self.aclose()
             raise
@@ -282,6 +285,7 @@ class RedisTransport(Transport):
                 server = EmbeddedRedis(aof=self.config.aof)
                 await self._stack.enter_async_context(server)
                 url = server.url
+                self._alone = True
             client = connect(self.config, url)
             self._stack.push_async_callback(client.aclose)
         self._client = client

@@ -14,12 +14,13 @@ import redis.asyncio as aioredis
 from structlog.testing import capture_logs
 
 from actormem.runtime import Actor, Runtime
-from actormem.runtime.redis import Keys, RedisConfig, shard_of
+from actormem.runtime.redis import Keys, RedisConfig, RedisTransport, shard_of
 from actormem.runtime.redis._balance import Survey
 from actormem.runtime.redis._leases import LeaseManager
 from actormem.runtime.redis.config import DEFAULT_LEASE_MS
 from tests.runtime.redis.test_transport import worker
-from tests.support.actors import Add
+from tests.support.actors import Add, GetState
+from tests.support.actors import register as register_ledger
 from tests.support.redis import OTHER_HOLDER, hold_lease_elsewhere, prefixed_client
 from tests.support.streams import client_runtime, eventually
 
@@ -239,6 +240,34 @@ async def test_a_new_worker_handles_its_first_command_soon_after_it_starts(
             await eventually(handled, "the new worker handles the waiting command")
             took = time.monotonic() - started
     assert took < 3.0, f"first command handled {took:.2f}s after the worker started"
+
+
+@pytest.mark.parametrize("embedded", [True, False], ids=["embedded", "shared"])
+async def test_a_worker_alone_on_its_embedded_server_takes_its_shards_in_its_first_round(
+    embedded: bool,
+    redis_url: str,
+    redis_config: RedisConfig,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No other worker can reach an embedded server its transport started, so the
+    worker's first round takes the shards; on a server given to it, the first round
+    only registers (workers started together then see each other first)."""
+    rounds: list[bool] = []
+    heartbeat = LeaseManager.heartbeat
+
+    async def noted(self: LeaseManager, *, acquire: bool = True) -> float:
+        rounds.append(acquire)
+        return await heartbeat(self, acquire=acquire)
+
+    monkeypatch.setattr(LeaseManager, "heartbeat", noted)
+    config = msgspec.structs.replace(redis_config, url=None if embedded else redis_url)
+    transport = RedisTransport(None, config)
+    async with Runtime(transport=transport) as rt:
+        register_ledger(rt)
+        await rt.ref("ledger/first").tell(Add("t0"))
+        assert (await rt.ref("ledger/first").ask(GetState())).tokens == ["t0"]
+    assert rounds[0] is embedded
+    assert True in rounds
 
 
 async def test_a_lease_gained_as_the_worker_closes_is_given_back_unserved(

@@ -268,6 +268,21 @@ class Message(msgspec.Struct, frozen=True, kw_only=True, gc=False):
             out["tool_calls"] = [call.to_openai() for call in self.tool_calls]
         return out
 
+    def detached(self) -> Message:
+        """Return a copy holding none of this message's dicts or lists (its metadata,
+        and its content when structured), as a copy decoded from the wire does: a
+        memory keeps what it was given, whatever the giver later does with its own
+        objects. For a message that passed :func:`admit` (JSON-able values)."""
+        out: Message = self.__copy__()  # type: ignore[attr-defined]  # msgspec's own
+        metadata = self.metadata
+        _force_setattr(
+            out, "metadata", _any_decoder.decode(_encoder.encode(metadata)) if metadata else {}
+        )
+        content = self.content
+        if content is not None and type(content) is not str:
+            _force_setattr(out, "content", _any_decoder.decode(_encoder.encode(content)))
+        return out
+
     def with_tokens(self, tokens: int) -> Message:
         """Return a copy with the token count cached (``self`` when it already has it)."""
         if self.tokens == tokens:
@@ -453,6 +468,7 @@ def message_chars(message: Message) -> int:
 _encoder: Final = msgspec.msgpack.Encoder()
 _decoder: Final = msgspec.msgpack.Decoder(Message)
 _list_decoder: Final = msgspec.msgpack.Decoder(list[Message])
+_any_decoder: Final = msgspec.msgpack.Decoder()
 
 
 def encode_message(message: Message) -> bytes:

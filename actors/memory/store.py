@@ -148,7 +148,8 @@ class MessageStore:
         stored: bool = False,
         encoding: str | None = None,
     ) -> list[Message]:
-        """Validate messages and return them with their token counts cached.
+        """Validate messages and return them with their token counts cached, each
+        holding none of the sender's dicts or lists (:meth:`Message.detached`).
 
         ``stored``: the messages were stored before (a session file), so only their
         types and sizes are checked, not the rules :func:`admit` adds over time.
@@ -188,7 +189,7 @@ class MessageStore:
         out = []
         for i, m in enumerate(messages):
             try:
-                out.append(self.sent_count(m, encoding))
+                out.append(self.sent_count(m, encoding).detached())
             except MemoryInputError as exc:
                 raise MemoryInputError(f"{what}: message {i}: {exc}") from None
         return out
@@ -245,15 +246,17 @@ class MessageStore:
         if encoding != counter.encoding or m.tokens < 0:
             # sent_count()'s usual case, inline: not counted by the sender, counted here.
             tokens = count_tokens(m, counter)
-            if m.tokens != tokens:
-                # Message.with_tokens(), inline: a copy that skips __post_init__.
-                m = m.__copy__()  # type: ignore[attr-defined]  # msgspec's own
-                _force_setattr(m, "tokens", tokens)
         else:
             try:
-                m = self.sent_count(m, encoding)
+                tokens = self.sent_count(m, encoding).tokens
             except MemoryInputError as exc:
                 raise MemoryInputError(f"add: message 0: {exc}") from None
+        # Message.detached() with the count, inline (plain text, no metadata): a copy
+        # that skips __post_init__ and holds a metadata dict of its own.
+        kept: Message = m.__copy__()  # type: ignore[attr-defined]  # msgspec's own
+        _force_setattr(kept, "tokens", tokens)
+        _force_setattr(kept, "metadata", {})
+        m = kept
         # The effects of add() for one message, without the batch bookkeeping.
         self.working.append(m)
         self.working_tokens += m.tokens

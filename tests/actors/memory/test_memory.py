@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -365,3 +366,27 @@ async def test_durable_state_round_trips_through_changes_and_restore(
     third.durable_restore(stored.snapshot, stored.log)
     assert third._stats().history_size == 0
     assert stored.log == []  # erased, not skipped
+
+
+async def test_a_memory_keeps_what_it_was_given_when_the_caller_changes_its_objects(
+    memory_rt: MemoryRuntime,
+) -> None:
+    """On both transports the memory holds its own copy of each message's dicts and
+    lists: a caller that reuses or changes them afterwards changes nothing stored."""
+    memory = memory_rt.memory("alice")
+    tags: dict[str, Any] = {"category": "fact", "seen_by": ["bob"]}
+    parts: list[Any] = [{"type": "text", "text": "the key is under the pot"}]
+    plain = Message(role="user", content="hello")
+    await memory.add([Message(role="user", content=parts, metadata=tags), plain])
+    await memory.add({"role": "user", "content": "again", "metadata": tags})
+    tags["category"] = "rumour"
+    tags["seen_by"].append("eve")
+    parts[0]["text"] = "changed"
+    plain.metadata["injected"] = True
+    stored = await memory.get()
+    assert [m.metadata for m in stored] == [
+        {"category": "fact", "seen_by": ["bob"]},
+        {},
+        {"category": "fact", "seen_by": ["bob"]},
+    ]
+    assert stored[0].content == [{"type": "text", "text": "the key is under the pot"}]

@@ -23,7 +23,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import anyio
 import msgspec
@@ -326,6 +326,24 @@ def percentile(samples: Sequence[float], p: float) -> float:
     cuts = statistics.quantiles(samples, n=1000, method="inclusive")
     index = min(len(cuts) - 1, max(0, round(p * 10) - 1))
     return cuts[index]
+
+
+#: Clock ticks per second of the CPU times in /proc/PID/stat.
+_TICKS: Final = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def process_cpu(pid: int | None = None) -> float:
+    """CPU seconds (user and system) process ``pid`` has used so far (this process:
+    ``time.process_time()``); NaN where another process's cannot be read (not
+    Linux, or it is gone)."""
+    if pid is None or pid == os.getpid():
+        return time.process_time()
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
 def rss_bytes() -> int:

@@ -70,6 +70,8 @@ class RawAsker:
         self._ready = anyio.Event()
         self._waiting: dict[bytes, asyncio.Future[None]] = {}
         self._next = 0
+        #: The responder's process id (set once it runs).
+        self.pid: int | None = None
 
     async def ask(self, payload: bytes) -> object:
         """Send ``payload`` and wait for its reply."""
@@ -125,6 +127,7 @@ async def raw_responder(url: str) -> AsyncIterator[RawAsker]:
     keeper().track_pid(process.pid)  # stopped even if this process is SIGKILLed
     try:
         asker = RawAsker(client, requests, replies)
+        asker.pid = process.pid
         async with anyio.create_task_group() as tg:
             tg.start_soon(asker.write)
             tg.start_soon(asker.read)

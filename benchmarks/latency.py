@@ -40,6 +40,7 @@ from actormem.benchmarks._common import (
     message_texts,
     percentile,
     plan,
+    process_cpu,
     recorded_rows,
     step,
 )
@@ -119,11 +120,31 @@ async def open_loop(ask: Callable[[int], Awaitable[object]], rate: float, second
     return Level(samples, failed, len(samples) / (time.perf_counter() - start))
 
 
+#: The CPU seconds each process of a round trip has used so far, by its role
+#: (``client``, ``worker``...): read before and after a level.
+CpuClock = Callable[[], dict[str, float]]
+
+
 class Baseline(NamedTuple):
     """The raw round trip a benchmark compares its asks with, at the same rates."""
 
     name: str
     ask: Callable[[int], Awaitable[object]]
+    cpu: CpuClock | None = None
+
+
+async def metered(
+    ask: Callable[[int], Awaitable[object]], rate: float, seconds: float, cpu: CpuClock | None
+) -> tuple[Level, dict[str, float] | None]:
+    """:func:`open_loop`, and the CPU each process of ``cpu`` used meanwhile per
+    answered ask (µs, by role; None without ``cpu``)."""
+    before = cpu() if cpu is not None else None
+    level = await open_loop(ask, rate, seconds)
+    if cpu is None or before is None:
+        return level, None
+    after = cpu()
+    answered = max(1, len(level.samples))
+    return level, {role: (after[role] - before[role]) / answered * 1e6 for role in before}
 
 
 async def measure(
@@ -134,6 +155,7 @@ async def measure(
     fixed_rate: float = 0.0,
     settle: Callable[[], Awaitable[None]] | None = None,
     on_level: Callable[[str, float, float], None] | None = None,
+    cpu: CpuClock | None = None,
 ) -> list[Row]:
     """Peak, then p50/p95/p99 at 50% and 90% of it (and at ``fixed_rate`` if given),
     of ``context()`` and ``add`` asks to ``args.agents`` agents of ``rt``; each level
@@ -150,7 +172,8 @@ async def measure(
     ``settle`` waits after each level until what timed-out asks left queued is
     handled, so it does not weigh on the next level. ``on_level`` hears of each
     level of actormem's asks: its name (``add at 90% of peak``) and when it started
-    and ended (wall clock).
+    and ended (wall clock). With ``cpu`` (and the baseline's), each level adds a row
+    of the CPU its processes used per answered ask, next to the baseline's.
     """
     rows = recorded_rows()
     texts = message_texts(1000)
@@ -187,10 +210,14 @@ async def measure(
             levels.append((f"at {fixed_rate:,.0f}/s", fixed_rate, "<= 3x raw"))
         for level, rate, target in levels:
             step(f"{label} {level} ({rate:,.0f}/s): {baseline.name}")
-            raw = None if rate >= raw_peak else await open_loop(baseline.ask, rate, args.seconds)
+            raw, raw_cpu = (
+                (None, None)
+                if rate >= raw_peak
+                else await metered(baseline.ask, rate, args.seconds, baseline.cpu)
+            )
             step(f"{label} {level} ({rate:,.0f}/s): actormem")
             began = time.time()
-            ours = await open_loop(ask, rate, args.seconds)
+            ours, our_cpu = await metered(ask, rate, args.seconds, cpu)
             if on_level is not None:
                 on_level(f"{label} {level}", began, time.time())
             if settle is not None:
@@ -224,6 +251,16 @@ async def measure(
                         },
                     )
                 )
+            if our_cpu is not None:
+                rows.append(
+                    _cpu_row(
+                        f"{where} {label} CPU per ask {level}{over}",
+                        our_cpu,
+                        baseline.name,
+                        raw_cpu,
+                        rate,
+                    )
+                )
             if not raw_kept_up:
                 # What the baseline can answer at most: why it has no figures here.
                 most, how = (
@@ -250,10 +287,38 @@ async def measure(
     return rows
 
 
+def _cpu_row(
+    name: str,
+    ours: dict[str, float],
+    baseline: str,
+    theirs: dict[str, float] | None,
+    rate: float,
+) -> Row:
+    """The CPU per answered ask of a level's processes, summed, next to the baseline's
+    at the same rate (when it ran)."""
+    value = sum(ours.values())
+    raw = sum(theirs.values()) if theirs else None
+    return Row(
+        name=name,
+        value=value,
+        unit="us",
+        baseline=baseline if raw else None,
+        baseline_value=raw,
+        ratio=value / raw if raw else None,
+        extra={"rate": rate, "by_process": ours, "baseline_by_process": theirs},
+    )
+
+
 async def run(args: argparse.Namespace) -> list[Row]:
     """In-process asks (see :func:`measure`), next to the raw anyio round trip."""
     async with MemoryRuntime(bench_config()) as rt, raw_anyio_asker() as raw:
-        return await measure(rt, "in-process", args, Baseline("raw anyio round trip", raw))
+        here = _this_process
+        baseline = Baseline("raw anyio round trip", raw, here)
+        return await measure(rt, "in-process", args, baseline, cpu=here)
+
+
+def _this_process() -> dict[str, float]:
+    return {"process": process_cpu()}
 
 
 @asynccontextmanager

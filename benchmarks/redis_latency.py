@@ -13,6 +13,12 @@ The raw baseline runs at each of the same rates just before: the same asker proc
 asks a plain redis-py responder process over two streams, with requests the size
 of an ``add``'s (see :mod:`actormem.benchmarks._raw_echo`).
 
+Each level also reports the CPU the three processes of a round trip used per
+answered ask (this client, the worker, ``redis-server``; read from /proc, so
+Linux only), beside the raw asker's, responder's and ``redis-server``'s at the
+same rate: whether a tail comes from more work per ask or from how the work
+waits for a core.
+
 With ``--trace`` the client and the worker record when each ask passed each stage
 of its way (see :mod:`actormem.runtime.redis._trace`), and the run adds, per level,
 the p50 and p99 of the time between stages: the client's outbox, on to the
@@ -30,7 +36,14 @@ from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 
-from actormem.benchmarks._common import Row, above, at_least, message_texts, percentile
+from actormem.benchmarks._common import (
+    Row,
+    above,
+    at_least,
+    message_texts,
+    percentile,
+    process_cpu,
+)
 from actormem.benchmarks._raw_echo import raw_responder
 from actormem.benchmarks._redis import (
     client_runtime,
@@ -92,19 +105,34 @@ async def run(args: argparse.Namespace) -> list[Row]:
             client = connect(config.redis)
             try:
                 async with (
-                    workers(config, 1, env),
+                    workers(config, 1, env) as procs,
                     client_runtime(config, tracer) as (rt, _transport),
                     raw_responder(redis.url) as raw,
                 ):
+                    worker_pid, responder_pid, server_pid = procs.pid(0), raw.pid, redis.pid
+
+                    def ours() -> dict[str, float]:
+                        return {
+                            "client": process_cpu(),
+                            "worker": process_cpu(worker_pid),
+                            "redis-server": process_cpu(server_pid),
+                        }
+
+                    def theirs() -> dict[str, float]:
+                        return {
+                            "asker": process_cpu(),
+                            "responder": process_cpu(responder_pid),
+                            "redis-server": process_cpu(server_pid),
+                        }
 
                     async def raw_ask(_: int) -> object:
                         return await raw.ask(payload)
 
                     settle = partial(wait_drained, client, config, _SETTLE_TIMEOUT)
-                    baseline = Baseline("raw redis-py round trip", raw_ask)
+                    baseline = Baseline("raw redis-py round trip", raw_ask, theirs)
                     on_level = None if tracer is None else _on_level(levels)
                     rows = await measure(
-                        rt, "Redis", args, baseline, args.fixed_rate, settle, on_level
+                        rt, "Redis", args, baseline, args.fixed_rate, settle, on_level, ours
                     )
             finally:
                 await client.aclose()

@@ -94,3 +94,16 @@ async def test_redis_latency_reports_the_stages_of_the_asks_with_trace() -> None
     assert ("context() at 50/s", "handler") in spans
     assert ("add at 50/s", "worker event loop late") in spans
     assert any(row.name == "Redis add at 50/s: commands per commit call (mean)" for row in rows)
+    # Each level's CPU per answered ask of the three processes, beside the raw ones'.
+    cpu = {row.name: row for row in rows if " CPU per ask " in row.name}
+    assert {name.split(" CPU per ask ")[1].removesuffix(" (over capacity)") for name in cpu} == {
+        "at 50% of peak",
+        "at 90% of peak",
+        "at 50/s",
+    }
+    for row in cpu.values():
+        assert set(row.extra["by_process"]) == {"client", "worker", "redis-server"}
+        assert row.value == pytest.approx(sum(row.extra["by_process"].values()))
+        assert row.value > 0
+        if row.baseline_value is not None:
+            assert set(row.extra["baseline_by_process"]) == {"asker", "responder", "redis-server"}

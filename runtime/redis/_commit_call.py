@@ -81,8 +81,11 @@ class CommitCalls:
         unsent: list[str] = []
         through = 0
         unwritten = self._unsent.unwritten
-        for address, indices in by_actor.items():
-            names += keys.actor_state(number, address)
+        # Whether a change sets an expiry or a due time (or may remove one, see
+        # :func:`._due.latest_due`): only then does the call pass through :meth:`_expire`.
+        expiring = False
+        names += keys.actor_states(number, by_actor)
+        for indices in by_actor.values():
             if len(indices) == 1:
                 described.append(len(batch[indices[0]].envelopes))
             else:
@@ -91,6 +94,9 @@ class CommitCalls:
                 pending = batch[i]
                 envelopes = pending.envelopes
                 remember = pending.remember
+                changes = pending.changes
+                if changes.expire_after or changes.due_at is not None or changes.erase:
+                    expiring = True
                 following = len(envelopes)
                 head[i] = slots
                 slots += following
@@ -105,7 +111,6 @@ class CommitCalls:
                         snapshot, replace, appends = None, False, _NONE
                     else:
                         # The change set goes with the last command of the batch.
-                        changes = pending.changes
                         snapshot, appends = changes.snapshot, changes.log_appends
                         replace = bool(changes.replace_log)
                         if snapshot is not None:
@@ -115,7 +120,7 @@ class CommitCalls:
                         ttl = 0  # read only with a reply
                     else:
                         data.append(kept)
-                        reply_keys.append(keys.reply(number, address, env.id))
+                        reply_keys.append(keys.reply(number, env.recipient, env.id))
                         ttl = self._reply_ttl_ms(env, now)
                     data += appends
                     if sent:
@@ -150,7 +155,7 @@ class CommitCalls:
             return None
         if unsent:
             self._unsent.stored(shard, unsent, through)
-        if any(map(_touches_expiry, batch)):
+        if expiring:
             stored = {a: [batch[n].changes for n in i] for a, i in by_actor.items()}
             await self._expire(number, stored)
         # One status per command, the same for each of a batch: one per pending commit.
@@ -170,8 +175,7 @@ class CommitCalls:
         streams: dict[str, int] = {}
         for i, pending in enumerate(batch):
             if not pending.replies:
-                pending.written = frozenset()
-                continue
+                continue  # ``written`` is empty: it has no reply, and never had one
             envelopes = pending.envelopes
             kept = pending.kept_replies or {}
             written: list[int] = []
@@ -244,14 +248,6 @@ class CommitCalls:
                     await pipe.execute()
         except TransportError as exc:
             log.warning("expiry_not_set", shard=shard, actors=len(expiring), reason=str(exc))
-
-
-def _touches_expiry(pending: PendingCommit) -> bool:
-    """True when ``pending``'s changes set an expiry or a due time (or may remove
-    it, see :func:`._due.latest_due`): only then does a commit pass through
-    :meth:`CommitCalls._expire`."""
-    changes = pending.changes
-    return bool(changes.expire_after) or changes.due_at is not None or changes.erase
 
 
 def _position(envelopes: list[Envelope], env: Envelope) -> int:

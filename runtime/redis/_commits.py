@@ -161,7 +161,7 @@ class GroupCommit:
         activation of the actor.
         """
         held = self._held
-        durable = actor is not None and is_durable(actor)
+        durable = actor is not None and _durable(actor)
         record = held.actors.get(env.recipient)
         if not isinstance(env, StreamEnvelope):
             # A broadcast copy: nothing to ack, but a durable actor's changes are stored.
@@ -191,14 +191,24 @@ class GroupCommit:
                 self._unsent.failed(env)
                 return not durable  # not acked: delivered again after claim_idle_ms
             if durable:
-                changes = await self._changes(env, cast(Durable, actor))
-                if changes is None or (changes.erase and not await self._erase(shard, record, env)):
+                # The usual command, without a coroutine of its own for its changes
+                # (see :meth:`_changes`) nor for queueing them (see :meth:`_queue`).
+                try:
+                    changes = cast(Durable, actor).durable_changes()
+                    if type(changes) is not DurableChanges:
+                        changes = DurableChanges(*changes)  # a plain tuple of its fields
+                except Exception as exc:
+                    await self._changes_failed(env, exc)
+                    return False
+                if changes.erase and not await self._erase(shard, record, env):
                     return False
                 if changes.trim_streams:
                     await self._trim_sent(env)
                 if _stores_something(changes):
                     # Stored (and acked, and its id remembered) by the group commit.
-                    await self._queue(shard, record, [env], changes)
+                    if len(shard.commits) >= _COMMIT_QUEUE:
+                        await self._commit_space(shard)
+                    self._enqueue(shard, record, [env], changes, remember=True)
                     queued = True
                     return True
             if self._unsent.waiting(env) or (durable and _handed_tell(env)):
@@ -293,14 +303,19 @@ class GroupCommit:
             if type(changes) is not DurableChanges:
                 changes = DurableChanges(*changes)  # a plain tuple of its fields
         except Exception as exc:
-            log.exception("durable_changes_failed", actor=env.recipient, msg_id=env.id)
-            if env.correlation is not None:
-                error = HandlerError(
-                    env.recipient, f"durable_changes failed: {type(exc).__name__}: {exc}"
-                )
-                await self._replies.reply(env, Reply(env.correlation, error=error))
+            await self._changes_failed(env, exc)
             return None
         return changes
+
+    async def _changes_failed(self, env: Envelope, exc: Exception) -> None:
+        """The actor could not say what ``env`` changed (``exc``, being handled): log
+        it, and answer the ask with a :class:`HandlerError`."""
+        log.exception("durable_changes_failed", actor=env.recipient, msg_id=env.id)
+        if env.correlation is not None:
+            error = HandlerError(
+                env.recipient, f"durable_changes failed: {type(exc).__name__}: {exc}"
+            )
+            await self._replies.reply(env, Reply(env.correlation, error=error))
 
     async def _erase(self, shard: Shard, record: ActorRecord, env: StreamEnvelope) -> bool:
         """Remove the actor's entries before ``env`` (see :mod:`._erasure`) once the
@@ -353,17 +368,35 @@ class GroupCommit:
         """Queue ``changes`` of ``envelopes`` (one command, or a batch of one actor's)
         for the shard's next group commit, waiting while it is full (``remember``:
         store the commands' ids among the actor's applied ones)."""
+        await self._commit_space(shard)
+        self._enqueue(shard, record, envelopes, changes, remember=remember)
+
+    @staticmethod
+    async def _commit_space(shard: Shard) -> None:
+        """Wait while ``shard``'s commit queue is full."""
         while len(shard.commits) >= _COMMIT_QUEUE:
             if shard.commit_space is None:
                 shard.commit_space = anyio.Event()
             await shard.commit_space.wait()
+
+    def _enqueue(
+        self,
+        shard: Shard,
+        record: ActorRecord,
+        envelopes: list[Envelope],
+        changes: DurableChanges,
+        *,
+        remember: bool,
+    ) -> None:
+        """Queue ``changes`` of ``envelopes`` now (see :meth:`_queue`)."""
         pending = PendingCommit(envelopes, changes, remember)
         for env in envelopes:
             if isinstance(env, StreamEnvelope):
                 env.commit = pending
         shard.commits.append(pending)
         record.uncommitted += 1
-        self._wake(shard)
+        if shard.commit_idle:
+            self._wake(shard)
 
     async def run(self, shard: Shard) -> None:
         """Store the shard's queued changes, a batch per call, for as long as it is owned.
@@ -489,10 +522,11 @@ class GroupCommit:
         """Settle ``batch`` after its call: remember its ids, wake who waits for it,
         and send the replies the call did not write."""
         answered: list[tuple[Envelope, Reply, bytes | None]] = []
-        found: list[int | None] = list(statuses) if statuses is not None else []
-        found += [None] * (len(batch) - len(found))
-        for status, pending in zip(found, batch, strict=True):
-            self._committed(status, pending, statuses is not None, answered)
+        stored = statuses is not None
+        known = len(statuses) if statuses is not None else 0
+        for n, pending in enumerate(batch):
+            status = cast("list[int]", statuses)[n] if n < known else None
+            self._committed(status, pending, stored, answered)
         if statuses is not None and any(p.changes.discarded for p in batch):
             await self._erasure.delete_discarded(shard.number, batch)
         space, shard.commit_space = shard.commit_space, None
@@ -510,7 +544,8 @@ class GroupCommit:
     ) -> None:
         envelopes = pending.envelopes
         address = envelopes[0].recipient
-        record = self._held.actors.get(address)
+        held = self._held
+        record = held.actors.get(address)
         if status == 3:
             # Some commands of the batch were applied already and some not: only
             # possible if another writer got past the fence. Nothing of it is stored
@@ -538,13 +573,21 @@ class GroupCommit:
                 for n, (env, reply) in enumerate(replies)
                 if n not in written
             )
-        dropped, settled = self._held.dropped, self.tell_settled
+        shards, settled = held.shards, self.tell_settled
         for env in envelopes:
             if isinstance(env, StreamEnvelope):
                 env.commit = None
-                dropped(env)
-                if settled is not None and _handed_tell(env):
-                    settled(env, stored)
+                # Holdings.dropped(env), inline (``record`` is its recipient's): the
+                # entry and the command are no longer in flight, unless the shard's
+                # lease changed since it was read.
+                current = shards.get(env.shard)
+                if current is not None and current.lease == env.lease:
+                    current.inflight.discard(env.entry)
+                    if record is not None:
+                        record.inflight.discard(env.id)
+                        record.busy = max(record.busy - 1, 0)
+                if settled is not None and not env.entry and env.correlation is None:
+                    settled(env, stored)  # a tell handed over in memory (``_handed_tell``)
 
     async def flush_acks(self, shard: Shard) -> None:
         """XACK the handled entries of non-durable actors in one fenced call.
@@ -596,6 +639,20 @@ class GroupCommit:
 _NO_CHANGES: Final = DurableChanges([])
 
 
+#: Whether the instances of an actor class are durable, by class (see :func:`_durable`).
+_DURABLE_CLASSES: dict[type, bool] = {}
+
+
+def _durable(actor: Actor) -> bool:
+    """:func:`is_durable` for ``actor``, looked up once per class when its class
+    implements :class:`Durable` (methods of its own instances are checked each time)."""
+    kind = type(actor)
+    durable = _DURABLE_CLASSES.get(kind)
+    if durable is None:
+        durable = _DURABLE_CLASSES[kind] = is_durable(kind)
+    return durable or is_durable(actor)
+
+
 def _stores_something(changes: DurableChanges) -> bool:
     """False for a command that changed nothing (a read): it needs no commit, and its
     reply need not wait for one (a NamedTuple is truthy even when empty)."""
@@ -635,7 +692,7 @@ def _take(shard: Shard) -> list[PendingCommit]:
     else:
         taken = set(map(id, batch))
         commits[:] = [p for p in commits if id(p) not in taken]
-    holding.update(p.envelopes[0].recipient for p in batch)
+    holding.update([p.envelopes[0].recipient for p in batch])
     shard.calls += 1
     return batch
 
@@ -644,7 +701,7 @@ def _release(shard: Shard, batch: list[PendingCommit]) -> None:
     """``batch``'s call is over: let go of its actors, and wake whoever waits for it
     (their next commits may be queued)."""
     shard.calls -= 1
-    shard.committing.difference_update(p.envelopes[0].recipient for p in batch)
+    shard.committing.difference_update([p.envelopes[0].recipient for p in batch])
     done, shard.committed = shard.committed, None
     if done is not None:
         done.set()
@@ -669,7 +726,13 @@ def _next_batch(commits: list[PendingCommit]) -> list[PendingCommit]:
         if commands > _COMMIT_BATCH and n > 0:
             return commits[:n]
         changes = pending.changes
-        size += len(changes.snapshot or b"") + sum(map(len, changes.log_appends))
+        snapshot, appends = changes.snapshot, changes.log_appends
+        if snapshot is not None:
+            size += len(snapshot)
+        if len(appends) == 1:
+            size += len(appends[0])
+        elif appends:
+            size += sum(map(len, appends))
         if size > _COMMIT_BYTES and n > 0:
             return commits[:n]
     return commits[:]

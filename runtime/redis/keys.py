@@ -35,7 +35,10 @@ from __future__ import annotations
 
 import re
 import zlib
-from typing import Final
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 __all__ = ("CONSUMER_GROUP", "DEFAULT_PREFIX", "Keys", "shard_of")
 
@@ -110,8 +113,17 @@ class Keys:
     def actor_state(self, shard: int, address: str) -> tuple[str, str, str]:
         """An actor's log, snapshot and applied ids (:meth:`actor_log`,
         :meth:`actor_snapshot`, :meth:`actor_applied`), named at once."""
-        agent = f"{self.prefix}:{{s{shard}}}:agent:{address}"
-        return f"{agent}:log", f"{agent}:snap", f"{agent}:done"
+        log, snapshot, applied = self.actor_states(shard, (address,))
+        return log, snapshot, applied
+
+    def actor_states(self, shard: int, addresses: Iterable[str]) -> list[str]:
+        """:meth:`actor_state` of each of ``addresses`` of one shard, in one list."""
+        tag = f"{self.tag(shard)}:agent:"
+        names: list[str] = []
+        for address in addresses:
+            agent = tag + address
+            names += (f"{agent}:log", f"{agent}:snap", f"{agent}:done")
+        return names
 
     def reply(self, shard: int, address: str, command: str) -> str:
         """The reply kept for command ``command`` applied by the actor at ``address``."""

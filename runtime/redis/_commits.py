@@ -194,7 +194,7 @@ class GroupCommit:
                 # The usual command, without a coroutine of its own for its changes
                 # (see :meth:`_changes`) nor for queueing them (see :meth:`_queue`).
                 try:
-                    changes = cast(Durable, actor).durable_changes()
+                    changes = actor.durable_changes()  # type: ignore[union-attr]
                     if type(changes) is not DurableChanges:
                         changes = DurableChanges(*changes)  # a plain tuple of its fields
                 except Exception as exc:
@@ -395,8 +395,9 @@ class GroupCommit:
                 env.commit = pending
         shard.commits.append(pending)
         record.uncommitted += 1
-        if shard.commit_idle:
-            self._wake(shard)
+        idle = shard.commit_idle
+        if idle and idle[-1] is not shard.commit_woken:
+            self._wake(shard)  # (else the loop it would wake is woken already)
 
     async def run(self, shard: Shard) -> None:
         """Store the shard's queued changes, a batch per call, for as long as it is owned.
@@ -444,7 +445,8 @@ class GroupCommit:
         before it runs wait for it (see :class:`Rounds`)."""
         idle = shard.commit_idle
         if idle and not idle[-1].is_set():
-            idle[-1].set()
+            woken = shard.commit_woken = idle[-1]
+            woken.set()
             self._rounds().announce()
 
     def _rounds(self) -> Rounds:
@@ -523,10 +525,10 @@ class GroupCommit:
         and send the replies the call did not write."""
         answered: list[tuple[Envelope, Reply, bytes | None]] = []
         stored = statuses is not None
-        known = len(statuses) if statuses is not None else 0
+        found = statuses if statuses is not None else []
+        known = len(found)
         for n, pending in enumerate(batch):
-            status = cast("list[int]", statuses)[n] if n < known else None
-            self._committed(status, pending, stored, answered)
+            self._committed(found[n] if n < known else None, pending, stored, answered)
         if statuses is not None and any(p.changes.discarded for p in batch):
             await self._erasure.delete_discarded(shard.number, batch)
         space, shard.commit_space = shard.commit_space, None

@@ -155,7 +155,8 @@ def entry_field(fields: Any, name: bytes) -> bytes | None:
     ``[name, value, ...]`` list, or redis-py's dict."""
     if type(fields) is list:
         if len(fields) == 2 and fields[0] == name:  # what every writer writes
-            return cast(bytes, fields[1])
+            value: bytes = fields[1]  # (no cast: this runs once per entry read)
+            return value
         return cast("bytes | None", dict(zip(fields[::2], fields[1::2], strict=False)).get(name))
     return cast("dict[bytes, bytes]", fields).get(name)
 

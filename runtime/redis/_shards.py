@@ -134,6 +134,7 @@ class Shard:
         "commit_idle",
         "commit_lock",
         "commit_space",
+        "commit_woken",
         "commits",
         "committed",
         "committing",
@@ -160,6 +161,8 @@ class Shard:
         self.committing: set[str] = set()
         # Its commit loops that wait for changes to be queued (see ``_commits``).
         self.commit_idle: list[anyio.Event] = []
+        # The last of them that was woken (it takes the queue when it runs).
+        self.commit_woken: anyio.Event | None = None
         self.commit_space: anyio.Event | None = None
         # Set (and dropped) after every commit call, and when one is cancelled; made
         # by whoever waits for it (see ``_commits``).

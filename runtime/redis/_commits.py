@@ -255,7 +255,7 @@ class GroupCommit:
                 shard is None
                 or record is None
                 or record.lease != shard.lease
-                or any(cast(StreamEnvelope, env).lease != shard.lease for env in envelopes)
+                or any(e.lease != shard.lease for e in cast("list[StreamEnvelope]", envelopes))
             ):
                 log.warning(
                     "effect_not_stored", actor=first.recipient, reason="shard lost meanwhile"

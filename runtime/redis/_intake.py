@@ -208,6 +208,7 @@ class Intake:
         held = self._held
         shards, actors, number = held.shards, held.actors, shard.number
         deliver_nowait = self._link.host.deliver_nowait
+        inflight, now = shard.inflight, time.monotonic()
         for entry, data, env in batch:
             # The usual entry, checked here without a call of its own: a command new
             # to an actor whose record this worker holds, into a mailbox with room.
@@ -221,7 +222,12 @@ class Intake:
                         and (env.resent or env.id in record.applied or env.id in record.inflight)
                     )
                 ):
-                    self._taken(shard, entry, env, record)
+                    # self._taken(shard, entry, env, record), inline (the time of the read).
+                    inflight.add(entry)
+                    if env.id:
+                        record.inflight.add(env.id)
+                    record.busy += 1
+                    record.last_used = now
                     try:
                         deliver_nowait(env)
                     except ActorError as exc:

@@ -524,12 +524,8 @@ class GroupCommit:
         """Settle ``batch`` after its call: remember its ids, wake who waits for it,
         and send the replies the call did not write."""
         answered: list[tuple[Envelope, Reply, bytes | None]] = []
-        stored = statuses is not None
-        found = statuses if statuses is not None else []
-        known = len(found)
-        for n, pending in enumerate(batch):
-            self._committed(found[n] if n < known else None, pending, stored, answered)
-        if statuses is not None and any(p.changes.discarded for p in batch):
+        discarded = self._committed(batch, statuses, answered)
+        if statuses is not None and discarded:
             await self._erasure.delete_discarded(shard.number, batch)
         space, shard.commit_space = shard.commit_space, None
         if space is not None:
@@ -539,57 +535,70 @@ class GroupCommit:
 
     def _committed(
         self,
-        status: int | None,
-        pending: PendingCommit,
-        stored: bool,
+        batch: list[PendingCommit],
+        statuses: list[int] | None,
         answered: list[tuple[Envelope, Reply, bytes | None]],
-    ) -> None:
-        envelopes = pending.envelopes
-        address = envelopes[0].recipient
+    ) -> bool:
+        """Settle each pending commit of ``batch`` after its call (``statuses``: the
+        call's, one per pending commit; None when it stored nothing): remember its
+        commands' ids, let go of them, and add to ``answered`` the replies the call
+        did not write. True when one of them discarded its command."""
         held = self._held
-        record = held.actors.get(address)
-        if status == 3:
-            # Some commands of the batch were applied already and some not: only
-            # possible if another writer got past the fence. Nothing of it is stored
-            # or acked; the actor is dropped at its next command (its memory holds
-            # changes that are not stored), and the commands are delivered again.
-            log.error("commit_partly_applied", actor=address, commands=len(envelopes))
-            stored = False
+        actors, shards, settled = held.actors, held.shards, self.tell_settled
+        keep = self._config.applied_keep
+        found: list[int] = statuses or []
+        known = len(found)
+        discarded = False
+        for n, pending in enumerate(batch):
+            status = found[n] if n < known else None
+            stored = statuses is not None
+            envelopes = pending.envelopes
+            address = envelopes[0].recipient
+            record = actors.get(address)
+            if status == 3:
+                # Some commands of the batch were applied already and some not: only
+                # possible if another writer got past the fence. Nothing of it is
+                # stored or acked; the actor is dropped at its next command (its
+                # memory holds changes that are not stored), and the commands are
+                # delivered again.
+                log.error("commit_partly_applied", actor=address, commands=len(envelopes))
+                stored = False
+                if record is not None:
+                    record.lease = ""
             if record is not None:
-                record.lease = ""
-        if record is not None:
-            record.uncommitted = max(record.uncommitted - 1, 0)
-            if stored:
-                keep = self._config.applied_keep
-                for env in envelopes:
-                    if env.id:
-                        record.remember(env.id, keep)
-        if status == 2:
-            log.info("commit_already_stored", actor=address, msg_ids=[e.id for e in envelopes])
-        replies = pending.replies
-        if stored and replies and len(pending.written) < len(replies):
-            kept = pending.kept_replies or {}
-            written = pending.written
-            answered.extend(
-                (env, reply, kept.get(env.id))
-                for n, (env, reply) in enumerate(replies)
-                if n not in written
-            )
-        shards, settled = held.shards, self.tell_settled
-        for env in envelopes:
-            if isinstance(env, StreamEnvelope):
-                env.commit = None
-                # Holdings.dropped(env), inline (``record`` is its recipient's): the
-                # entry and the command are no longer in flight, unless the shard's
-                # lease changed since it was read.
-                current = shards.get(env.shard)
-                if current is not None and current.lease == env.lease:
-                    current.inflight.discard(env.entry)
-                    if record is not None:
-                        record.inflight.discard(env.id)
-                        record.busy = max(record.busy - 1, 0)
-                if settled is not None and not env.entry and env.correlation is None:
-                    settled(env, stored)  # a tell handed over in memory (``_handed_tell``)
+                record.uncommitted = max(record.uncommitted - 1, 0)
+                if stored:
+                    for env in envelopes:
+                        if env.id:
+                            record.remember(env.id, keep)
+            if status == 2:
+                log.info("commit_already_stored", actor=address, msg_ids=[e.id for e in envelopes])
+            replies = pending.replies
+            if stored and replies and len(pending.written) < len(replies):
+                kept = pending.kept_replies or {}
+                written = pending.written
+                answered.extend(
+                    (env, reply, kept.get(env.id))
+                    for m, (env, reply) in enumerate(replies)
+                    if m not in written
+                )
+            for env in envelopes:
+                if isinstance(env, StreamEnvelope):
+                    env.commit = None
+                    # Holdings.dropped(env), inline (``record`` is its recipient's): the
+                    # entry and the command are no longer in flight, unless the shard's
+                    # lease changed since it was read.
+                    current = shards.get(env.shard)
+                    if current is not None and current.lease == env.lease:
+                        current.inflight.discard(env.entry)
+                        if record is not None:
+                            record.inflight.discard(env.id)
+                            record.busy = max(record.busy - 1, 0)
+                    if settled is not None and not env.entry and env.correlation is None:
+                        settled(env, stored)  # a tell handed over in memory (``_handed_tell``)
+            if pending.changes.discarded:
+                discarded = True
+        return discarded
 
     async def flush_acks(self, shard: Shard) -> None:
         """XACK the handled entries of non-durable actors in one fenced call.

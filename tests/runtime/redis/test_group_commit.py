@@ -12,7 +12,8 @@ import pytest
 import redis.asyncio as aioredis
 
 from actormem.runtime.redis import Keys, RedisConfig, _rounds, _scripts, connect, shard_of
-from actormem.runtime.redis._commits import _COMMIT_CALLS
+from actormem.runtime.redis._commits import _COMMIT_CALLS, _durable
+from actormem.runtime.state import DurableChanges
 from tests.runtime.redis.test_transport import worker
 from tests.support.actors import Add, GetState
 
@@ -125,6 +126,27 @@ async def test_commands_handled_while_a_commit_is_in_flight_share_the_next_one(
             assert state.tokens == [f"t{n}" for n in range(i, 100, 5)]
     finally:
         await client.aclose()
+
+
+def test_an_actor_is_durable_by_its_class_or_by_methods_of_its_own() -> None:
+    class Plain:
+        pass
+
+    class Kept:
+        def durable_changes(self) -> DurableChanges:
+            return DurableChanges([])
+
+        def durable_restore(self, snapshot: bytes | None, log: list[bytes]) -> None:
+            pass
+
+    own = Plain()
+    own.durable_changes = lambda: DurableChanges([])  # type: ignore[attr-defined]
+    own.durable_restore = lambda snapshot, log: None  # type: ignore[attr-defined]
+    # Asked twice each: the second answer comes from what was kept of the class.
+    for _ in range(2):
+        assert _durable(Kept())  # type: ignore[arg-type]
+        assert _durable(own)  # type: ignore[arg-type]
+        assert not _durable(Plain())  # type: ignore[arg-type]
 
 
 async def test_every_commit_call_announced_arrives_so_later_calls_wait_for_none(

@@ -40,6 +40,14 @@ def test_a_shards_stream_lease_and_agent_state_share_one_hash_tag() -> None:
     )
 
 
+def test_the_state_keys_of_several_actors_are_each_actor_s_in_turn() -> None:
+    keys = Keys("am")
+    addresses = ["memory/alice", "memory/bob", "pool/main"]
+    expected = [name for a in addresses for name in keys.actor_state(17, a)]
+    assert keys.actor_states(17, addresses) == expected
+    assert keys.actor_states(17, []) == []
+
+
 def test_every_key_starts_with_the_prefix() -> None:
     keys = Keys("proj")
     for key in (keys.stream(0), keys.broadcast(), keys.dead_letters(), keys.replies("c")):

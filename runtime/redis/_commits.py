@@ -161,7 +161,8 @@ class GroupCommit:
         activation of the actor.
         """
         held = self._held
-        durable = actor is not None and _durable(actor)
+        # (A durable class is known without a call: see :func:`_durable`.)
+        durable = actor is not None and (_DURABLE_CLASSES.get(type(actor)) or _durable(actor))
         record = held.actors.get(env.recipient)
         if not isinstance(env, StreamEnvelope):
             # A broadcast copy: nothing to ack, but a durable actor's changes are stored.
@@ -204,7 +205,7 @@ class GroupCommit:
                     return False
                 if changes.trim_streams:
                     await self._trim_sent(env)
-                if _stores_something(changes):
+                if changes.log_appends or _stores_something(changes):  # (an add appends)
                     # Stored (and acked, and its id remembered) by the group commit.
                     if len(shard.commits) >= _COMMIT_QUEUE:
                         await self._commit_space(shard)

@@ -16,14 +16,14 @@ noted until the intake reads it, and a shard gained is read to its end, past
 what the outbox held when it was gained, before anything to it is handed over.
 
 A handed-over ask is never lost while its asker waits: when its command cannot be
-stored (the shard was lost, the commit fenced off), or no reply came within the
-ask's first resend delay and its actor has not started it, it goes to the shard's
-stream with the same command id and correlation, where the shard's owner handles
-it once (a command already applied is skipped there, and answered with the reply
-kept with it). One its actor started is answered by that handling, whatever its
-outcome: should the command fail and be given up (dead-lettered), its asker is told
-so and no copy of it is ever handled. One that dies with its worker dies with its
-asker, as an ask not yet sent does.
+stored (the shard was lost, the commit fenced off), it goes to the shard's stream
+with the same command id and correlation, where the shard's owner handles it once
+(a command already applied is skipped there, and answered with the reply kept with
+it). Otherwise its handling answers it, however long it waits in its actor's
+mailbox and whatever its outcome: no copy of it goes through the stream when its
+ask's resend delay passes, so should the command fail and be given up
+(dead-lettered), its asker is told so and no copy of it is ever handled. One that
+dies with its worker dies with its asker, as an ask not yet sent does.
 
 Whatever this transport sends through the stream to an actor that has handed-over
 asks not answered yet goes behind copies of those asks (the same command ids,
@@ -51,7 +51,7 @@ is sent to its recipient through the stream after it, as a handed-over ask does.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, ClassVar, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 
@@ -77,15 +77,12 @@ _RANK_SHIFT: Final = 20
 
 class HandedEnvelope(StreamEnvelope, kw_only=True):
     """An ask handed over in memory (see the module docstring): no stream entry
-    (``entry`` is empty), so nothing to ack. The runtime reports when its handling
-    starts (``track_start``): from then on it is not taken back for the stream.
+    (``entry`` is empty), so nothing to ack.
 
     Attributes:
         after: the last entry of its shard read before it was handed over.
         rank: its place among the commands handed over since that entry was read.
     """
-
-    track_start: ClassVar[bool] = True
 
     after: str = "0-0"
     rank: int = 0
@@ -211,8 +208,6 @@ class Handover:
         # The asks handed over and not answered yet: correlation -> (the asker's
         # envelope, its shard).
         self._handed: dict[int, tuple[Envelope, int]] = {}
-        # Of those, the ones whose actor started handling them (see :meth:`started`).
-        self._started: set[int] = set()
         # The tells handed over and not done yet: tell id -> its record.
         self.tells: dict[str, HandedTell] = {}
         # Of those asks and tells, the ones no copy of went through the stream yet, by
@@ -404,14 +399,7 @@ class Handover:
         handed = self._handed
         for correlation in [c for c, (env, _) in handed.items() if (env.deadline or now) < now]:
             self._uncopy(handed.pop(correlation)[0])
-            self._started.discard(correlation)
         self._prune_at = max(_PRUNE_FIRST, 2 * len(handed))
-
-    def started(self, correlation: int) -> None:
-        """The actor started handling the handed-over ask ``correlation``: its
-        handling answers it (see :meth:`take_back_unstarted`)."""
-        if correlation in self._handed:
-            self._started.add(correlation)
 
     def answered(self, correlation: int) -> None:
         """The reply to the ask ``correlation`` came, or is about to (its command was
@@ -420,7 +408,6 @@ class Handover:
             found = self._handed.pop(correlation, None)
             if found is not None:
                 self._uncopy(found[0])
-                self._started.discard(correlation)
 
     def take_back(self, correlation: int | None) -> Envelope | None:
         """The asker's envelope of the handed-over ask ``correlation`` not answered yet,
@@ -431,22 +418,14 @@ class Handover:
         found = self._handed.pop(correlation, None)
         if found is None:
             return None
-        self._started.discard(correlation)
         # Still among the uncopied: it goes through the stream behind those handed
         # over before it, and ahead of those after it (see :meth:`ahead`).
         return found[0]
 
-    def take_back_unstarted(self, correlation: int | None) -> tuple[bool, Envelope | None]:
-        """For an ask with no reply within its resend delay: whether ``correlation`` is
-        handed over and not answered yet, and, if its actor has not started it, the
-        asker's envelope, taken back as by :meth:`take_back`. One its actor started
-        stays handed over: that handling answers it, even when its command is given
-        up, and a copy through the stream could be handled after that."""
-        if correlation is None or correlation not in self._handed:
-            return False, None
-        if correlation in self._started:
-            return True, None
-        return True, self.take_back(correlation)
+    def holds(self, correlation: int | None) -> bool:
+        """Whether the ask ``correlation`` is handed over and not answered yet: its
+        actor's handling answers it (see the module docstring)."""
+        return correlation is not None and correlation in self._handed
 
     def _uncopy(self, envelope: Envelope) -> None:
         """``envelope`` (a handed-over ask or tell) is no longer handed over: no copy
@@ -479,7 +458,6 @@ class Handover:
         """Forget every shard and ask (the transport closed)."""
         self._tracks.clear()
         self._handed.clear()
-        self._started.clear()
         self.tells.clear()
         self._uncopied.clear()
 

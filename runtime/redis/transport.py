@@ -496,15 +496,8 @@ class RedisTransport(Transport):
         deadline passed. A command whose class says ``resend_as_new`` goes again as
         a new command instead (a new id, handled again; see :class:`Command`)."""
         self._asks_resent += 1
-        handed, asked = self._handover.take_back_unstarted(envelope.correlation)
-        if asked is not None:
-            # Handed over, not started, and no reply yet: through the stream now, not
-            # as a copy (no copy of it is in the stream; its owner skips it if it was
-            # applied).
-            await self._send_through_stream(asked)
-            return
-        if handed:
-            return  # its actor is handling it: that answers it (see ``_handover``)
+        if self._handover.holds(envelope.correlation):
+            return  # handed over: its actor's handling answers it (see ``_handover``)
         if getattr(type(envelope.body), "resend_as_new", False):
             await self.send(msgspec.structs.replace(envelope, id=new_id()))
             return
@@ -622,10 +615,6 @@ class RedisTransport(Transport):
         self._unsent.failed(envelope)
 
     async def starting(self, envelope: Envelope) -> None:
-        if type(envelope) is HandedEnvelope:
-            if envelope.correlation is not None:
-                self._handover.started(envelope.correlation)
-            return
         await self._dead_letters.starting(envelope)
 
     async def retry(self, envelope: Envelope, allowed: bool) -> bool:

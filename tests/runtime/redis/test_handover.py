@@ -139,6 +139,45 @@ async def test_a_started_ask_with_no_reply_within_half_a_lease_stays_handed_over
     assert len(letters) == 1
 
 
+async def test_an_ask_queued_behind_a_slow_one_past_half_a_lease_stays_handed_over(
+    redis_client: aioredis.Redis, redis_config: RedisConfig
+) -> None:
+    """An ask that waits in its actor's mailbox past its resend delay (it cannot start
+    before the slow command ahead of it ends) is answered by its handling alone: no
+    copy of it goes through the stream, and a failing one is given up once."""
+    config = msgspec.structs.replace(redis_config, lease_ms=600)  # resent after 0.3 s
+    address = "ledger/queued-handed"
+    async with worker(redis_client, config) as rt:
+        await _handing_over(rt, address)
+        transport = _transport(rt)
+        before = transport.stats()
+        entries = await redis_client.xlen(_stream(config, address))
+        failed: list[BaseException] = []
+
+        async def failing() -> None:
+            with pytest.raises(HandlerError, match="RuntimeError: boom") as raised:
+                await rt.ref(address).ask(Boom())
+            failed.append(raised.value)
+
+        async def slow_handed_over() -> bool:
+            return transport.stats().handed_over > before.handed_over
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: rt.ref(address).ask(Add("slow", delay=1.0)))
+            await eventually(slow_handed_over, "the slow ask is handed over")
+            tg.start_soon(failing)  # queued behind it for a second: past half a lease
+        after = transport.stats()
+        assert len(failed) == 1
+        assert after.handed_over == before.handed_over + 2
+        assert after.asks_resent > before.asks_resent  # no reply within half a lease
+        assert after.failed_back == before.failed_back
+        assert after.dead_lettered == before.dead_lettered + 1
+        assert await redis_client.xlen(_stream(config, address)) == entries
+        state = await rt.ref(address).ask(GetState())
+    assert state.tokens.count("slow") == 1
+    assert len(await redis_client.xrange(Keys(config.prefix).dead_letters())) == 1
+
+
 async def test_a_handed_over_ask_whose_lease_goes_meanwhile_is_applied_once(
     redis_client: aioredis.Redis, redis_config: RedisConfig
 ) -> None:

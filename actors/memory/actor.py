@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
 import structlog
 
 from actormem.actors.compression import CONTEXT_RELOAD_TOOL, RELOAD_TOOL_NAME, reload_tool_result
@@ -178,15 +179,15 @@ class AgentMemory(Actor):
             case Context(max_tokens=max_tokens, query=query):
                 return await self._context(max_tokens, query)
             case Get():
-                return self._queries.get(message)
+                return _answered(self._queries.get(message))
             case Search():
-                return self._queries.search(message)
+                return _answered(self._queries.search(message))
             case Delete(ids=ids, indices=indices):
                 return store.delete(ids, indices)
             case Update():
-                return self._update(message)
+                return self._update(message).detached()
             case SetSummary(text=text, replaces=replaces):
-                return edits.set_summary(store, text, replaces, self.agent)
+                return edits.set_summary(store, text, replaces, self.agent).detached()
             case Clear(history=history):
                 removed = self._clear(history)
                 if history:  # the session file keeps what is left
@@ -200,13 +201,19 @@ class AgentMemory(Actor):
             case Stats():
                 return self._stats()
             case Export(include_history=include_history):
-                return self._queries.export(self.agent, include_history)
+                data = self._queries.export(self.agent, include_history)
+                return msgspec.structs.replace(
+                    data,
+                    working=_answered(data.working),
+                    history=_answered(data.history),
+                    offloaded={k: _answered(v) for k, v in data.offloaded.items()},
+                )
             case Load(data=data, overwrite=overwrite):
                 return self._load(data, overwrite)
             case Prune(max_tokens=max_tokens, preserve_system=preserve_system):
                 return store.prune(max_tokens, preserve_system)
             case Reload(offload_id=offload_id):
-                return self._queries.reload(offload_id)
+                return _answered(self._queries.reload(offload_id))
             case InsightDelivery():
                 recall = self._recall
                 if recall is None or not store.durable:
@@ -591,3 +598,10 @@ def memory_factory(
 
 class _SuspendingAgentMemory(AgentMemory):
     inline_asks = False
+
+
+def _answered(messages: list[Message]) -> list[Message]:
+    """``messages`` as an answer holds them: copies sharing none of the memory's dicts
+    and lists (see :meth:`Message.detached`), so an asker that changes what it got,
+    in process as over Redis, changes nothing stored."""
+    return [m.detached() for m in messages]

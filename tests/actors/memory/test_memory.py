@@ -390,3 +390,29 @@ async def test_a_memory_keeps_what_it_was_given_when_the_caller_changes_its_obje
         {"category": "fact", "seen_by": ["bob"]},
     ]
     assert stored[0].content == [{"type": "text", "text": "the key is under the pot"}]
+
+
+async def test_a_memory_keeps_what_it_answered_when_the_asker_changes_it(
+    memory_rt: MemoryRuntime,
+) -> None:
+    """On both transports the messages a query answers with are the asker's own: an
+    asker that changes their dicts and lists changes nothing stored."""
+    memory = memory_rt.memory("alice")
+    await memory.add(
+        [
+            Message(role="user", content="the key is under the pot", metadata={"seen_by": []}),
+            Message(role="user", content=[{"type": "text", "text": "parts"}]),
+        ]
+    )
+    first, second = await memory.get()
+    found = (await memory.search("key"))[0]
+    marked = await memory.mark(first.id, tag="fact")
+    exported = await memory.export()
+    for message in (first, found, marked, exported.working[0], exported.history[0]):
+        message.metadata["injected"] = True
+        message.metadata.get("seen_by", []).append("eve")
+    assert isinstance(second.content, list)
+    second.content[0]["text"] = "changed"
+    stored = await memory.get()
+    assert [m.metadata for m in stored] == [{"seen_by": [], "tag": "fact"}, {}]
+    assert stored[1].content == [{"type": "text", "text": "parts"}]

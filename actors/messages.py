@@ -242,14 +242,16 @@ class Message(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 
         Roles map as MARSYS maps them: ``agent_call`` becomes a ``user`` message
         prefixed with the caller, ``agent_response`` becomes ``assistant``. Structured
-        dict content becomes JSON text; a ``name`` is kept where OpenAI accepts it.
+        dict content becomes JSON text, a list of parts a copy of it (the caller's to
+        change); a ``name`` is kept where OpenAI accepts it.
         """
         role = self.role
         content: Any = self.content
         if isinstance(content, dict):
             content = msgspec.json.encode(content).decode()
-        elif isinstance(content, list) and not _parts_fit(content, _PART_TYPES[role]):
-            content = self.text()  # parts this role cannot carry in the API: as text
+        elif isinstance(content, list):
+            # Parts this role cannot carry in the API go as text.
+            content = _copied(content) if _parts_fit(content, _PART_TYPES[role]) else self.text()
         if role == "agent_call":
             caller = self.name or str(self.metadata.get("caller", "agent"))
             prefix = f"[Request from {caller}]: "
@@ -275,12 +277,10 @@ class Message(msgspec.Struct, frozen=True, kw_only=True, gc=False):
         objects. For a message that passed :func:`admit` (JSON-able values)."""
         out: Message = self.__copy__()  # type: ignore[attr-defined]  # msgspec's own
         metadata = self.metadata
-        _force_setattr(
-            out, "metadata", _any_decoder.decode(_encoder.encode(metadata)) if metadata else {}
-        )
+        _force_setattr(out, "metadata", _copied(metadata) if metadata else {})
         content = self.content
         if content is not None and type(content) is not str:
-            _force_setattr(out, "content", _any_decoder.decode(_encoder.encode(content)))
+            _force_setattr(out, "content", _copied(content))
         return out
 
     def with_tokens(self, tokens: int) -> Message:
@@ -469,6 +469,12 @@ _encoder: Final = msgspec.msgpack.Encoder()
 _decoder: Final = msgspec.msgpack.Decoder(Message)
 _list_decoder: Final = msgspec.msgpack.Decoder(list[Message])
 _any_decoder: Final = msgspec.msgpack.Decoder()
+
+
+def _copied(value: Any) -> Any:
+    """A JSON-able ``value`` as a copy sharing none of its dicts and lists, as it
+    comes back from the wire."""
+    return _any_decoder.decode(_encoder.encode(value))
 
 
 def encode_message(message: Message) -> bytes:

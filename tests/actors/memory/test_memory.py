@@ -395,8 +395,9 @@ async def test_a_memory_keeps_what_it_was_given_when_the_caller_changes_its_obje
 async def test_a_memory_keeps_what_it_answered_when_the_asker_changes_it(
     memory_rt: MemoryRuntime,
 ) -> None:
-    """On both transports the messages a query answers with are the asker's own: an
-    asker that changes their dicts and lists changes nothing stored."""
+    """On both transports the messages a query answers with, and the content parts in
+    a context, are the asker's own: an asker that changes their dicts and lists
+    changes nothing stored."""
     memory = memory_rt.memory("alice")
     await memory.add(
         [
@@ -413,6 +414,10 @@ async def test_a_memory_keeps_what_it_answered_when_the_asker_changes_it(
         message.metadata.get("seen_by", []).append("eve")
     assert isinstance(second.content, list)
     second.content[0]["text"] = "changed"
+    sent = (await memory.context())[-1]["content"]
+    assert isinstance(sent, list)
+    sent[0]["text"] = "changed too"
+    sent.append({"type": "text", "text": "more"})
     stored = await memory.get()
     assert [m.metadata for m in stored] == [{"seen_by": [], "tag": "fact"}, {}]
     assert stored[1].content == [{"type": "text", "text": "parts"}]

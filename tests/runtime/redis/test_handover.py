@@ -9,58 +9,30 @@ import msgspec
 import pytest
 import redis.asyncio as aioredis
 
-from actormem.runtime import Runtime
 from actormem.runtime.errors import AskTimeoutError, HandlerError
-from actormem.runtime.redis import Keys, RedisConfig, RedisTransport, shard_of
+from actormem.runtime.redis import Keys, RedisConfig, shard_of
 from actormem.runtime.redis._handover import HandedEnvelope, unsent_order
 from actormem.runtime.redis._shards import StreamEnvelope
 from tests.runtime.redis.test_transport import worker
 from tests.support.actors import Add, Boom, GetState, Pass, Refuse, RefusedError
+from tests.support.handover import handing_over, redis_transport, shard_stream, warmed_ledger
 from tests.support.redis import hold_lease_elsewhere
 from tests.support.streams import eventually, stored_tokens
 
 pytestmark = pytest.mark.anyio
 
 
-def _transport(rt: Runtime) -> RedisTransport:
-    transport = rt.transport
-    assert isinstance(transport, RedisTransport)
-    return transport
-
-
-def _stream(config: RedisConfig, address: str) -> str:
-    """The shard stream that carries what is sent to ``address``."""
-    return Keys(config.prefix).stream(shard_of(address, config.shards))
-
-
-async def _handing_over(rt: Runtime, address: str) -> list[str]:
-    """Wait until asks to ``address`` are handed over (its shard is owned and read to
-    its end, its record held); the tokens its warm-up stored."""
-    transport = _transport(rt)
-    n = 0
-
-    async def handed() -> bool:
-        nonlocal n
-        before = transport.stats().handed_over
-        n += 1
-        await rt.ref(address).ask(Add(f"warm{n}"))
-        return transport.stats().handed_over > before
-
-    await eventually(handed, f"asks to {address} are handed over", limit=10.0)
-    return list((await rt.ref(address).ask(GetState())).tokens)
-
-
 async def test_asks_to_an_owned_shard_are_handed_over_and_stored_once(
     redis_client: aioredis.Redis, redis_config: RedisConfig
 ) -> None:
     address = "ledger/handed"
-    stream = _stream(redis_config, address)
+    stream = shard_stream(redis_config, address)
     async with worker(redis_client, redis_config) as rt:
-        warm = await _handing_over(rt, address)
+        warm = await warmed_ledger(rt, address)
         entries = await redis_client.xlen(stream)
-        before = _transport(rt).stats().handed_over
+        before = redis_transport(rt).stats().handed_over
         totals = [await rt.ref(address).ask(Add(f"t{i}", 2)) for i in range(20)]
-        stats = _transport(rt).stats()
+        stats = redis_transport(rt).stats()
         assert stats.handed_over - before == 20
         assert await redis_client.xlen(stream) == entries  # none went through the stream
         state = await rt.ref(address).ask(GetState())
@@ -76,7 +48,7 @@ async def test_an_ask_waits_behind_what_went_through_the_stream_before_it(
 ) -> None:
     address = "ledger/ordered"
     async with worker(redis_client, redis_config) as rt:
-        warm = await _handing_over(rt, address)
+        warm = await warmed_ledger(rt, address)
         told = [f"told{i}" for i in range(30)]
         for token in told:  # tells always go through the stream
             await rt.ref(address).tell(Add(token, delay=0.002))
@@ -92,8 +64,7 @@ async def test_handed_over_asks_get_their_errors_and_timeouts(
 ) -> None:
     address = "ledger/errors"
     async with worker(redis_client, redis_config) as rt:
-        await _handing_over(rt, address)
-        transport = _transport(rt)
+        transport = await handing_over(rt, address)
         before = transport.stats()
         with pytest.raises(RefusedError, match="refused on purpose"):
             await rt.ref(address).ask(Refuse())
@@ -121,10 +92,9 @@ async def test_a_started_ask_with_no_reply_within_half_a_lease_stays_handed_over
     slow, failing = "ledger/slow-handed", "ledger/failing-handed"
     async with worker(redis_client, config) as rt:
         for address in (slow, failing):
-            await _handing_over(rt, address)
-        transport = _transport(rt)
+            transport = await handing_over(rt, address)
         before = transport.stats()
-        entries = [await redis_client.xlen(_stream(config, a)) for a in (slow, failing)]
+        entries = [await redis_client.xlen(shard_stream(config, a)) for a in (slow, failing)]
         assert await rt.ref(slow).ask(Add("slow", delay=0.8)) >= 1
         with pytest.raises(HandlerError, match="RuntimeError: boom"):
             await rt.ref(failing).ask(Boom(delay=0.4))  # retried, then given up
@@ -132,7 +102,9 @@ async def test_a_started_ask_with_no_reply_within_half_a_lease_stays_handed_over
         assert after.asks_resent > before.asks_resent  # no reply within half a lease
         assert after.failed_back == before.failed_back  # yet nothing taken back
         assert after.dead_lettered == before.dead_lettered + 1
-        assert [await redis_client.xlen(_stream(config, a)) for a in (slow, failing)] == entries
+        assert [
+            await redis_client.xlen(shard_stream(config, a)) for a in (slow, failing)
+        ] == entries
         state = await rt.ref(slow).ask(GetState())
     assert state.tokens.count("slow") == 1
     letters = await redis_client.xrange(keys.dead_letters())
@@ -148,10 +120,9 @@ async def test_an_ask_queued_behind_a_slow_one_past_half_a_lease_stays_handed_ov
     config = msgspec.structs.replace(redis_config, lease_ms=600)  # resent after 0.3 s
     address = "ledger/queued-handed"
     async with worker(redis_client, config) as rt:
-        await _handing_over(rt, address)
-        transport = _transport(rt)
+        transport = await handing_over(rt, address)
         before = transport.stats()
-        entries = await redis_client.xlen(_stream(config, address))
+        entries = await redis_client.xlen(shard_stream(config, address))
         failed: list[BaseException] = []
 
         async def failing() -> None:
@@ -172,7 +143,7 @@ async def test_an_ask_queued_behind_a_slow_one_past_half_a_lease_stays_handed_ov
         assert after.asks_resent > before.asks_resent  # no reply within half a lease
         assert after.failed_back == before.failed_back
         assert after.dead_lettered == before.dead_lettered + 1
-        assert await redis_client.xlen(_stream(config, address)) == entries
+        assert await redis_client.xlen(shard_stream(config, address)) == entries
         state = await rt.ref(address).ask(GetState())
     assert state.tokens.count("slow") == 1
     assert len(await redis_client.xrange(Keys(config.prefix).dead_letters())) == 1
@@ -184,8 +155,7 @@ async def test_a_handed_over_ask_whose_lease_goes_meanwhile_is_applied_once(
     address = "ledger/fenced"
     shard = shard_of(address, redis_config.shards)
     async with worker(redis_client, redis_config) as rt:
-        await _handing_over(rt, address)
-        transport = _transport(rt)
+        transport = await handing_over(rt, address)
         before = transport.stats().handed_over
         async with anyio.create_task_group() as tg:
             tg.start_soon(lambda: rt.ref(address).ask(Add("fenced", delay=0.6), timeout=8.0))
@@ -207,11 +177,11 @@ async def test_the_tells_of_a_handed_over_command_go_out_once(
 ) -> None:
     source, target = "ledger/source", "ledger/target"
     async with worker(redis_client, redis_config) as rt:
-        await _handing_over(rt, source)
-        before = _transport(rt).stats().handed_over
+        await handing_over(rt, source)
+        before = redis_transport(rt).stats().handed_over
         for i in range(5):
             await rt.ref(source).ask(Pass(f"p{i}", to=target))
-        assert _transport(rt).stats().handed_over - before == 5
+        assert redis_transport(rt).stats().handed_over - before == 5
 
         async def told() -> bool:
             stored = await stored_tokens(redis_client, redis_config, [target])
@@ -252,16 +222,16 @@ async def test_what_is_sent_through_the_stream_goes_behind_copies_of_asks_handed
     # Should the shard go before the handed-over ask is handled, its next owner must
     # meet the ask before the tell sent after it: a copy of it goes to the stream first.
     address = "ledger/ahead"
-    stream = _stream(redis_config, address)
+    stream = shard_stream(redis_config, address)
     async with worker(redis_client, redis_config) as rt:
-        warm = await _handing_over(rt, address)
+        warm = await warmed_ledger(rt, address)
         last = (await redis_client.xrevrange(stream, count=1) or [(b"0-0", {})])[0][0]
-        before = _transport(rt).stats().handed_over
+        before = redis_transport(rt).stats().handed_over
         async with anyio.create_task_group() as tg:
             tg.start_soon(lambda: rt.ref(address).ask(Add("asked-first", delay=0.3)))
             await anyio.sleep(0.1)  # handed over, and being handled
             await rt.ref(address).tell(Add("told-after"))
-        assert _transport(rt).stats().handed_over - before == 1
+        assert redis_transport(rt).stats().handed_over - before == 1
 
         async def both() -> bool:
             return (await rt.ref(address).ask(GetState())).tokens[-1:] == ["told-after"]

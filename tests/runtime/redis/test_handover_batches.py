@@ -21,10 +21,10 @@ from actormem.runtime.redis import (
     shard_of,
 )
 from tests.runtime.redis.test_batches import BatchLedger, Put
-from tests.runtime.redis.test_handover import _handing_over, _stream, _transport
 from tests.runtime.redis.test_transport import worker
 from tests.runtime.redis.test_unsent import COMMIT_SHA, held
 from tests.support.actors import GetState
+from tests.support.handover import handing_over, redis_transport, shard_stream, warmed_ledger
 from tests.support.redis import hold_lease_elsewhere
 from tests.support.streams import eventually, stored_tokens
 
@@ -94,9 +94,9 @@ async def _ready(
     warm-up's tokens, the transport's counters and the length of its shard stream
     then (the change sets counted from there)."""
     _register(rt)
-    warm = await _handing_over(rt, address)
-    before = _transport(rt).stats()
-    entries = await client.xlen(_stream(config, address))
+    warm = await warmed_ledger(rt, address)
+    before = redis_transport(rt).stats()
+    entries = await client.xlen(shard_stream(config, address))
     BatchLedger.change_sets = 0
     return warm, before, entries
 
@@ -105,10 +105,10 @@ async def test_handed_over_asks_queued_together_are_one_batch_answered_each_in_o
     redis_client: aioredis.Redis, redis_config: RedisConfig
 ) -> None:
     address = "handbatch/asked"
-    stream = _stream(redis_config, address)
+    stream = shard_stream(redis_config, address)
     async with worker(redis_client, redis_config) as rt:
         warm, before, entries = await _ready(rt, redis_client, redis_config, address)
-        transport = _transport(rt)
+        transport = redis_transport(rt)
         outcomes = await _asked_together(rt, address, [Put(f"p{i}") for i in range(5)])
         change_sets = BatchLedger.change_sets
         after = transport.stats()
@@ -131,9 +131,9 @@ async def test_handed_over_tells_queued_together_are_one_batch_stored_once_in_or
     keys = Keys(redis_config.prefix)
     async with worker(redis_client, redis_config) as rt:
         _register(rt)
-        await _handing_over(rt, relay)
-        warm = await _handing_over(rt, sink)
-        transport = _transport(rt)
+        await handing_over(rt, relay)
+        warm = await warmed_ledger(rt, sink)
+        transport = redis_transport(rt)
         before = transport.stats()
         BatchLedger.change_sets = 0
         tokens = [f"s{i}" for i in range(6)]
@@ -170,13 +170,13 @@ async def test_a_batch_of_started_asks_with_no_reply_within_half_a_lease_stays_h
     config = msgspec.structs.replace(redis_config, lease_ms=600)  # resent after 0.3 s
     address = "handbatch/held"
     keys = Keys(config.prefix)
-    stream = _stream(config, address)
+    stream = shard_stream(config, address)
     client = held(config, COMMIT_SHA, keys.lease(shard_of(address, config.shards)))
     client.gate.set()
     try:
         async with worker(client, config) as rt:
             warm, before, entries = await _ready(rt, redis_client, config, address)
-            transport = _transport(rt)
+            transport = redis_transport(rt)
             client.gate = anyio.Event()
 
             async def release() -> None:
@@ -213,8 +213,8 @@ async def test_a_batch_of_handed_over_asks_whose_lease_goes_meanwhile_is_applied
     tokens = [f"f{i}" for i in range(3)]
     async with worker(redis_client, redis_config) as rt:
         _register(rt)
-        warm = await _handing_over(rt, address)
-        transport = _transport(rt)
+        warm = await warmed_ledger(rt, address)
+        transport = redis_transport(rt)
         before = transport.stats()
         BatchLedger.change_sets = 0
 

@@ -7,27 +7,13 @@ from __future__ import annotations
 import pytest
 import redis.asyncio as aioredis
 
-from actormem.runtime import Runtime
 from actormem.runtime.errors import MessageDecodeError
 from actormem.runtime.redis import RedisConfig
-from tests.runtime.redis.test_handover import _handing_over, _transport
 from tests.runtime.redis.test_transport import worker, worker_and_client
 from tests.support.actors import Add, GetState
-from tests.support.streams import eventually
+from tests.support.handover import handing_over, redis_transport, warmed_ledger
 
 pytestmark = pytest.mark.anyio
-
-
-async def _echo_handing_over(rt: Runtime, address: str) -> None:
-    """Wait until asks to the echo actor ``address`` are handed over."""
-    transport = _transport(rt)
-
-    async def handed() -> bool:
-        before = transport.stats().handed_over
-        await rt.ref(address).ask("warm")
-        return transport.stats().handed_over > before
-
-    await eventually(handed, f"asks to {address} are handed over", limit=10.0)
 
 
 async def test_a_handed_over_body_shares_nothing_mutable_with_the_askers(
@@ -35,8 +21,7 @@ async def test_a_handed_over_body_shares_nothing_mutable_with_the_askers(
 ) -> None:
     address = "echo/copies"
     async with worker(redis_client, redis_config) as rt:
-        await _echo_handing_over(rt, address)
-        transport = _transport(rt)
+        transport = await handing_over(rt, address, lambda _: "warm")
         before = transport.stats().handed_over
         inner, mapping = ["b", "c"], {"k": ["v"]}
         body = ["a", inner, mapping]
@@ -59,8 +44,8 @@ async def test_a_handed_over_body_the_stream_would_refuse_is_refused_as_from_the
     address = "ledger/refused-body"
     bad = Add(3)  # type: ignore[arg-type]  # msgspec checks field types on decode only
     async with worker_and_client(redis_client, redis_config) as (rt, client):
-        warm = await _handing_over(rt, address)
-        transport = _transport(rt)
+        warm = await warmed_ledger(rt, address)
+        transport = redis_transport(rt)
         before = transport.stats()
         with pytest.raises(MessageDecodeError) as handed:
             await rt.ref(address).ask(bad)

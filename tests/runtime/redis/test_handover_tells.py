@@ -17,10 +17,10 @@ from actormem.runtime import Actor, Runtime
 from actormem.runtime.redis import RedisConfig
 from actormem.runtime.redis._handover import HandedTell
 from actormem.runtime.redis._outbox import Outbox
-from tests.runtime.redis.test_handover import _handing_over, _stream, _transport
 from tests.runtime.redis.test_transport import worker
 from tests.runtime.redis.test_unsent import COMMIT_SHA, Layout, held, layout
 from tests.support.actors import Add, GetState, Pass
+from tests.support.handover import handing_over, redis_transport, shard_stream, warmed_ledger
 from tests.support.redis import hold_lease_elsewhere
 from tests.support.streams import eventually, stored_tokens
 
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.anyio
 
 
 async def _tells_handed_over(rt: Runtime) -> int:
-    return _transport(rt).stats().tells_handed_over
+    return redis_transport(rt).stats().tells_handed_over
 
 
 async def _last_entry(client: aioredis.Redis, stream: str) -> str:
@@ -45,8 +45,8 @@ async def _relaying(
     its shards (both warmed up), the ledgers, and the tokens of the sink's warm-up."""
     ledgers = layout(config)
     async with worker(client, config) as rt:
-        await _handing_over(rt, ledgers.relay)
-        warm = await _handing_over(rt, ledgers.sink)
+        await handing_over(rt, ledgers.relay)
+        warm = await warmed_ledger(rt, ledgers.sink)
         yield rt, ledgers, warm
 
 
@@ -55,7 +55,7 @@ async def test_tells_to_an_owned_shard_are_handed_over_and_stored_once_in_order(
 ) -> None:
     async with _relaying(redis_client, redis_config) as (rt, ledgers, warm):
         relay, sink, relay_shard, _, keys = ledgers
-        sink_stream = _stream(redis_config, sink)
+        sink_stream = shard_stream(redis_config, sink)
         entries = await redis_client.xlen(sink_stream)
         before = await _tells_handed_over(rt)
         for i in range(10):
@@ -68,7 +68,7 @@ async def test_tells_to_an_owned_shard_are_handed_over_and_stored_once_in_order(
 
         await eventually(forgotten, "the kept tells deleted once stored")
         assert await redis_client.xlen(sink_stream) == entries  # none went through it
-        assert _transport(rt).stats().tells_failed_back == 0
+        assert redis_transport(rt).stats().tells_failed_back == 0
     told = [f"p{i}" for i in range(10)]
     assert state.tokens == [*warm, *told]
     stored = await stored_tokens(redis_client, redis_config, [sink])
@@ -114,7 +114,7 @@ async def test_handed_over_tells_whose_commit_is_fenced_off_go_through_the_strea
     redis_client: aioredis.Redis, redis_config: RedisConfig
 ) -> None:
     relay, sink, _, sink_shard, keys = layout(redis_config)
-    stream = _stream(redis_config, sink)
+    stream = shard_stream(redis_config, sink)
     client = held(redis_config, COMMIT_SHA, keys.lease(sink_shard))
     client.gate.set()
     try:
@@ -137,7 +137,7 @@ async def test_handed_over_tells_whose_commit_is_fenced_off_go_through_the_strea
                 return "fenced2" in stored[sink]
 
             await eventually(applied, "the tells stored after all", limit=15.0)
-            assert _transport(rt).stats().tells_failed_back >= 2
+            assert redis_transport(rt).stats().tells_failed_back >= 2
             state = await rt.ref(sink).ask(GetState(), timeout=8.0)
             entries = await redis_client.xrange(stream, min=f"({last}")
     finally:
@@ -157,7 +157,7 @@ async def test_what_is_sent_through_the_stream_goes_behind_copies_of_tells_hande
     # owner must meet them before what was sent after them: copies go first.
     async with _relaying(redis_client, redis_config) as (rt, ledgers, warm):
         relay, sink = ledgers.relay, ledgers.sink
-        stream = _stream(redis_config, sink)
+        stream = shard_stream(redis_config, sink)
         last = await _last_entry(redis_client, stream)
         before = await _tells_handed_over(rt)
         async with anyio.create_task_group() as tg:
@@ -197,10 +197,10 @@ async def test_a_piped_outcome_is_handed_over_and_stored_once(
     redis_client: aioredis.Redis, redis_config: RedisConfig
 ) -> None:
     address = "ledger/piped"
-    stream = _stream(redis_config, address)
+    stream = shard_stream(redis_config, address)
     async with worker(redis_client, redis_config) as rt:
         rt.register("piper", Piper)
-        warm = await _handing_over(rt, address)
+        warm = await warmed_ledger(rt, address)
         last = await _last_entry(redis_client, stream)
         before = await _tells_handed_over(rt)
         for i in range(3):
@@ -224,9 +224,9 @@ async def test_tells_from_code_outside_any_actor_still_go_through_the_stream(
     redis_client: aioredis.Redis, redis_config: RedisConfig
 ) -> None:
     address = "ledger/outside"
-    stream = _stream(redis_config, address)
+    stream = shard_stream(redis_config, address)
     async with worker(redis_client, redis_config) as rt:
-        await _handing_over(rt, address)
+        await handing_over(rt, address)
         entries = await redis_client.xlen(stream)
         before = await _tells_handed_over(rt)
         await rt.ref(address).tell(Add("outside"))

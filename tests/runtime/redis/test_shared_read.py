@@ -17,7 +17,7 @@ from redis.exceptions import ResponseError
 from actormem.runtime import Actor, Runtime
 from actormem.runtime._envelope import Envelope
 from actormem.runtime.ids import new_id
-from actormem.runtime.redis import CONSUMER_GROUP, Keys, RedisConfig, RedisTransport, shard_of
+from actormem.runtime.redis import CONSUMER_GROUP, Keys, RedisConfig, shard_of
 from actormem.runtime.redis._client import script_sha
 from actormem.runtime.redis._handover import Handover
 from actormem.runtime.redis._scripts import ACK
@@ -26,6 +26,7 @@ from actormem.runtime.redis._wire import Wire
 from actormem.runtime.redis.codec import default_codec
 from tests.runtime.redis.test_transport import worker
 from tests.support.actors import Add, GetState
+from tests.support.handover import redis_transport
 from tests.support.redis import hold_lease_elsewhere
 from tests.support.streams import eventually, stored_tokens
 
@@ -33,12 +34,6 @@ pytestmark = pytest.mark.anyio
 
 #: Longer than any ask here waits: a read that only ended by itself would fail it.
 _LONG_BLOCK_MS = 60_000
-
-
-def _transport(rt: Runtime) -> RedisTransport:
-    transport = rt.transport
-    assert isinstance(transport, RedisTransport)
-    return transport
 
 
 def _one_per_shard(kind: str, shards: int) -> list[str]:
@@ -65,7 +60,7 @@ async def test_a_shard_gained_while_the_read_waits_joins_it(
         worker(redis_client, config) as rt,
         worker(redis_client, config, worker=False) as asker,
     ):
-        transport = _transport(rt)
+        transport = redis_transport(rt)
 
         async def owns(count: int) -> bool:
             return len(transport.owned_shards()) == count
@@ -108,11 +103,11 @@ async def test_a_shard_given_back_leaves_the_read_and_its_next_owner_reads_it(
 
 
 async def _owns_all(rt: Runtime, shards: int) -> bool:
-    return len(_transport(rt).owned_shards()) == shards
+    return len(redis_transport(rt).owned_shards()) == shards
 
 
 async def _shares(first: Runtime, second: Runtime, shards: int) -> bool:
-    mine, theirs = _transport(first).owned_shards(), _transport(second).owned_shards()
+    mine, theirs = redis_transport(first).owned_shards(), redis_transport(second).owned_shards()
     return bool(mine) and bool(theirs) and len(mine) + len(theirs) == shards
 
 
@@ -210,7 +205,7 @@ async def test_entries_claimed_after_a_takeover_are_noted_by_the_handover(
     read = await redis_client.xreadgroup(CONSUMER_GROUP, "dead", {stream: ">"}, count=10)
     ids = [entry.decode() for entry, _ in read[0][1]]
     async with worker(redis_client, redis_config) as rt:
-        handover = _transport(rt)._handover
+        handover = redis_transport(rt)._handover
 
         async def noted() -> bool:
             track = handover._tracks.get(shard)

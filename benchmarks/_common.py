@@ -50,6 +50,7 @@ __all__ = (
     "result_stem",
     "rss_bytes",
     "step",
+    "steps_so_far",
     "timed_adds",
     "wait_processed",
     "write_result",
@@ -144,6 +145,8 @@ class Recorder:
         self.done = 0
         self.current = ""
         self.summary: Callable[[], list[Row]] | None = None
+        #: When each step started (wall clock), and its label, in order.
+        self.steps: list[tuple[float, str]] = []
         self._show = show
 
     def step(self, label: str) -> None:
@@ -151,6 +154,7 @@ class Recorder:
         if self.current:
             self.done += 1
         self.current = label
+        self.steps.append((time.time(), label))
         self.total = max(self.total, self.done + 1)
         if self._show is not None:
             self._show(self.done, self.total, label)
@@ -197,6 +201,13 @@ def step(label: str) -> None:
     run = _RUN.get()
     if run is not None:
         run.step(label)
+
+
+def steps_so_far() -> list[tuple[float, str]]:
+    """When each step of the run so far started (wall clock), and its label (none
+    outside the runner)."""
+    run = _RUN.get()
+    return list(run.steps) if run is not None else []
 
 
 def on_stop(summary: Callable[[], list[Row]]) -> None:

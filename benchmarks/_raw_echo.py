@@ -8,6 +8,10 @@ XADDs its requests in pipelines of whatever is queued, and reads its replies wit
 a blocking XREAD. That is the least any ask over Redis streams costs: two stream
 writes and two blocking reads, each batched the way actormem batches them.
 
+The responder's garbage collector runs as a worker's does (the threshold and the
+freeze of a runtime with the default config), so that the two sides' collections
+differ only by what their round trips leave alive.
+
 Run the responder as ``python -m actormem.benchmarks._raw_echo REQUESTS REPLIES`` with the
 Redis URL in ``ACTORMEM_RAW_ECHO_URL`` (the environment, so that a password in it stays
 off the command line); it answers until it is terminated.
@@ -18,16 +22,18 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
+import signal
 import subprocess
 import sys
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager, suppress
 from typing import Any
 
 import anyio
 import anyio.abc
 
+from actormem.runtime import RuntimeConfig, _gc
 from actormem.runtime._lifetime import keeper
 from actormem.runtime.redis import RedisConfig, connect
 
@@ -112,14 +118,15 @@ class RawAsker:
 
 
 @asynccontextmanager
-async def raw_responder(url: str) -> AsyncIterator[RawAsker]:
-    """A responder process on the Redis at ``url``, and an asker to it (in this process)."""
+async def raw_responder(url: str, env: Mapping[str, str] | None = None) -> AsyncIterator[RawAsker]:
+    """A responder process on the Redis at ``url``, and an asker to it (in this process);
+    ``env``: more environment variables for the responder."""
     tag = secrets.token_hex(4)
     requests, replies = f"rawask:{tag}:requests", f"rawask:{tag}:replies"
     client: Any = connect(RedisConfig(url=url))
     process = await anyio.open_process(
         [sys.executable, "-m", "actormem.benchmarks._raw_echo", requests, replies],
-        env={**os.environ, URL_ENV: url},
+        env={**os.environ, **(env or {}), URL_ENV: url},
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=None,
@@ -151,6 +158,10 @@ async def raw_responder(url: str) -> AsyncIterator[RawAsker]:
 def main(argv: list[str]) -> None:
     requests, replies = argv
     url = os.environ[URL_ENV]
+    config = RuntimeConfig()
+    _gc.hold(config.gc_threshold, config.gc_freeze)
+    # Terminated, it leaves as on Ctrl-C: through its exit handlers (a gc record).
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     with suppress(KeyboardInterrupt):
         anyio.run(respond, url, requests, replies)
 

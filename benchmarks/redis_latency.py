@@ -25,16 +25,25 @@ the p50 and p99 of the time between stages: the client's outbox, on to the
 worker's read, the mailbox, the handler, the wait for the commit call and the call
 itself, the worker's reply outbox, and the reply back to the asker. Tracing costs
 some of the worker's time: read a traced run's stages, not its totals.
+
+With ``--gc`` each level adds the garbage collections of each process per 10,000
+asks (their pause in all, how many of each generation, the longest): this client's
+and the worker's beside the raw asker's (this process too) and responder's (whose
+collector runs as a worker's does). Collections are counted, not timed by the
+asks: where a tail comes from pauses, and which process pauses.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import tempfile
+import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from functools import partial
 from pathlib import Path
+from typing import Final
 
 from actormem.benchmarks._common import (
     Row,
@@ -43,6 +52,7 @@ from actormem.benchmarks._common import (
     message_texts,
     percentile,
     process_cpu,
+    steps_so_far,
 )
 from actormem.benchmarks._raw_echo import raw_responder
 from actormem.benchmarks._redis import (
@@ -54,6 +64,7 @@ from actormem.benchmarks._redis import (
     workers,
 )
 from actormem.benchmarks.latency import Baseline, measure
+from actormem.runtime._gc import RECORD_ENV, Collections
 from actormem.runtime.redis import connect
 from actormem.runtime.redis._trace import (
     TRACE_ENV,
@@ -71,6 +82,12 @@ NAME = "redis_latency"
 
 #: Seconds the worker may take to work off what an overloaded level left queued.
 _SETTLE_TIMEOUT = 600.0
+
+#: A level's step, as :func:`actormem.benchmarks.latency.measure` names it:
+#: ``context() at 5,000/s (5,000/s): actormem``.
+_LEVEL_STEP: Final = re.compile(
+    r"^(?P<ask>\S+) (?P<level>at .+) \((?P<rate>[\d,]+)/s\): (?P<who>.+)$"
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -90,6 +107,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also report each level's time between the stages of an ask (p50, p99)",
     )
+    parser.add_argument(
+        "--gc",
+        action="store_true",
+        help="also report each level's garbage collections per 10,000 asks, by process",
+    )
 
 
 async def run(args: argparse.Namespace) -> list[Row]:
@@ -98,8 +120,14 @@ async def run(args: argparse.Namespace) -> list[Row]:
     payload = wire_payload(message_texts(1)[0])
     levels: list[tuple[str, float, float]] = []
     tracer = Tracer() if args.trace else None
-    with _trace_dir(args.trace) as traces:
-        env = {TRACE_ENV: str(traces)} if traces is not None else None
+    collections = Collections() if args.gc else None
+    with (
+        _temp_dir(args.trace, "actormem-trace-") as traces,
+        _temp_dir(args.gc, "actormem-gc-") as records,
+    ):
+        env = {TRACE_ENV: str(traces)} if traces is not None else {}
+        if records is not None:
+            env[RECORD_ENV] = str(records)
         async with server() as redis:
             config = redis_app_config(redis.url)
             client = connect(config.redis)
@@ -107,7 +135,7 @@ async def run(args: argparse.Namespace) -> list[Row]:
                 async with (
                     workers(config, 1, env) as procs,
                     client_runtime(config, tracer) as (rt, _transport),
-                    raw_responder(redis.url) as raw,
+                    raw_responder(redis.url, env) as raw,
                 ):
                     worker_pid, responder_pid, server_pid = procs.pid(0), raw.pid, redis.pid
 
@@ -131,26 +159,84 @@ async def run(args: argparse.Namespace) -> list[Row]:
                     settle = partial(wait_drained, client, config, _SETTLE_TIMEOUT)
                     baseline = Baseline("raw redis-py round trip", raw_ask, theirs)
                     on_level = None if tracer is None else _on_level(levels)
-                    rows = await measure(
-                        rt, "Redis", args, baseline, args.fixed_rate, settle, on_level, ours
-                    )
+                    # This process is both the client and the raw asker.
+                    with collections if collections is not None else nullcontext():
+                        rows = await measure(
+                            rt, "Redis", args, baseline, args.fixed_rate, settle, on_level, ours
+                        )
+                    measured = time.time()
             finally:
                 await client.aclose()
         if tracer is not None and traces is not None:
             # The workers wrote theirs as they exited.
             worker_records = [load(path) for path in sorted(traces.glob("*.msgpack"))]
             rows += stage_rows(tracer.records(), worker_records, levels)
+        if collections is not None and records is not None:
+            # The worker and the responder wrote theirs as they exited.
+            def written(pid: int | None) -> Collections:
+                path = records / f"gc-{pid}.msgpack"
+                return Collections.load(path) if path.exists() else Collections()
+
+            by_role = {
+                "client": collections,
+                "worker": written(worker_pid),
+                "raw asker": collections,
+                "raw responder": written(responder_pid),
+            }
+            rows += gc_rows(steps_so_far(), measured, args.seconds, by_role)
     return rows
 
 
 @contextmanager
-def _trace_dir(wanted: bool) -> Iterator[Path | None]:
-    """A temporary directory the worker processes write their traces to, if ``wanted``."""
+def _temp_dir(wanted: bool, prefix: str) -> Iterator[Path | None]:
+    """A temporary directory (for the worker processes to write their records to),
+    if ``wanted``."""
     if not wanted:
         yield None
         return
-    with tempfile.TemporaryDirectory(prefix="actormem-trace-") as directory:
+    with tempfile.TemporaryDirectory(prefix=prefix) as directory:
         yield Path(directory)
+
+
+def gc_rows(
+    steps: list[tuple[float, str]], ended: float, seconds: float, by_role: dict[str, Collections]
+) -> list[Row]:
+    """Per level of ``steps`` (when each started, its label; the last ends at
+    ``ended``), per process of ``by_role`` (``client`` and ``worker`` for actormem's
+    levels, ``raw asker`` and ``raw responder`` for the baseline's): the pause of
+    the collections that ended during it, per 10,000 asks offered (``seconds`` at
+    the level's rate), with how many of each generation and the longest. A level
+    shorter than half of ``seconds`` did not run (a baseline above its peak)."""
+    rows: list[Row] = []
+    bounds = [*(began for began, _ in steps[1:]), ended]
+    for (began, label), until in zip(steps, bounds, strict=True):
+        level = _LEVEL_STEP.match(label)
+        if level is None or until - began < seconds / 2:  # a baseline skipped over its peak
+            continue
+        ours = level["who"] == "actormem"
+        asks = max(1, int(float(level["rate"].replace(",", "")) * seconds))
+        per = 10_000 / asks
+        for role in ("client", "worker") if ours else ("raw asker", "raw responder"):
+            found = by_role[role].during(began, until)
+            pauses = [c.pause for c in found]
+            rows.append(
+                Row(
+                    name=f"Redis {level['ask']} {level['level']}: {role} gc pause per 10,000 asks",
+                    value=sum(pauses) * 1e3 * per,
+                    unit="ms",
+                    extra={
+                        "process": role,
+                        "level": f"{level['ask']} {level['level']}",
+                        "asks": asks,
+                        "collections_per_10k": [
+                            sum(c.generation == g for c in found) * per for g in (0, 1, 2)
+                        ],
+                        "longest_ms": max(pauses, default=0.0) * 1e3,
+                        "collected_per_10k": sum(c.collected for c in found) * per,
+                    },
+                )
+            )
+    return rows
 
 
 def _on_level(levels: list[tuple[str, float, float]]) -> Callable[[str, float, float], None]:

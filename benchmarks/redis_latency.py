@@ -173,9 +173,9 @@ async def run(args: argparse.Namespace) -> list[Row]:
             rows += stage_rows(tracer.records(), worker_records, levels)
         if collections is not None and records is not None:
             # The worker and the responder wrote theirs as they exited.
-            def written(pid: int | None) -> Collections:
+            def written(pid: int | None) -> Collections | None:
                 path = records / f"gc-{pid}.msgpack"
-                return Collections.load(path) if path.exists() else Collections()
+                return Collections.load(path) if path.exists() else None
 
             by_role = {
                 "client": collections,
@@ -199,14 +199,18 @@ def _temp_dir(wanted: bool, prefix: str) -> Iterator[Path | None]:
 
 
 def gc_rows(
-    steps: list[tuple[float, str]], ended: float, seconds: float, by_role: dict[str, Collections]
+    steps: list[tuple[float, str]],
+    ended: float,
+    seconds: float,
+    by_role: dict[str, Collections | None],
 ) -> list[Row]:
     """Per level of ``steps`` (when each started, its label; the last ends at
     ``ended``), per process of ``by_role`` (``client`` and ``worker`` for actormem's
     levels, ``raw asker`` and ``raw responder`` for the baseline's): the pause of
     the collections that ended during it, per 10,000 asks offered (``seconds`` at
     the level's rate), with how many of each generation and the longest. A level
-    shorter than half of ``seconds`` did not run (a baseline above its peak)."""
+    shorter than half of ``seconds`` did not run (a baseline above its peak); a
+    process whose record is None (it did not write one) has no rows."""
     rows: list[Row] = []
     bounds = [*(began for began, _ in steps[1:]), ended]
     for (began, label), until in zip(steps, bounds, strict=True):
@@ -217,7 +221,10 @@ def gc_rows(
         asks = max(1, int(float(level["rate"].replace(",", "")) * seconds))
         per = 10_000 / asks
         for role in ("client", "worker") if ours else ("raw asker", "raw responder"):
-            found = by_role[role].during(began, until)
+            record = by_role[role]
+            if record is None:
+                continue
+            found = record.during(began, until)
             pauses = [c.pause for c in found]
             rows.append(
                 Row(

@@ -109,3 +109,54 @@ async def test_a_baseline_that_cannot_keep_up_gives_no_ratio() -> None:
     assert len(explained) == 4 and all(
         name.endswith("too few, so no baseline") for name in explained
     )
+
+
+def test_the_gc_rows_count_each_levels_collections_per_10000_asks_by_process() -> None:
+    from actormem.benchmarks._common import Recorder, recording, step, steps_so_far
+    from actormem.benchmarks.redis_latency import gc_rows
+    from actormem.runtime._gc import Collection, Collections
+
+    with recording(Recorder()):
+        step("context(): peak")
+        assert [label for _, label in steps_so_far()] == ["context(): peak"]
+    steps = [
+        (100.0, "context(): peak"),
+        (103.0, "context() at 5,000/s (5,000/s): raw redis-py round trip"),
+        (106.0, "context() at 5,000/s (5,000/s): actormem"),
+        (109.5, "add at 90% of peak (2,000/s): raw redis-py round trip"),  # skipped: too short
+        (109.6, "add at 90% of peak (2,000/s): actormem"),
+    ]
+    here, worker, responder = Collections(), Collections(), Collections()
+    here.collections = [
+        Collection(101.0, 1, 0.5, 0),  # during the peak: no level
+        Collection(104.0, 0, 0.001, 3),  # the raw asker's
+        Collection(107.0, 0, 0.002, 0),
+        Collection(108.0, 1, 0.004, 7),
+        Collection(110.0, 2, 0.010, 1),
+    ]
+    worker.collections = [Collection(107.5, 0, 0.003, 2)]
+    rows = gc_rows(
+        steps,
+        113.0,
+        3.0,
+        {"client": here, "worker": worker, "raw asker": here, "raw responder": responder},
+    )
+    by = {(row.extra["level"], row.extra["process"]): row for row in rows}
+    assert set(by) == {
+        ("context() at 5,000/s", "raw asker"),
+        ("context() at 5,000/s", "raw responder"),
+        ("context() at 5,000/s", "client"),
+        ("context() at 5,000/s", "worker"),
+        ("add at 90% of peak", "client"),
+        ("add at 90% of peak", "worker"),
+    }
+    client = by["context() at 5,000/s", "client"]  # 15,000 asks offered
+    assert client.value == pytest.approx(6.0 * 10_000 / 15_000)
+    assert client.extra["collections_per_10k"] == pytest.approx([1 / 1.5, 1 / 1.5, 0])
+    assert client.extra["longest_ms"] == pytest.approx(4.0)
+    assert client.extra["collected_per_10k"] == pytest.approx(7 / 1.5)
+    assert by["context() at 5,000/s", "raw asker"].value == pytest.approx(1.0 / 1.5)
+    assert by["context() at 5,000/s", "raw responder"].value == 0
+    assert by["add at 90% of peak", "client"].extra["collections_per_10k"] == pytest.approx(
+        [0, 0, 10_000 / 6_000]
+    )

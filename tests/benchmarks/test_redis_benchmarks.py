@@ -8,6 +8,7 @@ import importlib
 import pytest
 
 from actormem.benchmarks.__main__ import build_parser
+from actormem.benchmarks._common import Recorder, recording
 from tests.benchmarks.helpers import check_rows
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -107,3 +108,22 @@ async def test_redis_latency_reports_the_stages_of_the_asks_with_trace() -> None
         assert row.value > 0
         if row.baseline_value is not None:
             assert set(row.extra["baseline_by_process"]) == {"asker", "responder", "redis-server"}
+
+
+async def test_redis_latency_reports_the_collections_of_each_process_with_gc() -> None:
+    args = build_parser().parse_args(["redis_latency", *TINY["redis_latency"], "--gc"])
+    with recording(Recorder()):
+        rows = await importlib.import_module("actormem.benchmarks.redis_latency").run(args)
+    check_rows("redis_latency", rows)
+    paused = [row for row in rows if row.name.endswith(" gc pause per 10,000 asks")]
+    # Every level of both asks, each process (the worker's and the responder's records
+    # came from their files, written as they exited).
+    assert {(row.extra["level"], row.extra["process"]) for row in paused} == {
+        (f"{ask} at {level}", process)
+        for ask in ("context()", "add")
+        for level in ("50% of peak", "90% of peak", "50/s")
+        for process in ("client", "worker", "raw asker", "raw responder")
+    }
+    for row in paused:
+        assert len(row.extra["collections_per_10k"]) == 3
+        assert row.value >= 0 and row.extra["longest_ms"] >= 0

@@ -4,7 +4,11 @@ exists while open; messages are not tracked by the collector."""
 from __future__ import annotations
 
 import gc
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -84,3 +88,59 @@ def test_messages_are_not_tracked_by_the_collector() -> None:
     message = Message(role="assistant", content=None, tool_calls=(call,), metadata={"a": [1]})
     assert not gc.is_tracked(message)
     assert not gc.is_tracked(call)
+
+
+def test_collections_records_each_collection_while_started() -> None:
+    from actormem.runtime._gc import Collections
+
+    with Collections() as record:
+        gc.collect(1)
+        cycle: list[object] = []
+        cycle.append(cycle)
+        del cycle
+        gc.collect()
+    gc.collect()  # stopped: not recorded
+    first, second = record.collections
+    assert (first.generation, second.generation) == (1, 2)
+    assert second.collected >= 1  # the list that held itself
+    assert first.ended <= second.ended
+    assert all(c.pause >= 0 for c in record.collections)
+    assert record.during(second.ended, second.ended + 1) == [second]
+    assert record._callback not in gc.callbacks
+
+
+def test_collections_are_written_and_read_back(tmp_path: Path) -> None:
+    from actormem.runtime._gc import Collections
+
+    with Collections() as record:
+        gc.collect(0)
+    record.dump(tmp_path / "gc.msgpack")
+    assert Collections.load(tmp_path / "gc.msgpack").collections == record.collections
+
+
+@pytest.mark.slow
+def test_a_process_started_with_the_record_env_writes_its_collections_at_exit(
+    tmp_path: Path,
+) -> None:
+    from actormem.runtime._gc import RECORD_ENV, Collections
+
+    script = (
+        "import anyio, gc\n"
+        "from actormem.runtime import Runtime, RuntimeConfig\n"
+        "async def main():\n"
+        "    async with Runtime(RuntimeConfig()):\n"
+        "        gc.collect()\n"
+        "anyio.run(main)\n"
+        "print(__import__('os').getpid())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**os.environ, RECORD_ENV: str(tmp_path)},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    pid = int(done.stdout.split()[-1])
+    record = Collections.load(tmp_path / f"gc-{pid}.msgpack")
+    assert 2 in [c.generation for c in record.collections]

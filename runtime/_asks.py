@@ -105,9 +105,12 @@ class Asks:
         #: Asks sent again because no reply came in time (see ``Transport.resend_after``).
         self.resent = 0
         self.tg: anyio.abc.TaskGroup | None = None
-        # (when it is due to be sent again, correlation) of the asks sent, oldest first;
-        # None while no task watches it.
-        self._due: deque[tuple[float, int]] | None = None
+        # When each ask sent is due to be sent again, and its correlation, oldest first;
+        # None while no task watches them. Two queues of numbers, not one of pairs: an
+        # entry outlives its ask until the resender reaches it (up to ``every`` s), and
+        # the collector tracks a pair (a tuple), not a number, so pairs alive in their
+        # thousands would count towards its young collections.
+        self._due: tuple[deque[float], deque[int]] | None = None
         self._wakeup: asyncio.Future[None] | None = None
 
     async def ask(
@@ -190,33 +193,37 @@ class Asks:
         slot.envelope, slot.deadline = env, deadline
         due = self._due
         if due is None:
-            due = self._due = deque()
+            due = self._due = (deque(), deque())
             # A task of the runtime's group, not a timer callback: a callback runs
             # outside any task, where anyio cannot tell which event loop runs it
             # (under plain asyncio.run, or in a coroutine sent from another thread).
             tg.start_soon(self._resender, due, every)
-        due.append((time.monotonic() + every, correlation))
+        times, correlations = due
+        times.append(time.monotonic() + every)
+        correlations.append(correlation)
         wakeup = self._wakeup
         if wakeup is not None and not wakeup.done():
             wakeup.set_result(None)
 
-    async def _resender(self, due: deque[tuple[float, int]], every: float) -> None:
+    async def _resender(self, due: tuple[deque[float], deque[int]], every: float) -> None:
         """Start resending each ask whose reply has not come when it is due (see
         :meth:`_resend`), for as long as the runtime is open."""
         loop = asyncio.get_running_loop()
+        times, correlations = due
         try:
             while True:
-                while due:
-                    at, correlation = due[0]
-                    slot = self.pending.get(correlation)
+                while correlations:
+                    slot = self.pending.get(correlations[0])
                     if slot is None or slot.future.done():
-                        due.popleft()
+                        times.popleft()
+                        correlations.popleft()
                         continue
-                    wait = at - time.monotonic()
+                    wait = times[0] - time.monotonic()
                     if wait > 0:
                         await anyio.sleep(wait)
                         continue
-                    due.popleft()
+                    times.popleft()
+                    correlations.popleft()
                     env = slot.envelope
                     if env is not None and self.tg is not None:
                         self.tg.start_soon(self._resend, env, slot, every, slot.deadline)

@@ -1,8 +1,9 @@
 """Acks: the XACKs of handled entries that travel with a call the worker makes anyway.
 
 A command that stores nothing (a read, a tell to an actor that is not durable) is
-acked by a fenced ACK script call (``_scripts.ACK``: refused when the shard's lease
-is no longer ours), queued on its shard (``Shard.acks``) until a call takes it:
+acked by a fenced script call (refused when the shard's lease is no longer ours),
+queued on its shard (``Shard.acks``) until a call takes it, with the acks of the
+other shards owned, in one ``_scripts.ACK_MANY`` call:
 
 - a write of the reply outbox, while it has replies queued (see
   ``GroupCommit.riding``): the acks go after the replies, in the same pipeline. A
@@ -12,8 +13,9 @@ is no longer ours), queued on its shard (``Shard.acks``) until a call takes it:
   entry: a worker that dies between them leaves the entry pending, and the shard's
   next owner handles it again;
 - else the next shared read (``_shared_read``), in one pipeline with it;
-- on a Redis Cluster, whose reply streams are in other slots than the shards' keys,
-  a call of their own after each read (``GroupCommit.flush_acks``).
+- on a Redis Cluster, whose shards' keys and reply streams are all in different
+  slots, an ``_scripts.ACK`` call per shard of its own after each read
+  (``GroupCommit.flush_acks``).
 
 Acks whose call failed are queued again, and go with a later call: XACK twice is
 harmless, and none is lost while Redis is away.
@@ -21,7 +23,7 @@ harmless, and none is lost while Redis is away.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import redis.exceptions as rexc
@@ -29,11 +31,14 @@ import structlog
 
 from actormem.runtime.errors import TransportError
 from actormem.runtime.redis import _scripts
-from actormem.runtime.redis._client import script_sha
+from actormem.runtime.redis._client import redis_errors, run_script, script_sha
 from actormem.runtime.redis.keys import CONSUMER_GROUP
 
 if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+
     from actormem.runtime.redis._shards import Shard
+    from actormem.runtime.redis._wire import Wire
     from actormem.runtime.redis.keys import Keys
 
 __all__ = ("Acks",)
@@ -42,40 +47,36 @@ log = structlog.get_logger("actormem.redis")
 
 
 class Acks:
-    """The acks queued on ``shards``, taken off them for one call.
+    """The acks queued on ``shards``, taken off them for one call: one fenced ACK
+    script call for all of them (``_scripts.ACK_MANY``, not on a Redis Cluster).
 
     Args:
         keys: the deployment's key names.
         shards: the shards whose queued acks are taken.
-        ack: acks a shard's entries in a call of its own (loading the script).
+        client: what runs the call again on its own when the server had not loaded
+            the script.
 
     Attributes:
-        commands: one fenced ACK call per shard with acks, for the call's pipeline.
+        commands: the call for the pipeline it goes in (none when no ack was queued).
     """
 
-    __slots__ = ("_ack", "_taken", "commands")
+    __slots__ = ("_args", "_client", "_keys", "_taken", "commands")
 
-    def __init__(
-        self,
-        keys: Keys,
-        shards: Iterable[Shard],
-        ack: Callable[[Shard, list[str]], Awaitable[None]],
-    ) -> None:
-        self._ack = ack
+    def __init__(self, keys: Keys, shards: Iterable[Shard], client: aioredis.Redis | Wire) -> None:
+        self._client = client
         self._taken: list[tuple[Shard, list[str]]] = []
-        self.commands: list[tuple[Any, ...]] = []
-        sha = script_sha(_scripts.ACK)
+        self._keys: list[str] = []
+        self._args: list[Any] = [CONSUMER_GROUP]
         for shard in shards:
             if shard.acks:
                 entries, shard.acks = shard.acks, []
                 self._taken.append((shard, entries))
-                number = shard.number
-                self.commands.append(
-                    (
-                        *("EVALSHA", sha, 2, keys.lease(number), keys.stream(number)),
-                        *(shard.lease, CONSUMER_GROUP, *entries),
-                    )
-                )
+                self._keys += (keys.lease(shard.number), keys.stream(shard.number))
+                self._args += (shard.lease, len(entries), *entries)
+        self.commands: list[tuple[Any, ...]] = []
+        if self._taken:
+            sha = script_sha(_scripts.ACK_MANY)
+            self.commands.append(("EVALSHA", sha, len(self._keys), *self._keys, *self._args))
 
     def __bool__(self) -> bool:
         return bool(self._taken)
@@ -87,17 +88,25 @@ class Acks:
             shard.acks[:0] = entries
 
     async def check(self, replies: list[Any]) -> None:
-        """Check the server's ``replies`` to :attr:`commands`: an ack the server could
-        not run for want of the script is made again on its own (loading it), one
-        that failed is queued again, one under a lease no longer ours is logged."""
-        for (shard, entries), reply in zip(self._taken, replies, strict=False):
-            if isinstance(reply, rexc.NoScriptError):
-                try:
-                    await self._ack(shard, entries)
-                except TransportError:
-                    shard.acks[:0] = entries
-            elif isinstance(reply, rexc.ResponseError):
-                log.warning("ack_failed", shard=shard.number, reason=str(reply))
-                shard.acks[:0] = entries
-            elif reply == -1:
+        """Check the server's ``replies`` to :attr:`commands` (in order, the first
+        ones of ``replies``): a call the server could not run for want of the script
+        is made again on its own (loading it); acks that failed are queued again;
+        those under a lease no longer ours are logged."""
+        if not self._taken:
+            return
+        reply = replies[0]
+        if isinstance(reply, rexc.NoScriptError):
+            try:
+                with redis_errors("XACK"):
+                    reply = await run_script(
+                        self._client, _scripts.ACK_MANY, self._keys, self._args
+                    )
+            except TransportError as exc:
+                reply = exc
+        if isinstance(reply, Exception):
+            log.warning("ack_failed", reason=str(reply))
+            self.give_back()
+            return
+        for (shard, entries), result in zip(self._taken, reply, strict=True):
+            if result == -1:
                 log.warning("ack_fenced_off", shard=shard.number, entries=len(entries))

@@ -623,7 +623,7 @@ class GroupCommit:
 
     def take_acks(self, shards: Iterable[Shard]) -> Acks:
         """The acks queued on ``shards``, taken off them for a call (see ``_acks``)."""
-        return Acks(self._keys, shards, self.ack)
+        return Acks(self._keys, shards, wire(self._link.client))
 
     def riding(self) -> Acks | None:
         """The acks queued on the owned shards, taken off them to go after the replies
@@ -632,7 +632,7 @@ class GroupCommit:
         the shards' keys: the acks go with the reads there)."""
         if is_cluster(self._link.client):
             return None
-        acks = Acks(self._keys, self._held.shards.values(), self.ack)
+        acks = Acks(self._keys, self._held.shards.values(), wire(self._link.client))
         return acks if acks else None
 
     async def ack(self, shard: Shard, entries: list[str]) -> None:

@@ -17,18 +17,22 @@ from actormem.runtime.redis import CONSUMER_GROUP, Keys, RedisConfig
 from actormem.runtime.redis._acks import Acks
 from actormem.runtime.redis._client import connect, script_sha
 from actormem.runtime.redis._outbox import _BATCH, NO_DEADLINE, Outbox
-from actormem.runtime.redis._scripts import ACK
+from actormem.runtime.redis._scripts import ACK_MANY
 from actormem.runtime.redis._shards import Shard
-from actormem.runtime.redis._wire import Wire
+from actormem.runtime.redis._wire import Wire, wire
 
 pytestmark = pytest.mark.anyio
 
 _LEASE = "7:worker-a"
+#: How an ack call begins.
+_ACK_CALL = ("EVALSHA", script_sha(ACK_MANY))
 
 
-async def _pending_entries(client: aioredis.Redis, keys: Keys, count: int) -> list[str]:
-    """``count`` entries of shard 0's stream, read by a worker: pending."""
-    stream = keys.stream(0)
+async def _pending_entries(
+    client: aioredis.Redis, keys: Keys, count: int, shard: int = 0
+) -> list[str]:
+    """``count`` entries of ``shard``'s stream, read by a worker: pending."""
+    stream = keys.stream(shard)
     await client.xgroup_create(stream, CONSUMER_GROUP, id="0", mkstream=True)
     for i in range(count):
         await client.xadd(stream, {b"e": f"ask{i}".encode()})
@@ -36,8 +40,8 @@ async def _pending_entries(client: aioredis.Redis, keys: Keys, count: int) -> li
     return [entry.decode() for entry, _ in read[0][1]]
 
 
-async def _pending(client: aioredis.Redis, keys: Keys) -> list[str]:
-    found = await client.xpending_range(keys.stream(0), CONSUMER_GROUP, "-", "+", 100)
+async def _pending(client: aioredis.Redis, keys: Keys, shard: int = 0) -> list[str]:
+    found = await client.xpending_range(keys.stream(shard), CONSUMER_GROUP, "-", "+", 100)
     return [item["message_id"].decode() for item in found]
 
 
@@ -51,12 +55,9 @@ class _Outbox:
         self.outbox = Outbox(lambda: self.client, 10_000, 100_000)
         self.riders_taken = 0
 
-        async def ack(shard: Shard, entries: list[str]) -> None:
-            raise AssertionError("the script is loaded: no ack of its own")
-
         def riders() -> Acks | None:
             self.riders_taken += 1
-            acks = Acks(self.keys, [shard], ack)
+            acks = Acks(self.keys, [shard], self.client)
             return acks if acks else None
 
         self.outbox.riders = riders
@@ -70,9 +71,8 @@ class _Outbox:
         monkeypatch.setattr(Wire, "pipeline", recorded)
 
     def acks_in(self, commands: list[tuple[Any, ...]]) -> list[str]:
-        """The entries the ACK calls among ``commands`` ack."""
-        sha = script_sha(ACK)
-        return [e for c in commands if c[:2] == ("EVALSHA", sha) for e in c[7:]]
+        """The entries of shard 0 the ack calls among ``commands`` ack."""
+        return [e for c in commands if c[:2] == _ACK_CALL for e in c[8:]]
 
 
 async def _set_up(
@@ -87,7 +87,7 @@ async def _set_up(
     keys = Keys(config.prefix)
     pending = await _pending_entries(client, keys, entries)
     await client.set(keys.lease(0), lease)
-    await client.script_load(ACK)
+    await client.script_load(ACK_MANY)
     shard = Shard(0, _LEASE)
     return keys, pending, shard, _Outbox(config, shard, monkeypatch)
 
@@ -106,7 +106,7 @@ async def test_acks_go_after_the_replies_in_the_write_that_empties_the_queue(
     assert box.riders_taken == 1  # for the last batch only
     (last,) = box.pipelines  # (the first batch is one call, not a pipeline)
     assert box.acks_in(last) == entries
-    assert last[0][3] == replies and last[-1][:2] == ("EVALSHA", script_sha(ACK))
+    assert last[0][3] == replies and last[-1][:2] == _ACK_CALL
     assert shard.acks == []
     assert await _pending(redis_client, keys) == []
     assert await redis_client.xlen(replies) == _BATCH + 1
@@ -155,3 +155,25 @@ async def test_a_write_that_fails_keeps_its_acks_and_a_later_one_sends_them(
     assert box.acks_in(box.pipelines[-1]) == [*entries, "0-1"]
     assert await _pending(redis_client, keys) == []
     assert await redis_client.xlen(replies) == 1
+
+
+async def test_one_call_acks_every_shard_whose_lease_is_ours_loading_its_script(
+    redis_client: aioredis.Redis, redis_config: RedisConfig
+) -> None:
+    keys = Keys(redis_config.prefix)
+    ours, theirs = Shard(0, _LEASE), Shard(1, "3:worker-a")
+    ours.acks = await _pending_entries(redis_client, keys, 600, 0)  # more than one XACK
+    theirs.acks = await _pending_entries(redis_client, keys, 2, 1)
+    await redis_client.set(keys.lease(0), _LEASE)
+    await redis_client.set(keys.lease(1), "4:worker-b")  # taken over
+    await redis_client.script_flush()  # a restarted server: the call gets NOSCRIPT
+    through = wire(redis_client)
+    acks = Acks(keys, [ours, theirs], through)
+    assert len(acks.commands) == 1
+    assert ours.acks == theirs.acks == []
+    with capture_logs() as logs:
+        await acks.check(await through.pipeline(acks.commands))
+    assert [(e["event"], e["shard"]) for e in logs] == [("ack_fenced_off", 1)]
+    assert await _pending(redis_client, keys, 0) == []
+    assert len(await _pending(redis_client, keys, 1)) == 2  # for the shard's owner
+    assert ours.acks == theirs.acks == []

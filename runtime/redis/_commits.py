@@ -12,9 +12,9 @@ hold, so a slow call holds back only its own actors' next changes. A reply kept 
 again, even after the worker that applied it died before its reply went out. A
 command that stores nothing (a read, or one to an actor that is not durable) is
 acked by a fenced call too, which goes with a call made anyway: the reply outbox's
-next write, after the reply, or the next shard read (see ``_acks``); unless it sent
-tells not written yet (then it joins the commit). A durable actor's state is loaded from
-Redis when it is activated.
+next write, after the reply, or the next shard read (see ``_acks``); unless it
+sent tells not written yet (then it joins the commit). A durable actor's state is
+loaded from Redis when it is activated.
 
 A durable actor is one that implements :class:`~actormem.runtime.state.Durable`:
 a *virtual actor* here, passivated (dropped from memory) after ``passivate_after``
@@ -629,7 +629,8 @@ class GroupCommit:
         """The acks queued on the owned shards, taken off them to go after the replies
         the reply outbox is writing, in its pipeline (see ``_acks``); None when there
         are none, or on a Redis Cluster (the reply streams are in other slots than
-        the shards' keys: the acks go with the reads there)."""
+        the shards' keys: the acks go in calls of their own there, see
+        :meth:`flush_acks`)."""
         if is_cluster(self._link.client):
             return None
         acks = Acks(self._keys, self._held.shards.values(), wire(self._link.client))

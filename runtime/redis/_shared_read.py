@@ -5,11 +5,10 @@ worker reads all the shards it owns with one XREADGROUP, one ``STREAMS`` key per
 shard (each stream has its own consumer group ``workers``), instead of a blocking
 read per shard: a read carries the entries of every shard that has some, and the
 worker's loop turns once for them. The acks of the entries handled since the last
-read (an ACK script call per shard, fenced by the shard's lease) that did not go
-with their replies (see ``_acks``) go in one pipeline with the read: the server
-runs them before the read blocks. On a Redis Cluster the
-shards' streams are in different slots, and each shard is read on its own (see
-``Intake``).
+read that did not go with their replies (one script call for every shard, each
+fenced by the shard's lease: see ``_acks``) go in one pipeline with the read: the
+server runs them before the read blocks. On a Redis Cluster the shards' streams are
+in different slots, and each shard is read on its own (see ``Intake``).
 
 A shard joins the read once its intake has claimed what earlier owners left pending,
 and leaves it when it is lost or given back; a shard whose lease was not renewed

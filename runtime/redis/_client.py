@@ -444,30 +444,38 @@ async def run_script(
 
 
 async def eval_pipelined(
-    client: aioredis.Redis | Wire, script: str, calls: list[tuple[list[Any], list[Any]]]
+    client: aioredis.Redis | Wire,
+    script: str,
+    calls: list[tuple[list[Any], list[Any]]],
+    then: list[tuple[Any, ...]] | None = None,
 ) -> list[Any]:
     """Run ``script`` once per ``(keys, args)`` of ``calls``, all in one pipeline (one
-    round trip per node); the results in order.
+    round trip per node), with the commands ``then`` after them in the same pipeline;
+    the results in order, then the replies to ``then`` as the server sent them (an
+    error reply as its exception, not raised).
 
     By EVALSHA, as every script of the transport (its ACL rules allow ``evalsha`` and
     ``script|load``, not ``eval``). Calls the server did not run for want of the
-    script (a restarted server forgot it) are run again once it is loaded. Through a
+    script (a restarted server forgot it) are run again once it is loaded (the
+    commands ``then`` are not: their caller reads their replies). Through a
     :class:`~actormem.runtime.redis._wire.Wire` the calls skip redis-py's pipeline
     (its pool, retry and parsing), and are not retried when the connection fails.
 
     Raises:
-        redis.exceptions.RedisError: a call failed (the others may have run).
+        redis.exceptions.RedisError: a call of ``script`` failed, or the connection
+            did (the others, and the commands ``then``, may have run).
     """
     sha = script_sha(script)
-    if len(calls) == 1:
+    if len(calls) == 1 and not then:
         # One call needs no pipeline (redis-py's costs a task to give its connection back).
         return [await run_script(client, script, *calls[0])]
 
-    async def run(indices: list[int]) -> list[Any]:
+    async def run(indices: list[int], after: list[tuple[Any, ...]]) -> list[Any]:
         commands = [
             ("EVALSHA", sha, len(keys), *keys, *args)
             for keys, args in map(calls.__getitem__, indices)
         ]
+        commands += after
         if isinstance(client, Wire):
             return await client.pipeline(commands)
         async with client.pipeline(transaction=False) as pipe:
@@ -475,13 +483,14 @@ async def eval_pipelined(
                 pipe.execute_command(*command)
             return list(await pipe.execute(raise_on_error=False))
 
-    results = await run(list(range(len(calls))))
-    missing = [i for i, result in enumerate(results) if isinstance(result, rexc.NoScriptError)]
+    results = await run(list(range(len(calls))), then or [])
+    ran = results[: len(calls)]
+    missing = [i for i, result in enumerate(ran) if isinstance(result, rexc.NoScriptError)]
     if missing:
         await client.script_load(script)
-        for i, result in zip(missing, await run(missing), strict=True):
+        for i, result in zip(missing, await run(missing, []), strict=True):
             results[i] = result
-    for result in results:
+    for result in results[: len(calls)]:  # (those run again included)
         if isinstance(result, Exception):
             raise result
     return results

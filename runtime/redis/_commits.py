@@ -11,9 +11,10 @@ hold, so a slow call holds back only its own actors' next changes. A reply kept 
 (until its ask's deadline, at most ``reply_ttl_ms``) answers the same ask sent
 again, even after the worker that applied it died before its reply went out. A
 command that stores nothing (a read, or one to an actor that is not durable) is
-acked in the next batch of acks, one fenced call too, unless it sent tells not
-written yet (then it joins the commit). A durable actor's state is loaded from
-Redis when it is activated.
+acked by a fenced call too, which goes with a call made anyway: the reply outbox's
+next write, after the reply, or the next shard read (see ``_acks``); unless it
+sent tells not written yet (then it joins the commit). A durable actor's state is
+loaded from Redis when it is activated.
 
 A durable actor is one that implements :class:`~actormem.runtime.state.Durable`:
 a *virtual actor* here, passivated (dropped from memory) after ``passivate_after``
@@ -35,7 +36,8 @@ import structlog
 from actormem.runtime._envelope import Envelope, Reply
 from actormem.runtime.errors import HandlerError, TransportError
 from actormem.runtime.redis import _scripts
-from actormem.runtime.redis._client import redis_errors, run_script
+from actormem.runtime.redis._acks import Acks
+from actormem.runtime.redis._client import is_cluster, redis_errors, run_script
 from actormem.runtime.redis._commit_call import CommitCalls
 from actormem.runtime.redis._due import DueTimes
 from actormem.runtime.redis._erasure import Erasure
@@ -49,7 +51,7 @@ from actormem.runtime.redis.keys import CONSUMER_GROUP, shard_of
 from actormem.runtime.state import Durable, DurableChanges, is_durable
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
 
     from actormem.runtime._actor import Actor
     from actormem.runtime.metrics import Metrics
@@ -220,7 +222,9 @@ class GroupCommit:
                 queued = True
                 return True
             # Nothing to store (a read, or a non-durable actor, whose effect lives in
-            # memory only): its ack can wait for the next batch.
+            # memory only): its ack goes with a later call. Its reply is queued next,
+            # with no wait in between: an ack taken along with the replies of the
+            # reply outbox follows its own reply (see ``_acks``).
             if env.entry:  # a command handed over in memory has none
                 shard.acks.append(env.entry)
             if env.id:
@@ -616,6 +620,21 @@ class GroupCommit:
         except BaseException:
             shard.acks[:0] = entries
             raise
+
+    def take_acks(self, shards: Iterable[Shard]) -> Acks:
+        """The acks queued on ``shards``, taken off them for a call (see ``_acks``)."""
+        return Acks(self._keys, shards, wire(self._link.client))
+
+    def riding(self) -> Acks | None:
+        """The acks queued on the owned shards, taken off them to go after the replies
+        the reply outbox is writing, in its pipeline (see ``_acks``); None when there
+        are none, or on a Redis Cluster (the reply streams are in other slots than
+        the shards' keys: the acks go in calls of their own there, see
+        :meth:`flush_acks`)."""
+        if is_cluster(self._link.client):
+            return None
+        acks = Acks(self._keys, self._held.shards.values(), wire(self._link.client))
+        return acks if acks else None
 
     async def ack(self, shard: Shard, entries: list[str]) -> None:
         """XACK ``entries`` of ``shard`` now, if its lease is still ours."""

@@ -110,6 +110,7 @@ class Intake:
             claim=self.claim,
             ensure_group=_ensure_group,
             lease_fresh=lease_fresh,
+            replies_queued=lambda: bool(replies.outbox),
             batch=BATCH,
         )
         self._sharing = False

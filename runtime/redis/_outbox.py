@@ -21,7 +21,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import anyio
 import redis.asyncio as aioredis
@@ -31,7 +31,7 @@ from actormem.runtime.redis import _scripts
 from actormem.runtime.redis._client import eval_pipelined, redis_errors
 from actormem.runtime.redis._wire import wire
 
-__all__ = ("NO_DEADLINE", "Outbox")
+__all__ = ("NO_DEADLINE", "Outbox", "Riders")
 
 #: The deadline of an entry that never expires (a tell).
 NO_DEADLINE: Final = math.inf
@@ -45,6 +45,18 @@ _BATCH: Final = 4_096
 _CALL_BYTES: Final = 64 << 20
 #: Longest pause while a stream is over its limit (s).
 _MAX_FULL_PAUSE: Final = 1.0
+
+
+class Riders(Protocol):
+    """Commands that go after a batch's XADDs, in its pipeline (see :attr:`Outbox.riders`)."""
+
+    commands: list[tuple[Any, ...]]
+
+    def give_back(self) -> None:
+        """The write failed (the commands may or may not have run)."""
+
+    async def check(self, replies: list[Any]) -> None:
+        """The write went: ``replies`` are the server's replies to :attr:`commands`."""
 
 
 class Outbox:
@@ -94,6 +106,12 @@ class Outbox:
         #: Called as each batch is sent, with the position of its last entry (see
         #: :attr:`appended`): a tracer's (see ``_trace``).
         self.on_writing: Callable[[int], None] | None = None
+        #: Called as a batch is taken that empties the queue, while no sender waits
+        #: for room: commands to send after the batch, in its pipeline (None: none).
+        #: Every entry queued before the call goes in that batch or went before it.
+        self.riders: Callable[[], Riders | None] | None = None
+        # Senders in :meth:`put` waiting for room, or woken and not yet queued.
+        self._blocked = 0
 
     def __len__(self) -> int:
         return len(self._queue)
@@ -126,6 +144,16 @@ class Outbox:
 
     async def put(self, item: tuple[str, bytes, float]) -> None:
         """Queue ``item``, waiting while the outbox is full."""
+        if self.full():
+            self._blocked += 1
+            try:
+                await self._room()
+            finally:
+                self._blocked -= 1
+        self.put_nowait(item)
+
+    async def _room(self) -> None:
+        """Wait until the outbox is not full, first come first served."""
         while self.full():
             waiter = asyncio.get_running_loop().create_future()
             self._putters.append(waiter)
@@ -136,7 +164,6 @@ class Outbox:
                     self._wake(1)  # woken, then cancelled: pass the room on
                 waiter.cancel()
                 raise
-        self.put_nowait(item)
 
     def _wake(self, count: int) -> None:
         """Wake up to ``count`` waiting senders, oldest first."""
@@ -172,7 +199,10 @@ class Outbox:
             if self.on_writing is not None:
                 self.on_writing(self.finished + taken)
             if batch:
-                await self._write(batch)
+                riders = None
+                if self.riders is not None and taken == len(self._queue) and not self._blocked:
+                    riders = self.riders()
+                await self._write(batch, riders)
             lengths = self._lengths
             for stream, _ in batch:
                 lengths[stream] = lengths.get(stream, 0) + 1
@@ -184,9 +214,10 @@ class Outbox:
         if drained is not None:
             drained.set()
 
-    async def _write(self, batch: list[tuple[str, bytes]]) -> None:
+    async def _write(self, batch: list[tuple[str, bytes]], riders: Riders | None) -> None:
         """XADD ``batch``: one script call per stream, all in one pipeline (one round
-        trip, and one reply per stream rather than per entry)."""
+        trip, and one reply per stream rather than per entry), with the commands of
+        ``riders`` after them."""
         maxlen = "" if self._maxlen is None else self._maxlen
         ttl = "" if self._expire_ms is None else self._expire_ms
         head = [self._field, maxlen, ttl]
@@ -203,8 +234,19 @@ class Outbox:
                 args, size = current
                 args.append(data)
                 filling[stream] = (args, size + len(data))
-        with redis_errors("XADD from the outbox"):
-            await eval_pipelined(wire(self._client()), _scripts.XADD_MANY, calls)
+        if riders is None:
+            with redis_errors("XADD from the outbox"):
+                await eval_pipelined(wire(self._client()), _scripts.XADD_MANY, calls)
+            return
+        try:
+            with redis_errors("XADD from the outbox"):
+                results = await eval_pipelined(
+                    wire(self._client()), _scripts.XADD_MANY, calls, riders.commands
+                )
+        except BaseException:
+            riders.give_back()
+            raise
+        await riders.check(results[len(calls) :])
 
     def _drop_expired_head(self) -> bool:
         """Drop the expired entries at the head of the queue; True if any is left."""

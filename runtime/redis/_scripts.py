@@ -9,7 +9,16 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ("ACK", "ACQUIRE", "COMMIT", "DEAD_LETTER", "RELEASE", "RENEW", "XADD_MANY")
+__all__ = (
+    "ACK",
+    "ACK_MANY",
+    "ACQUIRE",
+    "COMMIT",
+    "DEAD_LETTER",
+    "RELEASE",
+    "RENEW",
+    "XADD_MANY",
+)
 
 #: KEYS: lease, fence. ARGV: worker id, lease ms, and optionally the value of a
 #: lease this worker's previous run left (taken back with a new token). Returns the
@@ -46,6 +55,30 @@ ACK: Final = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
 if #ARGV < 3 then return 0 end
 return redis.call('XACK', KEYS[2], ARGV[2], unpack(ARGV, 3))
+"""
+
+#: ACK for several shards in one call (not on a Redis Cluster: their keys are in
+#: different slots). KEYS: per shard, its lease and its stream. ARGV: group, then
+#: per shard, in the order of KEYS: its lease value, its number of entries, the
+#: entry ids. Returns per shard the number acked, or -1 when fenced off.
+ACK_MANY: Final = """
+local group, a, out = ARGV[1], 2, {}
+for k = 1, #KEYS, 2 do
+  local n = tonumber(ARGV[a + 1])
+  if redis.call('GET', KEYS[k]) ~= ARGV[a] then
+    out[#out + 1] = -1
+  else
+    local acked, i = 0, a + 2
+    while i <= a + 1 + n do
+      local j = math.min(i + 499, a + 1 + n)
+      acked = acked + redis.call('XACK', KEYS[k + 1], group, unpack(ARGV, i, j))
+      i = j + 1
+    end
+    out[#out + 1] = acked
+  end
+  a = a + 2 + n
+end
+return out
 """
 
 #: Stores the changes of a batch of handled commands, of any actors of one shard,

@@ -5,10 +5,10 @@ worker reads all the shards it owns with one XREADGROUP, one ``STREAMS`` key per
 shard (each stream has its own consumer group ``workers``), instead of a blocking
 read per shard: a read carries the entries of every shard that has some, and the
 worker's loop turns once for them. The acks of the entries handled since the last
-read (an ACK script call per shard, fenced by the shard's lease) go in one pipeline
-with the read: the server runs them before the read blocks. On a Redis Cluster the
-shards' streams are in different slots, and each shard is read on its own (see
-``Intake``).
+read that did not go with their replies (one script call for every shard, each
+fenced by the shard's lease: see ``_acks``) go in one pipeline with the read: the
+server runs them before the read blocks. On a Redis Cluster the shards' streams are
+in different slots, and each shard is read on its own (see ``Intake``).
 
 A shard joins the read once its intake has claimed what earlier owners left pending,
 and leaves it when it is lost or given back; a shard whose lease was not renewed
@@ -32,8 +32,7 @@ import redis.exceptions as rexc
 import structlog
 
 from actormem.runtime.errors import TransportError
-from actormem.runtime.redis import _scripts
-from actormem.runtime.redis._client import redis_errors, script_sha
+from actormem.runtime.redis._client import redis_errors
 from actormem.runtime.redis._loops import delete_quietly, wait_open
 from actormem.runtime.redis._retry import forever
 from actormem.runtime.redis._wire import wire
@@ -72,6 +71,8 @@ class SharedRead:
             (``Intake.claim``).
         ensure_group: makes a stream's consumer group if it has none.
         lease_fresh: whether this worker's lease on a shard was recently renewed.
+        replies_queued: whether the reply outbox has replies queued (the acks then go
+            with them, not with the read: see ``_acks``).
         batch: entries read per stream, at most.
     """
 
@@ -85,6 +86,7 @@ class SharedRead:
         claim: Callable[[Shard], Awaitable[None]],
         ensure_group: Callable[[Any, str], Awaitable[None]],
         lease_fresh: Callable[[int], bool],
+        replies_queued: Callable[[], bool],
         batch: int,
     ) -> None:
         self._link = link
@@ -96,6 +98,7 @@ class SharedRead:
         self._claim = claim
         self._ensure_group = ensure_group
         self._lease_fresh = lease_fresh
+        self._replies_queued = replies_queued
         self._batch = batch
         self._wake_key = self._keys.wake(link.id)
         self._wake_name = self._wake_key.encode()
@@ -189,8 +192,9 @@ class SharedRead:
             if response is not _REGROUPED:
                 await self._deliver(shards, response)
                 # The handlers of what was delivered run before the next read is sent:
-                # the acks of the read-only commands go with it (not with the one
-                # after), and what came meanwhile makes that read fuller.
+                # the acks of the read-only commands that answered nobody through the
+                # reply outbox go with it (not with the one after), and what came
+                # meanwhile makes that read fuller.
                 await asyncio.sleep(0)
             now = time.monotonic()
             for number, shard in shards.items():
@@ -199,9 +203,10 @@ class SharedRead:
                     await self._within(shard, functools.partial(self._claim, shard))
 
     async def _read(self) -> tuple[dict[int, Shard], Any]:
-        """One pipeline: the acks of the shards read and of the wake-up entries read,
-        then the blocking read of them; the shards and the read's reply
-        (``_REGROUPED`` when a stream had lost its consumer group: made again).
+        """One pipeline: the acks of the shards read (unless they wait for the reply
+        outbox) and of the wake-up entries read, then the blocking read of them; the
+        shards and the read's reply (``_REGROUPED`` when a stream had lost its
+        consumer group: made again).
 
         The shards read are those joined whose lease was renewed lately (another
         worker may own one that was not by now: it is read again once the heartbeat
@@ -209,21 +214,10 @@ class SharedRead:
         shards = {n: s for n, s in self._joined.items() if self._lease_fresh(n)}
         if not shards:
             return shards, None
-        keys, lease_key, stream_key = self._keys, self._keys.lease, self._keys.stream
-        acked: list[tuple[Shard, list[str]]] = []
-        commands: list[tuple[Any, ...]] = []
-        sha = script_sha(_scripts.ACK)
-        for shard in shards.values():
-            if shard.acks:
-                entries, shard.acks = shard.acks, []
-                acked.append((shard, entries))
-                number = shard.number
-                commands.append(
-                    (
-                        *("EVALSHA", sha, 2, lease_key(number), stream_key(number)),
-                        *(shard.lease, CONSUMER_GROUP, *entries),
-                    )
-                )
+        keys = self._keys
+        # While replies are queued the acks wait to go with them (see ``_acks``).
+        acks = self._commits.take_acks(() if self._replies_queued() else shards.values())
+        commands = list(acks.commands)
         wake_acks, self._wake_acks = self._wake_acks, []
         if wake_acks:
             commands.append(("XACK", self._wake_key, CONSUMER_GROUP, *wake_acks))
@@ -234,16 +228,14 @@ class SharedRead:
             with redis_errors(f"XREADGROUP of {len(shards)} shard streams"):
                 replies = await wire(self._link.blocking_client).pipeline(commands)
         except BaseException:
-            # Whether they ran is not known: acked again with the next read.
-            for shard, entries in acked:
-                shard.acks[:0] = entries
+            # Whether they ran is not known: acked again with a later call.
+            acks.give_back()
             self._wake_acks[:0] = wake_acks
             raise
         finally:
             self._flight = None
             returned.set()
-        for (shard, entries), reply in zip(acked, replies, strict=False):
-            await self._acked(shard, entries, reply)
+        await acks.check(replies)
         reply = replies[-1]
         if isinstance(reply, rexc.ResponseError):
             if "NOGROUP" not in str(reply) and "UNBLOCKED" not in str(reply):
@@ -257,19 +249,6 @@ class SharedRead:
                 await self._ensure_group(client, keys.stream(number))
             return shards, _REGROUPED
         return shards, reply
-
-    async def _acked(self, shard: Shard, entries: list[str], reply: Any) -> None:
-        """Check the reply to the ack of ``entries`` sent with a read."""
-        if isinstance(reply, rexc.NoScriptError):
-            try:
-                await self._commits.ack(shard, entries)  # loads the script
-            except TransportError:
-                shard.acks[:0] = entries
-        elif isinstance(reply, rexc.ResponseError):
-            log.warning("ack_failed", shard=shard.number, reason=str(reply))
-            shard.acks[:0] = entries
-        elif reply == -1:
-            log.warning("ack_fenced_off", shard=shard.number, entries=len(entries))
 
     def _command(self, numbers: tuple[int, ...]) -> tuple[Any, ...]:
         """The blocking XREADGROUP of the wake-up stream and of the shards ``numbers``."""

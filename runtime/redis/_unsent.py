@@ -41,7 +41,7 @@ from actormem.runtime.redis._shards import StreamEnvelope
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from actormem.runtime.redis._outbox import Outbox
+    from actormem.runtime.redis._outbox import Outbox, Riders
     from actormem.runtime.redis._shards import Link, Shard
 
 __all__ = ("FAULT_ENV", "Unsent")
@@ -237,14 +237,14 @@ class Unsent:
                 log.warning("fault_kill_with_unsent", written=state["written"])
                 os.kill(os.getpid(), signal.SIGKILL)
 
-        async def write_then_stop(batch: list[tuple[str, bytes]]) -> None:
+        async def write_then_stop(batch: list[tuple[str, bytes]], riders: Riders | None) -> None:
             finished = outbox.finished
             if state["written"] < 0 and finished and finished + len(batch) > after:
                 state["written"] = finished
                 die_if_kept_unwritten()
             if state["written"] >= 0:
                 await anyio.sleep_forever()
-            await write(batch)
+            await write(batch, riders)
 
         stored = self.stored
 

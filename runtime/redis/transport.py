@@ -231,6 +231,8 @@ class RedisTransport(Transport):
         self._unsent.sending_again = self._handover.sent_again
         self._unsent.handed_tells = self._handover.tells
         self._commits.tell_settled = self._tell_settled
+        # The acks of what the replies answer go after them, in the same write.
+        self._replies.outbox.riders = self._commits.riding
         self._replies.answered = self._handover.answered
         self._intake.handover = self._intake.shared.handover = self._handover
         self._owner = Owner(

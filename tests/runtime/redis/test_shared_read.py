@@ -1,7 +1,8 @@
 """A worker reads every shard it owns with one blocking read: a shard it gains joins
 the read in flight, one it gives back leaves it (its next owner reads what comes),
-the acks of what was handled go with the next read and only once it was handled,
-and entries claimed after a takeover are noted by the hand-over as read ones are."""
+an ask's ack goes after its reply, in the same write, and a tell's with the next
+read, each only once it was handled, and entries claimed after a takeover are noted
+by the hand-over as read ones are."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from actormem.runtime.ids import new_id
 from actormem.runtime.redis import CONSUMER_GROUP, Keys, RedisConfig, shard_of
 from actormem.runtime.redis._client import script_sha
 from actormem.runtime.redis._handover import Handover
-from actormem.runtime.redis._scripts import ACK
+from actormem.runtime.redis._scripts import ACK_MANY, XADD_MANY
 from actormem.runtime.redis._shards import Holdings, Shard
 from actormem.runtime.redis._wire import Wire
 from actormem.runtime.redis.codec import default_codec
@@ -121,8 +122,12 @@ class Slow(Actor):
         return message
 
 
-async def test_a_handled_entry_is_acked_with_the_next_read_and_not_before(
-    redis_client: aioredis.Redis, redis_config: RedisConfig, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("asked", [True, False], ids=["ask", "tell"])
+async def test_a_handled_entry_is_acked_after_its_reply_or_with_a_read_and_not_before(
+    redis_client: aioredis.Redis,
+    redis_config: RedisConfig,
+    monkeypatch: pytest.MonkeyPatch,
+    asked: bool,
 ) -> None:
     keys = Keys(redis_config.prefix)
     address = "slow/one"
@@ -143,8 +148,12 @@ async def test_a_handled_entry_is_acked_with_the_next_read_and_not_before(
     ):
         rt.register("slow", Slow)
         await eventually(lambda: _owns_all(rt, redis_config.shards), "every shard is owned")
+        reply_stream = keys.replies(redis_transport(asker).id)
         async with anyio.create_task_group() as tg:
-            tg.start_soon(asker.ref(address).ask, "slow")
+            if asked:
+                tg.start_soon(asker.ref(address).ask, "slow")
+            else:
+                await asker.ref(address).tell("slow")
 
             async def pending() -> list[Any]:
                 try:
@@ -157,7 +166,7 @@ async def test_a_handled_entry_is_acked_with_the_next_read_and_not_before(
                         raise
                     return []
 
-            await eventually(lambda: _has(pending), "the ask is read")
+            await eventually(lambda: _has(pending), "the entry is read")
             entry = (await pending())[0]["message_id"].decode()  # the ask (copies come after)
             # Reads go on (each with the acks of what was handled) while it is handled.
             reads = len(pipelines)
@@ -166,15 +175,22 @@ async def test_a_handled_entry_is_acked_with_the_next_read_and_not_before(
             assert entry in [i["message_id"].decode() for i in await pending()]
             Slow.go.set()
         await eventually(lambda: _not(pending), "the entry is acked")
-    sha = script_sha(ACK)
+    sha = script_sha(ACK_MANY)
     carrying = [
-        commands
+        (commands, i)
         for commands in pipelines
-        for command in commands
-        if command[:5] == ("EVALSHA", sha, 2, keys.lease(shard), stream) and entry in command[7:]
+        for i, command in enumerate(commands)
+        if command[:2] == ("EVALSHA", sha) and entry in command and stream in command
     ]
-    assert carrying, "the entry's ack went with no read"
-    assert all(commands[-1][0] == "XREADGROUP" for commands in carrying)
+    assert len(carrying) == 1, "the entry was acked once"
+    commands, ack = carrying[0]
+    reply = ("EVALSHA", script_sha(XADD_MANY), 1, reply_stream)
+    if asked:
+        # In the reply outbox's write, after the reply: one write for both.
+        assert any(command[:4] == reply for command in commands[:ack])
+        assert commands[-1][0] != "XREADGROUP"
+    else:
+        assert commands[-1][0] == "XREADGROUP"
 
 
 async def _has(check: Any) -> bool:

@@ -70,6 +70,9 @@ __all__ = ("HandedEnvelope", "HandedTell", "Handover", "unsent_order")
 
 #: Handed-over asks noted before the first look for those whose asker gave up.
 _PRUNE_FIRST: Final = 1024
+#: How long an ask without a deadline whose command was given up is held for its
+#: answer, at most (s).
+_GIVING_UP_S: Final = 3600.0
 #: Tells a handed-over command may send before its order among them could clash
 #: with the next handed-over command's (see :func:`unsent_order`).
 _RANK_SHIFT: Final = 20
@@ -216,6 +219,9 @@ class Handover:
         self._uncopied: dict[str, dict[int | str, None]] = {}
         # How many may be noted before those whose asker gave up are forgotten.
         self._prune_at = _PRUNE_FIRST
+        # The asks handed over whose command was given up, until their asker is told
+        # so (see :meth:`giving_up`): correlation -> the ask's deadline (wall clock).
+        self._giving_up: dict[int, float] = {}
         self.handed_over = 0
         self.failed_back = 0
         self.tells_handed_over = 0
@@ -402,12 +408,26 @@ class Handover:
         self._prune_at = max(_PRUNE_FIRST, 2 * len(handed))
 
     def answered(self, correlation: int) -> None:
-        """The reply to the ask ``correlation`` came, or is about to (its command was
-        given up, and its asker is told so): it needs no stream any more."""
+        """The reply to the ask ``correlation`` came: it needs no stream any more."""
         if self._handed:
             found = self._handed.pop(correlation, None)
             if found is not None:
                 self._uncopy(found[0])
+        if self._giving_up:
+            self._giving_up.pop(correlation, None)
+
+    def giving_up(self, correlation: int, deadline: float | None) -> None:
+        """The command of the handed-over ask ``correlation`` is given up, and its
+        asker is about to be told so (after the dead letter is written): no copy of it
+        goes ahead of anything through the stream, and none is sent again meanwhile
+        (:meth:`holds` stays true until :meth:`answered`, or ``deadline``)."""
+        self.answered(correlation)
+        giving_up = self._giving_up
+        if len(giving_up) >= _PRUNE_FIRST:
+            now = time.time()
+            for stale in [c for c, until in giving_up.items() if until < now]:
+                del giving_up[stale]
+        giving_up[correlation] = time.time() + _GIVING_UP_S if deadline is None else deadline
 
     def take_back(self, correlation: int | None) -> Envelope | None:
         """The asker's envelope of the handed-over ask ``correlation`` not answered yet,
@@ -425,7 +445,9 @@ class Handover:
     def holds(self, correlation: int | None) -> bool:
         """Whether the ask ``correlation`` is handed over and not answered yet: its
         actor's handling answers it (see the module docstring)."""
-        return correlation is not None and correlation in self._handed
+        return correlation is not None and (
+            correlation in self._handed or correlation in self._giving_up
+        )
 
     def _uncopy(self, envelope: Envelope) -> None:
         """``envelope`` (a handed-over ask or tell) is no longer handed over: no copy

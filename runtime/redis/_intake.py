@@ -460,7 +460,7 @@ class Intake:
         (no entry) is forgotten by the hand-over at once, so that no copy of it goes
         through the stream to be handled after that (see ``_handover``)."""
         if not env.entry and env.correlation is not None and self.handover is not None:
-            self.handover.answered(env.correlation)
+            self.handover.giving_up(env.correlation, env.deadline)
 
     async def _duplicate(
         self, shard: Shard, entry: str, env: Envelope, record: ActorRecord

@@ -111,6 +111,44 @@ async def test_a_started_ask_with_no_reply_within_half_a_lease_stays_handed_over
     assert len(letters) == 1
 
 
+async def test_a_given_up_ask_is_not_sent_again_while_its_dead_letter_is_written(
+    redis_client: aioredis.Redis, redis_config: RedisConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between giving a handed-over ask's command up and telling its asker so (after
+    the dead letter is written) the ask is still held: a resend that falls in between
+    sends no copy through the stream."""
+    config = msgspec.structs.replace(redis_config, lease_ms=600)  # resent after 0.3 s
+    address = "ledger/given-up-handed"
+    async with worker(redis_client, config) as rt:
+        transport = await handing_over(rt, address)
+        dead_letters = transport._intake._dead_letters
+        write_handled = dead_letters.write_handled
+        written = anyio.Event()
+
+        async def slow_write_handled(*args: object) -> None:
+            await written.wait()  # held until a resend came meanwhile
+            await write_handled(*args)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(dead_letters, "write_handled", slow_write_handled)
+        before = transport.stats()
+        entries = await redis_client.xlen(shard_stream(config, address))
+
+        async def resent() -> bool:
+            return transport.stats().asks_resent > before.asks_resent
+
+        async def asked() -> None:
+            with pytest.raises(HandlerError, match="RuntimeError: boom"):
+                await rt.ref(address).ask(Boom())
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(asked)
+            await eventually(resent, "the ask is resent while its dead letter waits")
+            written.set()
+        after = transport.stats()
+        assert after.dead_lettered == before.dead_lettered + 1
+        assert await redis_client.xlen(shard_stream(config, address)) == entries
+
+
 async def test_an_ask_queued_behind_a_slow_one_past_half_a_lease_stays_handed_over(
     redis_client: aioredis.Redis, redis_config: RedisConfig
 ) -> None:

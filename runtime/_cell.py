@@ -42,6 +42,11 @@ class Cell:
         space: set when a full mailbox takes a message off (senders wait on it).
         single: how many messages at the front of the mailbox are handled one at a
             time, not as a batch (a batch to handle again, see ``Dispatcher``).
+        muted: the overloaded cell this one sent to past its bound, from a
+            dispatcher: this one takes no more turns until that one has room
+            (see :meth:`Mailboxes.deliver`).
+        parked: muted with mail left; scheduled, but out of the ready queue.
+        muting: the cells muted on this one, released when it has room.
     """
 
     __slots__ = (
@@ -49,6 +54,9 @@ class Cell:
         "address",
         "kind",
         "mailbox",
+        "muted",
+        "muting",
+        "parked",
         "restarts",
         "scheduled",
         "single",
@@ -66,3 +74,6 @@ class Cell:
         self.restarts: deque[float] | None = None
         self.space: anyio.Event | None = None
         self.single = 0
+        self.muted: Cell | None = None
+        self.parked = False
+        self.muting: list[Cell] | None = None

@@ -116,6 +116,10 @@ class Dispatcher(Mailboxes):
         trace = getattr(transport, "trace", None)
         started = 0.0
         since_yield = 0
+        running = self._running
+        me = asyncio.current_task()
+        assert me is not None
+        running[me] = None
         self.busy += 1  # counted while awake: from here until it waits for a cell
         try:
             while True:
@@ -137,7 +141,8 @@ class Dispatcher(Mailboxes):
                 actor = cell.actor
                 mailbox = cell.mailbox
                 handled = 0
-                while mailbox and handled < limit and cell.stopped is None:
+                running[me] = cell  # what its handlers send to full mailboxes mutes it
+                while mailbox and handled < limit and cell.stopped is None and cell.muted is None:
                     if actor is None:
                         actor = await self._activate(cell, mailbox[0])
                         if actor is None or not mailbox:
@@ -147,6 +152,8 @@ class Dispatcher(Mailboxes):
                     if space is not None:
                         cell.space = None
                         space.set()
+                    if cell.muting is not None and len(mailbox) < cell.kind.mailbox_size:
+                        self.release(cell)
                     handled += 1
                     if hooked:  # batches are for transports that take the hooks
                         if cell.single:
@@ -156,6 +163,8 @@ class Dispatcher(Mailboxes):
                             while mailbox and handled < limit and self._batchable(mailbox[0]):
                                 run.append(mailbox.popleft())
                                 handled += 1
+                            if cell.muting is not None and len(mailbox) < cell.kind.mailbox_size:
+                                self.release(cell)
                             actor = await self._run_batch(cell, actor, run)
                             continue
                     if env.deadline is not None and shed and env.deadline < time.time():
@@ -227,10 +236,15 @@ class Dispatcher(Mailboxes):
                     elif env.correlation is not None:
                         await self._asks.send_reply(env, Reply(env.correlation, value))
                 self.processed += handled
+                running[me] = None
                 if cell.stopped is None and cell.mailbox:
-                    ready.append(cell)
+                    if cell.muted is None:
+                        ready.append(cell)
+                    else:  # stays scheduled, out of the ready queue, until released
+                        cell.parked = True
                 else:
                     # _unschedule(), inline: at 1,000 agents nearly every turn ends here.
+                    cell.muted = None
                     cell.scheduled = False
                     left = cell.mailbox
                     if left is not None and not left:
@@ -247,6 +261,7 @@ class Dispatcher(Mailboxes):
                     await asyncio.sleep(0)
         finally:
             self.busy -= 1
+            running.pop(me, None)
 
     async def _forwarded(
         self, cell: Cell, actor: Actor, env: Envelope, forward: Forward, origin: Origin | None
@@ -472,6 +487,7 @@ class Dispatcher(Mailboxes):
         if cell.space is not None:
             cell.space.set()
             cell.space = None
+        self.release(cell)
         while pending:
             await self.refuse(pending.popleft(), stopped.refusal(address))
 

@@ -6,6 +6,16 @@ sits once in the ready queue, where a dispatcher (``_dispatch``) takes it to run
 its messages; while none is awake, a new ready cell wakes one. Mailboxes are
 bounded: a sender waits for room, or is refused at once (``deliver_nowait``).
 
+A dispatcher never waits for room. Were it to, actors that send to each other
+could hold every dispatcher while the mailboxes they wait on need one to drain:
+a stall. So a message an actor's handler sends to a full mailbox is taken past
+the bound, and the sender is *muted*: it takes no further turn until the full
+mailbox has room again (Pony's backpressure). A sender whose own mailbox is full
+is never muted, so the muted always wait on a cell that runs: no cycle of
+mailboxes can stall. The bound holds for senders outside the actors (the
+application's tells and asks), which wait; inside, a mailbox exceeds it by at
+most what its senders' current turns send.
+
 A message that cannot reach an actor for a reason of its own (an address that is
 not ``kind/key``, a kind not registered, an actor stopped and in its back-off) is
 refused here, before it is queued (see :meth:`Mailboxes.cell`).
@@ -15,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import TYPE_CHECKING, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import anyio
 import structlog
@@ -68,6 +78,7 @@ class Mailboxes:
         "_asks",
         "_idle",
         "_kinds",
+        "_running",
         "_spare",
         "_waking",
         "cells",
@@ -87,6 +98,8 @@ class Mailboxes:
         # Dispatchers woken that have not taken a cell yet.
         self._waking = 0
         self._spare: list[deque[Envelope]] = []
+        # The cell each dispatcher task runs now (see deliver).
+        self._running: dict[asyncio.Task[Any], Cell | None] = {}
         self.stopped: dict[str, Stopped] = {}
         self.passivated: dict[str, int] = {}
 
@@ -139,16 +152,62 @@ class Mailboxes:
                 self._wake()
 
     async def deliver(self, envelope: Envelope) -> None:
-        """Put ``envelope`` into its mailbox, waiting while the mailbox is full."""
+        """Put ``envelope`` into its mailbox, waiting while the mailbox is full; from a
+        dispatcher (an actor's handler), take it past the bound and mute the sender
+        instead (see the module doc)."""
         while True:
             cell = self.cells.get(envelope.recipient) or self.cell(envelope.recipient)
             mailbox = cell.mailbox
             if mailbox is None or len(mailbox) < cell.kind.mailbox_size:
                 self.deliver_nowait(envelope)
                 return
+            sender = self._running.get(asyncio.current_task())  # type: ignore[arg-type]
+            if sender is not None:
+                mailbox.append(envelope)
+                if not cell.scheduled:
+                    cell.scheduled = True
+                    self.ready.append(cell)
+                    if self._idle and not self._waking:
+                        self._wake()
+                self._mute(sender, cell)
+                return
             if cell.space is None:
                 cell.space = anyio.Event()
             await cell.space.wait()
+
+    def _mute(self, sender: Cell, full: Cell) -> None:
+        """Hold ``sender`` back until ``full`` has room, unless it is ``full`` itself or
+        its own mailbox is full (a muted cell must never be what others wait on)."""
+        own = sender.mailbox
+        if sender is full or (own is not None and len(own) >= sender.kind.mailbox_size):
+            return
+        sender.muted = full
+        if full.muting is None:
+            full.muting = [sender]
+        else:
+            full.muting.append(sender)
+
+    def release(self, cell: Cell) -> None:
+        """``cell`` has room (or is gone): let the cells muted on it run again."""
+        muting, cell.muting = cell.muting, None
+        if muting is None:
+            return
+        for muted in muting:
+            if muted.muted is not cell:
+                continue  # muted on another since, or released already
+            muted.muted = None
+            if muted.parked:
+                muted.parked = False
+                if (
+                    muted.stopped is None
+                    and muted.mailbox
+                    and self.cells.get(muted.address) is muted
+                ):
+                    self.ready.append(muted)
+                    if self._idle and not self._waking:
+                        self._wake()
+                else:
+                    self._unschedule(muted)
 
     def _wake(self) -> None:
         """Wake one idle dispatcher.
@@ -202,6 +261,7 @@ class Mailboxes:
         space, cell.space = cell.space, None
         if space is not None:
             space.set()  # senders waiting for room go to a new cell
+        self.release(cell)
         return dropped
 
     def census(self) -> Census:
@@ -244,6 +304,7 @@ class Mailboxes:
                 cell.mailbox = None
             if cell.space is not None:
                 cell.space.set()
+            self.release(cell)
         self.ready.clear()
 
     def _unschedule(self, cell: Cell) -> None:

@@ -25,15 +25,20 @@ def new_run_id() -> str:
 
 
 def for_run(config: AppConfig, run_id: str) -> AppConfig:
-    """``config`` for the run ``run_id``: its ``simulation.run_id`` set and its Redis
-    keys in the run's namespace. Apply it once: a second time nests the namespace.
+    """``config`` for the run ``run_id``: its ``simulation.run_id`` set, its Redis
+    keys in the run's namespace, and no feed ticks by the clock (the run ticks the
+    feeds once per step). Apply it once: a second time nests the namespace.
 
     Raises:
         ValueError: ``run_id`` is not a valid namespace name.
     """
     simulation = msgspec.structs.replace(config.simulation, run_id=run_id)
+    feed = msgspec.structs.replace(config.pool.feed, interval=0.0)
     return msgspec.structs.replace(
-        config, simulation=simulation, redis=config.redis.namespaced(run_id)
+        config,
+        simulation=simulation,
+        redis=config.redis.namespaced(run_id),
+        pool=msgspec.structs.replace(config.pool, feed=feed),
     )
 
 

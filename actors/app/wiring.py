@@ -6,7 +6,9 @@ import functools
 import os
 from typing import Any
 
+import anyio
 import msgspec
+import structlog
 
 from actormem.actors.compression import (
     COMPRESSOR_KIND,
@@ -24,14 +26,24 @@ from actormem.actors.memory.handle import MemoryHandle
 from actormem.actors.metrics import ActorCounts, families
 from actormem.actors.pool import commands as pool_commands
 from actormem.actors.pool.actor import PoolActor
+from actormem.actors.pool.commands import (
+    FeedTick,
+    GetPoolStats,
+    PoolStats,
+    merged_stats,
+    pool_addresses,
+)
 from actormem.actors.pool.insights import InsightDelivery, InsightError, InsightSignatureError
 from actormem.actors.recall.tools import ToolArgumentsError
 from actormem.actors.retention import SessionFileError
 from actormem.runtime import ConfigError, Runtime, Transport
 from actormem.runtime.config import decode_config
+from actormem.runtime.errors import ActormemError
 from actormem.runtime.logging import configure_logging
 from actormem.runtime.redis import register_error_types, register_message_types
 from actormem.runtime.redis.transport import RedisTransport
+
+log = structlog.get_logger("actormem.pool")
 
 __all__ = (
     "CONFIG_ENV",
@@ -208,6 +220,38 @@ class MemoryRuntime(Runtime):
             metrics=None if client else self.app_config.metrics,
         )
         register_actors(self, self.app_config)
+        pool = self.app_config.pool
+        if pool.delivery == "feed" and pool.feed.interval > 0 and not client:
+            self.on_open(self._tick_feeds_every, pool.feed.interval)
+
+    async def tick_feeds(self) -> int:
+        """Deliver every subscriber's ranked feed now (``[pool] delivery = "feed"``);
+        return how many insights went out (0 with a broadcast)."""
+        sent: list[int] = []
+
+        async def tick(address: str) -> None:
+            sent.append(await self.ask(address, FeedTick()))
+
+        async with anyio.create_task_group() as tg:
+            for address in pool_addresses(self.app_config.pool.partitions):
+                tg.start_soon(tick, address)
+        return sum(sent)
+
+    async def pool_stats(self) -> PoolStats:
+        """The insight pool's counters, over all its partitions."""
+        parts = [
+            await self.ask(a, GetPoolStats())
+            for a in pool_addresses(self.app_config.pool.partitions)
+        ]
+        return merged_stats(parts)
+
+    async def _tick_feeds_every(self, interval: float) -> None:
+        while True:
+            await anyio.sleep(interval)
+            try:
+                await self.tick_feeds()
+            except ActormemError as exc:  # the next tick tries again
+                log.warning("feed_tick_failed", reason=str(exc))
 
     def memory(self, agent: str, *, timeout: float | None = None) -> MemoryHandle:
         """Return the handle on ``agent``'s memory (its actor starts on first use)."""

@@ -21,7 +21,6 @@ from actormem.actors.memory.commands import (
 )
 from actormem.actors.memory.snapshot import encode_delivery
 from actormem.actors.pool.commands import (
-    POOL_ADDRESS,
     POOL_KIND,
     AgentCommand,
     DeliveryAck,
@@ -32,7 +31,7 @@ from actormem.actors.pool.insights import InsightDelivery, InsightSignatureError
 from actormem.actors.recall.agent import AgentRecall
 from actormem.runtime import ActorContext, Forward, MailboxFullError
 
-__all__ = ("DeliveryLog", "KeyedCommand", "serve_keyed", "take_delivery", "to_pool")
+__all__ = ("DeliveryLog", "Interest", "KeyedCommand", "serve_keyed", "take_delivery", "to_pool")
 
 #: Delivery entries a memory's log may hold, at least, before it is written again
 #: without them (beside a snapshot); past this, as many as its history has messages.
@@ -41,8 +40,14 @@ DELIVERIES_KEPT: Final = 256
 KeyedCommand = PutEntry | GetEntry | DeleteEntry | SearchEntries | ListNamespaces
 
 
-def to_pool(ctx: ActorContext, agent: str, command: AgentCommand) -> Forward:
-    """Hand ``command`` on to the pool as ``agent`` (the pool answers the asker).
+#: What a feed's confirmation carries: the terms of the agent's recent messages and
+#: the agents they name (see :class:`~actormem.actors.pool.commands.DeliveryAck`).
+Interest = Callable[[], tuple[tuple[str, ...], tuple[str, ...]]]
+
+
+def to_pool(ctx: ActorContext, agent: str, command: AgentCommand, pool: str) -> Forward:
+    """Hand ``command`` on to the pool partition ``pool`` as ``agent`` (the pool
+    answers the asker).
 
     Raises:
         InsightSignatureError: the command names another agent.
@@ -53,11 +58,15 @@ def to_pool(ctx: ActorContext, agent: str, command: AgentCommand) -> Forward:
             f"{type(command).__name__} names agent {str(named)[:64]!r}, but this is the "
             f"memory of {agent!r}: an agent acts in the pool only for itself"
         )
-    return ctx.forward(POOL_ADDRESS, command)
+    return ctx.forward(pool, command)
 
 
 def take_delivery(
-    ctx: ActorContext, recall: AgentRecall, delivery: InsightDelivery, logged: bool = False
+    ctx: ActorContext,
+    recall: AgentRecall,
+    delivery: InsightDelivery,
+    logged: bool = False,
+    interest: Interest | None = None,
 ) -> bool:
     """Take an insight the pool delivered; refuse one from anybody else.
 
@@ -65,7 +74,8 @@ def take_delivery(
     chain got when the pool asks, or when one before this delivery is missing
     (then the pool sends again what follows). ``logged``: an applied delivery goes
     into the memory's durable log (see :class:`DeliveryLog`), so recall's snapshot
-    need not be written for it.
+    need not be written for it. ``interest``: what the confirmation of a feed
+    carries.
 
     Raises:
         InsightSignatureError: the delivery did not come from the pool.
@@ -82,8 +92,10 @@ def take_delivery(
         recall.changed(logged)
     if delivery.ack or missing:
         # With the pool's mailbox full, the pool asks again with a later delivery.
+        terms, names = interest() if delivery.feed and interest is not None else ((), ())
+        ack = DeliveryAck(through=through, resend=missing, interest=terms, talks_to=names)
         with contextlib.suppress(MailboxFullError):
-            ctx.tell_nowait(sender, DeliveryAck(through=through, resend=missing))
+            ctx.tell_nowait(sender, ack)
     return applied
 
 
@@ -127,7 +139,13 @@ class DeliveryLog:
         self.stored = 0
         self.rewrite = False
 
-    def take(self, ctx: ActorContext, recall: AgentRecall, delivery: InsightDelivery) -> bool:
+    def take(
+        self,
+        ctx: ActorContext,
+        recall: AgentRecall,
+        delivery: InsightDelivery,
+        interest: Interest | None = None,
+    ) -> bool:
         """:func:`take_delivery`, logging an applied delivery; an erased insight's
         delivery changes recall's snapshot and has the log written again instead.
 
@@ -135,7 +153,7 @@ class DeliveryLog:
             InsightSignatureError: as :func:`take_delivery`.
         """
         erased = delivery.insight.erased
-        applied = take_delivery(ctx, recall, delivery, logged=not erased)
+        applied = take_delivery(ctx, recall, delivery, not erased, interest)
         if applied:
             if erased:
                 self.rewrite = self.rewrite or bool(self.stored or self.pending)

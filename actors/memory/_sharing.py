@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from actormem.actors.errors import MemoryInputError
 from actormem.actors.memory._handle_base import HandleBase
 from actormem.actors.memory.commands import (
     HeldInsights,
@@ -64,9 +65,17 @@ class SharingOps(HandleBase):
             RegisterFact(text=fact, source=self.agent, importance=importance)
         )
 
-    async def subscribe(self, *topics: str) -> SubscriptionState:
-        """Receive the pool's insights on these topics (``*``, the default, is every topic)."""
-        return await self._as_agent(Subscribe(agent=self.agent, topics=topics or ("*",)))
+    async def subscribe(self, *topics: str, follows: Sequence[str] = ()) -> SubscriptionState:
+        """Receive the pool's insights on these topics (``*``, the default, is every topic).
+
+        ``follows``: agents whose insights rank higher in this agent's feed (its
+        relations; with ``[pool] delivery = "feed"``).
+        """
+        if isinstance(follows, str):
+            raise MemoryInputError("follows must be a list of agent names, not one string")
+        return await self._as_agent(
+            Subscribe(agent=self.agent, topics=topics or ("*",), follows=tuple(follows))
+        )
 
     async def unsubscribe(self, *topics: str) -> SubscriptionState:
         """Stop receiving these topics (``*``, the default, is all of them)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 import structlog
@@ -72,10 +72,12 @@ from actormem.actors.memory.snapshot import (
 from actormem.actors.memory.store import MessageStore
 from actormem.actors.memory.window import context_window
 from actormem.actors.messages import Message, encode_message
-from actormem.actors.pool.commands import POOL_ADDRESS, ForgetSource
+from actormem.actors.pool.commands import ForgetSource, pool_address
+from actormem.actors.pool.feeds import FEED_TERMS
 from actormem.actors.pool.insights import InsightDelivery
 from actormem.actors.recall.agent import AgentRecall, RecallConfig
 from actormem.actors.retention import erase_session
+from actormem.actors.text.terms import index_terms
 from actormem.runtime import (
     Actor,
     ActorContext,
@@ -87,6 +89,9 @@ from actormem.runtime.state import DurableChanges, SnapshotState
 __all__ = ("AgentMemory", "memory_factory")
 
 log = structlog.get_logger("actormem.memory")
+
+#: The newest messages whose terms and names a feed's confirmation carries.
+INTEREST_MESSAGES: Final = 12
 
 #: Commands that do not make an agent active (retention.ttl): the runtime's own.
 _NOT_ACTIVITY: frozenset[type] = frozenset({Expire, CompressionDone, InsightDelivery})
@@ -110,6 +115,7 @@ class AgentMemory(Actor):
         "_expires",
         "_forgotten",
         "_idle",
+        "_pool",
         "_queries",
         "_recall",
         "_recall_config",
@@ -149,6 +155,8 @@ class AgentMemory(Actor):
         # transport keeps of it goes (it may quote what an erasure removed).
         self._discarding = False
         self._idle = IdleClock(self.agent, config.retention.ttl, sweeper)
+        #: The pool partition serving this agent.
+        self._pool = pool_address(self.agent, config.pool.partitions)
         # What every add asks (retention.ttl is set; compression is on), kept on the
         # actor itself: at 1,000 agents the objects that hold them are out of cache.
         self._expires = config.retention.ttl is not None
@@ -217,8 +225,8 @@ class AgentMemory(Actor):
             case InsightDelivery():
                 recall = self._recall
                 if recall is None or not store.durable:
-                    return take_delivery(self.ctx, self.recall, message)
-                return self._deliveries.take(self.ctx, recall, message)
+                    return take_delivery(self.ctx, self.recall, message, False, self._interest)
+                return self._deliveries.take(self.ctx, recall, message, self._interest)
             case HeldInsights(query=query, k=k):
                 return self.recall.inbox.relevant(query, k)
             case Record(messages=messages):
@@ -257,10 +265,24 @@ class AgentMemory(Actor):
                 await self.recall.retention.end_run()
                 return None
             case ToPool(command=command):
-                return to_pool(self.ctx, self.agent, command)
+                return to_pool(self.ctx, self.agent, command, self._pool)
             case PutEntry() | GetEntry() | DeleteEntry() | SearchEntries() | ListNamespaces():
                 return serve_keyed(self.recall, message)
         raise MemoryInputError(f"an agent memory does not serve {type(message).__name__}")
+
+    def _interest(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The terms of the agent's recent messages, newest first, and the agents they
+        name: what its next feed is ranked by."""
+        terms: dict[str, None] = {}
+        names: dict[str, None] = {}
+        for message in reversed(self._store.working[-INTEREST_MESSAGES:]):
+            if message.role == "system":
+                continue
+            if message.name and message.name != self.agent:
+                names[message.name] = None
+            if len(terms) < FEED_TERMS:
+                terms.update(dict.fromkeys(index_terms(message.text())))
+        return tuple(terms)[:FEED_TERMS], tuple(names)
 
     @property
     def recall(self) -> AgentRecall:
@@ -377,7 +399,7 @@ class AgentMemory(Actor):
         self._forgotten = True
         self._idle.forgotten()
         await erase_session(self._recall_config.retention, self.agent, None)
-        await self.ctx.tell(POOL_ADDRESS, ForgetSource(source=self.agent))
+        await self.ctx.tell(self._pool, ForgetSource(source=self.agent))
         if recall is not None:
             await recall.longterm.aclose()
         log.info("memory_forgotten", agent=self.agent, history_erased=erased)

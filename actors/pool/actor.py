@@ -18,6 +18,17 @@ One pool actor (``pool/main`` by convention) holds every shared insight, by topi
 - :class:`ForgetSource` removes the text of what an agent shared and drops its
   subscriptions and delivery cursors.
 
+**Feeds.** With ``delivery = "feed"`` a new insight goes to nobody at once: at each
+:class:`FeedTick` every subscriber gets its ranked feed (see
+:mod:`actormem.actors.pool.feeds`). Facts still reach every known agent at once.
+
+**Partitions.** With ``partitions`` > 1 the pool is that many actors
+(:func:`~actormem.actors.pool.commands.pool_addresses`). Each serves the agents
+that hash to it (:func:`~actormem.actors.pool.commands.pool_address`): their
+shares, subscriptions, deliveries and feeds. Each holds a copy of every insight:
+a partition that stores a new one tells the others (:class:`PeerShared`), and a
+forgotten source is forgotten by all (:class:`PeerForgot`).
+
 **Trust comes from the envelope.** The commands that act for an agent (share,
 fact, subscribe, unsubscribe, forget) are taken only from that agent's memory
 actor, as the runtime recorded the sender (:attr:`ActorContext.sender`); the
@@ -50,12 +61,16 @@ from actormem.actors.errors import MemoryInputError
 from actormem.actors.memory.inputs import check_command
 from actormem.actors.metrics import ActorCounts
 from actormem.actors.pool.commands import (
+    POOL_KIND,
     WILDCARD,
     AgentCommand,
     DeliveryAck,
     DeliveryOutcome,
+    FeedTick,
     ForgetSource,
     GetPoolStats,
+    PeerForgot,
+    PeerShared,
     PoolStats,
     QueryInsights,
     RegisterFact,
@@ -64,10 +79,12 @@ from actormem.actors.pool.commands import (
     Subscribe,
     SubscriptionState,
     Unsubscribe,
+    pool_addresses,
 )
 from actormem.actors.pool.config import PoolConfig
 from actormem.actors.pool.cursors import Cursor, Cursors
 from actormem.actors.pool.delivery import Deliveries
+from actormem.actors.pool.feeds import Feeds
 from actormem.actors.pool.insights import (
     Insight,
     InsightError,
@@ -75,6 +92,8 @@ from actormem.actors.pool.insights import (
 )
 from actormem.actors.pool.journal import (
     Acked,
+    Copied,
+    Fed,
     Journal,
     Op,
     Shared,
@@ -95,6 +114,8 @@ __all__ = ("AppliedShare", "PoolActor", "PoolState")
 log = structlog.get_logger("actormem.pool")
 
 MAX_QUERY_K: Final = 1_000
+#: Agents one subscription may follow.
+MAX_FOLLOWS: Final = 1_000
 #: The applied shares stored with the pool's state: the newest. (A repeat of an
 #: older new share is still found by its insight's id while the insight is held,
 #: and the transport skips a redelivered envelope by its own id.)
@@ -166,6 +187,12 @@ class PoolActor(Actor):
         self._forgot = False
         # The transport loaded stored state (over Redis): a session file is older.
         self._restored = False
+        addresses = pool_addresses(self.config.partitions)
+        #: The other partitions (none when this actor is no partition of the pool).
+        self.peers = [a for a in addresses if a != ctx.address] if ctx.address in addresses else []
+        self._feeds = Feeds(self.config.feed) if self.config.delivery == "feed" else None
+        # Tells to the other partitions, sent once the command is handled.
+        self._to_peers: list[Any] = []
 
     @classmethod
     def factory(
@@ -284,6 +311,17 @@ class PoolActor(Actor):
                 self._subs.unsubscribe(agent, topics)
             case Acked(agent=agent, through=through):
                 self._cursors.acked(agent, through)
+            case Copied(insight=insight, evicted=evicted, recipients=recipients):
+                if self._topics.replay_put(insight, evicted):
+                    for agent in recipients:
+                        self._cursors.next(agent, insight)
+                    if self._feeds is not None:
+                        self._feeds.add(insight)
+            case Fed(feeds=feeds):
+                for agent, keys in feeds:
+                    held = [i for i in map(self._topics.find, keys) if i is not None]
+                    for n, insight in enumerate(held):
+                        self._cursors.next(agent, insight, last=n == len(held) - 1)
 
     def _changed(self, op: Op) -> None:
         """Note that a command changed the state, as ``op`` says."""
@@ -294,6 +332,15 @@ class PoolActor(Actor):
     # -- commands -------------------------------------------------------------------
 
     async def receive(self, message: Any) -> Any:
+        answer = self._handle(message)
+        if self._to_peers:
+            notes, self._to_peers = self._to_peers, []
+            for note in notes:
+                for peer in self.peers:
+                    await self.ctx.tell(peer, note)
+        return answer
+
+    def _handle(self, message: Any) -> Any:
         # Before anything changes: a raw command may bypass the handle's checks.
         try:
             check_command(message)
@@ -312,6 +359,7 @@ class PoolActor(Actor):
             case Unsubscribe():
                 return self._unsubscribe(message)
             case ForgetSource():
+                self._to_peers.append(PeerForgot(source=message.source))
                 return self._forget(message.source)
             case QueryInsights():
                 return self._query(message)
@@ -325,6 +373,19 @@ class PoolActor(Actor):
                     self._refuse("DeliveryOutcome", "-", "the pool's own note to itself")
                 self._deliveries.drained(message)
                 return None
+            case FeedTick():
+                return self._tick()
+            case PeerShared(insight=insight, new=new):
+                self._check_peer("PeerShared")
+                if new:
+                    self._copy(insight)
+                elif self._feeds is not None:
+                    self._feeds.shared_again(insight.id)
+                return None
+            case PeerForgot(source=source):
+                self._check_peer("PeerForgot")
+                self._forget(source)
+                return None
             case _:
                 raise InsightError(f"the pool does not handle {type(message).__name__}")
 
@@ -335,12 +396,17 @@ class PoolActor(Actor):
         if self.ctx.sender != expected:
             self._refuse(type(cmd).__name__, str(agent), expected)
 
+    def _check_peer(self, name: str) -> None:
+        sender = self.ctx.sender or ""
+        if sender.partition("/")[0] != POOL_KIND or sender not in self.peers:
+            self._refuse(name, "-", "another partition of the pool")
+
     def _refuse(self, name: str, agent: str, expected: str) -> None:
         self._rejected += 1
         sender = self.ctx.sender
         who = repr(sender[:80]) if sender else "code outside any actor"
         log.warning("pool_command_refused", command=name, agent=agent[:64], sender=who)
-        if name == "DeliveryOutcome":
+        if name in ("DeliveryOutcome", "PeerShared", "PeerForgot"):
             raise InsightSignatureError(f"DeliveryOutcome is {expected}; this one came from {who}")
         raise InsightSignatureError(
             f"{name} acts for agent {agent[:64]!r} but was sent by {who}: the pool takes it "
@@ -390,11 +456,13 @@ class PoolActor(Actor):
             text, topic, source, importance, message_ids, insight_id=cmd.id
         )
         if status != "new":
+            if self._feeds is not None:
+                self._feeds.shared_again(insight.id)
+                self._to_peers.append(PeerShared(insight=insight, new=False))
             return ShareResult(status=status, insight=insight, similarity=similarity), [], []
-        recipients = self._recipients(topic, exclude=source)
-        for agent in recipients:
-            self._deliver(agent, insight)
-        log.info(
+        self._to_peers.append(PeerShared(insight=insight))
+        recipients = self._fan_out(insight, exclude=source)
+        log.debug(
             "insight_shared",
             insight=insight.id,
             topic=topic,
@@ -404,8 +472,43 @@ class PoolActor(Actor):
         result = ShareResult(status="new", insight=insight, recipients=len(recipients))
         return result, evicted, recipients
 
-    def _deliver(self, agent: str, insight: Insight) -> None:
-        self._deliveries.deliver(agent, self._cursors.next(agent, insight))
+    def _deliver(self, agent: str, insight: Insight, *, last: bool = False) -> None:
+        self._deliveries.deliver(agent, self._cursors.next(agent, insight, last=last))
+
+    def _fan_out(self, insight: Insight, exclude: str | None) -> list[str]:
+        """Send a new insight to its topic's subscribers now (a broadcast, or a fact),
+        or make it a feed candidate; return the agents it was sent to."""
+        feeds = self._feeds
+        if feeds is not None and insight.topic != self.facts_topic:
+            feeds.add(insight)
+            return []
+        recipients = self._recipients(insight.topic, exclude=exclude)
+        for agent in recipients:
+            self._deliver(agent, insight)
+        return recipients
+
+    def _copy(self, insight: Insight) -> None:
+        """Hold (and send on, or feed) a new insight another partition stored."""
+        evicted = self._topics.copy(insight)
+        if evicted is None:
+            return
+        recipients = self._fan_out(insight, exclude=insight.source)
+        self._changed(Copied(insight=insight, evicted=evicted, recipients=recipients))
+
+    def _tick(self) -> int:
+        """Deliver every subscriber's feed; return how many insights went out."""
+        feeds = self._feeds
+        if feeds is None:
+            return 0
+        fed = feeds.feed(self._subs.subscribed(), self._subs.accepts)
+        sent = 0
+        for agent, insights in fed:
+            for n, insight in enumerate(insights):
+                self._deliver(agent, insight, last=n == len(insights) - 1)
+            sent += len(insights)
+        if fed:
+            self._changed(Fed(feeds=[(a, [i.id for i in got]) for a, got in fed]))
+        return sent
 
     def _acked(self, ack: DeliveryAck) -> None:
         sender = self.ctx.sender or ""
@@ -413,6 +516,8 @@ class PoolActor(Actor):
         if kind != self.config.memory_kind or not agent:
             self._refuse("DeliveryAck", "-", f"{self.config.memory_kind}/<agent>")
         self._cursors.acked(agent, ack.through)
+        if self._feeds is not None and (ack.interest or ack.talks_to):
+            self._feeds.interest(agent, ack.interest, ack.talks_to)
         if ack.resend:
             again = self._cursors.resend(agent, ack.through)
             for delivery in again:
@@ -439,12 +544,23 @@ class PoolActor(Actor):
             out.append(WILDCARD if t == WILDCARD else clean_label(t, "topic").casefold())
         return out
 
+    @staticmethod
+    def _follows(follows: tuple[str, ...] | str) -> list[str]:
+        if isinstance(follows, str) or not isinstance(follows, tuple | list):
+            raise InsightError("follows must be a list of agent names, not one string")
+        if len(follows) > MAX_FOLLOWS:
+            raise InsightError(f"follows names {len(follows)} agents; the limit is {MAX_FOLLOWS}")
+        return [clean_label(a, "follows", MAX_ID_CHARS) for a in follows]
+
     def _subscribe(self, cmd: Subscribe) -> SubscriptionState:
         agent = clean_label(cmd.agent, "agent", MAX_ID_CHARS)
         if agent != cmd.agent:
             raise InsightError(f"agent name {cmd.agent!r} holds control or invisible characters")
         topics = self._topics_of(cmd.topics)
+        follows = self._follows(cmd.follows)
         state = self._subs.subscribe(agent, topics)
+        if self._feeds is not None and follows:
+            self._feeds.follow(agent, follows)
         backfill = []
         if cmd.backfill > 0:
             wanted = None if WILDCARD in topics else topics
@@ -453,14 +569,14 @@ class PoolActor(Actor):
                     self._deliver(agent, insight)
                     backfill.append(insight.id)
         self._changed(Subscribed(agent=agent, topics=topics, backfill=backfill))
-        log.info("pool_subscribed", agent=agent, topics=topics)
+        log.debug("pool_subscribed", agent=agent, topics=topics)
         return state
 
     def _unsubscribe(self, cmd: Unsubscribe) -> SubscriptionState:
         topics = self._topics_of(cmd.topics)
         state = self._subs.unsubscribe(cmd.agent, topics)
         self._changed(Unsubscribed(agent=cmd.agent, topics=topics))
-        log.info("pool_unsubscribed", agent=cmd.agent, topics=topics)
+        log.debug("pool_unsubscribed", agent=cmd.agent, topics=topics)
         return state
 
     # -- forgetting ---------------------------------------------------------------------
@@ -483,6 +599,8 @@ class PoolActor(Actor):
         self._cursors.erase(fresh.values())
         self._subs.remove(source)
         self._cursors.drop(source)
+        if self._feeds is not None:
+            self._feeds.forget(source)
         for agent in self._cursors.agents():
             for blank in fresh.values():
                 self._deliver(agent, blank)

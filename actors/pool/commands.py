@@ -8,6 +8,7 @@ Wire compatibility: new fields go last, with defaults; a field's type never chan
 
 from __future__ import annotations
 
+import zlib
 from typing import Final, Literal, get_args
 
 import msgspec
@@ -25,8 +26,11 @@ __all__ = (
     "AgentCommand",
     "DeliveryAck",
     "DeliveryOutcome",
+    "FeedTick",
     "ForgetSource",
     "GetPoolStats",
+    "PeerForgot",
+    "PeerShared",
     "PoolCommand",
     "PoolStats",
     "QueryInsights",
@@ -36,6 +40,10 @@ __all__ = (
     "Subscribe",
     "SubscriptionState",
     "Unsubscribe",
+    "merged_stats",
+    "partition_of",
+    "pool_address",
+    "pool_addresses",
 )
 
 #: In Subscribe / Unsubscribe / QueryInsights: every topic.
@@ -45,6 +53,33 @@ POOL_KIND: Final = "pool"
 #: The pool agents share with.
 POOL_ADDRESS: Final = "pool/main"
 DEFAULT_QUERY_K: Final = 5
+
+
+def pool_addresses(partitions: int) -> list[str]:
+    """The pool's partitions: ``pool/main``, then ``pool/main-1`` ... ``pool/main-<n-1>``."""
+    return [POOL_ADDRESS, *(f"{POOL_ADDRESS}-{i}" for i in range(1, partitions))]
+
+
+def partition_of(address: str) -> int:
+    """The partition number of a pool address (0 for ``pool/main``).
+
+    Raises:
+        ValueError: the address is no partition of the pool.
+    """
+    if address == POOL_ADDRESS:
+        return 0
+    base, _, number = address.rpartition("-")
+    if base != POOL_ADDRESS or not number.isdigit() or number.startswith("0"):
+        raise ValueError(f"{address!r} is no partition of {POOL_ADDRESS}")
+    return int(number)
+
+
+def pool_address(agent: str, partitions: int) -> str:
+    """The partition serving ``agent``: the same in every process (a stable hash)."""
+    if partitions <= 1:
+        return POOL_ADDRESS
+    n = zlib.crc32(agent.encode("utf-8", "surrogatepass")) % partitions
+    return POOL_ADDRESS if n == 0 else f"{POOL_ADDRESS}-{n}"
 
 
 class ShareResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -110,6 +145,21 @@ class PoolStats(msgspec.Struct, frozen=True, kw_only=True):
     pending_deliveries: int = 0
 
 
+def merged_stats(parts: list[PoolStats]) -> PoolStats:
+    """The counters of a pool's partitions as one: summed, except the insights and
+    topics held, which every partition holds a copy of."""
+    summed = {
+        f: sum(getattr(p, f) for p in parts)
+        for f in PoolStats.__struct_fields__
+        if f not in ("insights", "topics")
+    }
+    return PoolStats(
+        **summed,
+        insights=max((p.insights for p in parts), default=0),
+        topics=max((p.topics for p in parts), default=0),
+    )
+
+
 class Share(Command[ShareResult], frozen=True, kw_only=True):
     """Share an insight on a topic; replies :class:`ShareResult`.
 
@@ -162,12 +212,15 @@ class Subscribe(Command[SubscriptionState], frozen=True, kw_only=True):
 
     An empty ``topics`` only makes the agent known (it then gets facts).
     ``backfill`` > 0 also delivers up to that many of the best insights already
-    held on the new topics. Taken only from ``memory/<agent>``, like :class:`Share`.
+    held on the new topics. ``follows``: agents whose insights rank higher in this
+    agent's feed (its relations). Taken only from ``memory/<agent>``, like
+    :class:`Share`.
     """
 
     agent: str
     topics: tuple[str, ...] = (WILDCARD,)
     backfill: int = 0
+    follows: tuple[str, ...] = ()
 
 
 class Unsubscribe(Command[SubscriptionState], frozen=True, kw_only=True):
@@ -241,6 +294,30 @@ class DeliveryAck(Command[None], frozen=True, kw_only=True):
 
     through: int
     resend: bool = False
+    #: For a feed: the terms of the agent's recent messages, and the agents they name
+    #: (what its next feed is ranked by).
+    interest: tuple[str, ...] = ()
+    talks_to: tuple[str, ...] = ()
+
+
+class FeedTick(Command[int], frozen=True):
+    """Deliver every subscriber's ranked feed now (``delivery = "feed"``); replies
+    how many insights went out. With ``delivery = "broadcast"``, does nothing."""
+
+
+class PeerShared(Command[None], frozen=True, kw_only=True):
+    """Internal, pool partition → the others: ``insight`` was stored as new
+    (``new``), or shared again. Taken only from a pool partition."""
+
+    insight: Insight
+    new: bool = True
+
+
+class PeerForgot(Command[None], frozen=True, kw_only=True):
+    """Internal, pool partition → the others: forget what ``source`` shared
+    (see :class:`ForgetSource`). Taken only from a pool partition."""
+
+    source: str
 
 
 #: The commands that act for an agent: the pool takes them only from that agent's
@@ -257,6 +334,9 @@ PoolCommand = (
     | GetPoolStats
     | DeliveryOutcome
     | DeliveryAck
+    | FeedTick
+    | PeerShared
+    | PeerForgot
 )
 
 # A command over Redis may come from any client: one whose fields fail validation

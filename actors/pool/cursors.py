@@ -89,8 +89,9 @@ class Cursors:
         """Deliveries not confirmed yet, over every agent."""
         return sum(len(c.pending) for c in self._by_agent.values())
 
-    def next(self, agent: str, insight: Insight) -> InsightDelivery:
-        """Number a new delivery of ``insight`` to ``agent`` and keep it pending."""
+    def next(self, agent: str, insight: Insight, *, last: bool = False) -> InsightDelivery:
+        """Number a new delivery of ``insight`` to ``agent`` and keep it pending
+        (``last``: the last of a feed, which asks for a confirmation)."""
         cursor = self._by_agent.get(agent)
         if cursor is None:
             cursor = self._by_agent[agent] = Cursor(agent=agent)
@@ -108,10 +109,11 @@ class Cursors:
                 reason=f"{self._max_pending} deliveries wait for its memory to confirm",
             )
         cursor.unasked += 1
-        ask = cursor.unasked >= self._ack_every
+        ask = last or cursor.unasked >= self._ack_every
         if ask:
             cursor.unasked = 0
-        return _delivery(pending, ack=ask)
+        delivery = _delivery(pending, ack=ask)
+        return msgspec.structs.replace(delivery, feed=True) if last else delivery
 
     def acked(self, agent: str, through: int) -> None:
         """``agent``'s memory holds its chain up to ``through``: drop what it confirmed."""

@@ -99,6 +99,8 @@ class InsightDelivery(Command[None], frozen=True):
     number: int = 0
     after: int = 0
     ack: bool = False
+    #: The last of a ranked feed: the confirmation carries the agent's interest.
+    feed: bool = False
 
 
 class InsightSigner:

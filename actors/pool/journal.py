@@ -26,11 +26,14 @@ from typing import Final, cast
 import msgspec
 
 from actormem.actors.pool.commands import ShareResult
+from actormem.actors.pool.insights import Insight
 from actormem.runtime.state import DurableChanges
 
 __all__ = (
     "MAX_ENTRIES",
     "Acked",
+    "Copied",
+    "Fed",
     "Journal",
     "Op",
     "Shared",
@@ -77,7 +80,22 @@ class Acked(msgspec.Struct, frozen=True, kw_only=True, tag="acked"):
     through: int
 
 
-Op = Shared | Subscribed | Unsubscribed | Acked
+class Copied(msgspec.Struct, frozen=True, kw_only=True, tag="copied"):
+    """Another partition's new ``insight`` was stored here: the insights the topic's
+    limit evicted, and this partition's agents it was delivered to, in order."""
+
+    insight: Insight
+    evicted: list[str] = []
+    recipients: list[str] = []
+
+
+class Fed(msgspec.Struct, frozen=True, kw_only=True, tag="fed"):
+    """A tick's feeds: per agent, the ids of the insights delivered to it, in order."""
+
+    feeds: list[tuple[str, list[str]]]
+
+
+Op = Shared | Subscribed | Unsubscribed | Acked | Copied | Fed
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Op)

@@ -91,6 +91,19 @@ class Subscriptions:
         agents.extend(a for a in self._by_topic.get(topic, ()) if a not in seen)
         return [a for a in agents if a != exclude]
 
+    def accepts(self, agent: str, topic: str) -> bool:
+        """Whether ``agent`` receives ``topic``."""
+        sub = self._agents.get(agent)
+        if sub is None:
+            return False
+        if sub.all_topics:
+            return topic not in sub.excluded
+        return topic in sub.topics
+
+    def subscribed(self) -> list[str]:
+        """The agents subscribed to some topic, in the order they first subscribed."""
+        return [a for a, s in self._agents.items() if s.all_topics or s.topics]
+
     def export(self) -> list[SubscriptionState]:
         """Return every agent's subscriptions."""
         return [self._state(a, s) for a, s in self._agents.items()]

@@ -132,7 +132,7 @@ class Topics:
         self._topic_of.clear()
         for insight in sorted(insights, key=lambda i: i.id):
             if self._signer is not None and not self._signer.verify(insight):
-                log.warning("insight_rejected", insight=insight.id, reason="bad saved HMAC")
+                log.warning("insight_rejected", insight=insight.id, reason="bad HMAC")
                 continue
             bucket = self._topics.get(insight.topic)
             if bucket is None:
@@ -197,12 +197,23 @@ class Topics:
             insight = self._signer.sign(insight)
         self._hold(bucket, insight)
         self.shared += 1
+        return "new", insight, 1.0, self._trim(bucket)
+
+    def copy(self, insight: Insight) -> list[str] | None:
+        """Hold a new insight another pool partition stored (unchecked for
+        duplicates: that partition checked it); return the ids the topic's limit
+        evicted, or None when it is held already or fails the HMAC key (logged)."""
+        if insight.id in self._topic_of or not self.replay_put(insight, []):
+            return None
+        return self._trim(self._topics[insight.topic])
+
+    def _trim(self, bucket: _Topic) -> list[str]:
         evicted = []
         while len(bucket.insights) > self._config.per_topic_limit:
             victim = min(bucket.insights.values(), key=lambda i: (i.importance, i.created))
             self._evict(bucket, victim.id)
             evicted.append(victim.id)
-        return "new", insight, 1.0, evicted
+        return evicted
 
     def replay_put(self, insight: Insight, evicted: list[str]) -> bool:
         """Do again what :meth:`put` did when it stored ``insight`` and evicted the
@@ -210,7 +221,7 @@ class Topics:
         fails the configured HMAC key is dropped and logged, as in :meth:`load`:
         False then."""
         if self._signer is not None and not self._signer.verify(insight):
-            log.warning("insight_rejected", insight=insight.id, reason="bad saved HMAC")
+            log.warning("insight_rejected", insight=insight.id, reason="bad HMAC")
             return False
         bucket = self._topics.get(insight.topic)
         if bucket is None:

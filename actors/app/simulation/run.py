@@ -59,7 +59,7 @@ from actormem.actors.app.simulation.town import PlantedFact
 from actormem.actors.app.wiring import MemoryRuntime
 from actormem.actors.config import AppConfig
 from actormem.actors.messages import Message
-from actormem.actors.pool.commands import GetPoolStats, PoolStats
+from actormem.actors.pool.commands import PoolStats
 from actormem.runtime.config import redacted
 from actormem.runtime.errors import ActormemError
 from actormem.runtime.redis import RedisTransport
@@ -317,7 +317,7 @@ async def _run(
     async with anyio.create_task_group() as watch:
         with anyio.CancelScope() as measuring:
             watch.start_soon(_cancel_when_set, stop, measuring, PARTIAL_REPORT_S)
-            pool = await rt.ask("pool/main", GetPoolStats())
+            pool = await rt.pool_stats()
             await measure(
                 rt,
                 config,
@@ -415,7 +415,8 @@ async def _steps(
     turns = 0
 
     async def introduce(name: str) -> None:
-        await rt.memory(name).subscribe()  # every topic: the town hears all news
+        # Every topic: the town hears all news (a feed ranks its relations' first).
+        await rt.memory(name).subscribe(follows=cast.relations.get(name, ()))
         await crowd.memories[name].add(
             [Message(role="system", content=cast.system(name), metadata={"pinned": True})]
         )
@@ -485,6 +486,7 @@ async def _steps(
                     async with anyio.create_task_group() as tg:
                         for name in names:
                             tg.start_soon(take_turn, name, step)
+                tally.fed += await rt.tick_feeds()
                 if tally.timeline is not None:
                     await tally.timeline.end_step(step, last=step == sim.steps - 1)
                 done = step + 1

@@ -20,12 +20,14 @@ R = TypeVar("R")
 class Tally:
     """The run's counts: ``commands`` asked of a memory or the pool, ``messages``
     added, and the seconds the turns took (``turn_seconds``) and spent waiting for
-    their memory commands (``memory_seconds``); each command is shown to the
-    ``timeline`` too, when the run keeps one."""
+    their memory commands (``memory_seconds``), and the insights the pool's feeds
+    sent (``fed``); each command is shown to the ``timeline`` too, when the run
+    keeps one."""
 
-    __slots__ = ("commands", "memory_seconds", "messages", "timeline", "turn_seconds")
+    __slots__ = ("commands", "fed", "memory_seconds", "messages", "timeline", "turn_seconds")
 
     def __init__(self) -> None:
+        self.fed = 0
         self.commands = 0
         self.messages = 0
         self.turn_seconds = 0.0

@@ -32,7 +32,7 @@ from actormem.actors.app.wiring import MemoryRuntime
 from actormem.actors.compression.config import CompressionConfig
 from actormem.actors.memory.commands import Add, AddResult, ToPool
 from actormem.actors.messages import Message
-from actormem.actors.pool.commands import POOL_ADDRESS, GetPoolStats, Share, ShareResult
+from actormem.actors.pool.commands import Share, ShareResult
 
 __all__ = ("FACTS_SAMPLE", "SETTLE_S", "TEXT_CHARS", "Event", "Sink", "StepRow", "Timeline")
 
@@ -199,7 +199,7 @@ class Timeline:
 
     async def _counters(self) -> tuple[int, int, int, int, float, int, int]:
         """The model's counters, the pool's deliveries and the failures so far."""
-        pool = await self._rt.ask(POOL_ADDRESS, GetPoolStats())
+        pool = await self._rt.pool_stats()
         usage = self.usage or LLMUsage()
         return (
             usage.calls,

@@ -41,6 +41,7 @@ _PROGRAM = textwrap.dedent(
             await alice.add({"role": "user", "content": "the key is under the mat"})
             await alice.subscribe("town")
             await alice.context(max_tokens=256)
+            await alice.forget_shares()
 
     anyio.run(main)
     """
@@ -82,8 +83,8 @@ def test_logging_section_is_honoured(transport: tuple[str, str]) -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == ""
     events = [json.loads(line) for line in proc.stderr.splitlines()]
-    assert {"event": "pool_subscribed", "level": "info"}.items() <= next(
-        e for e in events if e["event"] == "pool_subscribed"
+    assert {"event": "pool_source_forgotten", "level": "info"}.items() <= next(
+        e for e in events if e["event"] == "pool_source_forgotten"
     ).items()
     assert all(e["level"] != "debug" for e in events)
 
@@ -95,5 +96,5 @@ def test_stdlib_logging_configured_by_the_app_gets_the_events(
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == ""
     lines = proc.stderr.splitlines()
-    assert "actormem.pool|INFO|pool_subscribed agent=alice topics=['town']" in lines, lines
+    assert "actormem.pool|INFO|pool_source_forgotten insights=0 source=alice" in lines, lines
     assert all(line.startswith("actormem.") for line in lines), lines

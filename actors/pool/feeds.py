@@ -1,0 +1,250 @@
+"""Ranked feeds: what each subscriber receives per tick, instead of every insight.
+
+With ``[pool] delivery = "feed"``, a new insight is not sent to anyone at once. It
+becomes a *candidate* for ``window`` ticks. At each tick every subscriber gets at
+most ``size`` candidates it has not had, on topics it receives, the best by the
+score of :class:`~actormem.actors.pool.config.FeedConfig`. So the deliveries of a
+tick grow with the subscribers, not with subscribers times insights.
+
+Scoring every candidate for every subscriber would cost that product again. Each
+subscriber's candidates are instead drawn from four short lists: the insights of
+the agents it follows, those that share its rarest recent terms, the most shared
+ones of the window and the newest ones. Each list is bounded, so a tick costs a
+bounded amount per subscriber however many insights were shared.
+
+What the feeds know of an agent (the terms it uses, whom it follows, what it was
+sent) is kept in memory only: a restarted pool ranks without it until the
+agents' next confirmations, and may send an insight a second time (a memory
+keeps one copy per insight).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import Final
+
+from actormem.actors.pool.config import FeedConfig
+from actormem.actors.pool.insights import Insight
+from actormem.actors.text.terms import index_terms
+
+__all__ = ("FEED_TERMS", "Feeds")
+
+#: Terms of an agent's recent messages kept as its interest.
+FEED_TERMS: Final = 32
+#: Candidates taken from each list (per followed agent, per term, and the window's
+#: most shared and newest).
+_PER_LIST: Final = 16
+#: A term's newest insights kept in its index.
+_PER_TERM: Final = 64
+#: Terms of an agent's interest looked up per tick (its rarest).
+_TERMS_LOOKED_UP: Final = 8
+#: Insight ids remembered per agent as already sent.
+_SEEN_KEPT: Final = 2_000
+
+
+class _Candidate:
+    """An insight while it may be fed: when it came, how often it was shared, its terms."""
+
+    __slots__ = ("insight", "shares", "terms", "tick")
+
+    def __init__(self, insight: Insight, tick: int) -> None:
+        self.insight = insight
+        self.tick = tick
+        self.shares = 1
+        self.terms = frozenset(index_terms(insight.text))
+
+
+class _Reader:
+    """What the feeds know of one subscriber."""
+
+    __slots__ = ("follows", "interest", "seen", "seen_order", "talks_to")
+
+    def __init__(self) -> None:
+        self.interest: frozenset[str] = frozenset()
+        self.follows: frozenset[str] = frozenset()
+        self.talks_to: frozenset[str] = frozenset()
+        self.seen: set[str] = set()
+        self.seen_order: deque[str] = deque()
+
+    def saw(self, key: str) -> None:
+        self.seen.add(key)
+        self.seen_order.append(key)
+        if len(self.seen_order) > _SEEN_KEPT:
+            self.seen.discard(self.seen_order.popleft())
+
+
+class Feeds:
+    """The candidates of one pool partition and its subscribers' feeds.
+
+    Args:
+        config: the feed's size, window and weights.
+
+    Attributes:
+        tick: ticks so far.
+    """
+
+    __slots__ = ("_by_source", "_by_term", "_candidates", "_config", "_order", "_readers", "tick")
+
+    def __init__(self, config: FeedConfig) -> None:
+        self._config = config
+        self._candidates: dict[str, _Candidate] = {}
+        # Candidate ids oldest first; per source; per term (its newest only).
+        self._order: deque[str] = deque()
+        self._by_source: dict[str, deque[str]] = {}
+        self._by_term: dict[str, deque[str]] = {}
+        self._readers: dict[str, _Reader] = {}
+        self.tick = 0
+
+    def __len__(self) -> int:
+        return len(self._candidates)
+
+    # -- what comes in ------------------------------------------------------------------
+
+    def add(self, insight: Insight) -> None:
+        """Make a new insight a candidate from now on."""
+        key = insight.id
+        if key in self._candidates or insight.erased:
+            return
+        candidate = self._candidates[key] = _Candidate(insight, self.tick)
+        self._order.append(key)
+        self._by_source.setdefault(insight.source, deque()).append(key)
+        for term in candidate.terms:
+            listed = self._by_term.get(term)
+            if listed is None:
+                listed = self._by_term[term] = deque(maxlen=_PER_TERM)
+            listed.append(key)
+
+    def shared_again(self, key: str) -> None:
+        """Count another share of the insight ``key`` (a duplicate of it)."""
+        candidate = self._candidates.get(key)
+        if candidate is not None:
+            candidate.shares += 1
+
+    def follow(self, agent: str, follows: Iterable[str]) -> None:
+        """Rank the insights of ``follows`` higher in ``agent``'s feed."""
+        self._reader(agent).follows = frozenset(follows) - {agent}
+
+    def interest(self, agent: str, terms: Iterable[str], talks_to: Iterable[str]) -> None:
+        """What ``agent``'s recent messages said (terms) and whom they named."""
+        reader = self._reader(agent)
+        reader.interest = frozenset(list(terms)[:FEED_TERMS])
+        reader.talks_to = frozenset(talks_to) - {agent}
+
+    def forget(self, source: str) -> None:
+        """Drop ``source``'s insights from the candidates and what is known of it."""
+        self._readers.pop(source, None)
+        for key in self._by_source.pop(source, ()):
+            self._candidates.pop(key, None)
+
+    def _reader(self, agent: str) -> _Reader:
+        reader = self._readers.get(agent)
+        if reader is None:
+            reader = self._readers[agent] = _Reader()
+        return reader
+
+    # -- a tick -------------------------------------------------------------------------
+
+    def feed(
+        self, agents: Iterable[str], accepts: Callable[[str, str], bool]
+    ) -> list[tuple[str, list[Insight]]]:
+        """Move to the next tick and return each agent's feed (agents with none left out).
+
+        Args:
+            agents: the subscribers, in a stable order.
+            accepts: whether an agent receives a topic.
+        """
+        self.tick += 1
+        self._expire()
+        if not self._candidates:
+            return []
+        candidates = self._candidates
+        newest = [candidates[k] for k in list(self._order)[-_PER_LIST:]]
+        shared = [c for c in candidates.values() if c.shares > 1]
+        popular = heapq.nlargest(_PER_LIST, shared, key=lambda c: (c.shares, c.tick))
+        most = max((c.shares for c in popular), default=1)
+        common = newest + popular
+        out = []
+        for agent in agents:
+            chosen = self._choose(agent, common, most, accepts)
+            if chosen:
+                out.append((agent, chosen))
+        return out
+
+    def _expire(self) -> None:
+        oldest = self.tick - self._config.window
+        order = self._order
+        candidates = self._candidates
+        while order:
+            candidate = candidates.get(order[0])
+            if candidate is not None and candidate.tick >= oldest:
+                break
+            key = order.popleft()
+            if candidate is None:
+                continue  # forgotten already
+            del candidates[key]
+            listed = self._by_source.get(candidate.insight.source)
+            if listed is not None:
+                while listed and listed[0] not in candidates:
+                    listed.popleft()
+                if not listed:
+                    del self._by_source[candidate.insight.source]
+            for term in candidate.terms:
+                terms = self._by_term.get(term)
+                if terms is not None and all(k not in candidates for k in terms):
+                    del self._by_term[term]
+
+    def _choose(
+        self,
+        agent: str,
+        common: list[_Candidate],
+        most: int,
+        accepts: Callable[[str, str], bool],
+    ) -> list[Insight]:
+        cfg = self._config
+        candidates = self._candidates
+        reader = self._readers.get(agent) or _Reader()
+        seen = reader.seen
+        follows = reader.follows | reader.talks_to
+        pool: dict[str, _Candidate] = {}
+        for source in follows:
+            for key in list(self._by_source.get(source, ()))[-_PER_LIST:]:
+                c = candidates.get(key)
+                if c is not None:
+                    pool[key] = c
+        interest = reader.interest
+        if interest:
+            by_term = self._by_term
+            rare = sorted((t for t in interest if t in by_term), key=lambda t: len(by_term[t]))
+            for term in rare[:_TERMS_LOOKED_UP]:
+                for key in list(by_term[term])[-_PER_LIST:]:
+                    c = candidates.get(key)
+                    if c is not None:
+                        pool[key] = c
+        for c in common:
+            pool[c.insight.id] = c
+        scored = []
+        half_life = cfg.half_life
+        log_most = math.log(most) if most > 1 else 0.0
+        for key, c in pool.items():
+            insight = c.insight
+            if key in seen or insight.source == agent or not accepts(agent, insight.topic):
+                continue
+            relevance = len(interest & c.terms) / len(c.terms) if c.terms and interest else 0.0
+            recency = 0.5 ** ((self.tick - 1 - c.tick) / half_life)
+            social = 1.0 if insight.source in follows else 0.0
+            popularity = math.log(c.shares) / log_most if log_most else 0.0
+            score = (
+                cfg.relevance * relevance
+                + cfg.recency * recency
+                + cfg.social * social
+                + cfg.popularity * popularity
+            )
+            scored.append((score, c.tick, key, insight))
+        best = heapq.nlargest(cfg.size, scored, key=lambda s: (s[0], s[1], s[2]))
+        reader = self._reader(agent)
+        for _, _, key, _ in best:
+            reader.saw(key)
+        return [s[3] for s in best]

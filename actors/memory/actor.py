@@ -121,6 +121,7 @@ class AgentMemory(Actor):
         "_recall_config",
         "_saved_edits",
         "_store",
+        "_terms",
         "_unobserved",
         "agent",
     )
@@ -157,6 +158,8 @@ class AgentMemory(Actor):
         self._idle = IdleClock(self.agent, config.retention.ttl, sweeper)
         #: The pool partition serving this agent.
         self._pool = pool_address(self.agent, config.pool.partitions)
+        # The terms of the newest messages, by id (see _interest).
+        self._terms: dict[str, list[str]] = {}
         # What every add asks (retention.ttl is set; compression is on), kept on the
         # actor itself: at 1,000 agents the objects that hold them are out of cache.
         self._expires = config.retention.ttl is not None
@@ -275,13 +278,19 @@ class AgentMemory(Actor):
         name: what its next feed is ranked by."""
         terms: dict[str, None] = {}
         names: dict[str, None] = {}
+        known, fresh = self._terms, {}
         for message in reversed(self._store.working[-INTEREST_MESSAGES:]):
             if message.role == "system":
                 continue
             if message.name and message.name != self.agent:
                 names[message.name] = None
+            said = known.get(message.id)
+            if said is None:
+                said = index_terms(message.text())
+            fresh[message.id] = said
             if len(terms) < FEED_TERMS:
-                terms.update(dict.fromkeys(index_terms(message.text())))
+                terms.update(dict.fromkeys(said))
+        self._terms = fresh  # the next call reads mostly the same messages
         return tuple(terms)[:FEED_TERMS], tuple(names)
 
     @property

@@ -23,7 +23,8 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from itertools import islice
 from typing import Final
 
 from actormem.actors.pool.config import FeedConfig
@@ -36,25 +37,27 @@ __all__ = ("FEED_TERMS", "Feeds")
 FEED_TERMS: Final = 32
 #: Candidates taken from each list (per followed agent, per term, and the window's
 #: most shared and newest).
-_PER_LIST: Final = 16
+_PER_LIST: Final = 8
 #: A term's newest insights kept in its index.
 _PER_TERM: Final = 64
 #: Terms of an agent's interest looked up per tick (its rarest).
-_TERMS_LOOKED_UP: Final = 8
+_TERMS_LOOKED_UP: Final = 6
 #: Insight ids remembered per agent as already sent.
 _SEEN_KEPT: Final = 2_000
 
 
 class _Candidate:
-    """An insight while it may be fed: when it came, how often it was shared, its terms."""
+    """An insight while it may be fed: when it came, how often it was shared, its terms,
+    and the part of its score that is the same for every agent this tick."""
 
-    __slots__ = ("insight", "shares", "terms", "tick")
+    __slots__ = ("base", "insight", "shares", "terms", "tick")
 
     def __init__(self, insight: Insight, tick: int) -> None:
         self.insight = insight
         self.tick = tick
         self.shares = 1
         self.terms = frozenset(index_terms(insight.text))
+        self.base = 0.0
 
 
 class _Reader:
@@ -160,15 +163,22 @@ class Feeds:
         self._expire()
         if not self._candidates:
             return []
+        cfg = self._config
         candidates = self._candidates
-        newest = [candidates[k] for k in list(self._order)[-_PER_LIST:]]
+        newest = [candidates[k] for k in _newest(self._order, _PER_LIST)]
         shared = [c for c in candidates.values() if c.shares > 1]
         popular = heapq.nlargest(_PER_LIST, shared, key=lambda c: (c.shares, c.tick))
         most = max((c.shares for c in popular), default=1)
+        log_most = math.log(most) if most > 1 else 0.0
+        now = self.tick - 1
+        for c in candidates.values():  # recency and popularity: the same for everyone
+            recency = 0.5 ** ((now - c.tick) / cfg.half_life)
+            popularity = math.log(c.shares) / log_most if log_most else 0.0
+            c.base = cfg.recency * recency + cfg.popularity * popularity
         common = newest + popular
         out = []
         for agent in agents:
-            chosen = self._choose(agent, common, most, accepts)
+            chosen = self._choose(agent, common, accepts)
             if chosen:
                 out.append((agent, chosen))
         return out
@@ -197,54 +207,50 @@ class Feeds:
                     del self._by_term[term]
 
     def _choose(
-        self,
-        agent: str,
-        common: list[_Candidate],
-        most: int,
-        accepts: Callable[[str, str], bool],
+        self, agent: str, common: list[_Candidate], accepts: Callable[[str, str], bool]
     ) -> list[Insight]:
         cfg = self._config
         candidates = self._candidates
         reader = self._readers.get(agent) or _Reader()
         seen = reader.seen
         follows = reader.follows | reader.talks_to
-        pool: dict[str, _Candidate] = {}
+        pool: dict[str, _Candidate] = {c.insight.id: c for c in common}
         for source in follows:
-            for key in list(self._by_source.get(source, ()))[-_PER_LIST:]:
-                c = candidates.get(key)
-                if c is not None:
-                    pool[key] = c
+            listed = self._by_source.get(source)
+            if listed:
+                for key in _newest(listed, _PER_LIST):
+                    c = candidates.get(key)
+                    if c is not None:
+                        pool[key] = c
         interest = reader.interest
         if interest:
             by_term = self._by_term
             rare = sorted((t for t in interest if t in by_term), key=lambda t: len(by_term[t]))
             for term in rare[:_TERMS_LOOKED_UP]:
-                for key in list(by_term[term])[-_PER_LIST:]:
+                for key in _newest(by_term[term], _PER_LIST):
                     c = candidates.get(key)
                     if c is not None:
                         pool[key] = c
-        for c in common:
-            pool[c.insight.id] = c
+        relevance, social = cfg.relevance, cfg.social
         scored = []
-        half_life = cfg.half_life
-        log_most = math.log(most) if most > 1 else 0.0
         for key, c in pool.items():
             insight = c.insight
             if key in seen or insight.source == agent or not accepts(agent, insight.topic):
                 continue
-            relevance = len(interest & c.terms) / len(c.terms) if c.terms and interest else 0.0
-            recency = 0.5 ** ((self.tick - 1 - c.tick) / half_life)
-            social = 1.0 if insight.source in follows else 0.0
-            popularity = math.log(c.shares) / log_most if log_most else 0.0
-            score = (
-                cfg.relevance * relevance
-                + cfg.recency * recency
-                + cfg.social * social
-                + cfg.popularity * popularity
-            )
+            score = c.base
+            terms = c.terms
+            if interest and terms:
+                score += relevance * len(interest & terms) / len(terms)
+            if insight.source in follows:
+                score += social
             scored.append((score, c.tick, key, insight))
-        best = heapq.nlargest(cfg.size, scored, key=lambda s: (s[0], s[1], s[2]))
+        best = heapq.nlargest(cfg.size, scored)
         reader = self._reader(agent)
         for _, _, key, _ in best:
             reader.saw(key)
         return [s[3] for s in best]
+
+
+def _newest(keys: deque[str], n: int) -> Iterator[str]:
+    """The newest ``n`` of ``keys`` (kept oldest first)."""
+    return islice(reversed(keys), n)

@@ -11,6 +11,10 @@ number of messages or find the same number of planted facts (the same seed must
 give the same run; how many were found by search or in context is in each row's
 extra, with each run's CPU time in this process: the Redis run's work beside the
 actors' own, the embedded redis-server not counted).
+
+With several sizes (``--agents 1000 10000``) or ``--workers``, it runs
+:mod:`actormem.benchmarks._simulation_sizes` instead: each size in process and over
+Redis with worker processes, each run in a process of its own.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from actormem.benchmarks._common import (
     recorded_rows,
     step,
 )
+from actormem.benchmarks._simulation_sizes import run_sizes
 
 NAME = "simulation"
 
@@ -52,7 +57,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--runs", type=at_least(1), default=2, help="pairs of runs (one local, one redis each)"
     )
-    parser.add_argument("--agents", type=at_least(1), help="override simulation.agents")
+    parser.add_argument(
+        "--agents",
+        type=at_least(1),
+        nargs="+",
+        metavar="N",
+        help="override simulation.agents; several sizes run each in its own process",
+    )
+    parser.add_argument(
+        "--workers",
+        type=at_least(0),
+        default=0,
+        help="worker processes of the Redis runs (with several sizes; 0: the embedded one)",
+    )
     parser.add_argument("--steps", type=at_least(1), help="override simulation.steps")
 
 
@@ -61,7 +78,7 @@ def run_config(args: argparse.Namespace, transport: str) -> AppConfig:
     config = load_app_config(Path(args.config))
     simulation: dict[str, Any] = {"seed": args.seed}
     if args.agents:
-        simulation["agents"] = args.agents
+        simulation["agents"] = args.agents[0]
     if args.steps:
         simulation["steps"] = args.steps
     return msgspec.structs.replace(
@@ -147,7 +164,10 @@ def _agree(local: SimulationReport, redis: SimulationReport) -> bool:
 
 
 async def run(args: argparse.Namespace) -> list[Row]:
-    """``--runs`` pairs of a local and a Redis run, alternating which goes first."""
+    """``--runs`` pairs of a local and a Redis run, alternating which goes first; with
+    several sizes or ``--workers``, each size once per transport (see module doc)."""
+    if (args.agents and len(args.agents) > 1) or getattr(args, "workers", 0):
+        return await run_sizes(args)
     configs = {transport: run_config(args, transport) for transport in TRANSPORTS}
     sim = configs["local"].simulation
     size = f"{sim.agents} agents, {sim.steps} steps, seed {sim.seed}"

@@ -67,6 +67,34 @@ async def test_benchmark_runs_at_tiny_size(name: str) -> None:
         assert differ.value == 0 and differ.extra["pairs"] == []
 
 
+async def test_simulation_at_several_sizes_runs_each_in_process_and_over_workers() -> None:
+    argv = ["simulation", "--agents", "6", "12", "--steps", "7", "--workers", "1"]
+    rows = await importlib.import_module("actormem.benchmarks.simulation").run(
+        build_parser().parse_args(argv)
+    )
+    check_rows("simulation", rows)
+    names = [row.name for row in rows]
+    assert names == [
+        "simulation, 6 agents, in process",
+        "simulation, 6 agents, over Redis, 1 worker",
+        "simulation, 6 agents: over Redis, 1 worker",
+        "simulation, 12 agents, in process",
+        "simulation, 12 agents, over Redis, 1 worker",
+        "simulation, 12 agents: over Redis, 1 worker",
+        "deliveries per share, largest over smallest of the sizes (in process)",
+    ]
+    for run in (rows[0], rows[1], rows[3], rows[4]):
+        extra = run.extra
+        assert extra["exit_code"] == 0, extra["error"]
+        assert extra["steps_completed"] == 7
+        assert extra["peak_rss_mb"] > 10
+        # The town shares through feeds: at most 5 a step to each agent.
+        assert 0 < extra["insights_delivered"] <= 5 * 2 * extra["agents"]
+        assert extra["deliveries_per_share"] > 0
+    assert rows[2].ratio == rows[1].value / rows[0].value
+    assert set(rows[6].extra["per_share"]) == {"6", "12"}
+
+
 async def test_the_redis_benchmarks_send_adds_counted_by_the_sender() -> None:
     from actormem.benchmarks._redis import sender_adds
     from actormem.runtime import get_counter

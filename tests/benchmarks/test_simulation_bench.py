@@ -38,7 +38,7 @@ async def test_a_pair_stopped_halfway_keeps_its_finished_run(monkeypatch: Any) -
         )
 
     monkeypatch.setattr(simulation, "run_simulation", fake_run)
-    args = argparse.Namespace(config="configs/town.toml", seed=7, agents=2, steps=1, runs=2)
+    args = argparse.Namespace(config="configs/town.toml", seed=7, agents=[2], steps=1, runs=2)
     recorder = Recorder()
     with recording(recorder), pytest.raises(_Stop):
         await simulation.run(args)

@@ -67,10 +67,12 @@ _FROM_AGENT: Final = frozenset({"agent_call", "agent_response", "user"})
 Way = Literal["narrator", "agent", "feed", "other"]
 
 
-class FactSpread(msgspec.Struct, frozen=True, kw_only=True):
+class FactSpread(msgspec.Struct, frozen=True, array_like=True):
     """One fact in a step's row of ``timeseries.jsonl``: of the measured agents who
     ``could`` know it, how many ``known`` it by the end of the step, and how they
-    learnt it (the rest, ``known`` less the three, some other way)."""
+    learnt it (the rest, ``known`` less the three, some other way). Written as an
+    array, ``[fact, could, known, by_narrator, by_agent, by_feed]``, so that a row
+    of a run with thousands of facts stays small."""
 
     fact: int
     could: int

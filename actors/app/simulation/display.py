@@ -10,6 +10,7 @@ from rich.text import Text
 
 from actormem.actors.app.simulation.brains.llm_client import LLMUsage
 from actormem.actors.app.simulation.report import SimulationReport
+from actormem.actors.app.simulation.spread import SpreadReport
 
 __all__ = ("ModelRateColumn", "print_report")
 
@@ -105,6 +106,57 @@ def print_report(report: SimulationReport) -> None:
     out.print(agents)
     if report.goals:
         out.print(_goal_table(report))
+    if report.spread is not None and report.spread.per_fact:
+        out.print(_spread_table(report.spread))
+
+
+#: The facts the printed report shows one by one (the medians cover them all).
+SPREAD_SHOWN = 5
+
+
+def _spread_table(spread: SpreadReport) -> Table:
+    """How the first facts spread, one row each, and the medians over all the facts."""
+    sample = ", a sample" if spread.sampled else ""
+    table = Table(
+        title=f"how the facts spread ({spread.agents_measured} agents measured{sample}): "
+        "agents knowing of those who could, how (n/a/f: by the narrator, an agent, a "
+        "feed), the who-heard-from-whom tree, steps to 50% / 90% of those who could",
+        title_justify="left",
+        caption=f"{spread.reached_half} of {spread.facts_measured} facts reached 50%, "
+        f"{spread.reached_90} reached 90%",
+        caption_justify="left",
+    )
+    table.add_column("fact", overflow="ellipsis", no_wrap=True, max_width=24)
+    for col in ("step", "known", "n/a/f", "depth", "breadth", "50%", "90%"):
+        table.add_column(col, justify="right")
+    for f in spread.per_fact[:SPREAD_SHOWN]:
+        table.add_row(
+            f"{f.answer} ({f.agent})",
+            str(f.step),
+            f"{f.known}/{f.could}",
+            f"{f.by_narrator}/{f.by_agent}/{f.by_feed}",
+            _maybe(f.depth),
+            _maybe(f.breadth),
+            _maybe(f.steps_to_half),
+            _maybe(f.steps_to_90),
+        )
+    table.add_row(
+        f"median of {spread.facts_measured}",
+        "",
+        f"{spread.known_share_median:.0%}",
+        "",
+        _maybe(spread.depth_median),
+        _maybe(spread.breadth_median),
+        _maybe(spread.steps_to_half_median),
+        _maybe(spread.steps_to_90_median),
+        style="bold",
+    )
+    return table
+
+
+def _maybe(value: float | None) -> str:
+    """A figure, or a dash for none."""
+    return "-" if value is None else f"{value:g}"
 
 
 def _goal_table(report: SimulationReport) -> Table:

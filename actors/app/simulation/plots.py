@@ -7,20 +7,25 @@ and draws nothing (the run itself has succeeded).
 
 from __future__ import annotations
 
+import json
 import sys
+from collections.abc import Callable
+from functools import partial
 from itertools import accumulate
 from pathlib import Path
 from typing import Any, Final
 
 import msgspec
 
-from actormem.actors.app.simulation.rundir import TIMESERIES
+from actormem.actors.app.simulation.rundir import REPORT, TIMESERIES
 from actormem.actors.app.simulation.timeline import StepRow
 
-__all__ = ("PLOTS", "draw_plots", "pyplot", "read_timeseries")
+__all__ = ("CURVES", "PLOTS", "draw_plots", "pyplot", "read_timeseries")
 
 #: The files :func:`draw_plots` writes, in the run directory.
 PLOTS: Final = ("knowledge.png", "tokens.png", "compressions.png", "latency.png")
+#: The most facts ``knowledge.png`` draws one curve each; past it, their median and bands.
+CURVES: Final = 8
 _HINT: Final = "plots need matplotlib: pip install 'actormem[plots]' (or pip install matplotlib)"
 
 
@@ -53,7 +58,14 @@ def draw_plots(run_dir: Path) -> list[Path]:
     rows = read_timeseries(run_dir)
     steps = [r.step for r in rows]
     written = []
-    for name, draw in zip(PLOTS, (_knowledge, _tokens, _compressions, _latency), strict=True):
+    knowledge = partial(_knowledge, names=_fact_names(run_dir))
+    draws: tuple[Callable[[Any, list[StepRow], list[int]], Any], ...] = (
+        knowledge,
+        _tokens,
+        _compressions,
+        _latency,
+    )
+    for name, draw in zip(PLOTS, draws, strict=True):
         fig = draw(plt, rows, steps)
         path = run_dir / name
         fig.tight_layout()
@@ -70,22 +82,68 @@ def _axes(plt: Any, title: str, ylabel: str) -> tuple[Any, Any]:
     return fig, ax
 
 
-def _knowledge(plt: Any, rows: list[StepRow], steps: list[int]) -> Any:
-    """The share of the facts told so far that the agents know, with its spread."""
-    agents = rows[-1].facts_known_agents if rows else 0
-    fig, ax = _axes(plt, f"knowledge spreading ({agents} agents measured)", "share of facts known")
-    for low, high, alpha in (("min", "max", 0.15), ("p10", "median", 0.3)):
-        ax.fill_between(
-            steps,
-            [getattr(r, f"facts_known_{low}") for r in rows],
-            [getattr(r, f"facts_known_{high}") for r in rows],
-            alpha=alpha,
-            label=f"{low} - {high}",
-        )
-    ax.plot(steps, [r.facts_known_mean for r in rows], "o-", label="mean")
+def _fact_names(run_dir: Path) -> dict[int, str]:
+    """Each fact's answer and origin, from the report when the run wrote one."""
+    try:
+        spread = json.loads((run_dir / REPORT).read_bytes()).get("spread") or {}
+    except (OSError, ValueError):
+        return {}
+    return {f["fact"]: f"{f['answer'][:40]} ({f['agent']})" for f in spread.get("per_fact", ())}
+
+
+def _knowledge(plt: Any, rows: list[StepRow], steps: list[int], names: dict[int, str]) -> Any:
+    """How far each fact spread: the share of the agents who could know it who do.
+
+    One curve per fact, from the step a measured agent first knew it; past
+    :data:`CURVES` facts, their median and bands, by the steps since then."""
+    curves: dict[int, tuple[list[int], list[float]]] = {}
+    for r in rows:
+        for f in r.spread:
+            xs, ys = curves.setdefault(f.fact, ([], []))
+            xs.append(r.step)
+            ys.append(min(1.0, f.known / f.could) if f.could else 0.0)
+    measured = rows[-1].facts_known_agents if rows else 0
+    title = f"how far each fact spread ({measured} agents measured)"
+    ylabel = "share of the agents who could know it"
+    if len(curves) <= CURVES:
+        fig, ax = _axes(plt, title, ylabel)
+        for fact, (xs, ys) in curves.items():
+            ax.plot(xs, ys, "o-", markersize=3, label=names.get(fact, f"fact {fact}"))
+        if not curves:
+            ax.text(0.5, 0.5, "no fact known", ha="center", transform=ax.transAxes)
+    else:
+        fig, ax = _axes(plt, f"{title}: {len(curves)} facts, median and bands", ylabel)
+        ax.set_xlabel("steps since a measured agent first knew the fact")
+        by_age: list[list[float]] = []
+        for _, ys in curves.values():
+            for age, y in enumerate(ys):
+                if age == len(by_age):
+                    by_age.append([])
+                by_age[age].append(y)
+        for column in by_age:
+            column.sort()
+        ages = list(range(len(by_age)))
+        for low, high, alpha, label in (
+            (0.0, 1.0, 0.15, "min - max"),
+            (0.1, 0.9, 0.3, "p10 - p90"),
+        ):
+            ax.fill_between(
+                ages,
+                [_nearest(c, low) for c in by_age],
+                [_nearest(c, high) for c in by_age],
+                alpha=alpha,
+                label=f"{label} of the facts",
+            )
+        ax.plot(ages, [_nearest(c, 0.5) for c in by_age], "o-", markersize=3, label="median")
     ax.set_ylim(0, 1.02)
-    ax.legend(fontsize=8)
+    if curves:
+        ax.legend(fontsize=8)
     return fig
+
+
+def _nearest(ordered: list[float], q: float) -> float:
+    """The ``q`` quantile of the sorted, non-empty ``ordered``, by nearest rank."""
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def _tokens(plt: Any, rows: list[StepRow], steps: list[int]) -> Any:

@@ -10,6 +10,7 @@ import msgspec
 
 from actormem.actors.app.simulation.facts import FactIndex
 from actormem.actors.app.simulation.goals import GoalScore
+from actormem.actors.app.simulation.spread import SpreadReport
 from actormem.actors.app.simulation.town import PlantedFact
 from actormem.actors.app.wiring import MemoryRuntime
 from actormem.actors.config import AppConfig
@@ -68,7 +69,9 @@ class SimulationReport(msgspec.Struct, frozen=True, kw_only=True):
     of each of its goal questions, and the ``goals_*`` figures their sums.
     ``actor_failures`` and ``actor_restarts`` are the handler crashes and
     supervision restarts of this process and of every worker (``runtime`` holds
-    this process's alone).
+    this process's alone). ``spread`` is how the facts told spread from agent to
+    agent (:class:`~actormem.actors.app.simulation.spread.SpreadReport`), measured
+    by the run's timeline: None for a run without a run directory.
     """
 
     agents: int
@@ -126,6 +129,7 @@ class SimulationReport(msgspec.Struct, frozen=True, kw_only=True):
     llm_share: float = 0.0
     actor_failures: int = 0
     actor_restarts: int = 0
+    spread: SpreadReport | None = None
 
 
 async def known_share(
@@ -211,7 +215,7 @@ def build_report(
     report fields the run counted itself (``messages_processed``, ``commands``,
     ``elapsed_s``, ``transport``, ``facts_planted``, ``steps_completed``,
     ``partial``, ``started_at``, ``brain``, the ``llm_*`` figures, the
-    ``*_seconds``, ``scenario`` and ``goals``)."""
+    ``*_seconds``, ``scenario``, ``goals`` and ``spread``)."""
     sim = config.simulation
     messages, elapsed = totals["messages_processed"], totals["elapsed_s"]
     goals: list[GoalScore] = totals.get("goals", [])

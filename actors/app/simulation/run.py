@@ -53,6 +53,7 @@ from actormem.actors.app.simulation.report import (
 )
 from actormem.actors.app.simulation.rundir import RunDir, RunInfo
 from actormem.actors.app.simulation.scenario import Cast, check_scenario
+from actormem.actors.app.simulation.spread import reach
 from actormem.actors.app.simulation.tally import CountedMemory, Tally
 from actormem.actors.app.simulation.timeline import Sink, Timeline
 from actormem.actors.app.simulation.town import PlantedFact
@@ -296,6 +297,7 @@ async def _run(
                 seed=sim.seed,
                 sink=sink,
                 usage=llm.usage if llm is not None else None,
+                could=reach(cast, sim),
             )
         started = time.perf_counter()
         started_at = _utc_now()
@@ -358,6 +360,7 @@ async def _run(
         workers=workers,
         actor_failures=failures,
         actor_restarts=restarts,
+        spread=tally.timeline.spread.report() if tally.timeline is not None else None,
     )
 
 

@@ -13,13 +13,15 @@ holds), on up to :data:`FACTS_SAMPLE` agents: all of them in a smaller run, else
 sample drawn with the run's seed, the same every step. Each step reads only the
 history a sampled agent gained since the last (the history only grows) and its held
 insights (at most the inbox's size); answers are looked up by their longest word.
+What it reads also shows how each fact spread
+(:mod:`~actormem.actors.app.simulation.spread`).
 """
 
 from __future__ import annotations
 
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Final, Protocol
 
 import anyio
@@ -27,6 +29,7 @@ import msgspec
 
 from actormem.actors.app.simulation.brains.llm_client import LLMUsage
 from actormem.actors.app.simulation.facts import FactIndex
+from actormem.actors.app.simulation.spread import FactSpread, Spread
 from actormem.actors.app.simulation.town import PlantedFact
 from actormem.actors.app.wiring import MemoryRuntime
 from actormem.actors.compression.config import CompressionConfig
@@ -80,7 +83,8 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 
 class StepRow(msgspec.Struct, frozen=True, kw_only=True):
     """One line of ``timeseries.jsonl``: what one step did (counts of the step, not
-    running totals, unless the name says ``_total``)."""
+    running totals, unless the name says ``_total``; ``spread``: how far each fact
+    known to a measured agent has spread by the step's end)."""
 
     step: int
     t: float
@@ -112,6 +116,7 @@ class StepRow(msgspec.Struct, frozen=True, kw_only=True):
     llm_seconds: float
     llm_mean_ms: float
     failures: int
+    spread: list[FactSpread] = msgspec.field(default_factory=list)
 
 
 class Sink(Protocol):
@@ -155,6 +160,7 @@ class Timeline:
         seed: the run's seed (which agents' facts known are sampled).
         sink: where the events and rows go.
         usage: the model calls' counters (None: no model).
+        could: who could know a fact, for its spread (None: every agent).
     """
 
     def __init__(
@@ -167,6 +173,7 @@ class Timeline:
         seed: int,
         sink: Sink,
         usage: LLMUsage | None = None,
+        could: Callable[[PlantedFact], Collection[str]] | None = None,
     ) -> None:
         self._rt = runtime
         self._compression = compression
@@ -187,6 +194,8 @@ class Timeline:
             chosen = sorted(random.Random(f"sample-{seed}").sample(chosen, FACTS_SAMPLE))
         self._sampled = {n: [0, 0] for n in chosen}  # agent: [history added, read]
         self._known: dict[str, set[int]] = {n: set() for n in chosen}
+        #: How each fact told spread among the measured agents.
+        self.spread = Spread(names, chosen, could)
         self._facts = FactIndex()
         self._before = (0, 0, 0, 0, 0.0, 0, 0)  # usage, pool delivered, failures
         self._turn_seconds = 0.0
@@ -305,7 +314,7 @@ class Timeline:
                 await anyio.sleep(0.02)
                 more, more_saved = await self._check_compressions()
                 compressions, saved = compressions + more, saved + more_saved
-        known = await self._facts_known()
+        known = await self._facts_known(step)
         calls0, retries0, in0, out0, seconds0, delivered0, failures0 = self._before
         self._before = counters = await self._counters()
         calls1, retries1, in1, out1, seconds1, delivered1, failures = counters
@@ -347,6 +356,7 @@ class Timeline:
             llm_seconds=round(llm_seconds, 4),
             llm_mean_ms=round(1000 * llm_seconds / calls, 3) if calls else 0.0,
             failures=failures - failures0,
+            spread=self.spread.row(),
         )
         self._sink.row(row)
         self._restart(step + 1)
@@ -393,12 +403,13 @@ class Timeline:
                 tg.start_soon(check, agent)
         return totals[0], totals[1]
 
-    async def _facts_known(self) -> list[float]:
+    async def _facts_known(self, step: int) -> list[float]:
         """Each sampled agent's share of the facts told so far that it knows."""
-        facts = self._facts
+        facts, spread = self._facts, self.spread
         for told in self._told.values():
             for fact in told:
                 facts.add(fact)
+        spread.begin(step, facts)
         if not facts.ids:
             return [0.0] * len(self._sampled)
         shares = []
@@ -408,11 +419,17 @@ class Timeline:
             added, read = seen
             if added > read:
                 for message in await memory.get(scope="history", recent_n=added - read):
-                    known |= facts.found(message.text())
+                    found = facts.found(message.text())
+                    if found:
+                        known |= found
+                        spread.heard(agent, message, found)
                 seen[1] = added
             held = set()
             for insight in await memory.held_insights(k=10_000):
-                held |= facts.found(insight.text)
+                found = facts.found(insight.text)
+                if found:
+                    held |= found
+                    spread.fed(agent, insight, found)
             shares.append(len(known | held) / len(facts.ids))
         return shares
 

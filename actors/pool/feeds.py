@@ -12,6 +12,10 @@ the agents it follows, those that share its rarest recent terms, the most shared
 ones of the window and the newest ones. Each list is bounded, so a tick costs a
 bounded amount per subscriber however many insights were shared.
 
+The insights shared between two ticks join the lists at the next tick, in an
+order of their own (by source and text), not in the order they arrived: agents
+that share at once arrive in any order, and the same run must rank the same.
+
 What the feeds know of an agent (the terms it uses, whom it follows, what it was
 sent) is kept in memory only: a restarted pool ranks without it until the
 agents' next confirmations, and may send an insight a second time (a memory
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
@@ -50,7 +55,7 @@ class _Candidate:
     """An insight while it may be fed: when it came, how often it was shared, its terms,
     and the part of its score that is the same for every agent this tick."""
 
-    __slots__ = ("base", "insight", "shares", "terms", "tick")
+    __slots__ = ("base", "insight", "order", "shares", "terms", "tick")
 
     def __init__(self, insight: Insight, tick: int) -> None:
         self.insight = insight
@@ -58,6 +63,8 @@ class _Candidate:
         self.shares = 1
         self.terms = frozenset(index_terms(insight.text))
         self.base = 0.0
+        # Its place among the insights of its tick: the same whatever order they came in.
+        self.order = (zlib.crc32(f"{insight.source}\x00{insight.text}".encode()), insight.id)
 
 
 class _Reader:
@@ -89,7 +96,16 @@ class Feeds:
         tick: ticks so far.
     """
 
-    __slots__ = ("_by_source", "_by_term", "_candidates", "_config", "_order", "_readers", "tick")
+    __slots__ = (
+        "_by_source",
+        "_by_term",
+        "_candidates",
+        "_config",
+        "_fresh",
+        "_order",
+        "_readers",
+        "tick",
+    )
 
     def __init__(self, config: FeedConfig) -> None:
         self._config = config
@@ -99,6 +115,8 @@ class Feeds:
         self._by_source: dict[str, deque[str]] = {}
         self._by_term: dict[str, deque[str]] = {}
         self._readers: dict[str, _Reader] = {}
+        # Shared since the last tick: listed at the next one.
+        self._fresh: list[_Candidate] = []
         self.tick = 0
 
     def __len__(self) -> int:
@@ -112,13 +130,23 @@ class Feeds:
         if key in self._candidates or insight.erased:
             return
         candidate = self._candidates[key] = _Candidate(insight, self.tick)
-        self._order.append(key)
-        self._by_source.setdefault(insight.source, deque()).append(key)
-        for term in candidate.terms:
-            listed = self._by_term.get(term)
-            if listed is None:
-                listed = self._by_term[term] = deque(maxlen=_PER_TERM)
-            listed.append(key)
+        self._fresh.append(candidate)
+
+    def _list(self) -> None:
+        """List the insights shared since the last tick, in their own order."""
+        fresh, self._fresh = self._fresh, []
+        fresh.sort(key=lambda c: c.order)
+        for candidate in fresh:
+            key = candidate.insight.id
+            if key not in self._candidates:
+                continue  # forgotten meanwhile
+            self._order.append(key)
+            self._by_source.setdefault(candidate.insight.source, deque()).append(key)
+            for term in candidate.terms:
+                listed = self._by_term.get(term)
+                if listed is None:
+                    listed = self._by_term[term] = deque(maxlen=_PER_TERM)
+                listed.append(key)
 
     def shared_again(self, key: str) -> None:
         """Count another share of the insight ``key`` (a duplicate of it)."""
@@ -141,6 +169,9 @@ class Feeds:
         self._readers.pop(source, None)
         for key in self._by_source.pop(source, ()):
             self._candidates.pop(key, None)
+        for candidate in self._fresh:
+            if candidate.insight.source == source:
+                self._candidates.pop(candidate.insight.id, None)
 
     def _reader(self, agent: str) -> _Reader:
         reader = self._readers.get(agent)
@@ -159,6 +190,7 @@ class Feeds:
             agents: the subscribers, in a stable order.
             accepts: whether an agent receives a topic.
         """
+        self._list()
         self.tick += 1
         self._expire()
         if not self._candidates:
@@ -167,7 +199,7 @@ class Feeds:
         candidates = self._candidates
         newest = [candidates[k] for k in _newest(self._order, _PER_LIST)]
         shared = [c for c in candidates.values() if c.shares > 1]
-        popular = heapq.nlargest(_PER_LIST, shared, key=lambda c: (c.shares, c.tick))
+        popular = heapq.nlargest(_PER_LIST, shared, key=lambda c: (c.shares, c.tick, c.order))
         most = max((c.shares for c in popular), default=1)
         log_most = math.log(most) if most > 1 else 0.0
         now = self.tick - 1
@@ -243,11 +275,11 @@ class Feeds:
                 score += relevance * len(interest & terms) / len(terms)
             if insight.source in follows:
                 score += social
-            scored.append((score, c.tick, key, insight))
+            scored.append((score, c.tick, c.order, insight))
         best = heapq.nlargest(cfg.size, scored)
         reader = self._reader(agent)
-        for _, _, key, _ in best:
-            reader.saw(key)
+        for _, _, _, insight in best:
+            reader.saw(insight.id)
         return [s[3] for s in best]
 
 

@@ -75,7 +75,11 @@ def print_report(report: SimulationReport) -> None:
             "insights shared / deduplicated",
             f"{report.insights_shared} / {report.insights_deduplicated}",
         ),
-        ("insights delivered", f"{report.insights_delivered:,}"),
+        (
+            "insights delivered",
+            f"{report.insights_delivered:,} ({report.deliveries_per_share:,.1f} per share, "
+            f"{'ranked feeds' if report.pool_delivery == 'feed' else 'broadcast'})",
+        ),
         (
             "facts known per agent",
             f"{report.facts_known_before_sharing:.0%} before sharing, "
@@ -223,12 +227,15 @@ def _time_rows(report: SimulationReport) -> list[tuple[str, str]]:
     turns = report.turn_seconds
     if turns <= 0:
         return []
-    shares = f"{report.memory_share:.0%} memory"
+    shares = f"{report.memory_share:.0%} memory, {report.pool_share:.0%} pool"
     if report.llm_calls:
         shares += f", {report.llm_share:.0%} model"
-    rest = max(0.0, 1.0 - report.memory_share - report.llm_share)
+    rest = max(0.0, 1.0 - report.memory_share - report.pool_share - report.llm_share)
     shares += f", {rest:.0%} other"
-    return [("turn time spent on", f"{shares} (of {turns:,.2f} s, summed over the turns)")]
+    rows = [("turn time spent on", f"{shares} (of {turns:,.2f} s, summed over the turns)")]
+    if report.pool_delivery == "feed":
+        rows.append(("feeds, at the ends of steps", f"{report.feed_seconds:,.2f} s"))
+    return rows
 
 
 def _partial_rows(report: SimulationReport) -> list[tuple[str, str]]:

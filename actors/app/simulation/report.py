@@ -72,6 +72,10 @@ class SimulationReport(msgspec.Struct, frozen=True, kw_only=True):
     this process's alone). ``spread`` is how the facts told spread from agent to
     agent (:class:`~actormem.actors.app.simulation.spread.SpreadReport`), measured
     by the run's timeline: None for a run without a run directory.
+    ``pool_delivery`` is how the pool delivered (``broadcast`` or ``feed``) and
+    ``deliveries_per_share`` the insights delivered per new insight shared.
+    ``pool_seconds`` is the turns' time in pool commands (``pool_share`` of it),
+    and ``feed_seconds`` the time the feeds took at the ends of the steps.
     """
 
     agents: int
@@ -130,6 +134,11 @@ class SimulationReport(msgspec.Struct, frozen=True, kw_only=True):
     actor_failures: int = 0
     actor_restarts: int = 0
     spread: SpreadReport | None = None
+    pool_delivery: str = "broadcast"
+    deliveries_per_share: float = 0.0
+    pool_seconds: float = 0.0
+    pool_share: float = 0.0
+    feed_seconds: float = 0.0
 
 
 async def known_share(
@@ -228,6 +237,7 @@ def build_report(
     if turns > 0:
         totals.setdefault("memory_share", round(totals.get("memory_seconds", 0.0) / turns, 4))
         totals.setdefault("llm_share", round(totals.get("llm_seconds", 0.0) / turns, 4))
+        totals.setdefault("pool_share", round(totals.get("pool_seconds", 0.0) / turns, 4))
     totals.setdefault("config", msgspec.to_builtins(redacted(config)))
     totals.setdefault("actor_failures", runtime.failures)
     totals.setdefault("actor_restarts", runtime.restarts)
@@ -255,6 +265,10 @@ def build_report(
         insights_shared=pool.shared if pool else 0,
         insights_deduplicated=pool.deduplicated if pool else 0,
         insights_delivered=pool.delivered if pool else 0,
+        pool_delivery=config.pool.delivery,
+        deliveries_per_share=round(pool.delivered / pool.shared, 2)
+        if pool and pool.shared
+        else 0.0,
         facts_known_before_sharing=_mean(a.known_before_sharing for a in per_agent),
         facts_known_after_sharing=_mean(a.known_after_sharing for a in per_agent),
         runtime=runtime,
@@ -270,6 +284,10 @@ def package_version() -> str:
         return version("actormem")
     except PackageNotFoundError:
         return "0+unknown"
+
+
+def _per(part: int, whole: int) -> float:
+    return round(part / whole, 2) if whole else 0.0
 
 
 def _mean(values: Iterable[float]) -> float:

@@ -354,6 +354,8 @@ async def _run(
         llm_tokens_out=usage.tokens_out,
         turn_seconds=round(tally.turn_seconds, 3),
         memory_seconds=round(tally.memory_seconds, 3),
+        pool_seconds=round(tally.pool_seconds, 3),
+        feed_seconds=round(tally.feed_seconds, 3),
         llm_seconds=round(usage.seconds, 3),
         scenario=cast.name,
         goals=goals,
@@ -489,7 +491,9 @@ async def _steps(
                     async with anyio.create_task_group() as tg:
                         for name in names:
                             tg.start_soon(take_turn, name, step)
+                ticked = time.perf_counter()
                 tally.fed += await rt.tick_feeds()
+                tally.feed_seconds += time.perf_counter() - ticked
                 if tally.timeline is not None:
                     await tally.timeline.end_step(step, last=step == sim.steps - 1)
                 done = step + 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, TypeVar
 
-from actormem.actors.memory.commands import Add
+from actormem.actors.memory.commands import Add, ToPool
 from actormem.actors.memory.handle import MemoryHandle
 from actormem.runtime import Command, Runtime
 
@@ -20,14 +20,26 @@ R = TypeVar("R")
 class Tally:
     """The run's counts: ``commands`` asked of a memory or the pool, ``messages``
     added, and the seconds the turns took (``turn_seconds``) and spent waiting for
-    their memory commands (``memory_seconds``), and the insights the pool's feeds
-    sent (``fed``); each command is shown to the ``timeline`` too, when the run
-    keeps one."""
+    their memory commands (``memory_seconds``) and pool commands (``pool_seconds``),
+    the insights the pool's feeds sent (``fed``) and the seconds the feeds took at
+    the ends of the steps (``feed_seconds``); each command is shown to the
+    ``timeline`` too, when the run keeps one."""
 
-    __slots__ = ("commands", "fed", "memory_seconds", "messages", "timeline", "turn_seconds")
+    __slots__ = (
+        "commands",
+        "fed",
+        "feed_seconds",
+        "memory_seconds",
+        "messages",
+        "pool_seconds",
+        "timeline",
+        "turn_seconds",
+    )
 
     def __init__(self) -> None:
         self.fed = 0
+        self.feed_seconds = 0.0
+        self.pool_seconds = 0.0
         self.commands = 0
         self.messages = 0
         self.turn_seconds = 0.0
@@ -61,7 +73,11 @@ class CountedMemory(MemoryHandle):
                 timeline.command(self.agent, command, None, time.perf_counter() - started, exc)
             raise
         finally:
-            self.tally.memory_seconds += time.perf_counter() - started
+            took = time.perf_counter() - started
+            if isinstance(command, ToPool):
+                self.tally.pool_seconds += took
+            else:
+                self.tally.memory_seconds += took
         if timeline is not None:
             timeline.command(self.agent, command, result, time.perf_counter() - started, None)
         self.tally.commands += 1

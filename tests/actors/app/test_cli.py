@@ -38,9 +38,10 @@ def test_simulate_small_run_reports_and_writes_json(tmp_path: Path) -> None:
     assert report["facts_found_by_search"] == report["facts_planted"]
     assert report["messages_processed"] > 6 * 8
     assert report["runtime"]["failures"] == 0
-    # Knowledge spreads through the insight pool.
+    # Knowledge spreads through the insight pool's feeds: at most 5 insights to each
+    # agent at each of the 3 steps from the first share (step 5) on.
     assert report["insights_shared"] >= 6 * 2
-    assert report["insights_delivered"] >= report["insights_shared"] * (6 - 1)
+    assert report["insights_shared"] < report["insights_delivered"] <= 6 * 5 * 3
     assert report["facts_known_after_sharing"] > report["facts_known_before_sharing"]
     for agent in report["per_agent"]:
         assert agent["known_after_sharing"] > agent["known_before_sharing"]

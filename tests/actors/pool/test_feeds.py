@@ -121,6 +121,19 @@ def test_newer_insights_rank_first_and_old_ones_expire() -> None:
     assert len(feeds) == 0
 
 
+def test_a_tick_ranks_the_same_whatever_order_its_insights_came_in() -> None:
+    texts = [
+        (f"i{n}", f"the {thing} is at the mill", f"s{n}") for n, thing in enumerate("abcdefghij")
+    ]
+    fed = []
+    for order in (texts, texts[::-1]):
+        feeds = Feeds(FeedConfig(size=3))
+        for key, text, source in order:
+            feeds.add(_insight(key, text, source=source))
+        fed.append(_fed(feeds, ["reader"]))
+    assert fed[0] == fed[1]
+
+
 def test_forgetting_a_source_drops_its_candidates() -> None:
     feeds = Feeds(FeedConfig())
     feeds.add(_insight("x", "from x", source="x"))

@@ -278,6 +278,7 @@ async def _run(
         if replayer is not None or (sim.brain.base_url and sim.brain.model):
             client = LLMClient(sim.brain, llm_usage, recorder=recorder, replayer=replayer)
             llm = await stack.enter_async_context(client)
+            await llm.probe()
         crowd = Crowd(
             memories,
             brains,

@@ -1,0 +1,167 @@
+"""LLM brains at scale: rate limits ridden out together, an endpoint that does not
+answer found at start."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+import pytest
+
+from actormem.actors.app.simulation import BrainError, run_simulation
+from actormem.actors.app.simulation.brains.pacing import Pacing
+from actormem.actors.app.simulation.rundir import RUN
+from actormem.actors.config import AppConfig, BrainConfig, SimulationConfig
+from actormem.runtime import RuntimeConfig
+from actormem.runtime.cli import main
+from tests.actors.app.test_brains import llm_config, server
+from tests.support.openai_server import OpenAIStub
+
+__all__ = ("server",)  # fixtures, used by name
+
+pytestmark = pytest.mark.anyio
+
+
+def _sized(config: AppConfig, **simulation: Any) -> AppConfig:
+    return msgspec.structs.replace(
+        config, simulation=msgspec.structs.replace(config.simulation, **simulation)
+    )
+
+
+# -- rate limits ---------------------------------------------------------------------
+
+
+async def test_four_429s_in_a_row_for_one_call_are_ridden_out_by_default(
+    server: OpenAIStub,
+) -> None:
+    server.script("429", "429", "429", "429")
+    # One request at a time: the first call gets all four.
+    report = await run_simulation(llm_config(server, max_in_flight=1))
+    assert (report.steps_completed, report.llm_retries) == (2, 4)
+
+
+async def test_a_run_fails_once_its_retry_budget_is_spent(server: OpenAIStub) -> None:
+    server.script("429", "500", "429")
+    config = llm_config(server, retry_budget=2, max_in_flight=1)
+    with pytest.raises(BrainError, match=r"the run's retry budget of 2 is spent .* last: RateLim"):
+        await run_simulation(config)
+
+
+def test_a_429_halves_the_requests_in_flight_and_answers_raise_them_back() -> None:
+    now = [0.0]
+    pacing = Pacing(8, retry_budget=1, clock=lambda: now[0])
+    pacing.rate_limited(sent_at=0.0, pause=None)
+    assert pacing.in_flight_limit == 4
+    now[0] = 1.0
+    pacing.rate_limited(sent_at=0.0, pause=None)  # sent before the cut: no second cut
+    assert pacing.in_flight_limit == 4
+    pacing.rate_limited(sent_at=1.0, pause=None)
+    assert pacing.in_flight_limit == 2
+    limits = []
+    for _ in range(2 + 3 + 4 + 5 + 6 + 7 + 3):
+        pacing.answered()
+        limits.append(pacing.in_flight_limit)
+    assert limits.count(8) == 4 and max(limits) == 8
+    assert [limits[i] for i in (1, 4, 8, 13, 19, 26)] == [3, 4, 5, 6, 7, 8]
+    assert pacing.spend_retry() and not pacing.spend_retry()
+
+
+async def test_a_retry_after_holds_every_request_until_it_is_over() -> None:
+    pacing = Pacing(4, retry_budget=0)
+    pacing.rate_limited(sent_at=time.monotonic(), pause=0.2)
+    resume_at = time.monotonic() + pacing.paused_for
+    sent: list[float] = []
+
+    async def request() -> None:
+        async with pacing.slot() as at:
+            sent.append(at)
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(3):
+            tg.start_soon(request)
+    assert len(sent) == 3 and min(sent) >= resume_at - 0.001
+    assert pacing.in_flight_limit == 2
+
+
+@pytest.mark.slow
+async def test_default_settings_ride_out_a_429_to_every_7th_request(server: OpenAIStub) -> None:
+    server.rate_limit_every = 7
+    report = await run_simulation(_sized(llm_config(server), agents=20, steps=15))
+    assert report.steps_completed == 15
+    assert report.llm_retries >= report.llm_calls // 7 - 1 > 0
+
+
+def test_max_retries_on_the_command_line(
+    server: OpenAIStub, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    server.script("429")
+    args = ["simulate", "configs/town.toml", "--transport", "local", "--agents", "2"]
+    args += ["--steps", "1", "--brain", "llm", "--base-url", server.base_url, "--model", "m"]
+    args += ["--no-progress", "--runs-dir", str(tmp_path), "--max-in-flight", "1"]
+    assert main([*args, "--max-retries", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].endswith(
+        "failed: 1 attempt (raise --max-retries); last: RateLimitError: Error code: 429 - stub 429"
+    ), err
+    assert "Traceback" not in "\n".join(err)
+    with pytest.raises(SystemExit) as refused:
+        main([*args, "--max-retries", "-1"])
+    assert refused.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "actormem simulate: error: argument --max-retries: expected a whole number >= 0, got '-1' "
+        "(see 'actormem simulate --help')"
+    ]
+
+
+# -- an endpoint that does not answer --------------------------------------------------
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
+@pytest.fixture
+def silent() -> Iterator[str]:
+    """The base URL of a server that takes connections and never answers."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(16)
+        yield f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+
+
+def test_an_endpoint_refusing_connections_is_one_line_before_any_step(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    url = f"http://127.0.0.1:{_closed_port()}/v1"
+    args = ["simulate", "configs/town.toml", "--transport", "local", "--no-progress"]
+    args += ["--brain", "llm", "--base-url", url, "--model", "m", "--runs-dir", str(tmp_path)]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(
+        f"actormem: error: the model endpoint {url} does not answer: ConnectError: "
+    ), err
+    assert len(err) == 2 and "Traceback" not in err[-1]  # the "run <id>" line, then it
+    run = json.loads(next(tmp_path.glob(f"*/{RUN}")).read_text())
+    assert (run["status"], run["steps_completed"]) == ("failed", 0)
+
+
+async def test_an_endpoint_that_never_answers_is_found_within_the_connect_timeout(
+    silent: str,
+) -> None:
+    brain = BrainConfig(kind="llm", base_url=silent, model="m", connect_timeout=0.2)
+    config = AppConfig(
+        runtime=RuntimeConfig(transport="local"),
+        simulation=SimulationConfig(agents=2, steps=1, brain=brain),
+    )
+    with pytest.raises(BrainError, match=rf"endpoint {silent} does not answer: no answer within"):
+        await run_simulation(config)

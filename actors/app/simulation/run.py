@@ -37,6 +37,7 @@ from actormem.actors.app.simulation.brains import (
     Crowd,
     Others,
     brain_factory,
+    brain_failed,
     open_recording,
 )
 from actormem.actors.app.simulation.brains.llm_client import LLMClient, LLMUsage
@@ -168,11 +169,12 @@ async def _recorded(
         except BaseException as exc:
             info.status, info.partial, info.ended_at = "failed", True, _utc_now()
             info.error = f"{type(exc).__name__}: {exc}"[:400]
+            info.steps_completed = run_dir.steps_written
             run_dir.info(info)
             raise
         info.partial = report.partial
         info.status = "stopped" if report.partial else "finished"
-        info.steps_completed, info.ended_at = report.steps_completed, _utc_now()
+        info.steps_completed, info.ended_at = run_dir.steps_written, _utc_now()
         run_dir.report(report_dict(report))
         run_dir.info(info)
         return report
@@ -218,9 +220,7 @@ def _build(factory: BrainFactory, agent: AgentInfo) -> Brain:
         raise
     except Exception as exc:
         log.debug("brain_failed", agent=agent.name, exc_info=True)
-        raise BrainError(
-            f"building the brain of {agent.name} failed: {type(exc).__name__}: {exc}"
-        ) from exc
+        raise brain_failed(f"building the brain of {agent.name} failed", exc) from exc
 
 
 def _replayable(config: AppConfig) -> bool:
@@ -440,9 +440,7 @@ async def _steps(
                 # The user's own brain failing is a user's error: one line, and the
                 # traceback in the debug log.
                 log.debug("brain_failed", agent=name, step=step, exc_info=True)
-                raise BrainError(
-                    f"the brain of {name} failed at step {step}: {type(exc).__name__}: {exc}"
-                ) from exc
+                raise brain_failed(f"the brain of {name} failed at step {step}", exc) from exc
             await turn.flush()
             took = time.perf_counter() - started
             tally.turn_seconds += took

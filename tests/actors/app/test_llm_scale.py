@@ -1,10 +1,14 @@
 """LLM brains at scale: rate limits ridden out together, an endpoint that does not
-answer found at start."""
+answer found at start, a failing brain named by file and line, and run.json
+agreeing with the time series."""
 
 from __future__ import annotations
 
 import json
+import signal
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,14 +20,15 @@ import pytest
 
 from actormem.actors.app.simulation import BrainError, run_simulation
 from actormem.actors.app.simulation.brains.pacing import Pacing
-from actormem.actors.app.simulation.rundir import RUN
+from actormem.actors.app.simulation.rundir import RUN, TIMESERIES, RunDir
 from actormem.actors.config import AppConfig, BrainConfig, SimulationConfig
 from actormem.runtime import RuntimeConfig
 from actormem.runtime.cli import main
-from tests.actors.app.test_brains import llm_config, server
+from tests.actors.app.test_brains import llm_config, python_config, server, user_module
+from tests.support import ROOT
 from tests.support.openai_server import OpenAIStub
 
-__all__ = ("server",)  # fixtures, used by name
+__all__ = ("server", "user_module")  # fixtures, used by name
 
 pytestmark = pytest.mark.anyio
 
@@ -165,3 +170,95 @@ async def test_an_endpoint_that_never_answers_is_found_within_the_connect_timeou
     )
     with pytest.raises(BrainError, match=rf"endpoint {silent} does not answer: no answer within"):
         await run_simulation(config)
+
+
+# -- run.json and the time series ----------------------------------------------------
+
+
+_FAILING_AT_2 = """
+async def step(turn):
+    if turn.step == 2:
+        raise ValueError("boom")
+"""
+
+
+async def test_a_failed_runs_run_json_counts_the_steps_whose_rows_were_written(
+    user_module: str, tmp_path: Path
+) -> None:
+    (tmp_path / f"{user_module}_fails.py").write_text(_FAILING_AT_2)
+    config = _sized(python_config(f"{user_module}_fails:step"), steps=5)
+    run_dir = RunDir.create(tmp_path / "runs", "r")
+    with pytest.raises(BrainError, match=r"failed at step 2: ValueError: boom"):
+        await run_simulation(config, run_dir=run_dir)
+    rows = (run_dir.path / TIMESERIES).read_text().splitlines()
+    run = json.loads((run_dir.path / RUN).read_text())
+    assert (run["status"], run["steps_completed"], len(rows)) == ("failed", 2, 2)
+
+
+@pytest.mark.slow
+def test_a_stopped_runs_run_json_counts_the_steps_whose_rows_were_written(
+    tmp_path: Path,
+) -> None:
+    command = [sys.executable, "-m", "actormem", "simulate", "configs/town.toml", "--no-progress"]
+    command += ["--transport", "local", "--steps", "1000", "--runs-dir", str(tmp_path)]
+    proc = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT
+    )
+    deadline = time.monotonic() + 60
+    rows: list[Path] = []
+    while time.monotonic() < deadline and proc.poll() is None:
+        rows = list(tmp_path.glob(f"*/{TIMESERIES}"))
+        if rows and len(rows[0].read_text().splitlines()) >= 2:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM
+    run = json.loads((rows[0].parent / RUN).read_text())
+    written = len(rows[0].read_text().splitlines())
+    assert (run["status"], run["steps_completed"]) == ("stopped", written)
+    assert written >= 2
+
+
+# -- where a brain raised ------------------------------------------------------------
+
+
+_RAISING = """
+import json
+
+
+async def step(turn):
+    if turn.step == 1:
+        raise ValueError("boom")
+
+
+async def parses(turn):
+    json.loads("{")
+"""
+
+
+async def test_a_brains_error_names_the_file_and_line_it_was_raised_at(
+    user_module: str, tmp_path: Path
+) -> None:
+    name = f"{user_module}_raising"
+    (tmp_path / f"{name}.py").write_text(_RAISING)
+    with pytest.raises(BrainError) as failed:
+        await run_simulation(python_config(f"{name}:step"))
+    assert str(failed.value).endswith(f"failed at step 1: ValueError: boom ({name}.py:7)")
+    # Raised inside the standard library: the user's line that called it.
+    with pytest.raises(BrainError) as failed:
+        await run_simulation(python_config(f"{name}:parses"))
+    assert str(failed.value).endswith(f"({name}.py:11)")
+
+
+def test_a_user_brain_raising_is_one_line_on_the_command_line(
+    user_module: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    name = f"{user_module}_cli"
+    (tmp_path / f"{name}.py").write_text(_RAISING)
+    args = ["simulate", "configs/town.toml", "--transport", "local", "--agents", "2"]
+    args += ["--steps", "3", "--brain", f"{name}:step", "--no-progress", "--no-run-dir"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("actormem: error: the brain of ")
+    assert err[-1].endswith(f"failed at step 1: ValueError: boom ({name}.py:7)"), err

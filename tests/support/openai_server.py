@@ -67,6 +67,7 @@ class OpenAIStub:
         delay: seconds every answer waits before it is sent (a slow endpoint).
         retry_after: the ``Retry-After`` header of the 429 and 500 answers.
         rate_limit_every: every this many requests, one answers 429 (0: none).
+        peak_in_flight: the most requests it has held at once.
     """
 
     def __init__(
@@ -81,6 +82,8 @@ class OpenAIStub:
         self.delay = 0.0
         self.retry_after = "0"
         self.rate_limit_every = 0
+        self.peak_in_flight = 0
+        self._in_flight = 0
         self.bodies: list[dict[str, Any]] = []
         self._script: deque[Mode] = deque()
         self._lock = threading.Lock()
@@ -200,6 +203,17 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(payload)
 
     def do_POST(self) -> None:
+        stub = self.server_stub
+        with stub._lock:
+            stub._in_flight += 1
+            stub.peak_in_flight = max(stub.peak_in_flight, stub._in_flight)
+        try:
+            self._answer()
+        finally:
+            with stub._lock:
+                stub._in_flight -= 1
+
+    def _answer(self) -> None:
         length = int(self.headers.get("Content-Length", "0"))
         raw = self.rfile.read(length)
         embeddings = self.path.endswith("/embeddings") and self.server_stub.embed is not None

@@ -40,7 +40,7 @@ from actormem.actors.app.simulation.brains import (
     brain_failed,
     open_recording,
 )
-from actormem.actors.app.simulation.brains.llm_client import LLMClient, LLMUsage
+from actormem.actors.app.simulation.brains.llm_client import LLMClient, LLMUsage, model_wait
 from actormem.actors.app.simulation.facts import FactIndex
 from actormem.actors.app.simulation.goals import GoalScore, score_questions
 from actormem.actors.app.simulation.report import (
@@ -354,6 +354,7 @@ async def _run(
         turn_seconds=round(tally.turn_seconds, 3),
         memory_seconds=round(tally.memory_seconds, 3),
         llm_seconds=round(usage.seconds, 3),
+        own_ms_per_model_call=tally.own_ms_per_model_call,
         scenario=cast.name,
         goals=goals,
         workers=workers,
@@ -431,7 +432,8 @@ async def _steps(
                     told[name].append(fact)
                 turn.remember(_narration(fact))
             try:
-                await crowd.brains[name].step(turn)
+                with model_wait() as waited:
+                    await crowd.brains[name].step(turn)
             except BrainError:
                 raise
             except Exception as exc:
@@ -444,6 +446,7 @@ async def _steps(
             await turn.flush()
             took = time.perf_counter() - started
             tally.turn_seconds += took
+            tally.model_turn(took, waited)
             if tally.timeline is not None:
                 tally.timeline.turn_took(took)
         turns += 1

@@ -1,6 +1,6 @@
 """LLM brains at scale: rate limits ridden out together, an endpoint that does not
-answer found at start, a failing brain named by file and line, and run.json
-agreeing with the time series."""
+answer found at start, a failing brain named by file and line, run.json agreeing
+with the time series, and the runtime's own time per model call in the report."""
 
 from __future__ import annotations
 
@@ -18,8 +18,9 @@ import anyio
 import msgspec
 import pytest
 
-from actormem.actors.app.simulation import BrainError, run_simulation
+from actormem.actors.app.simulation import BrainError, SimulationReport, run_simulation
 from actormem.actors.app.simulation.brains.pacing import Pacing
+from actormem.actors.app.simulation.display import print_report
 from actormem.actors.app.simulation.rundir import RUN, TIMESERIES, RunDir
 from actormem.actors.config import AppConfig, BrainConfig, SimulationConfig
 from actormem.runtime import RuntimeConfig
@@ -262,3 +263,33 @@ def test_a_user_brain_raising_is_one_line_on_the_command_line(
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("actormem: error: the brain of ")
     assert err[-1].endswith(f"failed at step 1: ValueError: boom ({name}.py:7)"), err
+
+
+# -- the runtime's own time per model call -------------------------------------------
+
+
+async def test_the_report_gives_the_runtimes_own_time_per_model_call(
+    server: OpenAIStub, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = await run_simulation(llm_config(server))
+    assert 0 < report.own_ms_per_model_call_p50 <= report.own_ms_per_model_call_p99
+    assert "runtime's own time per model call" in _printed(report, capsys)
+    scripted = AppConfig(
+        runtime=RuntimeConfig(transport="local"), simulation=SimulationConfig(agents=2, steps=1)
+    )
+    assert (await run_simulation(scripted)).own_ms_per_model_call_p99 == 0.0
+
+
+def _printed(report: SimulationReport, capsys: pytest.CaptureFixture[str]) -> str:
+    print_report(report)
+    return capsys.readouterr().out
+
+
+@pytest.mark.slow
+async def test_fifty_llm_agents_run_to_the_end_within_max_in_flight(server: OpenAIStub) -> None:
+    config = _sized(llm_config(server, max_in_flight=4), agents=50, steps=2)
+    report = await run_simulation(config)
+    assert (report.steps_completed, report.llm_retries) == (2, 0)
+    assert report.llm_calls == server.requests == 50 * 2 * 3
+    assert server.peak_in_flight <= 4
+    assert 0 < report.own_ms_per_model_call_p50 <= report.own_ms_per_model_call_p99

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 import anyio
 import msgspec
 import pytest
+from structlog.testing import capture_logs
 
 from actormem.actors.app.simulation import BrainError, SimulationReport, run_simulation
 from actormem.actors.app.simulation.brains.pacing import Pacing
@@ -293,3 +295,20 @@ async def test_fifty_llm_agents_run_to_the_end_within_max_in_flight(server: Open
     assert report.llm_calls == server.requests == 50 * 2 * 3
     assert server.peak_in_flight <= 4
     assert 0 < report.own_ms_per_model_call_p50 <= report.own_ms_per_model_call_p99
+
+
+# -- a large run's log -----------------------------------------------------------------
+
+
+async def test_an_llm_run_logs_no_line_per_agent_or_retry_above_debug(server: OpenAIStub) -> None:
+    server.rate_limit_every = 5
+    config = _sized(llm_config(server), agents=20, steps=3)
+    compression = msgspec.structs.replace(config.compression, msg_threshold=12, last_keep=4)
+    with capture_logs() as logs:
+        report = await run_simulation(msgspec.structs.replace(config, compression=compression))
+    assert report.llm_retries > 0 and report.compressions >= 20
+    above_debug = Counter(e["event"] for e in logs if e["log_level"] != "debug")
+    # The insight pool's own lines are left to the pool (one per subscription and share).
+    per_agent = {event for event, n in above_debug.items() if n >= 20}
+    assert per_agent <= {"pool_subscribed", "insight_shared"}, above_debug
+    assert "llm_retry" not in above_debug, above_debug

@@ -21,6 +21,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from actormem.actors.app.simulation import BrainError, SimulationReport, run_simulation
+from actormem.actors.app.simulation.brains.llm_client import LLMClient, model_wait
 from actormem.actors.app.simulation.brains.pacing import Pacing
 from actormem.actors.app.simulation.display import print_report
 from actormem.actors.app.simulation.rundir import RUN, TIMESERIES, RunDir
@@ -118,6 +119,10 @@ def test_max_retries_on_the_command_line(
         "failed: 1 attempt (raise --max-retries); last: RateLimitError: Error code: 429 - stub 429"
     ), err
     assert "Traceback" not in "\n".join(err)
+    server.script("429")
+    assert main([*args, "--retry-budget", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "failed: the run's retry budget of 0 is spent (raise --retry-budget)" in err[-1], err
     with pytest.raises(SystemExit) as refused:
         main([*args, "--max-retries", "-1"])
     assert refused.value.code == 2
@@ -285,6 +290,19 @@ async def test_the_report_gives_the_runtimes_own_time_per_model_call(
 def _printed(report: SimulationReport, capsys: pytest.CaptureFixture[str]) -> str:
     print_report(report)
     return capsys.readouterr().out
+
+
+async def test_a_turns_model_wait_counts_the_calls_of_the_tasks_it_starts(
+    server: OpenAIStub,
+) -> None:
+    brain = llm_config(server).simulation.brain
+    async with LLMClient(brain) as llm:
+        with model_wait() as waited:
+            async with anyio.create_task_group() as tg:
+                for _ in range(2):
+                    tg.start_soon(llm.complete, [{"role": "user", "content": "hi"}])
+        await llm.complete([{"role": "user", "content": "not in the turn"}])
+    assert waited.calls == 2 and waited.seconds > 0
 
 
 @pytest.mark.slow

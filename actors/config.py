@@ -124,9 +124,15 @@ class BrainConfig(_Section, frozen=True):
         model: the chat model.
         api_key_env: the environment variable holding the API key (read at start;
             unset: the client sends a placeholder, which local servers accept).
-        max_in_flight: model requests in flight at once, over all agents.
+        max_in_flight: model requests in flight at once, over all agents (a 429
+            halves the bound for a while; answers raise it back by one at a time).
         timeout: seconds one model request may take.
-        max_retries: retries after a 429, a 5xx, a timeout or a lost connection.
+        connect_timeout: seconds to connect to the endpoint; also bounds the check
+            that it answers, made before the first step.
+        max_retries: retries of one model call after a 429, a 5xx, a timeout or a
+            lost connection (``--max-retries``).
+        retry_budget: retries the whole run may spend over all its model calls
+            (``--retry-budget``); the run fails once they are spent.
         backoff_base: seconds before the first retry, doubled each retry, with jitter.
         backoff_cap: the longest wait between retries (also caps ``Retry-After``).
         max_tool_rounds: model calls one step may make while the model keeps
@@ -146,7 +152,7 @@ class BrainConfig(_Section, frozen=True):
     api_key_env: str = "OPENAI_API_KEY"
     max_in_flight: int = 8
     timeout: float = 60.0
-    max_retries: int = 3
+    max_retries: int = 8
     backoff_base: float = 0.5
     backoff_cap: float = 30.0
     max_tool_rounds: int = 3
@@ -154,11 +160,13 @@ class BrainConfig(_Section, frozen=True):
     max_reply_tokens: int = 256
     record: str = ""
     replay: str = ""
+    connect_timeout: float = 5.0
+    retry_budget: int = 1000
 
     def __post_init__(self) -> None:
         self._at_least(1, "max_in_flight", "max_tool_rounds", "max_reply_tokens")
-        self._at_least(0, "max_retries")
-        self._above(0, "timeout", "backoff_base", "backoff_cap")
+        self._at_least(0, "max_retries", "retry_budget")
+        self._above(0, "timeout", "connect_timeout", "backoff_base", "backoff_cap")
         self._within(0.0, 2.0, "temperature")
         if not self.api_key_env:
             raise ValueError("api_key_env must name an environment variable")

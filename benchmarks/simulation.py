@@ -15,6 +15,13 @@ actors' own, the embedded redis-server not counted).
 With several sizes (``--agents 1000 10000``) or ``--workers``, it runs
 :mod:`actormem.benchmarks._simulation_sizes` instead: each size in process and over
 Redis with worker processes, each run in a process of its own.
+
+With ``--brain llm`` the agents' brain is the llm brain, against a loopback
+OpenAI-compatible model in a child process (:mod:`actormem.benchmarks._chat_server`),
+and each pair adds a row per run: the runtime's own time per model call (the
+report's ``own_ms_per_model_call_p99``, its p50 in the extra), against the target
+:data:`OWN_MS_TARGET`. ``--brain llm --agents 1000 --steps 3 --runs 1`` is the
+1,000-agent run.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from __future__ import annotations
 import argparse
 import functools
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from statistics import mean
 from typing import Any
@@ -30,6 +38,7 @@ import msgspec
 
 from actormem.actors.app.simulation import SimulationReport, run_simulation
 from actormem.actors.config import AppConfig, load_app_config
+from actormem.benchmarks._chat_server import chat_server
 from actormem.benchmarks._common import (
     Row,
     at_least,
@@ -40,6 +49,7 @@ from actormem.benchmarks._common import (
     step,
 )
 from actormem.benchmarks._simulation_sizes import run_sizes
+from actormem.runtime.errors import ConfigError
 
 NAME = "simulation"
 
@@ -47,6 +57,12 @@ NAME = "simulation"
 TARGET = 0.75
 
 TRANSPORTS = ("local", "redis")
+
+BRAIN_HELP = "the agents' brain (llm: against a loopback model in a child process)"
+MAX_IN_FLIGHT_HELP = "override simulation.brain.max_in_flight (--brain llm)"
+
+#: The runtime's own time per model call (p99, ms) the llm brain's runs aim under.
+OWN_MS_TARGET = 5.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -71,16 +87,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="worker processes of the Redis runs (with several sizes; 0: the embedded one)",
     )
     parser.add_argument("--steps", type=at_least(1), help="override simulation.steps")
+    brains = ("scripted", "llm")
+    parser.add_argument("--brain", choices=brains, default="scripted", help=BRAIN_HELP)
+    parser.add_argument("--max-in-flight", type=at_least(1), help=MAX_IN_FLIGHT_HELP)
 
 
-def run_config(args: argparse.Namespace, transport: str) -> AppConfig:
-    """The config ``actormem simulate --transport TRANSPORT --seed SEED`` runs with."""
+def run_config(args: argparse.Namespace, transport: str, base_url: str = "") -> AppConfig:
+    """The config ``actormem simulate --transport TRANSPORT --seed SEED`` runs with
+    (with ``--brain llm``: against the model at ``base_url``)."""
     config = load_app_config(Path(args.config))
     simulation: dict[str, Any] = {"seed": args.seed}
     if args.agents:
         simulation["agents"] = args.agents[0]
     if args.steps:
         simulation["steps"] = args.steps
+    if getattr(args, "brain", "scripted") == "llm":
+        brain: dict[str, Any] = {"kind": "llm", "base_url": base_url, "model": "loopback"}
+        if args.max_in_flight:
+            brain["max_in_flight"] = args.max_in_flight
+        simulation["brain"] = msgspec.structs.replace(config.simulation.brain, **brain)
     return msgspec.structs.replace(
         config,
         simulation=msgspec.structs.replace(config.simulation, **simulation),
@@ -104,7 +129,30 @@ def _outcome(report: SimulationReport, cpu_s: float) -> dict[str, Any]:
         "elapsed_s": report.elapsed_s,
         "cpu_s": round(cpu_s, 3),
         "cpu_ms_per_message": round(1000 * cpu_s / max(1, report.messages_processed), 4),
+        "llm_calls": report.llm_calls,
+        "own_ms_per_model_call_p50": report.own_ms_per_model_call_p50,
+        "own_ms_per_model_call_p99": report.own_ms_per_model_call_p99,
     }
+
+
+def _own_rows(reports: dict[str, SimulationReport], pair: int) -> list[Row]:
+    """The runtime's own time per model call of each run of a pair that called the
+    model (none for the scripted brain)."""
+    return [
+        Row(
+            name=f"runtime's own time per model call, p99 ({transport}, pair {pair})",
+            value=report.own_ms_per_model_call_p99,
+            unit="ms",
+            target=f"< {OWN_MS_TARGET:g} ms",
+            extra={
+                "p50_ms": report.own_ms_per_model_call_p50,
+                "llm_calls": report.llm_calls,
+                "elapsed_s": report.elapsed_s,
+            },
+        )
+        for transport, report in reports.items()
+        if report.llm_calls
+    ]
 
 
 def _stopped(
@@ -167,8 +215,20 @@ async def run(args: argparse.Namespace) -> list[Row]:
     """``--runs`` pairs of a local and a Redis run, alternating which goes first; with
     several sizes or ``--workers``, each size once per transport (see module doc)."""
     if (args.agents and len(args.agents) > 1) or getattr(args, "workers", 0):
+        if getattr(args, "brain", "scripted") != "scripted":
+            raise ConfigError(
+                "--brain llm runs one size, in pairs: give one --agents, no --workers"
+            )
         return await run_sizes(args)
-    configs = {transport: run_config(args, transport) for transport in TRANSPORTS}
+    with ExitStack() as stack:
+        url = ""
+        if getattr(args, "brain", "scripted") == "llm":
+            url = stack.enter_context(chat_server())
+        configs = {transport: run_config(args, transport, url) for transport in TRANSPORTS}
+        return await _pairs(args, configs)
+
+
+async def _pairs(args: argparse.Namespace, configs: dict[str, AppConfig]) -> list[Row]:
     sim = configs["local"].simulation
     size = f"{sim.agents} agents, {sim.steps} steps, seed {sim.seed}"
     rows = recorded_rows()
@@ -202,6 +262,7 @@ async def run(args: argparse.Namespace) -> list[Row]:
                 },
             )
         )
+        rows += _own_rows(reports, pair)
     on_stop(list)
     rows += _closing(pairs)
     return rows

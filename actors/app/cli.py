@@ -119,6 +119,20 @@ def add_commands(subs: Any) -> None:
         metavar="N",
         help="model requests in flight at once, over all agents (simulation.brain.max_in_flight)",
     )
+    sim.add_argument(
+        "--max-retries",
+        type=_whole,
+        metavar="N",
+        help="retries of one model call after a 429, a 5xx, a timeout or a lost connection "
+        "(simulation.brain.max_retries)",
+    )
+    sim.add_argument(
+        "--retry-budget",
+        type=_whole,
+        metavar="N",
+        help="retries the whole run may spend over all its model calls "
+        "(simulation.brain.retry_budget)",
+    )
     recording = sim.add_mutually_exclusive_group()
     recording.add_argument(
         "--record",
@@ -195,6 +209,16 @@ def _brain_spec(text: str) -> dict[str, str]:
     raise argparse.ArgumentTypeError(f"expected scripted, llm or module:callable, got {text!r}")
 
 
+def _whole(text: str) -> int:
+    """An argument type: a whole number >= 0."""
+    if text.strip() == "0":
+        return 0
+    try:
+        return _positive(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}") from None
+
+
 def _name(what: str) -> Callable[[str], str]:
     """An argument type: a name checked like a namespace, ``what`` naming it."""
 
@@ -219,6 +243,9 @@ def _load(args: argparse.Namespace) -> AppConfig:
     brain = dict(getattr(args, "brain", None) or {})
     for key in ("base_url", "model", "record", "replay", "max_in_flight"):
         if getattr(args, key, None):
+            brain[key] = getattr(args, key)
+    for key in ("max_retries", "retry_budget"):  # 0 is a choice too
+        if getattr(args, key, None) is not None:
             brain[key] = getattr(args, key)
     if brain.get("record"):
         brain["replay"] = ""  # the command line's choice wins over the file's

@@ -157,7 +157,7 @@ class CompressorActor(Actor):
         if outcome.strategies:
             self._counts.compressions += 1
             self._counts.tokens_saved += outcome.tokens_saved
-            log.info("compression_applied", **fields)
+            log.debug("compression_applied", **fields)
             if not outcome.under_budget:
                 log.warning("compression_over_budget", note=outcome.note, **fields)
         else:

@@ -37,6 +37,7 @@ __all__ = (
     "CircuitBreaker",
     "LLMSummarizer",
     "SummaryFailedError",
+    "retry_after",
     "retry_delay",
     "retryable_errors",
 )
@@ -120,7 +121,8 @@ class CircuitBreaker:
             self._opened_at = time.monotonic()
 
 
-def _retry_after(exc: BaseException) -> float | None:
+def retry_after(exc: BaseException) -> float | None:
+    """The seconds an error's answer asked to wait (its ``Retry-After``; None: none)."""
     response = getattr(exc, "response", None)
     headers = getattr(response, "headers", None)
     if headers is None:
@@ -135,7 +137,7 @@ def retry_delay(attempt: int, error: BaseException | None, base: float, cap: flo
     """Seconds to wait before retry ``attempt`` (from 1) after ``error``: its
     ``Retry-After`` up to ``cap``, else capped exponential backoff with full jitter
     (which spreads the retries of many callers hitting one 429)."""
-    hinted = _retry_after(error) if error is not None else None
+    hinted = retry_after(error) if error is not None else None
     if hinted is not None:
         return min(cap, max(0.0, hinted))
     return random.uniform(0, min(cap, base * 2 ** (attempt - 1)))

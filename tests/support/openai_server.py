@@ -15,7 +15,8 @@ answers according to the current *mode*, switchable while it runs:
 - ``wrong_shape``: status 200 with JSON that is not a chat completion.
 
 ``script(...)`` queues modes for the next requests, one each, before ``mode``
-applies again. ``requests`` counts the requests received and ``bodies`` keeps
+applies again; with ``rate_limit_every = n``, every n-th request answers 429.
+``requests`` counts the requests received and ``bodies`` keeps
 their JSON.
 
 Example::
@@ -28,6 +29,7 @@ Example::
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -64,6 +66,8 @@ class OpenAIStub:
     Attributes:
         delay: seconds every answer waits before it is sent (a slow endpoint).
         retry_after: the ``Retry-After`` header of the 429 and 500 answers.
+        rate_limit_every: every this many requests, one answers 429 (0: none).
+        peak_in_flight: the most requests it has held at once.
     """
 
     def __init__(
@@ -77,6 +81,9 @@ class OpenAIStub:
         self.mode: Mode = mode
         self.delay = 0.0
         self.retry_after = "0"
+        self.rate_limit_every = 0
+        self.peak_in_flight = 0
+        self._in_flight = 0
         self.bodies: list[dict[str, Any]] = []
         self._script: deque[Mode] = deque()
         self._lock = threading.Lock()
@@ -125,6 +132,9 @@ class OpenAIStub:
     def _next_mode(self, body: dict[str, Any]) -> Mode:
         with self._lock:
             self.bodies.append(body)
+            every = self.rate_limit_every
+            if every and len(self.bodies) % every == 0:
+                return "429"
             return self._script.popleft() if self._script else self.mode
 
     # -- lifetime ------------------------------------------------------------------
@@ -136,7 +146,7 @@ class OpenAIStub:
         class Handler(_Handler):
             server_stub = stub
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = _Server(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(
             target=self._server.serve_forever,
@@ -169,6 +179,13 @@ class OpenAIStub:
         self.stop()
 
 
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that gave up on its request (a run ending, say) is no error here.
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_stub: OpenAIStub
@@ -186,6 +203,17 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(payload)
 
     def do_POST(self) -> None:
+        stub = self.server_stub
+        with stub._lock:
+            stub._in_flight += 1
+            stub.peak_in_flight = max(stub.peak_in_flight, stub._in_flight)
+        try:
+            self._answer()
+        finally:
+            with stub._lock:
+                stub._in_flight -= 1
+
+    def _answer(self) -> None:
         length = int(self.headers.get("Content-Length", "0"))
         raw = self.rfile.read(length)
         embeddings = self.path.endswith("/embeddings") and self.server_stub.embed is not None

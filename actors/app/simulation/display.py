@@ -219,6 +219,11 @@ def _model_rows(report: SimulationReport) -> list[tuple[str, str]]:
     return [
         ("model calls (retries)", f"{report.llm_calls:,} ({report.llm_retries:,})"),
         ("model tokens in / out", f"{report.llm_tokens_in:,} / {report.llm_tokens_out:,}"),
+        (
+            "runtime's own time per model call",
+            f"p50 {report.own_ms_per_model_call_p50:,.2f} ms, "
+            f"p99 {report.own_ms_per_model_call_p99:,.2f} ms",
+        ),
     ]
 
 

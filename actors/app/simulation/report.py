@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import statistics
+from collections.abc import Callable, Iterable, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -76,6 +77,10 @@ class SimulationReport(msgspec.Struct, frozen=True, kw_only=True):
     ``deliveries_per_share`` the insights delivered per new insight shared.
     ``pool_seconds`` is the turns' time in pool commands (``pool_share`` of it),
     and ``feed_seconds`` the time the feeds took at the ends of the steps.
+    this process's alone). ``own_ms_per_model_call_p50`` and ``_p99`` are the
+    runtime's own time per model call: over the turns that called the model, the
+    turn's time not spent waiting for the model (nor for a free request slot or a
+    retry), divided by its calls, in milliseconds (0.0: no model calls).
     """
 
     agents: int
@@ -139,6 +144,8 @@ class SimulationReport(msgspec.Struct, frozen=True, kw_only=True):
     pool_seconds: float = 0.0
     pool_share: float = 0.0
     feed_seconds: float = 0.0
+    own_ms_per_model_call_p50: float = 0.0
+    own_ms_per_model_call_p99: float = 0.0
 
 
 async def known_share(
@@ -224,8 +231,12 @@ def build_report(
     report fields the run counted itself (``messages_processed``, ``commands``,
     ``elapsed_s``, ``transport``, ``facts_planted``, ``steps_completed``,
     ``partial``, ``started_at``, ``brain``, the ``llm_*`` figures, the
-    ``*_seconds``, ``scenario``, ``goals`` and ``spread``)."""
+    ``*_seconds``, ``scenario``, ``goals`` and ``spread``; ``own_ms_per_model_call``,
+    the milliseconds of each model-calling turn per call, becomes its p50 and p99)."""
     sim = config.simulation
+    own = _p50_p99(totals.pop("own_ms_per_model_call", ()))
+    totals.setdefault("own_ms_per_model_call_p50", own[0])
+    totals.setdefault("own_ms_per_model_call_p99", own[1])
     messages, elapsed = totals["messages_processed"], totals["elapsed_s"]
     goals: list[GoalScore] = totals.get("goals", [])
     totals.setdefault("goals_asked", sum(g.asked for g in goals))
@@ -288,6 +299,15 @@ def package_version() -> str:
 
 def _per(part: int, whole: int) -> float:
     return round(part / whole, 2) if whole else 0.0
+
+
+def _p50_p99(samples: Sequence[float]) -> tuple[float, float]:
+    """The median and the 99th percentile of ``samples``, rounded (0.0 for none)."""
+    if len(samples) < 2:
+        one = round(samples[0], 3) if samples else 0.0
+        return one, one
+    p99 = statistics.quantiles(samples, n=100, method="inclusive")[98]
+    return round(statistics.median(samples), 3), round(p99, 3)
 
 
 def _mean(values: Iterable[float]) -> float:

@@ -37,9 +37,10 @@ from actormem.actors.app.simulation.brains import (
     Crowd,
     Others,
     brain_factory,
+    brain_failed,
     open_recording,
 )
-from actormem.actors.app.simulation.brains.llm_client import LLMClient, LLMUsage
+from actormem.actors.app.simulation.brains.llm_client import LLMClient, LLMUsage, model_wait
 from actormem.actors.app.simulation.facts import FactIndex
 from actormem.actors.app.simulation.goals import GoalScore, score_questions
 from actormem.actors.app.simulation.report import (
@@ -169,11 +170,12 @@ async def _recorded(
         except BaseException as exc:
             info.status, info.partial, info.ended_at = "failed", True, _utc_now()
             info.error = f"{type(exc).__name__}: {exc}"[:400]
+            info.steps_completed = run_dir.steps_written
             run_dir.info(info)
             raise
         info.partial = report.partial
         info.status = "stopped" if report.partial else "finished"
-        info.steps_completed, info.ended_at = report.steps_completed, _utc_now()
+        info.steps_completed, info.ended_at = run_dir.steps_written, _utc_now()
         run_dir.report(report_dict(report))
         run_dir.info(info)
         return report
@@ -219,9 +221,7 @@ def _build(factory: BrainFactory, agent: AgentInfo) -> Brain:
         raise
     except Exception as exc:
         log.debug("brain_failed", agent=agent.name, exc_info=True)
-        raise BrainError(
-            f"building the brain of {agent.name} failed: {type(exc).__name__}: {exc}"
-        ) from exc
+        raise brain_failed(f"building the brain of {agent.name} failed", exc) from exc
 
 
 def _replayable(config: AppConfig) -> bool:
@@ -279,6 +279,7 @@ async def _run(
         if replayer is not None or (sim.brain.base_url and sim.brain.model):
             client = LLMClient(sim.brain, llm_usage, recorder=recorder, replayer=replayer)
             llm = await stack.enter_async_context(client)
+            await llm.probe()
         crowd = Crowd(
             memories,
             brains,
@@ -357,6 +358,7 @@ async def _run(
         pool_seconds=round(tally.pool_seconds, 3),
         feed_seconds=round(tally.feed_seconds, 3),
         llm_seconds=round(usage.seconds, 3),
+        own_ms_per_model_call=tally.own_ms_per_model_call,
         scenario=cast.name,
         goals=goals,
         workers=workers,
@@ -436,7 +438,8 @@ async def _steps(
                     told[name].append(fact)
                 turn.remember(_narration(fact))
             try:
-                await crowd.brains[name].step(turn)
+                with model_wait() as waited:
+                    await crowd.brains[name].step(turn)
             except BrainError:
                 raise
             except Exception as exc:
@@ -445,12 +448,11 @@ async def _steps(
                 # The user's own brain failing is a user's error: one line, and the
                 # traceback in the debug log.
                 log.debug("brain_failed", agent=name, step=step, exc_info=True)
-                raise BrainError(
-                    f"the brain of {name} failed at step {step}: {type(exc).__name__}: {exc}"
-                ) from exc
+                raise brain_failed(f"the brain of {name} failed at step {step}", exc) from exc
             await turn.flush()
             took = time.perf_counter() - started
             tally.turn_seconds += took
+            tally.model_turn(took, waited)
             if tally.timeline is not None:
                 tally.timeline.turn_took(took)
         turns += 1

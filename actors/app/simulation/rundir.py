@@ -100,10 +100,13 @@ class RunDir:
 
     Attributes:
         path: the directory.
+        steps_written: the steps whose rows are in ``timeseries.jsonl`` (a run's
+            ``steps_completed``, whether it finished, stopped or failed).
     """
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.steps_written = 0
         self._encoder = msgspec.json.Encoder()
         self._events: BinaryIO = (path / EVENTS).open("ab")
         self._rows: BinaryIO = (path / TIMESERIES).open("ab")
@@ -136,6 +139,7 @@ class RunDir:
         self._rows.write(self._encoder.encode(row) + b"\n")
         self._events.flush()
         self._rows.flush()
+        self.steps_written += 1
 
     def info(self, info: RunInfo) -> None:
         """Write ``run.json``."""

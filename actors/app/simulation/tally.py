@@ -10,6 +10,7 @@ from actormem.actors.memory.handle import MemoryHandle
 from actormem.runtime import Command, Runtime
 
 if TYPE_CHECKING:
+    from actormem.actors.app.simulation.brains.llm_client import ModelWait
     from actormem.actors.app.simulation.timeline import Timeline
 
 __all__ = ("CountedMemory", "Tally")
@@ -23,7 +24,9 @@ class Tally:
     their memory commands (``memory_seconds``) and pool commands (``pool_seconds``),
     the insights the pool's feeds sent (``fed``) and the seconds the feeds took at
     the ends of the steps (``feed_seconds``); each command is shown to the
-    ``timeline`` too, when the run keeps one."""
+    ``timeline`` too, when the run keeps one. ``own_ms_per_model_call`` holds, for
+    each turn that called the model, the milliseconds of the turn not spent
+    waiting for it, per call."""
 
     __slots__ = (
         "commands",
@@ -31,6 +34,7 @@ class Tally:
         "feed_seconds",
         "memory_seconds",
         "messages",
+        "own_ms_per_model_call",
         "pool_seconds",
         "timeline",
         "turn_seconds",
@@ -44,7 +48,14 @@ class Tally:
         self.messages = 0
         self.turn_seconds = 0.0
         self.memory_seconds = 0.0
+        self.own_ms_per_model_call: list[float] = []
         self.timeline: Timeline | None = None
+
+    def model_turn(self, took: float, waited: ModelWait) -> None:
+        """Note a turn of ``took`` seconds that ``waited`` for the model."""
+        if waited.calls:
+            own = max(0.0, took - waited.seconds)
+            self.own_ms_per_model_call.append(1000 * own / waited.calls)
 
 
 class CountedMemory(MemoryHandle):

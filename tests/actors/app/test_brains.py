@@ -166,7 +166,8 @@ async def test_a_retry_after_past_the_cap_waits_the_cap(server: OpenAIStub) -> N
 
 async def test_a_model_failing_for_good_ends_the_run_with_one_error(server: OpenAIStub) -> None:
     server.mode = "500"
-    with pytest.raises(BrainError, match=r"stub-model.*failed: 3 attempts; last: Internal"):
+    failed = r"stub-model.*failed: 3 attempts \(raise --max-retries\); last: Internal"
+    with pytest.raises(BrainError, match=failed):
         await run_simulation(llm_config(server, max_retries=2, backoff_base=0.01))
     server.mode = "garbage"
     requests = server.requests

@@ -38,6 +38,8 @@ _WALL_CLOCK = {
     "llm_seconds",
     "memory_share",
     "llm_share",
+    "own_ms_per_model_call_p50",
+    "own_ms_per_model_call_p99",
     "run_id",
 }
 

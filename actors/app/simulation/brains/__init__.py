@@ -20,7 +20,7 @@ from actormem.actors.app.simulation.brains.protocol import (
     Others,
     Turn,
 )
-from actormem.actors.app.simulation.brains.python import python_brain
+from actormem.actors.app.simulation.brains.python import brain_failed, python_brain
 from actormem.actors.app.simulation.brains.recording import (
     Recorder,
     Replayer,
@@ -41,6 +41,7 @@ __all__ = (
     "ScriptedBrain",
     "Turn",
     "brain_factory",
+    "brain_failed",
     "check_brain",
     "open_recording",
 )

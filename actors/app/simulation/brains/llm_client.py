@@ -2,10 +2,14 @@
 
 It wraps ``openai.AsyncOpenAI`` (imported only when a client is made) with the
 brain config's bounds: at most ``max_in_flight`` requests at once over all
-agents, a timeout per request, and retries of 429s, 5xx answers, timeouts and
-lost connections with capped exponential backoff and full jitter, honouring
-``Retry-After`` up to the cap. The client's own retries are off, so every retry
-shows in the logs (``llm_retry``). It counts calls, retries, tokens and time.
+agents, fewer for a while after a 429 (see
+:mod:`~actormem.actors.app.simulation.brains.pacing`), a timeout per request, and
+retries of 429s, 5xx answers, timeouts and lost connections with capped
+exponential backoff and full jitter, honouring ``Retry-After`` up to the cap:
+at most ``max_retries`` for one call, and ``retry_budget`` for the whole run.
+The client's own retries are off, so every retry shows in the debug log
+(``llm_retry``). It counts calls, retries, tokens and time, and
+:meth:`LLMClient.probe` checks that the endpoint answers at all, before a run.
 
 With a :class:`~actormem.actors.app.simulation.brains.recording.Recorder` it writes
 every answered request into a recording; with a
@@ -18,15 +22,19 @@ from __future__ import annotations
 import copy
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import msgspec
 import structlog
 
+from actormem.actors.app.simulation.brains.pacing import Pacing
 from actormem.actors.app.simulation.brains.protocol import BrainError
 from actormem.actors.app.simulation.brains.recording import Recorder, Replayer
-from actormem.actors.compression.llm import retry_delay, retryable_errors
+from actormem.actors.compression.llm import retry_after, retry_delay, retryable_errors
 from actormem.actors.config import BrainConfig
 from actormem.runtime._closing import AsyncClosing
 from actormem.runtime.config import redact_url
@@ -35,7 +43,7 @@ if TYPE_CHECKING:
     import openai
     from openai.types.chat import ChatCompletion
 
-__all__ = ("LLMClient", "LLMUsage")
+__all__ = ("LLMClient", "LLMUsage", "ModelWait", "model_wait")
 
 log = structlog.get_logger("actormem.simulation")
 
@@ -57,6 +65,48 @@ class LLMUsage:
         self.seconds = 0.0
 
 
+def _passed(request: dict[str, Any]) -> dict[str, Any]:
+    """``request`` as ``create()``'s arguments, its messages and tools passed through
+    as they are: the client would otherwise walk them against its typed schemas, which
+    costs more CPU than the rest of a turn (about 20 ms a call in a profile of 200
+    agents), on the event loop every agent shares."""
+    plain = {k: v for k, v in request.items() if k not in _PASSED}
+    passed = {k: request[k] for k in _PASSED if k in request}
+    return plain | {"messages": [], "extra_body": passed}
+
+
+#: The request fields sent as they are (see :func:`_passed`).
+_PASSED = ("messages", "tools")
+
+
+class ModelWait:
+    """How long one turn waited for the model: its ``calls`` to
+    :meth:`LLMClient.complete` and the ``seconds`` they took (waiting for a slot,
+    the requests and the retries' waits), the answers of other agents it spoke
+    to included."""
+
+    __slots__ = ("calls", "seconds")
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.seconds = 0.0
+
+
+_waits: ContextVar[ModelWait | None] = ContextVar("actormem_model_wait", default=None)
+
+
+@contextmanager
+def model_wait() -> Iterator[ModelWait]:
+    """Count the model calls made within the block (in this task and the tasks it
+    starts) in the :class:`ModelWait` it yields."""
+    wait = ModelWait()
+    token = _waits.set(wait)
+    try:
+        yield wait
+    finally:
+        _waits.reset(token)
+
+
 class LLMClient(AsyncClosing):
     """Chat completions for the agents' turns, bounded and retried.
 
@@ -72,6 +122,7 @@ class LLMClient(AsyncClosing):
 
     Attributes:
         usage: what the calls so far cost.
+        pacing: the run's in-flight bound, pause and retry budget.
     """
 
     def __init__(
@@ -88,7 +139,7 @@ class LLMClient(AsyncClosing):
             config = msgspec.structs.replace(config, model=replayer.model)
         self.config = config
         self.usage = usage if usage is not None else LLMUsage()
-        self._limiter = anyio.CapacityLimiter(config.max_in_flight)
+        self.pacing = Pacing(config.max_in_flight, config.retry_budget)
         self._recorder = recorder
         self._replayer = replayer
         self._agent = ""
@@ -98,7 +149,7 @@ class LLMClient(AsyncClosing):
             self._client = openai.AsyncOpenAI(
                 api_key=os.environ.get(config.api_key_env) or _NO_KEY,
                 base_url=config.base_url,
-                timeout=config.timeout,
+                timeout=openai.Timeout(config.timeout, connect=config.connect_timeout),
                 max_retries=0,
             )
 
@@ -139,17 +190,43 @@ class LLMClient(AsyncClosing):
             with anyio.move_on_after(5, shield=True):
                 await self._client.close()
 
+    async def probe(self) -> None:
+        """Check that the endpoint answers at all: one request for its list of
+        models, within ``connect_timeout`` seconds. Any HTTP answer will do (an
+        endpoint need not list its models); a replayed run makes no request.
+
+        Raises:
+            BrainError: no connection, or no answer in time (one line naming the
+                URL and what failed).
+        """
+        if self._client is None:
+            return
+        import openai
+
+        wait = self.config.connect_timeout
+        try:
+            with anyio.fail_after(wait * 2):
+                await self._client.with_options(timeout=wait).models.list()
+        except openai.APITimeoutError as exc:
+            raise BrainError(self._unreachable(f"no answer within {wait:g} s")) from exc
+        except TimeoutError as exc:
+            raise BrainError(self._unreachable(f"no answer within {wait * 2:g} s")) from exc
+        except openai.APIConnectionError as exc:
+            cause = exc.__cause__ or exc
+            raise BrainError(self._unreachable(f"{type(cause).__name__}: {cause}")) from exc
+        except (openai.OpenAIError, ValueError):
+            pass  # an answer, if not a list of models: the endpoint is there
+
     async def complete(
         self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None
     ) -> ChatCompletion:
         """One chat completion of ``messages`` (offering ``tools``), retried as configured.
 
         Raises:
-            BrainError: the request failed for good (after the retries, or at once for
-                an answer no retry can change, such as 400 or 401), naming the status.
+            BrainError: the request failed for good (after ``max_retries`` retries,
+                once the run's ``retry_budget`` is spent, or at once for an answer no
+                retry can change, such as 400 or 401), naming the status.
         """
-        import openai
-
         cfg = self.config
         request: dict[str, Any] = {
             "model": cfg.model,
@@ -159,30 +236,52 @@ class LLMClient(AsyncClosing):
         }
         if tools:
             request["tools"] = tools
-        if self._replayer is not None:
-            return self._replayed(request)
+        started = time.perf_counter()
+        try:
+            if self._replayer is not None:
+                return self._replayed(request)
+            return await self._retried(request)
+        finally:
+            wait = _waits.get()
+            if wait is not None:
+                wait.calls += 1
+                wait.seconds += time.perf_counter() - started
+
+    async def _retried(self, request: dict[str, Any]) -> ChatCompletion:
+        import openai
+
+        cfg = self.config
+        pacing = self.pacing
         retryable = retryable_errors()
         last: BaseException | None = None
-        async with self._limiter:
-            for attempt in range(cfg.max_retries + 1):
-                if attempt:
-                    wait = retry_delay(attempt, last, cfg.backoff_base, cfg.backoff_cap)
-                    self.usage.retries += 1
-                    log.info(
-                        "llm_retry",
-                        attempt=attempt,
-                        error=type(last).__name__,
-                        wait_s=round(wait, 3),
-                    )
-                    await anyio.sleep(wait)
+        for attempt in range(cfg.max_retries + 1):
+            if attempt:
+                if not pacing.spend_retry():
+                    raise BrainError(
+                        self._failed(
+                            f"the run's retry budget of {cfg.retry_budget} is spent (raise "
+                            f"--retry-budget); last: {type(last).__name__}: {last}"
+                        )
+                    ) from last
+                wait = retry_delay(attempt, last, cfg.backoff_base, cfg.backoff_cap)
+                self.usage.retries += 1
+                log.debug(
+                    "llm_retry", attempt=attempt, error=type(last).__name__, wait_s=round(wait, 3)
+                )
+                await anyio.sleep(wait)
+            async with pacing.slot() as sent_at:
                 self.usage.calls += 1
                 started = time.perf_counter()
                 try:
                     # The client has the same timeout; this one also bounds a server
                     # that trickles bytes forever.
                     with anyio.fail_after(cfg.timeout * 1.5):
-                        response = await self.client.chat.completions.create(**request)
+                        response = await self.client.chat.completions.create(**_passed(request))
                 except retryable as exc:
+                    if isinstance(exc, openai.RateLimitError):
+                        hinted = retry_after(exc)
+                        pause = min(cfg.backoff_cap, hinted) if hinted is not None else None
+                        pacing.rate_limited(sent_at, pause)
                     last = exc
                     continue
                 except openai.APIStatusError as exc:
@@ -192,14 +291,19 @@ class LLMClient(AsyncClosing):
                     raise BrainError(self._failed(f"{type(exc).__name__}: {exc}")) from exc
                 finally:
                     self.usage.seconds += time.perf_counter() - started
-                self._count(response)
-                if self._recorder is not None:
-                    self._recorder.write(
-                        request, response, agent=self._agent, step=self._step, attempts=attempt + 1
-                    )
-                return response  # type: ignore[no-any-return]
+            pacing.answered()
+            self._count(response)
+            if self._recorder is not None:
+                self._recorder.write(
+                    request, response, agent=self._agent, step=self._step, attempts=attempt + 1
+                )
+            return response  # type: ignore[no-any-return]
         raise BrainError(
-            self._failed(f"{cfg.max_retries + 1} attempts; last: {type(last).__name__}: {last}")
+            self._failed(
+                f"{cfg.max_retries + 1} attempt{'s' if cfg.max_retries else ''} "
+                f"(raise --max-retries); "
+                f"last: {type(last).__name__}: {last}"
+            )
         ) from last
 
     def _replayed(self, request: dict[str, Any]) -> ChatCompletion:
@@ -211,9 +315,14 @@ class LLMClient(AsyncClosing):
         self._count(response)
         return response
 
+    def _where(self) -> str:
+        return redact_url(self.config.base_url) if self.config.base_url else "the default API"
+
     def _failed(self, detail: str) -> str:
-        where = redact_url(self.config.base_url) if self.config.base_url else "the default API"
-        return f"the model {self.config.model!r} at {where} failed: {detail}"[:400]
+        return f"the model {self.config.model!r} at {self._where()} failed: {detail}"[:400]
+
+    def _unreachable(self, detail: str) -> str:
+        return f"the model endpoint {self._where()} does not answer: {detail}"[:400]
 
     def _count(self, response: Any) -> None:
         usage = getattr(response, "usage", None)

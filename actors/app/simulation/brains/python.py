@@ -18,6 +18,9 @@ import importlib
 import inspect
 import os
 import sys
+import sysconfig
+import traceback
+from pathlib import Path
 from typing import Any
 
 from actormem.actors.app.simulation.brains.protocol import (
@@ -28,7 +31,36 @@ from actormem.actors.app.simulation.brains.protocol import (
     Turn,
 )
 
-__all__ = ("load_callable", "python_brain")
+__all__ = ("brain_failed", "load_callable", "python_brain", "raised_at")
+
+#: Where actormem's own modules and Python's installed ones live: not the user's code.
+_NOT_USERS: tuple[str, ...] = tuple(
+    {sysconfig.get_path(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")} - {""}
+)
+
+
+def raised_at(exc: BaseException) -> str:
+    """Where ``exc`` was raised in the user's code, as ``file.py:42``: the innermost
+    frame of its traceback outside actormem and the installed packages (else outside
+    actormem alone; ``""`` when every frame is actormem's)."""
+    theirs = [
+        (frame, line)
+        for frame, line in traceback.walk_tb(exc.__traceback__)
+        if not str(frame.f_globals.get("__name__", "")).startswith("actormem.")
+    ]
+    users = [(f, n) for f, n in theirs if not f.f_code.co_filename.startswith(_NOT_USERS)]
+    for frame, line in reversed(users or theirs):
+        return f"{Path(frame.f_code.co_filename).name}:{line}"
+    return ""
+
+
+def brain_failed(what: str, exc: BaseException) -> BrainError:
+    """The one-line error of a brain that raised ``exc``, said after ``what`` (``the
+    brain of Ada failed at step 5``), naming the file and line of the user's code
+    it was raised at."""
+    where = raised_at(exc)
+    at = f" ({where})" if where else ""
+    return BrainError(f"{what}: {type(exc).__name__}: {exc}{at}")
 
 
 def load_callable(spec: str) -> Any:

@@ -218,7 +218,7 @@ def test_the_llm_brain_runs_from_the_command_line(
     assert server.bodies[0]["model"] == "m"
     out = capsys.readouterr().out
     assert "model calls" in out
-    assert re.search(r"turn time spent on .*\d+% memory, \d+% model", out), out
+    assert re.search(r"turn time spent on .*\d+% memory, \d+% pool, \d+% model", out), out
 
 
 @pytest.mark.slow

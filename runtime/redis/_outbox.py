@@ -112,6 +112,9 @@ class Outbox:
         self.riders: Callable[[], Riders | None] | None = None
         # Senders in :meth:`put` waiting for room, or woken and not yet queued.
         self._blocked = 0
+        # One writer at a time: a batch leaves the queue only once written, so a
+        # second writer (a closing transport's last flush) would write it again.
+        self._writing = anyio.Lock()
 
     def __len__(self) -> int:
         return len(self._queue)
@@ -193,6 +196,10 @@ class Outbox:
             TransportUnavailableError, TransportError: a batch failed (it stays
                 queued, and is written again whole: the same bytes, the same ids).
         """
+        async with self._writing:
+            await self._write_queued()
+
+    async def _write_queued(self) -> None:
         while self._drop_expired_head():
             await self._wait_for_room()
             batch, taken = self._next_batch()

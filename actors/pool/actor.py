@@ -300,6 +300,8 @@ class PoolActor(Actor):
                 if result.status == "new" and self._topics.replay_put(result.insight, evicted):
                     for agent in recipients:
                         self._cursors.next(agent, result.insight)
+                    if self._feeds is not None and result.insight.topic != self.facts_topic:
+                        self._feeds.add(result.insight)
                 self._remember(key, result)
             case Subscribed(agent=agent, topics=topics, backfill=backfill):
                 self._subs.subscribe(agent, topics)
@@ -315,13 +317,15 @@ class PoolActor(Actor):
                 if self._topics.replay_put(insight, evicted):
                     for agent in recipients:
                         self._cursors.next(agent, insight)
-                    if self._feeds is not None:
+                    if self._feeds is not None and insight.topic != self.facts_topic:
                         self._feeds.add(insight)
             case Fed(feeds=feeds):
                 for agent, keys in feeds:
                     held = [i for i in map(self._topics.find, keys) if i is not None]
                     for n, insight in enumerate(held):
                         self._cursors.next(agent, insight, last=n == len(held) - 1)
+                    if self._feeds is not None:
+                        self._feeds.sent(agent, keys)
 
     def _changed(self, op: Op) -> None:
         """Note that a command changed the state, as ``op`` says."""

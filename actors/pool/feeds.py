@@ -16,10 +16,11 @@ The insights shared between two ticks join the lists at the next tick, in an
 order of their own (by source and text), not in the order they arrived: agents
 that share at once arrive in any order, and the same run must rank the same.
 
-What the feeds know of an agent (the terms it uses, whom it follows, what it was
-sent) is kept in memory only: a restarted pool ranks without it until the
-agents' next confirmations, and may send an insight a second time (a memory
-keeps one copy per insight).
+What the feeds know of an agent (the terms it uses, whom it follows) is kept in
+memory only: a restarted pool ranks without it until the agents' next
+confirmations. What each agent was sent is replayed from the pool's journal; one
+sent before the journal's last snapshot may be sent a second time (a memory keeps
+one copy per insight).
 """
 
 from __future__ import annotations
@@ -163,6 +164,12 @@ class Feeds:
         reader = self._reader(agent)
         reader.interest = frozenset(list(terms)[:FEED_TERMS])
         reader.talks_to = frozenset(talks_to) - {agent}
+
+    def sent(self, agent: str, keys: Iterable[str]) -> None:
+        """Note that ``agent`` had the insights ``keys`` (a restored pool's feeds)."""
+        reader = self._reader(agent)
+        for key in keys:
+            reader.saw(key)
 
     def forget(self, source: str) -> None:
         """Drop ``source``'s insights from the candidates and what is known of it."""

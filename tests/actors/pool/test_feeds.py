@@ -23,6 +23,7 @@ from actormem.actors.pool.insights import Insight, InsightSignatureError
 from actormem.runtime import Transport
 from actormem.runtime.config import decode_config
 from actormem.runtime.errors import ConfigError
+from actormem.runtime.redis.transport import RedisTransport
 
 pytestmark = pytest.mark.anyio
 
@@ -305,3 +306,24 @@ async def test_subscribe_refuses_a_follows_that_is_not_names() -> None:
         with pytest.raises(MemoryInputError, match="not one string"):
             await rt.memory("x").subscribe(follows="bram")
         assert (await rt.pool_stats()).agents == 0  # nothing subscribed
+
+
+async def test_partitions_and_their_feeds_survive_a_restart_over_redis(
+    make_redis_transport: Callable[[], RedisTransport],
+) -> None:
+    agents = _agents_on_every_partition(2)
+    config = _feed_config(2)
+    async with MemoryRuntime(config, transport=make_redis_transport()) as rt:
+        for agent in agents:
+            await rt.memory(agent).subscribe()
+        await rt.memory(agents[0]).share("the lantern is at the mill", "mill")
+        assert await rt.tick_feeds() == 1  # to agents[1], on the other partition
+    async with MemoryRuntime(config, transport=make_redis_transport()) as rt:
+        after = await rt.pool_stats()
+        # The copy, the subscription and the fed delivery were stored with each
+        # partition's commands (Copied, Fed): restored, nothing goes out again.
+        assert (after.insights, after.agents, after.delivered) == (1, 2, 0)
+        await rt.memory(agents[1]).share("the key is at the bridge", "bridge")
+        assert await rt.tick_feeds() == 1  # to agents[0]; agents[1] had the lantern
+        held = await rt.memory(agents[1]).held_insights()
+        assert [i.text for i in held] == ["the lantern is at the mill"]

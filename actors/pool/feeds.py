@@ -48,6 +48,10 @@ _PER_LIST: Final = 8
 _PER_TERM: Final = 64
 #: Terms of an agent's interest looked up per tick (its rarest).
 _TERMS_LOOKED_UP: Final = 6
+#: Agents an agent follows whose newest insights are looked up per tick, and how many
+#: of each one's.
+_SOURCES_LOOKED_UP: Final = 16
+_PER_SOURCE: Final = 4
 #: Insight ids remembered per agent as already sent.
 _SEEN_KEPT: Final = 2_000
 
@@ -189,13 +193,13 @@ class Feeds:
     # -- a tick -------------------------------------------------------------------------
 
     def feed(
-        self, agents: Iterable[str], accepts: Callable[[str, str], bool]
+        self, agents: Iterable[str], accepts: Callable[[str], Callable[[str], bool] | None]
     ) -> list[tuple[str, list[Insight]]]:
         """Move to the next tick and return each agent's feed (agents with none left out).
 
         Args:
             agents: the subscribers, in a stable order.
-            accepts: whether an agent receives a topic.
+            accepts: an agent's topic filter (None: it receives every topic).
         """
         self._list()
         self.tick += 1
@@ -246,18 +250,23 @@ class Feeds:
                     del self._by_term[term]
 
     def _choose(
-        self, agent: str, common: list[_Candidate], accepts: Callable[[str, str], bool]
+        self,
+        agent: str,
+        common: list[_Candidate],
+        accepts: Callable[[str], Callable[[str], bool] | None],
     ) -> list[Insight]:
         cfg = self._config
         candidates = self._candidates
         reader = self._readers.get(agent) or _Reader()
         seen = reader.seen
         follows = reader.follows | reader.talks_to
+        wants = accepts(agent)
         pool: dict[str, _Candidate] = {c.insight.id: c for c in common}
-        for source in follows:
-            listed = self._by_source.get(source)
+        by_source = self._by_source
+        for source in islice((s for s in follows if s in by_source), _SOURCES_LOOKED_UP):
+            listed = by_source[source]
             if listed:
-                for key in _newest(listed, _PER_LIST):
+                for key in _newest(listed, _PER_SOURCE):
                     c = candidates.get(key)
                     if c is not None:
                         pool[key] = c
@@ -274,7 +283,9 @@ class Feeds:
         scored = []
         for key, c in pool.items():
             insight = c.insight
-            if key in seen or insight.source == agent or not accepts(agent, insight.topic):
+            if key in seen or insight.source == agent:
+                continue
+            if wants is not None and not wants(insight.topic):
                 continue
             score = c.base
             terms = c.terms

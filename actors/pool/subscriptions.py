@@ -10,7 +10,7 @@ the number of agents.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from actormem.actors.pool.commands import WILDCARD, SubscriptionState
 
@@ -91,14 +91,19 @@ class Subscriptions:
         agents.extend(a for a in self._by_topic.get(topic, ()) if a not in seen)
         return [a for a in agents if a != exclude]
 
-    def accepts(self, agent: str, topic: str) -> bool:
-        """Whether ``agent`` receives ``topic``."""
+    def accepts(self, agent: str) -> Callable[[str], bool] | None:
+        """Whether ``agent`` receives a topic, as a test of the topic; None when it
+        receives every topic."""
         sub = self._agents.get(agent)
         if sub is None:
-            return False
+            return lambda topic: False
         if sub.all_topics:
-            return topic not in sub.excluded
-        return topic in sub.topics
+            if not sub.excluded:
+                return None
+            excluded = sub.excluded
+            return lambda topic: topic not in excluded
+        topics = sub.topics
+        return lambda topic: topic in topics
 
     def subscribed(self) -> list[str]:
         """The agents subscribed to some topic, in the order they first subscribed."""

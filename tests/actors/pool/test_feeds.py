@@ -32,8 +32,8 @@ def _insight(key: str, text: str, source: str = "src", topic: str = "town") -> I
     return Insight(id=key, text=text, topic=topic, importance=0.5, source=source, created=0.0)
 
 
-def _everything(agent: str, topic: str) -> bool:
-    return True
+def _everything(agent: str) -> None:
+    return None
 
 
 def _fed(feeds: Feeds, agents: list[str]) -> dict[str, list[str]]:
@@ -63,7 +63,7 @@ def test_topics_still_filter() -> None:
     feeds = Feeds(FeedConfig(size=5))
     feeds.add(_insight("a", "the harbour is closed", topic="harbour"))
     feeds.add(_insight("b", "the mill grinds again", topic="mill"))
-    got = feeds.feed(["reader"], lambda agent, topic: topic == "mill")
+    got = feeds.feed(["reader"], lambda agent: lambda topic: topic == "mill")
     assert [(a, [i.id for i in ins]) for a, ins in got] == [("reader", ["b"])]
 
 

@@ -255,6 +255,9 @@ async def test_the_pool_s_worker_restarted_gracefully_keeps_broadcasting(
                 await run_sharers(rt, history, 5, rng, timeouts)
                 await workers.stop(0)
                 workers.start(0)
+                # Started again: its shards are unowned until it takes them (a
+                # worker slow to start on a busy machine fails asks meanwhile).
+                await eventually(owners(workers), "the restarted worker owns the shards")
             stats: PoolStats = await rt.ask(POOL_ADDRESS, GetPoolStats())
             held = await check_delivered(rt, redis_client, redis_config, history)
     verdict = history.check(held)

@@ -15,6 +15,11 @@ that applies it. So over Redis a round outlives its worker:
   new round starts if the view is still over budget;
 - a round whose ask failed (the compressor's worker died, say) is asked again a
   few times before the memory backs off.
+
+The ask's time limit is not ``[compression] timeout``: that one bounds the
+compression's own work, and the compressor enforces it from when it starts. A
+round waiting behind others for a busy compressor takes longer; it does not fail
+for it (see :data:`ASK_LIMIT_S`).
 """
 
 from __future__ import annotations
@@ -43,6 +48,11 @@ log = structlog.get_logger("actormem.memory")
 
 #: Asks of one round after a failed one, before the memory backs off.
 RETRIES: Final = 2
+#: How long a round's ask may wait for its reply: a day, so that time queued for a
+#: busy compressor never fails a round. An ask still ends early with the
+#: compressor's error, or when the runtime closes; the limit only stays finite for
+#: the timers and reply TTLs it sets.
+ASK_LIMIT_S: Final = 86_400.0
 #: Tokens of ended rounds remembered, so their late results are known as such.
 _ENDED_KEPT: Final = 4
 
@@ -180,7 +190,7 @@ class Compaction:
         async def ask() -> Any:
             _ASKING.add(token)
             try:
-                return await runtime.ask(address, request, timeout=cfg.timeout + 5)
+                return await runtime.ask(address, request, timeout=ASK_LIMIT_S)
             finally:
                 _ASKING.discard(token)
 

@@ -10,7 +10,8 @@ local run's; the last row counts the pairs whose two runs did not process the sa
 number of messages or find the same number of planted facts (the same seed must
 give the same run; how many were found by search or in context is in each row's
 extra, with each run's CPU time in this process: the Redis run's work beside the
-actors' own, the embedded redis-server not counted).
+actors' own, the embedded redis-server not counted, and the compressions still
+queued when it measured its agents: 0 unless its wait for them ran out).
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ AGREE = ("messages_processed", "facts_found")
 def _outcome(report: SimulationReport, cpu_s: float) -> dict[str, Any]:
     """A run's figures for its row: what must agree, how the facts were found, its time
     and this process's CPU time in it (``cpu_s``; the embedded redis-server's not
-    counted)."""
+    counted), and its compressions still queued at the end."""
     return {
         "messages_processed": report.messages_processed,
         "facts_found": report.facts_found,
@@ -87,6 +88,7 @@ def _outcome(report: SimulationReport, cpu_s: float) -> dict[str, Any]:
         "elapsed_s": report.elapsed_s,
         "cpu_s": round(cpu_s, 3),
         "cpu_ms_per_message": round(1000 * cpu_s / max(1, report.messages_processed), 4),
+        "compressions_queued_at_end": report.compressions_queued_at_end,
     }
 
 

@@ -68,7 +68,11 @@ class SimulationReport(msgspec.Struct, frozen=True, kw_only=True):
     of each of its goal questions, and the ``goals_*`` figures their sums.
     ``actor_failures`` and ``actor_restarts`` are the handler crashes and
     supervision restarts of this process and of every worker (``runtime`` holds
-    this process's alone).
+    this process's alone). ``compressions_in_flight_after_steps`` counts the agents
+    whose compression was still in flight (running or queued for a compressor)
+    when the steps ended; the run then waits up to ``compressions_wait_s`` seconds
+    for them before measuring, and ``compressions_queued_at_end`` counts those
+    still in flight after the wait (0 unless the wait ran out or the run stopped).
     """
 
     agents: int
@@ -126,6 +130,9 @@ class SimulationReport(msgspec.Struct, frozen=True, kw_only=True):
     llm_share: float = 0.0
     actor_failures: int = 0
     actor_restarts: int = 0
+    compressions_in_flight_after_steps: int = 0
+    compressions_queued_at_end: int = 0
+    compressions_wait_s: float = 0.0
 
 
 async def known_share(

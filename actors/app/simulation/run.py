@@ -65,7 +65,7 @@ from actormem.runtime.errors import ActormemError
 from actormem.runtime.redis import RedisTransport
 from actormem.runtime.redis._counters import read_workers_total
 
-__all__ = ("DRAIN_S", "PARTIAL_REPORT_S", "run_simulation")
+__all__ = ("COMPRESSIONS_WAIT_S", "DRAIN_S", "PARTIAL_REPORT_S", "run_simulation")
 
 #: How long the turns in flight may take to finish once a run is asked to stop.
 DRAIN_S: Final = 1.0
@@ -74,6 +74,9 @@ PARTIAL_REPORT_S: Final = 3.0
 #: How long a recorded or replayed turn waits for its compressions in flight before
 #: it reads its context.
 SETTLE_S: Final = 30.0
+#: How long the end of a run waits for the compressions still in flight when its
+#: steps end, before it measures the agents.
+COMPRESSIONS_WAIT_S: Final = 600.0
 
 log = structlog.get_logger("actormem.simulation")
 
@@ -311,6 +314,7 @@ async def _run(
         steps=done,
     )
     told_facts = [f for f in facts if f in told[f.agent]]
+    settled = await _compressions_settled(rt, names, sim.concurrency, stop)
     pool: PoolStats | None = None
     per_agent: list[AgentReport] = []
     goals: list[GoalScore] = []
@@ -358,7 +362,55 @@ async def _run(
         workers=workers,
         actor_failures=failures,
         actor_restarts=restarts,
+        compressions_in_flight_after_steps=settled[0],
+        compressions_queued_at_end=settled[1],
+        compressions_wait_s=settled[2],
     )
+
+
+async def _compressions_settled(
+    rt: MemoryRuntime, names: list[str], concurrency: int, stop: anyio.Event
+) -> tuple[int, int, float]:
+    """Wait (up to :data:`COMPRESSIONS_WAIT_S`, or until ``stop``) for the agents'
+    compressions in flight to be applied, so that the report measures views the
+    compressors caught up with. Return how many agents were compressing when the
+    steps ended, how many still are, and the seconds waited."""
+    started = time.perf_counter()
+    limiter = anyio.CapacityLimiter(concurrency)
+
+    async def compressing(agents: list[str]) -> list[str]:
+        busy: list[str] = []
+
+        async def check(name: str) -> None:
+            async with limiter:
+                if (await rt.memory(name).stats()).compressing:
+                    busy.append(name)
+
+        async with anyio.create_task_group() as tg:
+            for name in agents:
+                tg.start_soon(check, name)
+        return busy
+
+    left = await compressing(names)
+    in_flight = len(left)
+    with anyio.move_on_after(COMPRESSIONS_WAIT_S) as scope:
+        async with anyio.create_task_group() as watch:
+            watch.start_soon(_cancel_when_set, stop, scope, 0.0)
+            # The memories answer asks, and have no event to wait on: poll them.
+            while left:
+                await anyio.sleep(0.1)
+                left = await compressing(left)
+            watch.cancel_scope.cancel()
+    if scope.cancel_called:
+        left = await compressing(left)
+    waited = round(time.perf_counter() - started, 3)
+    log.info(
+        "simulation_compressions_settled",
+        in_flight=in_flight,
+        queued=len(left),
+        waited_s=waited,
+    )
+    return in_flight, len(left), waited
 
 
 async def _actor_failures(rt: MemoryRuntime, workers: int) -> tuple[int, int]:

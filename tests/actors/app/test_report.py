@@ -113,3 +113,50 @@ def test_the_json_of_a_run_records_its_workers_and_config(tmp_path: Path) -> Non
     assert main([*args, "--no-progress", "--json", str(out)]) == 0
     data = json.loads(out.read_text())
     assert data["workers"] == 0 and data["config"]["simulation"]["steps"] == 1
+
+
+async def test_the_run_waits_for_the_compressions_in_flight_when_its_steps_end(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Every compression is held until the run has looked at each agent after its
+    # last step: the report then counts them in flight, waits for them, and
+    # measures views with none left queued.
+    import anyio
+
+    from actormem.actors.compression import CompressionConfig
+    from actormem.actors.compression import actor as compressor
+    from actormem.actors.memory.handle import MemoryHandle
+
+    agents, steps = 3, 8
+    held = anyio.Event()
+    looked: list[bool] = []
+    real_compress, real_stats = compressor.compress, MemoryHandle.stats
+
+    async def compress(*args: object, **kwargs: object) -> object:
+        await held.wait()
+        return await real_compress(*args, **kwargs)  # type: ignore[arg-type]
+
+    async def stats(self: MemoryHandle) -> object:
+        out = await real_stats(self)
+        if looked:  # the steps ended
+            looked.append(out.compressing)
+            if len(looked) > agents:
+                held.set()
+        return out
+
+    monkeypatch.setattr(compressor, "compress", compress)
+    monkeypatch.setattr(MemoryHandle, "stats", stats)
+    config = msgspec.structs.replace(
+        _config(agents=agents, steps=steps),
+        compression=CompressionConfig(msg_threshold=20, max_tokens=1200, last_keep=6),
+    )
+
+    def on_step(done: int) -> None:
+        if done == steps:
+            looked.append(True)
+
+    report = await run_simulation(config, on_step=on_step)
+    assert report.compressions_in_flight_after_steps == agents  # every agent's round
+    assert report.compressions_queued_at_end == 0
+    assert report.compressions >= agents and report.compressions_wait_s >= 0
+    assert report.peak_working_messages > 20  # nothing was compressed during the steps

@@ -83,6 +83,8 @@ class Compaction:
         config: when and how to compress.
         store: the messages compressed.
         ctx: the memory actor's context (it asks the compressor).
+        shards: the Redis shards the memories live on (0: in one process), for
+            an automatic compressor pool (see :func:`compressor_address`).
 
     Attributes:
         compressions: compressions applied.
@@ -97,6 +99,7 @@ class Compaction:
         "_floor",
         "_fruitless",
         "_rounds",
+        "_shards",
         "_store",
         "_token",
         "agent",
@@ -106,10 +109,16 @@ class Compaction:
     )
 
     def __init__(
-        self, agent: str, config: CompressionConfig, store: MessageStore, ctx: ActorContext
+        self,
+        agent: str,
+        config: CompressionConfig,
+        store: MessageStore,
+        ctx: ActorContext,
+        shards: int = 0,
     ) -> None:
         self.agent = agent
         self._config = config
+        self._shards = shards
         #: Compression is on (read on every add, so a plain attribute).
         self.enabled = config.enabled
         self._store = store
@@ -183,7 +192,7 @@ class Compaction:
         request = CompressRequest(
             agent=self.agent, messages=list(store.working), version=version, request=new_id()
         )
-        address = compressor_address(self.agent, cfg.concurrency)
+        address = compressor_address(self.agent, cfg.concurrency, self._shards, self._ctx.address)
         runtime = self._ctx.runtime
         self._attempts += 1
 

@@ -160,3 +160,31 @@ async def test_the_run_waits_for_the_compressions_in_flight_when_its_steps_end(
     assert report.compressions_queued_at_end == 0
     assert report.compressions >= agents and report.compressions_wait_s >= 0
     assert report.peak_working_messages > 20  # nothing was compressed during the steps
+
+
+async def test_a_stopped_run_does_not_wait_for_its_compressions(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import anyio
+
+    from actormem.actors.compression import CompressionConfig
+    from actormem.actors.compression import actor as compressor
+
+    async def never(*args: object, **kwargs: object) -> object:
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    monkeypatch.setattr(compressor, "compress", never)
+    steps, stop = 8, anyio.Event()
+    config = msgspec.structs.replace(
+        _config(agents=3, steps=steps),
+        compression=CompressionConfig(msg_threshold=20, max_tokens=1200, last_keep=6),
+    )
+
+    def on_step(done: int) -> None:
+        if done == steps:
+            stop.set()
+
+    report = await run_simulation(config, on_step=on_step, stop=stop)
+    assert report.partial
+    assert report.compressions_in_flight_after_steps == report.compressions_queued_at_end == 3

@@ -70,9 +70,9 @@ class SimulationReport(msgspec.Struct, frozen=True, kw_only=True):
     supervision restarts of this process and of every worker (``runtime`` holds
     this process's alone). ``compressions_in_flight_after_steps`` counts the agents
     whose compression was still in flight (running or queued for a compressor)
-    when the steps ended; the run then waits up to ``compressions_wait_s`` seconds
-    for them before measuring, and ``compressions_queued_at_end`` counts those
-    still in flight after the wait (0 unless the wait ran out or the run stopped).
+    when the steps ended; the run then waited ``compressions_wait_s`` seconds for
+    them before measuring, and ``compressions_queued_at_end`` counts those still in
+    flight after the wait (0 unless no round ended for a while, or the run stopped).
     """
 
     agents: int

@@ -10,7 +10,8 @@ local run's; the last row counts the pairs whose two runs did not process the sa
 number of messages or find the same number of planted facts (the same seed must
 give the same run; how many were found by search or in context is in each row's
 extra, with each run's CPU time in this process: the Redis run's work beside the
-actors' own, the embedded redis-server not counted).
+actors' own, the embedded redis-server not counted, and the compressions still
+queued when it measured its agents: 0 unless its wait for them ran out).
 
 With several sizes (``--agents 1000 10000``) or ``--workers``, it runs
 :mod:`actormem.benchmarks._simulation_sizes` instead: each size in process and over
@@ -120,7 +121,7 @@ AGREE = ("messages_processed", "facts_found")
 def _outcome(report: SimulationReport, cpu_s: float) -> dict[str, Any]:
     """A run's figures for its row: what must agree, how the facts were found, its time
     and this process's CPU time in it (``cpu_s``; the embedded redis-server's not
-    counted)."""
+    counted), and its compressions still queued at the end."""
     return {
         "messages_processed": report.messages_processed,
         "facts_found": report.facts_found,
@@ -132,6 +133,7 @@ def _outcome(report: SimulationReport, cpu_s: float) -> dict[str, Any]:
         "llm_calls": report.llm_calls,
         "own_ms_per_model_call_p50": report.own_ms_per_model_call_p50,
         "own_ms_per_model_call_p99": report.own_ms_per_model_call_p99,
+        "compressions_queued_at_end": report.compressions_queued_at_end,
     }
 
 

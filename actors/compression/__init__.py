@@ -12,7 +12,7 @@ Wiring (what the memory actor does)::
     if config.over_budget(len(working), working_tokens) and not in_flight:
         request = CompressRequest(agent=name, messages=list(working), version=v)
         ctx.pipe(lambda: ctx.ref(compressor_address(name, config.concurrency))
-                 .ask(request, timeout=config.timeout + 5), wrap=...)
+                 .ask(request, timeout=86_400), wrap=...)  # queueing is no failure
     # on the outcome, if its version is still current:
     working = outcome.messages + working[len(request.messages):]
     offload_store.update(outcome.offloaded)
@@ -24,6 +24,7 @@ the offload store.
 
 from actormem.actors.compression.actor import (
     COMPRESSOR_KIND,
+    LOCAL_COMPRESSORS,
     CompressorActor,
     compressor_address,
     compressor_factory,
@@ -48,6 +49,7 @@ from actormem.actors.compression.summarizers import OfflineSummarizer, RunUsage,
 __all__ = (
     "COMPRESSOR_KIND",
     "CONTEXT_RELOAD_TOOL",
+    "LOCAL_COMPRESSORS",
     "PLAN_NOTE_TOOLS",
     "RELOAD_TOOL_NAME",
     "CircuitBreaker",

@@ -4,11 +4,15 @@ The lead's app registers the kind once::
 
     rt.register(COMPRESSOR_KIND, compressor_factory(config.compression))
 
-and a memory actor asks ``compressor_address(agent, concurrency)`` with a
+and a memory actor asks ``compressor_address(agent, concurrency, shards, home)`` with a
 :class:`CompressRequest`. Each actor compresses one view at a time; the pool's
-size (``concurrency``) bounds how many compressions (and LLM requests) run at
-once. The actors of a pool share one circuit breaker, so a failing LLM endpoint
-is given up on once, not once per actor.
+size bounds how many compressions (and LLM requests) run at once. The actors of
+a pool share one circuit breaker, so a failing LLM endpoint is given up on once,
+not once per actor.
+
+The pool's size is ``[compression] concurrency``, or with ``concurrency = 0``
+(automatic) one compressor per Redis shard, on the shard of the memories it
+serves, or :data:`LOCAL_COMPRESSORS` in one process.
 """
 
 from __future__ import annotations
@@ -31,9 +35,11 @@ from actormem.actors.errors import MemoryInputError
 from actormem.actors.messages import count_tokens
 from actormem.actors.metrics import ActorCounts
 from actormem.runtime import Actor, ActorContext, TokenCounter, get_counter
+from actormem.runtime.redis import shard_of
 
 __all__ = (
     "COMPRESSOR_KIND",
+    "LOCAL_COMPRESSORS",
     "CompressorActor",
     "compressor_address",
     "compressor_factory",
@@ -46,15 +52,48 @@ log = structlog.get_logger("actormem.compression")
 COMPRESSOR_KIND: Final = "compressor"
 
 
-def compressor_address(agent: str, concurrency: int) -> str:
+#: The compressors of an automatic pool (``concurrency = 0``) in one process.
+LOCAL_COMPRESSORS: Final = 6
+
+
+def compressor_address(agent: str, concurrency: int, shards: int = 0, home: str = "") -> str:
     """Return the address of the pool member that serves ``agent``.
+
+    Args:
+        agent: the agent whose memory asks.
+        concurrency: the pool's size; 0 for automatic: over Redis (``shards`` > 0)
+            one compressor per shard, on the shard of ``home``, so compressions run
+            in the worker that runs the memory and scale with the workers; in one
+            process (``shards`` = 0) :data:`LOCAL_COMPRESSORS`.
+        shards: the Redis shards (``[redis] shards``); 0 in one process.
+        home: the asking memory's address (needed with ``concurrency = 0`` over Redis).
 
     The hash is stable across processes (CRC-32, not Python's salted ``hash``),
     so every worker sends one agent's asks to the same compressor.
+
+    Raises:
+        ValueError: ``concurrency`` or ``shards`` is negative, or ``home`` is
+            missing where it is needed.
     """
-    if concurrency < 1:
-        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
-    return f"{COMPRESSOR_KIND}/{zlib.crc32(agent.encode()) % concurrency}"
+    if concurrency < 0 or shards < 0:
+        raise ValueError(f"concurrency and shards must be >= 0, got {concurrency} and {shards}")
+    if concurrency == 0 and shards:
+        if not home:
+            raise ValueError("an automatic pool over Redis needs the asking memory's address")
+        return f"{COMPRESSOR_KIND}/{_keys_by_shard(shards)[shard_of(home, shards)]}"
+    size = concurrency or LOCAL_COMPRESSORS
+    return f"{COMPRESSOR_KIND}/{zlib.crc32(agent.encode()) % size}"
+
+
+@functools.cache
+def _keys_by_shard(shards: int) -> tuple[int, ...]:
+    """For each shard, the smallest compressor key whose address lives on it."""
+    keys: dict[int, int] = {}
+    n = 0
+    while len(keys) < shards:
+        keys.setdefault(shard_of(f"{COMPRESSOR_KIND}/{n}", shards), n)
+        n += 1
+    return tuple(keys[shard] for shard in range(shards))
 
 
 def make_summarizer(

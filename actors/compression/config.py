@@ -138,9 +138,15 @@ class CompressionConfig(_Section, frozen=True):
         plan_note_tools: tool names compressed to one line (the plan notebook's).
         pinned_tools: tool names whose calls and results are never compressed.
         max_passes: strategy passes (proposed changes) one compression may run.
-        timeout: seconds one compression may take; the view as it stood after the
-            last finished pass is returned when time is up.
-        concurrency: compressor actors in the pool.
+        timeout: seconds one compression may take, counted from when its
+            compressor starts it (time queued for a busy compressor is not
+            counted); the view as it stood after the last finished pass is
+            returned when time is up.
+        concurrency: compressor actors in the pool; 0 for automatic: one per
+            Redis shard, on the shard of the memories it serves, or six in one
+            process (see :func:`~actormem.actors.compression.compressor_address`).
+            It also bounds the LLM requests in flight (times
+            ``summary_concurrency``), so automatic over many shards means many.
         summarizer: ``offline`` (extractive, the default) or ``openai``.
         summary_ratio: a summary aims at this share of the tokens it replaces.
         summary_min_tokens: the smallest summary aimed at.
@@ -174,10 +180,10 @@ class CompressionConfig(_Section, frozen=True):
     llm: LLMConfig = msgspec.field(default_factory=LLMConfig)
 
     def __post_init__(self) -> None:
+        self._at_least(1, "msg_threshold", "max_tokens", "max_passes", "summary_concurrency")
         self._at_least(
-            1, "msg_threshold", "max_tokens", "max_passes", "concurrency", "summary_concurrency"
+            0, "last_keep", "min_consecutive_tool_messages", "offload_preview", "concurrency"
         )
-        self._at_least(0, "last_keep", "min_consecutive_tool_messages", "offload_preview")
         if not 0.0 < self.token_ratio <= 1.0:
             raise ValueError(f"token_ratio must be within (0, 1], got {self.token_ratio}")
         if not 0.0 < self.compress_to <= 1.0:

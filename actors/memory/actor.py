@@ -140,7 +140,10 @@ class AgentMemory(Actor):
         self._counter = counter
         self._store = MessageStore(config.memory, counter)
         self._queries = MessageQueries(self._store, config.memory.important_threshold)
-        self._compaction = Compaction(self.agent, config.compression, self._store, ctx)
+        shards = config.redis.shards if ctx.runtime.transport.name == "redis" else 0
+        self._compaction = Compaction(
+            self.agent, config.compression, self._store, ctx, shards=shards
+        )
         self._recall_config = recall
         self._recall: AgentRecall | None = None
         # Messages added before anything asked for recall: handed over when it is made.

@@ -15,6 +15,11 @@ that applies it. So over Redis a round outlives its worker:
   new round starts if the view is still over budget;
 - a round whose ask failed (the compressor's worker died, say) is asked again a
   few times before the memory backs off.
+
+The ask's time limit is not ``[compression] timeout``: that one bounds the
+compression's own work, and the compressor enforces it from when it starts. A
+round waiting behind others for a busy compressor takes longer; it does not fail
+for it (see :data:`ASK_LIMIT_S`).
 """
 
 from __future__ import annotations
@@ -43,6 +48,11 @@ log = structlog.get_logger("actormem.memory")
 
 #: Asks of one round after a failed one, before the memory backs off.
 RETRIES: Final = 2
+#: How long a round's ask may wait for its reply: a day, so that time queued for a
+#: busy compressor never fails a round. An ask still ends early with the
+#: compressor's error, or when the runtime closes; the limit only stays finite for
+#: the timers and reply TTLs it sets.
+ASK_LIMIT_S: Final = 86_400.0
 #: Tokens of ended rounds remembered, so their late results are known as such.
 _ENDED_KEPT: Final = 4
 
@@ -73,6 +83,8 @@ class Compaction:
         config: when and how to compress.
         store: the messages compressed.
         ctx: the memory actor's context (it asks the compressor).
+        shards: the Redis shards the memories live on (0: in one process), for
+            an automatic compressor pool (see :func:`compressor_address`).
 
     Attributes:
         compressions: compressions applied.
@@ -87,6 +99,7 @@ class Compaction:
         "_floor",
         "_fruitless",
         "_rounds",
+        "_shards",
         "_store",
         "_token",
         "agent",
@@ -96,10 +109,16 @@ class Compaction:
     )
 
     def __init__(
-        self, agent: str, config: CompressionConfig, store: MessageStore, ctx: ActorContext
+        self,
+        agent: str,
+        config: CompressionConfig,
+        store: MessageStore,
+        ctx: ActorContext,
+        shards: int = 0,
     ) -> None:
         self.agent = agent
         self._config = config
+        self._shards = shards
         #: Compression is on (read on every add, so a plain attribute).
         self.enabled = config.enabled
         self._store = store
@@ -173,14 +192,14 @@ class Compaction:
         request = CompressRequest(
             agent=self.agent, messages=list(store.working), version=version, request=new_id()
         )
-        address = compressor_address(self.agent, cfg.concurrency)
+        address = compressor_address(self.agent, cfg.concurrency, self._shards, self._ctx.address)
         runtime = self._ctx.runtime
         self._attempts += 1
 
         async def ask() -> Any:
             _ASKING.add(token)
             try:
-                return await runtime.ask(address, request, timeout=cfg.timeout + 5)
+                return await runtime.ask(address, request, timeout=ASK_LIMIT_S)
             finally:
                 _ASKING.discard(token)
 

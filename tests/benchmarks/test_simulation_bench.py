@@ -42,6 +42,7 @@ async def test_a_pair_stopped_halfway_keeps_its_finished_run(monkeypatch: Any) -
             llm_calls=0,
             own_ms_per_model_call_p50=0.0,
             own_ms_per_model_call_p99=0.0,
+            compressions_queued_at_end=0,
         )
 
     monkeypatch.setattr(simulation, "run_simulation", fake_run)
@@ -55,6 +56,7 @@ async def test_a_pair_stopped_halfway_keeps_its_finished_run(monkeypatch: Any) -
     assert runs == ["local", "redis", "redis", "local"]
     assert names[0].startswith("simulation over Redis, pair 1")
     assert rows[0].ratio == pytest.approx(0.5)
+    assert rows[0].extra["local"]["compressions_queued_at_end"] == 0
     assert "pair 2" in names[1] and "redis only" in names[1]
     assert rows[1].value == 500.0 and rows[1].ratio is None
     assert names[2].startswith("pairs whose two runs differ")

@@ -65,6 +65,12 @@ def print_report(report: SimulationReport) -> None:
         ("  found either way", _share(report.facts_found, report.facts_planted)),
         ("compressions / tokens saved", f"{report.compressions:,} / {report.tokens_saved:,}"),
         (
+            "compressions in flight when the steps ended",
+            f"{report.compressions_in_flight_after_steps:,} "
+            f"({report.compressions_queued_at_end:,} still queued after "
+            f"{report.compressions_wait_s:.1f} s waiting)",
+        ),
+        (
             "peak working view (any agent)",
             f"{report.peak_working_tokens:,} tokens, {report.peak_working_messages} messages "
             f"(budget {report.compression_budget_tokens:,} tokens; "

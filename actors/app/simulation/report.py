@@ -77,10 +77,15 @@ class SimulationReport(msgspec.Struct, frozen=True, kw_only=True):
     ``deliveries_per_share`` the insights delivered per new insight shared.
     ``pool_seconds`` is the turns' time in pool commands (``pool_share`` of it),
     and ``feed_seconds`` the time the feeds took at the ends of the steps.
-    this process's alone). ``own_ms_per_model_call_p50`` and ``_p99`` are the
-    runtime's own time per model call: over the turns that called the model, the
-    turn's time not spent waiting for the model (nor for a free request slot or a
-    retry), divided by its calls, in milliseconds (0.0: no model calls).
+    ``own_ms_per_model_call_p50`` and ``_p99`` are the runtime's own time per model
+    call: over the turns that called the model, the turn's time not spent waiting
+    for the model (nor for a free request slot or a retry), divided by its calls,
+    in milliseconds (0.0: no model calls). ``compressions_in_flight_after_steps``
+    counts the agents whose compression was still in flight (running or queued for
+    a compressor) when the steps ended; the run then waited ``compressions_wait_s``
+    seconds for them before measuring, and ``compressions_queued_at_end`` counts
+    those still in flight after the wait (0 unless no round ended for a while, or
+    the run stopped).
     """
 
     agents: int
@@ -146,6 +151,9 @@ class SimulationReport(msgspec.Struct, frozen=True, kw_only=True):
     feed_seconds: float = 0.0
     own_ms_per_model_call_p50: float = 0.0
     own_ms_per_model_call_p99: float = 0.0
+    compressions_in_flight_after_steps: int = 0
+    compressions_queued_at_end: int = 0
+    compressions_wait_s: float = 0.0
 
 
 async def known_share(

@@ -19,7 +19,7 @@ agents not measured by then are left out of ``per_agent``).
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import AsyncExitStack, contextmanager
 from datetime import UTC, datetime
 from typing import Final
@@ -67,7 +67,7 @@ from actormem.runtime.errors import ActormemError
 from actormem.runtime.redis import RedisTransport
 from actormem.runtime.redis._counters import read_workers_total
 
-__all__ = ("DRAIN_S", "PARTIAL_REPORT_S", "run_simulation")
+__all__ = ("DRAIN_S", "PARTIAL_REPORT_S", "STALL_TIMEOUTS", "run_simulation")
 
 #: How long the turns in flight may take to finish once a run is asked to stop.
 DRAIN_S: Final = 1.0
@@ -76,6 +76,9 @@ PARTIAL_REPORT_S: Final = 3.0
 #: How long a recorded or replayed turn waits for its compressions in flight before
 #: it reads its context.
 SETTLE_S: Final = 30.0
+#: The end of a run waits for the compressions still in flight when its steps end
+#: until none has ended for this many times ``[compression] timeout``.
+STALL_TIMEOUTS: Final = 2
 
 log = structlog.get_logger("actormem.simulation")
 
@@ -314,6 +317,7 @@ async def _run(
         steps=done,
     )
     told_facts = [f for f in facts if f in told[f.agent]]
+    settled = await _compressions_settled(rt, config, names, stop)
     pool: PoolStats | None = None
     per_agent: list[AgentReport] = []
     goals: list[GoalScore] = []
@@ -365,7 +369,64 @@ async def _run(
         actor_failures=failures,
         actor_restarts=restarts,
         spread=tally.timeline.spread.report() if tally.timeline is not None else None,
+        compressions_in_flight_after_steps=settled[0],
+        compressions_queued_at_end=settled[1],
+        compressions_wait_s=settled[2],
     )
+
+
+async def _compressions_settled(
+    rt: MemoryRuntime, config: AppConfig, names: list[str], stop: anyio.Event
+) -> tuple[int, int, float]:
+    """Wait for the agents' compressions in flight to be applied, so that the report
+    measures views the compressors caught up with. The wait goes on while rounds
+    keep ending: it gives up once none has ended for :data:`STALL_TIMEOUTS` times
+    ``[compression] timeout`` (each round's own limit), or when ``stop`` is set.
+    Return how many agents were compressing when the steps ended, how many still
+    are, and the seconds waited."""
+    started = time.perf_counter()
+    stall = STALL_TIMEOUTS * config.compression.timeout
+    limiter = anyio.CapacityLimiter(config.simulation.concurrency)
+
+    async def compressing(agents: Iterable[str]) -> dict[str, int]:
+        """The agents still compressing, with the compressions each has applied."""
+        busy: dict[str, int] = {}
+
+        async def check(name: str) -> None:
+            async with limiter:
+                stats = await rt.memory(name).stats()
+                if stats.compressing:
+                    busy[name] = stats.compressions
+
+        async with anyio.create_task_group() as tg:
+            for name in agents:
+                tg.start_soon(check, name)
+        return busy
+
+    left = await compressing(names)
+    in_flight = len(left)
+    with anyio.CancelScope() as scope:
+        async with anyio.create_task_group() as watch:
+            watch.start_soon(_cancel_when_set, stop, scope, 0.0)
+            ended = time.perf_counter()
+            # The memories answer asks, and have no event to wait on: poll them.
+            while left and not stop.is_set() and time.perf_counter() - ended < stall:
+                await anyio.sleep(0.1)
+                still = await compressing(left)
+                if still.keys() != left.keys() or any(still[a] > left[a] for a in still):
+                    ended = time.perf_counter()  # a round ended
+                left = still
+            watch.cancel_scope.cancel()
+    if scope.cancel_called:  # cut short: count those still in flight
+        left = await compressing(left)
+    waited = round(time.perf_counter() - started, 3)
+    log.info(
+        "simulation_compressions_settled",
+        in_flight=in_flight,
+        queued=len(left),
+        waited_s=waited,
+    )
+    return in_flight, len(left), waited
 
 
 async def _actor_failures(rt: MemoryRuntime, workers: int) -> tuple[int, int]:

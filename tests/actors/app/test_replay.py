@@ -36,6 +36,7 @@ _WALL_CLOCK = {
     "turn_seconds",
     "memory_seconds",
     "llm_seconds",
+    "compressions_wait_s",
     "memory_share",
     "llm_share",
     "pool_seconds",

@@ -8,13 +8,17 @@ import json
 from datetime import datetime
 from pathlib import Path
 
+import anyio
 import msgspec
 import pytest
 
 from actormem.actors import AppConfig
 from actormem.actors.app.simulation import run_simulation
 from actormem.actors.app.simulation.display import print_report
+from actormem.actors.compression import CompressionConfig
+from actormem.actors.compression import actor as compressor
 from actormem.actors.config import SimulationConfig
+from actormem.actors.memory.handle import MemoryHandle
 from actormem.runtime import RuntimeConfig
 from actormem.runtime.cli import main
 
@@ -113,3 +117,82 @@ def test_the_json_of_a_run_records_its_workers_and_config(tmp_path: Path) -> Non
     assert main([*args, "--no-progress", "--json", str(out)]) == 0
     data = json.loads(out.read_text())
     assert data["workers"] == 0 and data["config"]["simulation"]["steps"] == 1
+
+
+def _compressing(agents: int, steps: int, timeout: float = 60.0) -> AppConfig:
+    """A run whose agents cross their compression budget within its steps."""
+    compression = CompressionConfig(msg_threshold=20, max_tokens=1200, last_keep=6, timeout=timeout)
+    return msgspec.structs.replace(_config(agents=agents, steps=steps), compression=compression)
+
+
+def _never_compressing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Compressors that never answer."""
+
+    async def never(*args: object, **kwargs: object) -> object:
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    monkeypatch.setattr(compressor, "compress", never)
+
+
+async def test_the_run_waits_for_the_compressions_in_flight_when_its_steps_end(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Every compression is held until the run has looked at each agent after its
+    # last step: the report then counts them in flight, waits for them, and
+    # measures views with none left queued.
+    agents, steps = 3, 8
+    held = anyio.Event()
+    looked: list[bool] = []
+    real_compress, real_stats = compressor.compress, MemoryHandle.stats
+
+    async def compress(*args: object, **kwargs: object) -> object:
+        await held.wait()
+        return await real_compress(*args, **kwargs)  # type: ignore[arg-type]
+
+    async def stats(self: MemoryHandle) -> object:
+        out = await real_stats(self)
+        if looked:  # the steps ended
+            looked.append(out.compressing)
+            if len(looked) > agents:
+                held.set()
+        return out
+
+    monkeypatch.setattr(compressor, "compress", compress)
+    monkeypatch.setattr(MemoryHandle, "stats", stats)
+
+    def on_step(done: int) -> None:
+        if done == steps:
+            looked.append(True)
+
+    report = await run_simulation(_compressing(agents, steps), on_step=on_step)
+    assert report.compressions_in_flight_after_steps == agents  # every agent's round
+    assert report.compressions_queued_at_end == 0
+    assert report.compressions >= agents and report.compressions_wait_s >= 0
+    assert report.peak_working_messages > 20  # nothing was compressed during the steps
+
+
+async def test_a_stopped_run_does_not_wait_for_its_compressions(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _never_compressing(monkeypatch)
+    steps, stop = 8, anyio.Event()
+
+    def on_step(done: int) -> None:
+        if done == steps:
+            stop.set()
+
+    report = await run_simulation(_compressing(3, steps), on_step=on_step, stop=stop)
+    assert report.partial
+    assert report.compressions_in_flight_after_steps == report.compressions_queued_at_end == 3
+
+
+async def test_the_wait_gives_up_when_no_compression_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The run waits while rounds end, so with none ending it gives up after twice
+    # the compression timeout, and reports them queued.
+    _never_compressing(monkeypatch)
+    report = await run_simulation(_compressing(3, 8, timeout=0.05))
+    assert not report.partial
+    assert report.compressions_in_flight_after_steps == report.compressions_queued_at_end == 3

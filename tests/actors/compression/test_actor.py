@@ -13,6 +13,7 @@ from structlog.testing import capture_logs
 
 from actormem.actors.compression import (
     COMPRESSOR_KIND,
+    LOCAL_COMPRESSORS,
     CompressionConfig,
     CompressionOutcome,
     CompressRequest,
@@ -23,6 +24,7 @@ from actormem.actors.compression import (
 from actormem.actors.errors import MemoryInputError
 from actormem.actors.messages import Message, count_tokens
 from actormem.runtime import Runtime, get_counter
+from actormem.runtime.redis import shard_of
 from tests.actors.compression._build import assert_valid, assistant, chatter, counted, system, user
 from tests.support.openai_server import OpenAIStub, serve_keyed
 
@@ -54,7 +56,28 @@ def test_routing_is_stable_and_within_the_pool() -> None:
     used = {compressor_address(f"agent-{i}", 3) for i in range(100)}
     assert used == {"compressor/0", "compressor/1", "compressor/2"}
     with pytest.raises(ValueError, match="concurrency"):
-        compressor_address("alice", 0)
+        compressor_address("alice", -1)
+
+
+def test_an_automatic_pool_in_process_spreads_agents_over_its_compressors() -> None:
+    used = {compressor_address(f"agent-{i}", 0) for i in range(500)}
+    assert used == {f"compressor/{i}" for i in range(LOCAL_COMPRESSORS)}
+
+
+@pytest.mark.parametrize("shards", [1, 16, 64])
+def test_an_automatic_pool_over_redis_has_one_compressor_per_shard_beside_its_memories(
+    shards: int,
+) -> None:
+    homes = [f"memory/agent-{i}" for i in range(2000)]
+    served = {}
+    for home in homes:
+        address = compressor_address(home.split("/", 1)[1], 0, shards, home)
+        # The compressor runs on the memory's shard: in the worker that owns the memory.
+        assert shard_of(address, shards) == shard_of(home, shards)
+        served.setdefault(shard_of(home, shards), set()).add(address)
+    assert len(served) == shards and all(len(a) == 1 for a in served.values())
+    with pytest.raises(ValueError, match="memory's address"):
+        compressor_address("alice", 0, shards)
 
 
 def test_requests_and_outcomes_survive_msgpack() -> None:

@@ -39,6 +39,7 @@ def test_a_toml_section_decodes_and_unknown_keys_are_named() -> None:
     [
         ({"token_ratio": 0}, "token_ratio"),
         ({"msg_threshold": 0}, "msg_threshold"),
+        ({"concurrency": -1}, "concurrency"),
         ({"offload_preview": 6000}, "offload_preview"),
         ({"summary_min_tokens": 600}, "summary_min_tokens"),
         ({"llm": {"timeout": 0}}, "key 'llm': timeout must be > 0"),

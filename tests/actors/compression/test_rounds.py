@@ -260,3 +260,31 @@ async def test_a_round_whose_asks_keep_failing_ends_and_backs_off() -> None:
     assert events.count("compression_retried") == RETRIES
     assert events.count("compression_failed") == 1
     assert stats.compressions == 0
+
+
+async def test_an_automatic_pool_compresses_on_the_shard_of_each_memory(
+    redis_config: RedisConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # concurrency = 0 over Redis: one compressor per shard, on the memory's shard,
+    # so a compression runs in the worker that owns the memory.
+    served: list[str] = []
+    receive = CompressorActor.receive
+
+    async def noted(self: CompressorActor, message: Any) -> CompressionOutcome:
+        served.append(self.ctx.address)
+        return await receive(self, message)
+
+    monkeypatch.setattr(CompressorActor, "receive", noted)
+    compression = CompressionConfig(msg_threshold=20, max_tokens=1200, last_keep=6, concurrency=0)
+    config = AppConfig(
+        redis=redis_config, runtime=RuntimeConfig(transport="redis"), compression=compression
+    )
+    shards = redis_config.shards
+    async with MemoryRuntime(config) as rt:
+        for agent in ("ana", "bo"):
+            mem = rt.memory(agent)
+            await fill(mem)
+            await wait_idle(mem)
+            assert (await mem.stats()).compressions >= 1
+    homes = {shard_of(f"memory/{a}", shards) for a in ("ana", "bo")}
+    assert served and {shard_of(a, shards) for a in served} == homes

@@ -145,3 +145,36 @@ async def test_a_compression_result_nobody_asked_for_changes_nothing() -> None:
         with pytest.raises(MemoryInputError, match="no compression with that token"):
             await rt.ask("memory/ana", CompressionDone(version=0, outcome=forged, token="x"))
         assert [m.text() for m in await mem.get()] == [t["content"] for t in turn(0)]
+
+
+async def test_a_round_queued_behind_a_busy_compressor_waits_and_is_never_failed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The compressor is busy (held) for longer than the compression's own timeout
+    # plus any slack an ask of that size would give; the round still ends with its
+    # result, asked once: the time limit bounds the compression, not its queue.
+    from structlog.testing import capture_logs
+
+    from actormem.actors.compression import actor as compressor
+
+    held = anyio.Event()
+    real = compressor.compress
+
+    async def busy(*args: object, **kwargs: object) -> object:
+        await held.wait()
+        return await real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(compressor, "compress", busy)
+    config = small(timeout=0.01)
+    with capture_logs() as logs:
+        async with MemoryRuntime(config) as rt:
+            mem = rt.memory("ana")
+            for i in range(11):
+                await mem.add(turn(i))  # crosses the threshold: the round is asked
+            assert (await mem.stats()).compressing
+            await anyio.sleep(config.compression.timeout + 5.5)
+            held.set()
+            await wait_idle(mem)
+            assert (await mem.stats()).compressions == 1
+    events = {e["event"] for e in logs}
+    assert not events & {"compression_failed", "compression_retried"}

@@ -135,10 +135,12 @@ def test_the_pool_commands_that_name_an_agent_are_known() -> None:
     ]
     named = {t.__name__: set(t.__struct_fields__) & AGENT_FIELDS for t in tagged}
     # The pool takes these only from the named agent's memory (see the next tests),
-    # or, for DeliveryOutcome, its note to itself, only from itself.
+    # or, for DeliveryOutcome, its note to itself, only from itself, and for
+    # PeerForgot only from another of its partitions (tests/actors/pool/test_feeds.py).
     assert {k: v for k, v in named.items() if v} == {
         "DeliveryOutcome": {"agent"},
         "ForgetSource": {"source"},
+        "PeerForgot": {"source"},
         "RegisterFact": {"source"},
         "Share": {"source"},
         "Subscribe": {"agent"},

@@ -12,6 +12,7 @@ from actormem.actors.app.wiring import MemoryRuntime
 from actormem.actors.config import AppConfig
 from actormem.actors.errors import MemoryInputError
 from actormem.actors.pool.commands import (
+    PeerForgot,
     PeerShared,
     partition_of,
     pool_address,
@@ -269,11 +270,16 @@ async def test_forgetting_shares_erases_them_on_every_partition(
 
 async def test_a_peer_note_from_anyone_but_a_partition_is_refused() -> None:
     async with MemoryRuntime(_feed_config(2)) as rt:
+        await rt.memory("victim").share("the vault code is 1234", "town")
         note = PeerShared(insight=_insight("z", "forged news"))
         with pytest.raises(InsightSignatureError, match="another partition"):
             await rt.ask("pool/main", note)
+        with pytest.raises(InsightSignatureError, match="another partition"):
+            await rt.ask("pool/main", PeerForgot(source="victim"))
         stats = await rt.pool_stats()
-        assert stats.insights == 0
+        assert stats.insights == 1
+        held = await rt.memory("victim").insights()
+        assert [i.text for i in held] == ["the vault code is 1234"]
 
 
 async def test_a_feed_confirmation_carries_the_agents_recent_terms() -> None:

@@ -89,6 +89,7 @@ def _figures(outcome: _Outcome) -> dict[str, Any]:
     shared = report.get("insights_shared", 0)
     delivered = report.get("insights_delivered", 0)
     runtime = report.get("runtime", {})
+    turns = report.get("agents", 0) * report.get("steps_completed", 0)
     return {
         "exit_code": outcome.code,
         "error": outcome.error,
@@ -97,6 +98,7 @@ def _figures(outcome: _Outcome) -> dict[str, Any]:
         "insights_shared": shared,
         "insights_delivered": delivered,
         "deliveries_per_share": round(delivered / shared, 2) if shared else None,
+        "deliveries_per_agent_step": round(delivered / turns, 3) if turns else None,
         "peak_rss_mb": outcome.peak_rss_mb,
         "compressions_queued_at_end": report.get("compressions_queued_at_end"),
         "facts_found": report.get("facts_found", 0),

@@ -336,7 +336,11 @@ class PoolActor(Actor):
     # -- commands -------------------------------------------------------------------
 
     async def receive(self, message: Any) -> Any:
-        answer = self._handle(message)
+        try:
+            answer = self._handle(message)
+        except BaseException:
+            self._to_peers.clear()  # a refused command tells the partitions nothing
+            raise
         if self._to_peers:
             notes, self._to_peers = self._to_peers, []
             for note in notes:

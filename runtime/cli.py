@@ -34,7 +34,7 @@ from anyio.abc import TaskStatus
 
 from actormem.runtime._loop import run as run_loop
 from actormem.runtime.config import LoggingConfig
-from actormem.runtime.errors import ActormemError
+from actormem.runtime.errors import ActormemError, first_error
 from actormem.runtime.logging import configure_logging
 
 __all__ = (
@@ -248,6 +248,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return func(args)
     except ActormemError as exc:
         print(f"actormem: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except BaseExceptionGroup as group:
+        # Tasks that failed together: the first one's error, when it is actormem's.
+        first = first_error(group)
+        if not isinstance(first, ActormemError):
+            raise
+        print(f"actormem: error: {first}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("actormem: interrupted", file=sys.stderr)

@@ -124,3 +124,11 @@ class TransportUnavailableError(TransportError):
 
 class MessageDecodeError(TransportError):
     """Bytes read from the broker are not a valid envelope or reply (or are too large)."""
+
+
+def first_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The first error of tasks that failed together, looking inside nested groups."""
+    first: BaseException = group
+    while isinstance(first, BaseExceptionGroup):
+        first = first.exceptions[0]
+    return first

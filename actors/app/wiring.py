@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Any
+from typing import Any, Final
 
 import anyio
 import msgspec
@@ -38,12 +38,16 @@ from actormem.actors.recall.tools import ToolArgumentsError
 from actormem.actors.retention import SessionFileError
 from actormem.runtime import ConfigError, Runtime, Transport
 from actormem.runtime.config import decode_config
-from actormem.runtime.errors import ActormemError
+from actormem.runtime.errors import ActormemError, first_error
 from actormem.runtime.logging import configure_logging
 from actormem.runtime.redis import register_error_types, register_message_types
 from actormem.runtime.redis.transport import RedisTransport
 
 log = structlog.get_logger("actormem.pool")
+
+#: How long a feed tick waits for the pool's partitions by default: a day, so that
+#: a busy pool slows a tick down and never fails it.
+TICK_LIMIT_S: Final = 86_400.0
 
 __all__ = (
     "CONFIG_ENV",
@@ -224,17 +228,27 @@ class MemoryRuntime(Runtime):
         if pool.delivery == "feed" and pool.feed.interval > 0 and not client:
             self.on_open(self._tick_feeds_every, pool.feed.interval)
 
-    async def tick_feeds(self) -> int:
+    async def tick_feeds(self, timeout: float = TICK_LIMIT_S) -> int:
         """Deliver every subscriber's ranked feed now (``[pool] delivery = "feed"``);
-        return how many insights went out (0 with a broadcast)."""
+        return how many insights went out (0 with a broadcast).
+
+        A tick waits behind what each partition has to do first (the copies of a
+        step's shares, say): a busy pool slows it down, up to ``timeout`` seconds.
+
+        Raises:
+            AskTimeoutError: a partition did not answer within ``timeout``.
+        """
         sent: list[int] = []
 
         async def tick(address: str) -> None:
-            sent.append(await self.ask(address, FeedTick()))
+            sent.append(await self.ask(address, FeedTick(), timeout))
 
-        async with anyio.create_task_group() as tg:
-            for address in pool_addresses(self.app_config.pool.partitions):
-                tg.start_soon(tick, address)
+        try:
+            async with anyio.create_task_group() as tg:
+                for address in pool_addresses(self.app_config.pool.partitions):
+                    tg.start_soon(tick, address)
+        except BaseExceptionGroup as group:
+            raise first_error(group) from None  # one error, not a group of them
         return sum(sent)
 
     async def pool_stats(self) -> PoolStats:

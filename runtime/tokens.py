@@ -20,6 +20,7 @@ matches its reported usage within a few tokens per call).
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
@@ -31,6 +32,7 @@ __all__ = (
     "REPLY_PRIMING_TOKENS",
     "TokenCounter",
     "encoding_for_model",
+    "forget_counted_texts",
     "get_counter",
 )
 
@@ -44,7 +46,11 @@ TOKENS_PER_IMAGE_PART: Final = 85
 REPLY_PRIMING_TOKENS: Final = 3
 #: How many names' costs a counter keeps: the speakers of a system are few, and
 #: past this many (names a caller makes up) it starts again from none.
-NAMES_KEPT: Final = 4096
+NAMES_KEPT: Final = 131_072
+#: How many texts' counts a counter keeps. A context counts its recall blocks
+#: more than once, and the same insight or narrator line reaches many agents; past
+#: this many texts it starts again from none.
+TEXTS_KEPT: Final = 4096
 
 
 class TokenCounter:
@@ -71,10 +77,24 @@ class TokenCounter:
         self._plain_base: dict[str, int] = {}
         # What each name adds to a message (see NAMES_KEPT).
         self._name_costs: dict[str, int] = {}
+        # The counts of texts counted lately (see TEXTS_KEPT).
+        self._text_costs: dict[str, int] = {}
+        _counters.add(self)
+
+    def forget_texts(self) -> None:
+        """Drop the texts this counter keeps with their counts."""
+        self._text_costs.clear()
 
     def count_text(self, text: str) -> int:
         """Return the number of tokens ``text`` encodes to (special tokens as text)."""
-        return len(self._encode(text)) if text else 0
+        cost = self._text_costs.get(text)
+        if cost is None:
+            if not text:
+                return 0
+            if len(self._text_costs) >= TEXTS_KEPT:
+                self._text_costs.clear()
+            cost = self._text_costs[text] = len(self._encode(text))
+        return cost
 
     def count_texts(self, texts: Sequence[str]) -> list[int]:
         """Count many texts at once (tiktoken batches them across threads)."""
@@ -169,6 +189,16 @@ class TokenCounter:
     def count_messages(self, messages: Iterable[Mapping[str, Any]]) -> int:
         """Tokens a whole request of ``messages`` costs, including the reply priming."""
         return REPLY_PRIMING_TOKENS + sum(self.count_message(m) for m in messages)
+
+
+_counters: weakref.WeakSet[TokenCounter] = weakref.WeakSet()
+
+
+def forget_counted_texts() -> None:
+    """Drop the texts every counter keeps with their counts (an erasure calls it:
+    no cache holds an erased text)."""
+    for counter in list(_counters):
+        counter.forget_texts()
 
 
 def get_counter(encoding: str | None = None, *, model: str | None = None) -> TokenCounter:

@@ -77,6 +77,7 @@ from actormem.actors.pool.feeds import FEED_TERMS
 from actormem.actors.pool.insights import InsightDelivery
 from actormem.actors.recall.agent import AgentRecall, RecallConfig
 from actormem.actors.retention import erase_session
+from actormem.actors.text import forget_cached_texts
 from actormem.actors.text.terms import index_terms
 from actormem.runtime import (
     Actor,
@@ -390,6 +391,8 @@ class AgentMemory(Actor):
 
     def _clear(self, history: bool) -> int:
         removed = self._store.clear(history)
+        if history:
+            forget_cached_texts()
         self._queries.drop_indexes()
         if history:
             if self._recall is not None:
@@ -403,6 +406,7 @@ class AgentMemory(Actor):
         and have the pool erase the text of what it shared (and the copies other
         memories hold) and drop its subscriptions."""
         erased = self._store.forget()
+        forget_cached_texts()
         self._queries.drop_indexes()
         self._compaction.compressions = self._compaction.tokens_saved = 0
         recall, self._recall = self._recall, None

@@ -74,7 +74,7 @@ def sanitize_insight_text(text: str, max_chars: int = DEFAULT_MAX_INSIGHT_CHARS)
                 out.append(ch)
         clean = " ".join("".join(out).split())
     if len(clean) <= max_chars:
-        return clean
+        return text if clean == text else clean  # a clean text is not copied
     cut = clean[: max_chars - len(_ELLIPSIS)]
     space = cut.rfind(" ")
     if space >= max_chars * 0.8:  # prefer a word boundary when one is near the end

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import math
 import time
 from typing import ClassVar, Final, Literal
@@ -31,11 +32,53 @@ MAX_ID_CHARS: Final = 128
 
 
 class _Topic:
-    __slots__ = ("index", "insights")
+    """One topic's insights, its near-duplicate index, and the order they are
+    evicted in: least important first, then oldest, then first held."""
+
+    __slots__ = ("_held", "_next", "_order", "index", "insights")
 
     def __init__(self, config: PoolConfig) -> None:
         self.insights: dict[str, Insight] = {}
         self.index = NearDuplicateIndex(config.near_duplicate_threshold, config.shingle_size)
+        # (importance, created, when first held, id); entries of insights since
+        # dropped or changed stay until they reach the top.
+        self._order: list[tuple[float, float, int, str]] = []
+        self._held: dict[str, int] = {}
+        self._next = 0
+
+    def hold(self, insight: Insight) -> None:
+        """Hold ``insight`` (replacing one of the same id, which keeps its place)."""
+        key = insight.id
+        seq = self._held.get(key)
+        if seq is None:
+            seq = self._held[key] = self._next
+            self._next += 1
+        self.insights[key] = insight
+        heapq.heappush(self._order, (insight.importance, insight.created, seq, key))
+        if len(self._order) > 2 * len(self.insights) + 64:
+            self._order = [e for e in self._order if self._current(e)]
+            heapq.heapify(self._order)
+
+    def drop(self, key: str) -> Insight:
+        """Stop holding the insight ``key``; return it."""
+        self._held.pop(key, None)
+        return self.insights.pop(key)
+
+    def weakest(self) -> str:
+        """The id of the insight evicted first (the topic holds one at least)."""
+        while not self._current(self._order[0]):
+            heapq.heappop(self._order)
+        return self._order[0][3]
+
+    def _current(self, entry: tuple[float, float, int, str]) -> bool:
+        importance, created, seq, key = entry
+        held = self.insights.get(key)
+        return (
+            held is not None
+            and self._held.get(key) == seq
+            and held.importance == importance
+            and held.created == created
+        )
 
 
 class _EmptyTopic:
@@ -137,7 +180,7 @@ class Topics:
             bucket = self._topics.get(insight.topic)
             if bucket is None:
                 bucket = self._topics[insight.topic] = _Topic(self._config)
-            bucket.insights[insight.id] = insight
+            bucket.hold(insight)
             self._topic_of[insight.id] = insight.topic
             if not insight.erased:
                 bucket.index.add(insight.id, insight.text)
@@ -210,9 +253,9 @@ class Topics:
     def _trim(self, bucket: _Topic) -> list[str]:
         evicted = []
         while len(bucket.insights) > self._config.per_topic_limit:
-            victim = min(bucket.insights.values(), key=lambda i: (i.importance, i.created))
-            self._evict(bucket, victim.id)
-            evicted.append(victim.id)
+            victim = bucket.weakest()
+            self._evict(bucket, victim)
+            evicted.append(victim)
         return evicted
 
     def replay_put(self, insight: Insight, evicted: list[str]) -> bool:
@@ -233,12 +276,12 @@ class Topics:
         return True
 
     def _hold(self, bucket: _Topic, insight: Insight) -> None:
-        bucket.insights[insight.id] = insight
+        bucket.hold(insight)
         self._topic_of[insight.id] = insight.topic
         bucket.index.add(insight.id, insight.text)
 
     def _evict(self, bucket: _Topic, key: str) -> None:
-        victim = bucket.insights.pop(key)
+        victim = bucket.drop(key)
         self._topic_of.pop(key, None)
         bucket.index.remove(key)
         self.evicted += 1
@@ -258,7 +301,7 @@ class Topics:
                 if insight.source != source or insight.erased:
                     continue
                 blank = self.erased(insight)
-                bucket.insights[key] = blank
+                bucket.hold(blank)
                 bucket.index.remove(key)
                 erased.append(blank)
         return erased

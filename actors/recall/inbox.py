@@ -21,8 +21,9 @@ from actormem.actors.pool.insights import (
     InsightSigner,
 )
 from actormem.actors.pool.sanitize import DEFAULT_MAX_LABEL_CHARS, sanitize_insight_text
+from actormem.actors.text import forget_cached_texts
 from actormem.actors.text.blocks import format_time, quote, render_block
-from actormem.actors.text.bm25 import BM25, tokenize
+from actormem.actors.text.bm25 import score_counts, tokenize, word_counts
 from actormem.actors.text.duplicates import words
 from actormem.runtime.state import SnapshotState
 from actormem.runtime.tokens import TokenCounter
@@ -129,9 +130,6 @@ class InsightInbox(SnapshotState[InboxState]):
         #: Moves on every change of what :meth:`export_state` returns (the owner
         #: re-encodes the state only when it moved).
         self.changes = 0
-        # BM25 over the held texts, appended to on accept, rebuilt after a removal.
-        self._index: BM25 | None = None
-        self._index_ids: list[str] = []
 
     def __len__(self) -> int:
         return len(self._held)
@@ -161,9 +159,6 @@ class InsightInbox(SnapshotState[InboxState]):
         self.changes += 1
         self._held[insight.id] = insight
         self._texts[norm] = insight.id
-        if self._index is not None:
-            self._index.add(insight.text)
-            self._index_ids.append(insight.id)
         if len(self._held) > self.max_held:
             victim = min(self._held.values(), key=lambda i: (i.importance, i.created))
             self._forget(victim)
@@ -197,13 +192,13 @@ class InsightInbox(SnapshotState[InboxState]):
             held = self._held.get(delivery.insight.id)
             if held is not None:
                 self._forget(held)
+                forget_cached_texts()
         else:
             self.accept(delivery.insight)
         return True, delivery.number, False
 
     def _forget(self, insight: Insight) -> None:
         self.changes += 1
-        self._index = None
         self._held.pop(insight.id, None)
         norm = " ".join(words(insight.text))
         if self._texts.get(norm) == insight.id:
@@ -222,11 +217,9 @@ class InsightInbox(SnapshotState[InboxState]):
         if not query or not tokenize(query):
             held.sort(key=lambda i: (-i.importance, -i.created))
             return held[:k]
-        if self._index is None:
-            self._index_ids = list(self._held)
-            self._index = BM25([self._held[i].text for i in self._index_ids])
-        by_id = dict(zip(self._index_ids, self._index.scores(query), strict=True))
-        scores = [by_id[i.id] for i in held]
+        # No index of its own: an agent holds few insights, and many agents hold
+        # the same ones (their words are counted once for all).
+        scores = score_counts(query, [word_counts(i.text) for i in held])
         top = max(scores) or 1.0
         ranked = sorted(
             zip(held, scores, strict=True),
@@ -265,4 +258,3 @@ class InsightInbox(SnapshotState[InboxState]):
         self.changes += 1
         self._held.clear()
         self._texts.clear()
-        self._index = None

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 
 from actormem.runtime.tokens import TokenCounter
 
-__all__ = ("format_time", "quote", "render_block")
+__all__ = ("forget_texts", "format_time", "quote", "render_block")
 
 
 def quote(text: str) -> str:
@@ -37,6 +37,11 @@ def format_time(timestamp: float) -> str:
 def _cost(counter: TokenCounter, text: str) -> int:
     # Blocks are re-rendered for every context() with mostly the same lines.
     return counter.count_text(text)
+
+
+def forget_texts() -> None:
+    """Drop the lines whose token counts :func:`render_block` keeps."""
+    _cost.cache_clear()
 
 
 def render_block(

@@ -10,10 +10,10 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Final
 
-__all__ = ("BM25", "tokenize")
+__all__ = ("BM25", "WordCounts", "forget_texts", "score_counts", "tokenize", "word_counts")
 
 # Letters and digits of any script; "3.5", "don't" and "a-b" stay whole.
 _WORD: Final = re.compile(r"[^\W_]+(?:['.-][^\W_]+)*")
@@ -27,6 +27,57 @@ COMMON_WORD_MIN_DOCS: Final = 200
 def tokenize(text: str) -> list[str]:
     """Case-folded words and numbers of ``text``, in any script."""
     return _WORD.findall(text.casefold())
+
+
+#: A text's words with their counts, and how many words it has.
+WordCounts = tuple[Mapping[str, int], int]
+#: How many texts' counts :func:`word_counts` keeps; past this many it starts again.
+COUNTS_KEPT: Final = 65_536
+_counts: dict[str, WordCounts] = {}
+
+
+def word_counts(text: str) -> WordCounts:
+    """The words of ``text`` with their counts, and their number.
+
+    Equal texts share one result (the same insight held by many agents costs its
+    words once), so it must not be changed.
+    """
+    found = _counts.get(text)
+    if found is None:
+        if len(_counts) >= COUNTS_KEPT:
+            _counts.clear()
+        counts = Counter(tokenize(text))
+        found = _counts[text] = (dict(counts), sum(counts.values()))
+    return found
+
+
+def forget_texts() -> None:
+    """Drop the texts :func:`word_counts` keeps."""
+    _counts.clear()
+
+
+def score_counts(
+    query: str, documents: Sequence[WordCounts], k1: float = K1, b: float = B
+) -> list[float]:
+    """BM25 scores of ``documents`` (:func:`word_counts`) for ``query``, without an
+    index: the same scores as :class:`BM25`'s, in time proportional to the
+    documents times the query's words. For the few documents one agent holds."""
+    out = [0.0] * len(documents)
+    n = len(documents)
+    total = sum(length for _, length in documents)
+    if not total:
+        return out
+    avg = total / n
+    for term in set(tokenize(query)):
+        holding = [i for i, (counts, _) in enumerate(documents) if term in counts]
+        if not holding or (n >= COMMON_WORD_MIN_DOCS and 2 * len(holding) > n):
+            continue
+        idf = math.log(1 + (n - len(holding) + 0.5) / (len(holding) + 0.5))
+        for i in holding:
+            counts, length = documents[i]
+            f = counts[term]
+            out[i] += idf * f * (k1 + 1) / (f + k1 * (1 - b + b * length / avg))
+    return out
 
 
 class BM25:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Final
 
@@ -55,7 +56,9 @@ class NearDuplicateIndex:
     Exact means the same words in the same order, ignoring case, punctuation and
     spacing; near means word-shingle Jaccard similarity at or above ``threshold``.
     An inverted index from shingle to keys keeps a lookup proportional to the
-    texts that share a shingle, not to all texts.
+    texts that share one of a text's rarest shingles, not to all texts: a text
+    at the threshold shares at least one of any ``n - need + 1`` of its ``n``
+    shingles, where ``need`` is the least overlap the threshold allows.
 
     Args:
         threshold: similarity in (0, 1] from which a text is a near duplicate.
@@ -93,13 +96,21 @@ class NearDuplicateIndex:
         if key is not None:
             return key, 1.0
         mine = shingles(text, self.shingle_size)
+        postings = self._postings
+        # Jaccard >= t needs an overlap of at least t * len(mine) shingles (the
+        # union is no smaller than mine), so a match holds at least one of any
+        # len(mine) - need + 1 of them: the rarest are the cheapest to look up.
+        need = max(1, math.ceil(self.threshold * len(mine) - 1e-9))
+        rarest = sorted(mine, key=lambda s: len(postings.get(s, ())))[: len(mine) - need + 1]
         candidates: set[str] = set()
-        for s in mine:
-            candidates.update(self._postings.get(s, ()))
+        for s in rarest:
+            candidates.update(postings.get(s, ()))
         best: tuple[str, float] | None = None
         for cand in candidates:
             sim = jaccard(mine, self._sets[cand][1])
-            if sim >= self.threshold and (best is None or sim > best[1]):
+            if sim >= self.threshold and (
+                best is None or sim > best[1] or (sim == best[1] and cand < best[0])
+            ):
                 best = (cand, sim)
         return best
 

@@ -41,9 +41,13 @@ from actormem.actors.text.terms import (
     date_terms,
     index_terms,
     mentions_time,
+    terms_of,
 )
 
 __all__ = ("Ranker", "RankerConfig")
+
+#: How many speakers' indexed names a ranker keeps; past this many it starts again.
+_SPEAKERS_KEPT: Final = 1024
 
 #: In an index of ``COMMON_WORD_MIN_DOCS`` documents or more, a word held by more
 #: than this share of them is not scored: it weighs little and costs the most.
@@ -105,6 +109,8 @@ class Ranker:
         self._timely: list[bool] = []
         self._turns: list[bool] = []
         self._speaker_docs: Counter[str] = Counter()
+        # Each speaker's name as the words it is indexed by.
+        self._who: dict[str, str] = {}
         self._total = 0
         self._live = 0
 
@@ -126,13 +132,17 @@ class Ranker:
         index = len(self._lengths)
         self._turns.append(turn)
         words = tokenize(text)
-        counts = Counter(index_terms(text))
+        counts = Counter(terms_of(words))
         for term, freq in counts.items():
             self._postings.setdefault(term, {})[index] = freq
         length = sum(counts.values())
         self._lengths.append(length)
         self._terms.append(dict(counts))
-        who = " ".join(tokenize(speaker or ""))
+        who = self._who.get(speaker or "")
+        if who is None:
+            if len(self._who) >= _SPEAKERS_KEPT:
+                self._who.clear()
+            who = self._who[speaker or ""] = " ".join(tokenize(speaker or ""))
         self._speakers.append(who)
         if who:
             self._speaker_docs[who] += 1
@@ -160,6 +170,7 @@ class Ranker:
             self._speaker_docs[who] -= 1
             if not self._speaker_docs[who]:
                 del self._speaker_docs[who]
+                self._who = {k: v for k, v in self._who.items() if v != who}
             for part in set(who.split()):
                 docs = self._postings.get(_SPEAKER + part)
                 if docs is not None:

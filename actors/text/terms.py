@@ -10,6 +10,8 @@ scripts, numbers and short words are kept as they are.
 from __future__ import annotations
 
 import datetime
+import functools
+import math
 import re
 from typing import Final
 
@@ -21,10 +23,12 @@ __all__ = (
     "TEMPORAL_WORDS",
     "asks_when",
     "date_terms",
+    "forget_texts",
     "index_terms",
     "listed",
     "mentions_time",
     "stem",
+    "terms_of",
 )
 
 
@@ -89,6 +93,7 @@ _QUESTION_OF_TIME: Final = (
 _VOWELS: Final = frozenset("aeiouy")
 
 
+@functools.lru_cache(maxsize=65_536)
 def stem(word: str) -> str:
     """The light stem of a case-folded word (see the module doc)."""
     if len(word) <= 3 or not word.isalpha() or not word.isascii():
@@ -115,15 +120,40 @@ def stem(word: str) -> str:
     return w
 
 
+#: How many words' terms :func:`index_terms` keeps; past this many it starts again.
+TERMS_KEPT: Final = 65_536
+# A word's index term, or "" for a stop word.
+_terms: dict[str, str] = {}
+
+
 def index_terms(text: str) -> list[str]:
     """The stemmed words of ``text`` that are not stop words, in order."""
+    return terms_of(tokenize(text))
+
+
+def terms_of(words: list[str]) -> list[str]:
+    """:func:`index_terms` of a text already split into ``words`` (:func:`tokenize`)."""
     out = []
-    for word in tokenize(text):
-        word = word.replace("\u2019", "'")
-        if word in STOP_WORDS:
-            continue
-        out.append(stem(word))
+    for word in words:
+        term = _terms.get(word)
+        if term is None:
+            if len(_terms) >= TERMS_KEPT:
+                _terms.clear()
+            term = _terms[word] = _term(word)
+        if term:
+            out.append(term)
     return out
+
+
+def forget_texts() -> None:
+    """Drop the words :func:`index_terms` and :func:`stem` keep."""
+    _terms.clear()
+    stem.cache_clear()
+
+
+def _term(word: str) -> str:
+    word = word.replace("\u2019", "'")
+    return "" if word in STOP_WORDS else stem(word)
 
 
 def mentions_time(words: list[str]) -> bool:
@@ -143,7 +173,18 @@ def date_terms(timestamp: float) -> tuple[str, ...]:
     """The month name and year of a timestamp (UTC): the terms a question naming a
     date matches; none for a time outside the calendar's range."""
     try:
-        when = datetime.datetime.fromtimestamp(timestamp, datetime.UTC)
+        return _day_terms(math.floor(timestamp / _DAY))
+    except (OverflowError, ValueError):
+        return ()
+
+
+_DAY: Final = 86_400
+
+
+@functools.lru_cache(maxsize=4096)
+def _day_terms(day: int) -> tuple[str, ...]:
+    try:
+        when = datetime.datetime.fromtimestamp(day * _DAY, datetime.UTC)
     except (OverflowError, OSError, ValueError):
         return ()
     return (MONTHS[when.month - 1], str(when.year))

@@ -19,7 +19,8 @@ import redis.asyncio as aioredis
 
 from actormem.actors import AppConfig, MemoryHandle, MemoryRuntime
 from actormem.actors.compression import CompressionConfig, LLMConfig, compressor_address
-from actormem.runtime import Transport
+from actormem.actors.text import bm25, terms
+from actormem.runtime import Transport, tokens
 from actormem.runtime.redis import RedisConfig, RedisTransport, connect, shard_of
 from tests.support.erasure import (
     CANARY,
@@ -247,3 +248,27 @@ async def test_a_forgotten_agent_starts_empty_after_a_restart(
     async with MemoryRuntime(config, transport=make_transport()) as rt:
         stats = await rt.memory("ana").stats()
         assert (stats.history_size, stats.longterm_entries, stats.peak_size) == (0, 0, 0)
+
+
+async def test_forget_leaves_no_text_in_the_caches_keyed_by_text() -> None:
+    async with MemoryRuntime() as rt:
+        mem, bob = rt.memory("ana"), rt.memory("bob")
+        await bob.subscribe("vault")
+        await mem.add([{"role": "user", "content": f"the vault code is {CANARY}"}])
+        await mem.share(f"the vault code is {CANARY}", topic="vault")
+        await held_by(bob, 1)
+        await bob.context(4096)
+        await mem.context(4096)
+        await mem.retrieve(f"vault {CANARY}")
+        assert _cached(CANARY)
+        await mem.forget()
+        await held_by(bob, 0)
+        assert not _cached(CANARY)
+        assert terms.stem.cache_info().currsize == 0
+
+
+def _cached(text: str) -> bool:
+    """True when a cache keyed by text or word holds ``text`` (or its words)."""
+    keys = [k for counter in list(tokens._counters) for k in counter._text_costs]
+    keys += [*bm25._counts, *terms._terms]
+    return any(text.casefold() in key.casefold() for key in keys)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
-from actormem.actors.text.duplicates import NearDuplicateIndex, words
+from actormem.actors.text.duplicates import NearDuplicateIndex, jaccard, shingles, words
 
 
 def test_near_duplicate_index_finds_exact_and_near_duplicates() -> None:
@@ -38,3 +40,30 @@ def test_words_and_duplicates_work_in_any_script() -> None:
     index.add("el", "Η γέφυρα είναι κλειστή")  # noqa: RUF001 (Greek on purpose)
     assert index.find("東京 の 天気 は 晴れ!") == ("ja", 1.0)
     assert index.find("η ΓΈΦΥΡΑ είναι κλειστή") == ("el", 1.0)
+
+
+@pytest.mark.parametrize("threshold", [0.3, 0.5, 0.7, 0.9, 1.0])
+def test_looking_up_only_the_rarest_shingles_finds_what_all_of_them_find(
+    threshold: float,
+) -> None:
+    # The index looks up a few of a text's rarest shingles; a full scan with the
+    # same similarity must find nothing better.
+    rng = random.Random(threshold)
+    vocabulary = ["the", "of", "mill", "key", "code", "river", "old", "is", "red", "blue"]
+    texts = [" ".join(rng.choices(vocabulary, k=rng.randint(1, 9))) for _ in range(300)]
+    index = NearDuplicateIndex(threshold=threshold)
+    for n, text in enumerate(texts[:200]):
+        index.add(f"k{n:03}", text)
+    for text in texts[200:]:
+        mine = shingles(text)
+        scores = [(jaccard(mine, shingles(t)), f"k{n:03}") for n, t in enumerate(texts[:200])]
+        exact = {f"k{n:03}" for n, t in enumerate(texts[:200]) if words(t) == words(text)}
+        found = index.find(text)
+        if exact:
+            assert found is not None and found[0] in exact and found[1] == 1.0
+            continue
+        best = max((s for s, _ in scores if s >= threshold), default=None)
+        if best is None:
+            assert found is None
+        else:
+            assert found == (min(k for s, k in scores if s == best), best)

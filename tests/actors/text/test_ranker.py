@@ -6,6 +6,7 @@ import datetime
 
 import pytest
 
+from actormem.actors.text.bm25 import BM25, score_counts, word_counts
 from actormem.actors.text.importance import estimate_importance
 from actormem.actors.text.ranker import Ranker, RankerConfig
 from actormem.actors.text.terms import asks_when, date_terms, index_terms, stem
@@ -148,3 +149,17 @@ def test_a_query_is_specific_when_one_of_its_words_is_rare() -> None:
 )
 def test_importance_is_estimated_from_the_text(text: str, low: float, high: float) -> None:
     assert low <= estimate_importance(text) <= high
+
+
+def test_scores_of_word_counts_are_the_scores_of_an_index() -> None:
+    texts = [
+        "the mill key is red",
+        "the old mill by the river",
+        "",
+        "river river river",
+        "a code of the harbour is 4896",
+    ]
+    query = "river mill 4896 nothing"
+    by_counts = score_counts(query, [word_counts(t) for t in texts])
+    assert by_counts == pytest.approx(BM25(texts).scores(query))
+    assert word_counts("the river") is word_counts("the river")

@@ -39,6 +39,18 @@ def _cost(counter: TokenCounter, text: str) -> int:
     return counter.count_text(text)
 
 
+def _starts_cleanly(line: str) -> bool:
+    """True when ``line`` after a newline costs what it costs alone.
+
+    Every encoding we count with (:data:`~actormem.runtime.tokens.ENCODINGS`)
+    splits text into pieces before it merges tokens, and ends a piece after a
+    newline unless whitespace (or, in ``o200k_base``, a ``/``) follows it. So
+    a block's pieces, each ending in a newline, add up to the whole when every
+    line starts with another character.
+    """
+    return bool(line) and not line[0].isspace() and line[0] != "/"
+
+
 def forget_texts() -> None:
     """Drop the lines whose token counts :func:`render_block` keeps."""
     _cost.cache_clear()
@@ -73,13 +85,17 @@ def render_block(
     if used >= budget_tokens:
         return None
     chosen: list[str] = []
+    clean = True
     for line in lines:
         cost = _cost(counter, line + "\n")
         if used + cost <= budget_tokens:
             chosen.append(line)
             used += cost
-    # Token counts of pieces need not add up exactly across their boundaries, so
-    # check the whole and drop from the end until it fits.
+            clean = clean and _starts_cleanly(line)
+    if chosen and clean:
+        return head + "".join(f"{line}\n" for line in chosen) + tail
+    # Elsewhere the counts of pieces need not add up exactly, so check the whole
+    # and drop from the end until it fits.
     while chosen:
         text = head + "".join(f"{line}\n" for line in chosen) + tail
         if counter.count_text(text) <= budget_tokens:

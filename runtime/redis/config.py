@@ -10,7 +10,7 @@ from typing import Any, Final, Literal
 import msgspec
 from redis.connection import parse_url
 
-from actormem.runtime.config import _Section
+from actormem.runtime.config import ConfigSection
 
 __all__ = (
     "DEFAULT_BLOCK_MS",
@@ -70,7 +70,7 @@ TlsVerify = Literal["required", "none"]
 _TLS_FILES: Final = ("tls_ca_file", "tls_cert_file", "tls_key_file")
 
 
-class RedisConfig(_Section, frozen=True):
+class RedisConfig(ConfigSection, frozen=True):
     """How to reach Redis and how the Redis transport behaves.
 
     Attributes:

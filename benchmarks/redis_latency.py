@@ -64,7 +64,7 @@ from actormem.benchmarks._redis import (
     workers,
 )
 from actormem.benchmarks.latency import Baseline, measure
-from actormem.runtime._gc import RECORD_ENV, Collections
+from actormem.runtime.collector import RECORD_ENV, Collections
 from actormem.runtime.redis import connect
 from actormem.runtime.redis._trace import (
     TRACE_ENV,

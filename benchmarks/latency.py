@@ -29,8 +29,8 @@ import anyio
 
 from actormem.actors import MemoryRuntime, Message
 from actormem.actors.config import MemoryConfig
-from actormem.actors.memory._exchange import counted_add, sender_config
 from actormem.actors.memory.commands import Add, Context
+from actormem.actors.memory.exchange import counted_add, sender_config
 from actormem.benchmarks._common import (
     Row,
     above,

@@ -38,6 +38,13 @@ from actormem.benchmarks._redis import (
 )
 from actormem.runtime.redis import connect
 
+__all__ = (
+    "NAME",
+    "add_arguments",
+    "drive",
+    "run",
+)
+
 NAME = "distributed"
 
 

@@ -46,6 +46,21 @@ from actormem.benchmarks._common import (
 )
 from actormem.runtime import ActormemError
 
+__all__ = (
+    "NAME",
+    "SUSTAINED",
+    "Baseline",
+    "CpuClock",
+    "Level",
+    "add_arguments",
+    "measure",
+    "metered",
+    "open_loop",
+    "peak_rate",
+    "raw_anyio_asker",
+    "run",
+)
+
 NAME = "latency"
 
 

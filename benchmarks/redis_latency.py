@@ -78,6 +78,14 @@ from actormem.runtime.redis.trace import (
     timelines,
 )
 
+__all__ = (
+    "NAME",
+    "add_arguments",
+    "gc_rows",
+    "run",
+    "stage_rows",
+)
+
 NAME = "redis_latency"
 
 #: Seconds the worker may take to work off what an overloaded level left queued.

@@ -4,26 +4,10 @@ other (except for type hints), and the arrows between the rooms point one way.""
 from __future__ import annotations
 
 import ast
-import importlib
-from pathlib import Path
 
 import pytest
 
-PACKAGES = ("actormem", "actormem.runtime", "actormem.actors", "actormem.benchmarks")
-
-
-def _modules() -> dict[str, Path]:
-    """Every module of the installed package, by dotted name."""
-    found: dict[str, Path] = {}
-    for package in PACKAGES:
-        root = Path(importlib.import_module(package).__file__ or "").parent
-        files = root.glob("*.py") if package == "actormem" else root.rglob("*.py")
-        for path in files:
-            parts = path.relative_to(root).with_suffix("").parts
-            if parts[-1] == "__init__":
-                parts = parts[:-1]
-            found[".".join((package, *parts))] = path
-    return found
+from tests.support.modules import package_modules
 
 
 def _imported_at_run_time(tree: ast.Module) -> set[str]:
@@ -51,7 +35,7 @@ def _imported_at_run_time(tree: ast.Module) -> set[str]:
 
 
 def _graph() -> dict[str, set[str]]:
-    modules = _modules()
+    modules = package_modules()
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
         imported = _imported_at_run_time(ast.parse(path.read_text()))
@@ -117,7 +101,7 @@ def test_the_circle_finder_finds_a_circle() -> None:
 )
 def test_the_arrows_between_rooms_point_one_way(room: str, never: tuple[str, ...]) -> None:
     # Deferred imports count here too: a function may not reach into a later room.
-    for name, path in _modules().items():
+    for name, path in package_modules().items():
         if not name.startswith(room + ".") and name != room:
             continue
         every: set[str] = set()

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import ast
 import importlib
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+import actormem
 from tests.support.modules import is_public, package_modules
 
 
@@ -65,3 +67,31 @@ def test_every_public_module_declares_its_names() -> None:
     assert "actormem.runtime.errors" in modules
     missing = [name for name, path in sorted(modules.items()) if not _declares_all(path)]
     assert missing == [], f"modules without __all__: {missing}"
+
+
+def test_every_catchable_error_is_exported_from_actormem() -> None:
+    # Every module of the runtime and the domain is imported (in a child, so this
+    # session keeps its modules), and each error class found must be in actormem.
+    code = (
+        "import importlib, json, pkgutil\n"
+        "import actormem.actors, actormem.runtime\n"
+        "from actormem.runtime.errors import ActormemError\n"
+        "for package in (actormem.runtime, actormem.actors):\n"
+        "    for info in pkgutil.walk_packages(package.__path__, package.__name__ + '.'):\n"
+        "        importlib.import_module(info.name)\n"
+        "def below(cls):\n"
+        "    for sub in cls.__subclasses__():\n"
+        "        yield sub\n"
+        "        yield from below(sub)\n"
+        "print(json.dumps(sorted({(c.__module__, c.__name__) for c in below(ActormemError)})))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    found = [(module, name) for module, name in json.loads(out.stdout)]
+    assert ("actormem.runtime.errors", "TransportUnavailableError") in found
+    missing = [
+        f"{module}.{name}"
+        for module, name in found
+        if module.startswith(("actormem.runtime", "actormem.actors"))
+        and (name not in actormem.__all__ or getattr(actormem, name).__module__ != module)
+    ]
+    assert missing == [], f"errors missing from actormem.__all__: {missing}"

@@ -26,8 +26,7 @@ from actormem.runtime.config import (
     load_toml,
 )
 from actormem.runtime.errors import ConfigError
-from actormem.runtime.redis import RedisConfig
-from actormem.runtime.redis.config import check_namespace
+from actormem.runtime.redis_config import RedisConfig, check_namespace
 from actormem.runtime.tokens import DEFAULT_ENCODING, ENCODINGS, encoding_for_model
 
 __all__ = (

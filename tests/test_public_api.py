@@ -95,3 +95,26 @@ def test_every_catchable_error_is_exported_from_actormem() -> None:
         and (name not in actormem.__all__ or getattr(actormem, name).__module__ != module)
     ]
     assert missing == [], f"errors missing from actormem.__all__: {missing}"
+
+
+def test_no_redis_module_is_loaded_until_the_redis_transport_is_used() -> None:
+    # An in-process user pays for neither redis-py nor the Redis transport.
+    code = (
+        "import sys, anyio, actormem\n"
+        "def redis_modules():\n"
+        "    return sorted(m for m in sys.modules if m.partition('.')[0] == 'redis'\n"
+        "                  or (m + '.').startswith('actormem.runtime.redis.'))\n"
+        "print(redis_modules())\n"
+        "async def main():\n"
+        "    async with actormem.MemoryRuntime() as rt:\n"
+        "        await rt.memory('alice').add({'role': 'user', 'content': 'hello'})\n"
+        "anyio.run(main)\n"
+        "print(redis_modules())\n"
+        "import actormem.runtime.redis\n"
+        "print(redis_modules()[:1])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    after_import, after_use, after_redis = out.stdout.splitlines()
+    assert after_import == "[]"
+    assert after_use == "[]"
+    assert after_redis != "[]"

@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from actormem.actors.app import wiring  # noqa: F401  (registers the app's message types)
+from actormem.actors.app import wiring  # noqa: F401  (declares the app's message types)
 from actormem.actors.app._deployment import (
     READ_ONLY,
     check_url,

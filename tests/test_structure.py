@@ -4,6 +4,10 @@ other (except for type hints), and the arrows between the rooms point one way.""
 from __future__ import annotations
 
 import ast
+import importlib
+import re
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -112,3 +116,39 @@ def test_the_arrows_between_rooms_point_one_way(room: str, never: tuple[str, ...
                 every.add(node.module)
         wrong = {n for n in every if n.startswith(never)}
         assert not wrong, f"{path} imports {wrong}"
+
+
+#: The repository's folders that are subpackages of actormem once installed.
+BARE = ("runtime", "actors", "benchmarks")
+#: A dotted module path (``-m`` argument, ``module:function`` reference) under a bare name.
+_BARE_PATH = re.compile(r"(runtime|actors|benchmarks)((\.(?!py$)\w+)+(:\w+)?|:\w+)")
+
+
+@pytest.mark.parametrize("bare", BARE)
+def test_a_folder_cannot_be_imported_under_its_bare_name(bare: str) -> None:
+    # The repository root is on sys.path (for ``tests``): a bare import would load a
+    # second copy of every module, with its own error classes.
+    with pytest.raises(ModuleNotFoundError, match=f"actormem.{bare}"):
+        importlib.import_module(bare)
+    copies = [name for name in sys.modules if name.partition(".")[0] == bare]
+    assert copies == [], f"bare-name copies in this session: {copies}"
+
+
+def test_no_test_refers_to_a_folder_by_its_bare_name() -> None:
+    wrong: list[str] = []
+    for path in sorted(Path(__file__).parent.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                named = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                named = [node.module or ""]
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                named = [node.value] if _BARE_PATH.fullmatch(node.value) else []
+            else:
+                continue
+            wrong += [
+                f"{path}:{node.lineno}: {name}"
+                for name in named
+                if name.partition(".")[0].partition(":")[0] in BARE
+            ]
+    assert wrong == []

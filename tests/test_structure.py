@@ -118,6 +118,40 @@ def test_the_arrows_between_rooms_point_one_way(room: str, never: tuple[str, ...
         assert not wrong, f"{path} imports {wrong}"
 
 
+def _room(module: str) -> str:
+    """The room a module is in: a repository folder's package, or the root."""
+    for room in ("actormem.runtime", "actormem.actors", "actormem.benchmarks"):
+        if module == room or module.startswith(room + "."):
+            return room
+    return "actormem"
+
+
+def _private(dotted: str) -> bool:
+    return any(part.startswith("_") and not part.startswith("__") for part in dotted.split("."))
+
+
+def test_no_room_imports_another_rooms_private_names() -> None:
+    # Deferred and type-only imports count too. A private module or name is the
+    # room's own; another room imports it from a public module.
+    wrong: list[str] = []
+    for name, path in package_modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                imported = [f"{node.module}.{alias.name}" for alias in node.names]
+            else:
+                continue
+            wrong += [
+                f"{path}:{node.lineno}: {dotted}"
+                for dotted in imported
+                if dotted.startswith("actormem.")
+                and _room(dotted) != _room(name)
+                and _private(dotted)
+            ]
+    assert wrong == []
+
+
 #: The repository's folders that are subpackages of actormem once installed.
 BARE = ("runtime", "actors", "benchmarks")
 #: A dotted module path (``-m`` argument, ``module:function`` reference) under a bare name.

@@ -215,15 +215,18 @@ __all__ = (
 )
 
 
-def __getattr__(name: str) -> Any:
-    """Import a name of :data:`_LAZY` from its module when it is first used."""
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+# Type checkers see the lazy names through the TYPE_CHECKING import above; a
+# module __getattr__ they saw would make every misspelt name resolve.
+if not TYPE_CHECKING:
 
+    def __getattr__(name: str) -> Any:
+        """Import a name of :data:`_LAZY` from its module when it is first used."""
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value
+        return value
 
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *_LAZY})

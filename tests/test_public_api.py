@@ -14,17 +14,17 @@ import pytest
 import actormem
 from tests.support.modules import is_public, package_modules
 
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        "actormem",
-        "actormem.runtime",
-        "actormem.actors",
-        "actormem.runtime.transports",
-        "actormem.runtime.redis",
-    ],
+#: The packages whose ``__all__`` is the surface users import from.
+SURFACES = (
+    "actormem",
+    "actormem.runtime",
+    "actormem.actors",
+    "actormem.runtime.transports",
+    "actormem.runtime.redis",
 )
+
+
+@pytest.mark.parametrize("name", SURFACES)
 def test_all_names_are_importable_and_complete(name: str) -> None:
     module = importlib.import_module(name)
     declared = set(module.__all__)
@@ -118,3 +118,49 @@ def test_no_redis_module_is_loaded_until_the_redis_transport_is_used() -> None:
     assert after_import == "[]"
     assert after_use == "[]"
     assert after_redis != "[]"
+
+
+def _uses_every_public_name() -> list[str]:
+    """One import line per name of each surface's ``__all__``, as a user writes it."""
+    lines = []
+    for surface in SURFACES:
+        names = importlib.import_module(surface).__all__
+        alias = surface.replace(".", "_")
+        lines += [f"from {surface} import {name} as {alias}_{name}" for name in sorted(names)]
+    return lines
+
+
+def _mypy(tmp_path: Path, lines: list[str]) -> subprocess.CompletedProcess[str]:
+    """mypy --strict on ``lines``, run where only the installed package is found."""
+    (tmp_path / "uses.py").write_text("\n".join(lines) + "\n")
+    command = [sys.executable, "-m", "mypy", "--config-file=", "--strict"]
+    command += ["--follow-imports=silent", "--cache-dir", str(tmp_path / "cache"), "uses.py"]
+    return subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, check=False)
+
+
+@pytest.mark.slow
+def test_mypy_resolves_every_public_name(tmp_path: Path) -> None:
+    # A user's type checker finds the package through the package-dir mapping
+    # (the folders are subpackages of actormem), and --strict allows only names
+    # a module exports on purpose.
+    lines = _uses_every_public_name()
+    found = _mypy(tmp_path, lines)
+    assert found.returncode == 0, found.stdout + found.stderr
+    assert "Success: no issues found in 1 source file" in found.stdout
+    # The same run fails on a name that is not there, so it did look at each one.
+    missing = _mypy(tmp_path, [lines[0], "from actormem import NoSuchName"])
+    assert missing.returncode == 1
+    assert 'Module "actormem" has no attribute "NoSuchName"' in missing.stdout
+
+
+@pytest.mark.slow
+def test_pyright_resolves_every_public_name(tmp_path: Path) -> None:
+    lines = [*_uses_every_public_name(), "from actormem import NoSuchName"]
+    (tmp_path / "uses.py").write_text("\n".join(lines) + "\n")
+    command = [sys.executable, "-m", "pyright", "--pythonpath", sys.executable]
+    command += ["--outputjson", "uses.py"]
+    run = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, check=False)
+    report = json.loads(run.stdout)
+    errors = [d["message"] for d in report["generalDiagnostics"] if d["severity"] == "error"]
+    # Only the name that is not there is unknown.
+    assert errors == ['"NoSuchName" is unknown import symbol'], errors

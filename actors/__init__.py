@@ -14,6 +14,7 @@ from actormem.actors.compression import (
 from actormem.actors.config import AppConfig, MemoryConfig, SimulationConfig, load_app_config
 from actormem.actors.conversation import check_openai_messages, group_units
 from actormem.actors.errors import ContextBudgetError, MemoryInputError
+from actormem.actors.integrations._extras import MissingExtraError
 from actormem.actors.memory.actor import AgentMemory
 from actormem.actors.memory.commands import AddResult, MemoryExport, MemoryStats, PruneResult
 from actormem.actors.memory.handle import MemoryHandle, to_message
@@ -23,7 +24,9 @@ from actormem.actors.pool.commands import PoolStats, ShareResult
 from actormem.actors.pool.config import PoolConfig
 from actormem.actors.pool.insights import Insight, InsightError, InsightSignatureError
 from actormem.actors.pool.sanitize import sanitize_insight_text
+from actormem.actors.recall.embeddings import EmbeddingError
 from actormem.actors.recall.episodes import Episode, EpisodeConfig
+from actormem.actors.recall.facts import FactExtractionError
 from actormem.actors.recall.keyed import FoundEntry, KeyedEntry
 from actormem.actors.recall.longterm import ControlMode, LongTermConfig, Recalled
 from actormem.actors.recall.tools import MEMORY_TOOLS, ToolArgumentsError
@@ -40,8 +43,10 @@ __all__ = (
     "CompressionOutcome",
     "ContextBudgetError",
     "ControlMode",
+    "EmbeddingError",
     "Episode",
     "EpisodeConfig",
+    "FactExtractionError",
     "FoundEntry",
     "Insight",
     "InsightError",
@@ -56,6 +61,7 @@ __all__ = (
     "MemoryRuntime",
     "MemoryStats",
     "Message",
+    "MissingExtraError",
     "PoolActor",
     "PoolConfig",
     "PoolStats",

@@ -19,15 +19,14 @@ from actormem.actors.recall.episodes import EpisodeConfig
 from actormem.actors.recall.longterm import LongTermConfig
 from actormem.actors.retention import RetentionConfig
 from actormem.runtime.config import (
+    ConfigSection,
     LoggingConfig,
     MetricsConfig,
     RuntimeConfig,
-    _Section,
     load_toml,
 )
 from actormem.runtime.errors import ConfigError
-from actormem.runtime.redis import RedisConfig
-from actormem.runtime.redis.config import check_namespace
+from actormem.runtime.redis_config import RedisConfig, check_namespace
 from actormem.runtime.tokens import DEFAULT_ENCODING, ENCODINGS, encoding_for_model
 
 __all__ = (
@@ -46,7 +45,7 @@ DEFAULT_MAX_BATCH: Final = 10_000
 _CALLABLE: Final = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
 
 
-class MemoryConfig(_Section, frozen=True):
+class MemoryConfig(ConfigSection, frozen=True):
     """Each agent's memory actor.
 
     Attributes:
@@ -109,7 +108,7 @@ class MemoryConfig(_Section, frozen=True):
 BrainKind = Literal["scripted", "llm", "python"]
 
 
-class BrainConfig(_Section, frozen=True):
+class BrainConfig(ConfigSection, frozen=True):
     """What drives each agent's steps (``[simulation.brain]``).
 
     Attributes:
@@ -178,7 +177,7 @@ class BrainConfig(_Section, frozen=True):
             )
 
 
-class SimulationConfig(_Section, frozen=True):
+class SimulationConfig(ConfigSection, frozen=True):
     """The offline multi-agent simulation (``actormem simulate``).
 
     Attributes:
@@ -236,7 +235,7 @@ class SimulationConfig(_Section, frozen=True):
             raise ValueError(f"context_tokens must be >= 64, got {self.context_tokens}")
 
 
-class AppConfig(_Section, frozen=True):
+class AppConfig(ConfigSection, frozen=True):
     """Everything one TOML config file holds."""
 
     runtime: RuntimeConfig = msgspec.field(default_factory=RuntimeConfig)

@@ -13,6 +13,10 @@
     │                                 (actormem.actors.retention)
     ├── EmbeddingError                an embeddings endpoint failed
     │                                 (actormem.actors.recall.embeddings)
+    ├── FactExtractionError           the chat endpoint gave no facts
+    │                                 (actormem.actors.recall.facts)
+    ├── MissingExtraError             an integration's optional extra is missing
+    │                                 (also an ImportError; actormem.actors.integrations)
     └── BrainError                    a simulation brain cannot load, broke the
                                       protocol, or its model failed for good
                                       (actormem.actors.app.simulation)

@@ -40,7 +40,7 @@ import anyio.to_thread
 import msgspec
 import structlog
 
-from actormem.runtime.config import _Section
+from actormem.runtime.config import ConfigSection
 from actormem.runtime.errors import ActormemError
 from actormem.runtime.state import Durable, DurableChanges
 
@@ -72,7 +72,7 @@ class SessionFileError(ActormemError):
     """
 
 
-class RetentionConfig(_Section, frozen=True):
+class RetentionConfig(ConfigSection, frozen=True):
     """How long agents' memories live.
 
     Attributes:

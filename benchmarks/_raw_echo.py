@@ -33,8 +33,8 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from actormem.runtime import RuntimeConfig, _gc
-from actormem.runtime._lifetime import keeper
+from actormem.runtime import RuntimeConfig, collector
+from actormem.runtime.lifetime import keeper
 from actormem.runtime.redis import RedisConfig, connect
 
 #: The environment variable that gives the responder process its Redis URL.
@@ -159,7 +159,7 @@ def main(argv: list[str]) -> None:
     requests, replies = argv
     url = os.environ[URL_ENV]
     config = RuntimeConfig()
-    _gc.hold(config.gc_threshold, config.gc_freeze)
+    collector.hold(config.gc_threshold, config.gc_freeze)
     # Terminated, it leaves as on Ctrl-C: through its exit handlers (a gc record).
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     with suppress(KeyboardInterrupt):

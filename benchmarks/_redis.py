@@ -21,13 +21,12 @@ import msgspec
 from actormem.actors import AppConfig, Message
 from actormem.actors.app.wiring import MemoryRuntime, worker_env
 from actormem.actors.config import MemoryConfig
-from actormem.actors.memory._exchange import counted_add
 from actormem.actors.memory.commands import Add
+from actormem.actors.memory.exchange import counted_add
 from actormem.benchmarks._common import at_least, bench_config
-from actormem.runtime import RuntimeConfig
-from actormem.runtime._envelope import Envelope
+from actormem.runtime import Envelope, RuntimeConfig
 from actormem.runtime.redis import EmbeddedRedis, RedisConfig, connect, default_codec
-from actormem.runtime.redis._trace import Tracer, attach
+from actormem.runtime.redis.trace import Tracer, attach
 from actormem.runtime.redis.transport import RedisTransport
 from actormem.runtime.redis.worker import WorkerProcesses, worker_limit
 from actormem.runtime.tokens import get_counter
@@ -331,7 +330,7 @@ async def floor_redis(url: str, adds: list[Add], agents: int, batch: int = RAW_B
     duplicate detection, leases and fencing, replies, snapshots, retries.
     """
     from actormem.actors.messages import count_tokens, encode_message
-    from actormem.runtime.redis._client import eval_pipelined
+    from actormem.runtime.redis import eval_pipelined
 
     counter = get_counter()
     envelopes = [

@@ -31,6 +31,15 @@ from actormem.benchmarks._common import (
 )
 from actormem.runtime import get_counter
 
+__all__ = (
+    "NAME",
+    "TICK",
+    "add_arguments",
+    "conversation",
+    "run",
+    "stall_rows",
+)
+
 NAME = "compression"
 
 

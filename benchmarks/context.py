@@ -27,6 +27,12 @@ from actormem.benchmarks._common import (
 )
 from actormem.runtime import get_counter
 
+__all__ = (
+    "NAME",
+    "add_arguments",
+    "run",
+)
+
 NAME = "context"
 
 

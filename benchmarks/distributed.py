@@ -15,7 +15,7 @@ import argparse
 import time
 
 from actormem.actors import Message
-from actormem.actors.memory._exchange import counted_add, sender_config
+from actormem.actors.memory.exchange import counted_add, sender_config
 from actormem.benchmarks._common import (
     Row,
     above,
@@ -37,6 +37,13 @@ from actormem.benchmarks._redis import (
     workers,
 )
 from actormem.runtime.redis import connect
+
+__all__ = (
+    "NAME",
+    "add_arguments",
+    "drive",
+    "run",
+)
 
 NAME = "distributed"
 

@@ -29,8 +29,8 @@ import anyio
 
 from actormem.actors import MemoryRuntime, Message
 from actormem.actors.config import MemoryConfig
-from actormem.actors.memory._exchange import counted_add, sender_config
 from actormem.actors.memory.commands import Add, Context
+from actormem.actors.memory.exchange import counted_add, sender_config
 from actormem.benchmarks._common import (
     Row,
     above,
@@ -45,6 +45,21 @@ from actormem.benchmarks._common import (
     step,
 )
 from actormem.runtime import ActormemError
+
+__all__ = (
+    "NAME",
+    "SUSTAINED",
+    "Baseline",
+    "CpuClock",
+    "Level",
+    "add_arguments",
+    "measure",
+    "metered",
+    "open_loop",
+    "peak_rate",
+    "raw_anyio_asker",
+    "run",
+)
 
 NAME = "latency"
 

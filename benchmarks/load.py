@@ -64,6 +64,13 @@ from actormem.runtime import ActormemError, ConfigError
 from actormem.runtime.config import redact_url
 from actormem.runtime.redis import Keys, check_server, connect, redis_errors, shard_of
 
+__all__ = (
+    "NAME",
+    "Gauges",
+    "add_arguments",
+    "run",
+)
+
 NAME = "load"
 
 

@@ -23,6 +23,13 @@ from actormem.benchmarks._common import (
 from actormem.benchmarks.throughput import actormem_add
 from actormem.runtime import Actor, Runtime
 
+__all__ = (
+    "NAME",
+    "NEEDS",
+    "add_arguments",
+    "run",
+)
+
 NAME = "peers"
 
 

@@ -20,7 +20,7 @@ same rate: whether a tail comes from more work per ask or from how the work
 waits for a core.
 
 With ``--trace`` the client and the worker record when each ask passed each stage
-of its way (see :mod:`actormem.runtime.redis._trace`), and the run adds, per level,
+of its way (see :mod:`actormem.runtime.redis.trace`), and the run adds, per level,
 the p50 and p99 of the time between stages: the client's outbox, on to the
 worker's read, the mailbox, the handler, the wait for the commit call and the call
 itself, the worker's reply outbox, and the reply back to the asker. Tracing costs
@@ -64,9 +64,9 @@ from actormem.benchmarks._redis import (
     workers,
 )
 from actormem.benchmarks.latency import Baseline, measure
-from actormem.runtime._gc import RECORD_ENV, Collections
+from actormem.runtime.collector import RECORD_ENV, Collections
 from actormem.runtime.redis import connect
-from actormem.runtime.redis._trace import (
+from actormem.runtime.redis.trace import (
     TRACE_ENV,
     Records,
     Stage,
@@ -76,6 +76,14 @@ from actormem.runtime.redis._trace import (
     loop_lags,
     spans,
     timelines,
+)
+
+__all__ = (
+    "NAME",
+    "add_arguments",
+    "gc_rows",
+    "run",
+    "stage_rows",
 )
 
 NAME = "redis_latency"

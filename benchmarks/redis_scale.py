@@ -75,6 +75,12 @@ from actormem.benchmarks._redis import (
 )
 from actormem.runtime.redis.transport import RedisTransport
 
+__all__ = (
+    "NAME",
+    "add_arguments",
+    "run",
+)
+
 NAME = "redis_scale"
 
 #: Seconds an idle agent stays in the worker's memory in this benchmark.

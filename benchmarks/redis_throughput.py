@@ -56,6 +56,13 @@ from actormem.benchmarks._redis import (
     worker_runtime,
 )
 
+__all__ = (
+    "NAME",
+    "actormem_add",
+    "add_arguments",
+    "run",
+)
+
 NAME = "redis_throughput"
 
 

@@ -62,6 +62,14 @@ from actormem.benchmarks.retrieval_eval import (
     held_out,
 )
 
+__all__ = (
+    "DEFAULT_DATA",
+    "NAME",
+    "SLOW_ASK",
+    "add_arguments",
+    "run",
+)
+
 NAME = "retrieval"
 
 #: Where the development split lies, seen from a checkout of the repository.

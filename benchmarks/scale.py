@@ -34,6 +34,12 @@ from actormem.benchmarks._common import (
     wait_processed,
 )
 
+__all__ = (
+    "NAME",
+    "add_arguments",
+    "run",
+)
+
 NAME = "scale"
 
 

@@ -52,6 +52,19 @@ from actormem.benchmarks._common import (
 from actormem.benchmarks._simulation_sizes import run_sizes
 from actormem.runtime.errors import ConfigError
 
+__all__ = (
+    "AGREE",
+    "BRAIN_HELP",
+    "MAX_IN_FLIGHT_HELP",
+    "NAME",
+    "OWN_MS_TARGET",
+    "TARGET",
+    "TRANSPORTS",
+    "add_arguments",
+    "run",
+    "run_config",
+)
+
 NAME = "simulation"
 
 #: Issue 22's target: the simulation over Redis at least this share of in process.

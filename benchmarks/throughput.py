@@ -34,6 +34,16 @@ from actormem.benchmarks._common import (
     timed_adds,
 )
 
+__all__ = (
+    "NAME",
+    "Rate",
+    "actormem_add",
+    "add_arguments",
+    "raw_anyio",
+    "raw_tiktoken",
+    "run",
+)
+
 NAME = "throughput"
 
 

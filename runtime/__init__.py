@@ -17,11 +17,13 @@ from actormem.runtime.errors import (
     HandlerError,
     InvalidAddressError,
     MailboxFullError,
+    MessageDecodeError,
     MessageTooLargeError,
     NoOwnerError,
     RuntimeClosedError,
     TooManyAsksError,
     TransportError,
+    TransportUnavailableError,
 )
 from actormem.runtime.ids import new_id
 from actormem.runtime.state import Durable, DurableChanges, SnapshotState, is_durable
@@ -49,6 +51,7 @@ __all__ = (
     "LocalTransport",
     "LoggingConfig",
     "MailboxFullError",
+    "MessageDecodeError",
     "MessageTooLargeError",
     "NoOwnerError",
     "Reply",
@@ -63,6 +66,7 @@ __all__ = (
     "Transport",
     "TransportError",
     "TransportHost",
+    "TransportUnavailableError",
     "get_counter",
     "is_durable",
     "load_toml",

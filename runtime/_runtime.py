@@ -19,16 +19,16 @@ import anyio
 import anyio.abc
 import msgspec
 
-from actormem.runtime import _gc
+from actormem.runtime import collector
 from actormem.runtime._actor import ActorRef, Forward
 from actormem.runtime._asks import Asks
 from actormem.runtime._cell import ActorFactory, Kind
-from actormem.runtime._closing import AsyncClosing
 from actormem.runtime._dispatch import Dispatcher
 from actormem.runtime._envelope import Command, Envelope, Reply
 from actormem.runtime._handling import derived_id, handling, outside_handling
 from actormem.runtime._pipes import Pipes
 from actormem.runtime._supervision import STOP_HOOK_TIMEOUT, Supervisor
+from actormem.runtime.closing import AsyncClosing
 from actormem.runtime.config import MetricsConfig, RuntimeConfig, SupervisionConfig
 from actormem.runtime.errors import MailboxFullError, RuntimeClosedError
 from actormem.runtime.ids import split_address
@@ -160,7 +160,7 @@ class Runtime(AsyncClosing):
         except BaseException:
             self._state = "closed"
             raise
-        self._gc_held = _gc.hold(self.config.gc_threshold, self.config.gc_freeze)
+        self._gc_held = collector.hold(self.config.gc_threshold, self.config.gc_freeze)
         tg = anyio.create_task_group()
         await tg.__aenter__()
         self._tg = self._asks.tg = tg
@@ -247,7 +247,7 @@ class Runtime(AsyncClosing):
     def _release_gc(self) -> None:
         if self._gc_held:
             self._gc_held = False
-            _gc.release()
+            collector.release()
 
     def _check_open(self) -> None:
         if self._state != "open" and self._state != "closing":

@@ -25,6 +25,7 @@ __all__ = (
     "DEFAULT_MAILBOX_SIZE",
     "DEFAULT_THROUGHPUT",
     "REDACTED",
+    "ConfigSection",
     "LoggingConfig",
     "MetricsConfig",
     "RuntimeConfig",
@@ -113,12 +114,13 @@ def redacted(config: msgspec.Struct) -> dict[str, Any]:
     return out
 
 
-class _Section(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    """Base of every config section: frozen, unknown keys are errors.
+class ConfigSection(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Base of every config section, the runtime's and the domain's.
 
-    ``__post_init__`` checks use the range helpers below; the ValueError they raise
-    becomes a ConfigError naming the file and the section. The repr (and so ``str``)
-    hides secrets as :func:`redacted` does, and so does rich's pretty printer.
+    A section is frozen, and an unknown key is an error. ``__post_init__`` checks
+    use the range helpers below; the ValueError they raise becomes a ConfigError
+    naming the file and the section. The repr (and so ``str``) hides secrets as
+    :func:`redacted` does, and so does rich's pretty printer.
     """
 
     #: Fields holding a secret, shown as ``***`` when set.
@@ -151,7 +153,7 @@ class _Section(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=
                 raise ValueError(f"{key} must be within {low:g}..{high:g}, got {value}")
 
 
-class SupervisionConfig(_Section, frozen=True):
+class SupervisionConfig(ConfigSection, frozen=True):
     """What happens when an actor's handler raises an unexpected exception.
 
     Attributes:
@@ -184,7 +186,7 @@ class SupervisionConfig(_Section, frozen=True):
             raise ValueError(f"backoff_seconds must be >= 0, got {self.backoff_seconds}")
 
 
-class RuntimeConfig(_Section, frozen=True):
+class RuntimeConfig(ConfigSection, frozen=True):
     """The actor machinery.
 
     Attributes:
@@ -240,7 +242,7 @@ class RuntimeConfig(_Section, frozen=True):
         self._above(0, "ask_timeout", "drain_timeout")
 
 
-class LoggingConfig(_Section, frozen=True):
+class LoggingConfig(ConfigSection, frozen=True):
     """structlog output.
 
     Attributes:
@@ -252,7 +254,7 @@ class LoggingConfig(_Section, frozen=True):
     level: Literal["debug", "info", "warning", "error"] = "info"
 
 
-class MetricsConfig(_Section, frozen=True):
+class MetricsConfig(ConfigSection, frozen=True):
     """The Prometheus endpoint and a worker's periodic status line.
 
     Attributes:

@@ -30,6 +30,26 @@ boundary with ``raise ... from exc`` so the cause stays visible.
 
 from __future__ import annotations
 
+__all__ = (
+    "ActorError",
+    "ActorNotFoundError",
+    "ActorStoppedError",
+    "ActormemError",
+    "AskTimeoutError",
+    "ConfigError",
+    "HandlerError",
+    "InvalidAddressError",
+    "MailboxFullError",
+    "MessageDecodeError",
+    "MessageTooLargeError",
+    "NoOwnerError",
+    "RuntimeClosedError",
+    "TooManyAsksError",
+    "TransportError",
+    "TransportUnavailableError",
+    "first_error",
+)
+
 
 class ActormemError(Exception):
     """Base class of every error actormem raises on purpose."""

@@ -5,25 +5,13 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
+import sys
 from pathlib import Path
 
 import pytest
 
-PACKAGES = ("actormem", "actormem.runtime", "actormem.actors", "actormem.benchmarks")
-
-
-def _modules() -> dict[str, Path]:
-    """Every module of the installed package, by dotted name."""
-    found: dict[str, Path] = {}
-    for package in PACKAGES:
-        root = Path(importlib.import_module(package).__file__ or "").parent
-        files = root.glob("*.py") if package == "actormem" else root.rglob("*.py")
-        for path in files:
-            parts = path.relative_to(root).with_suffix("").parts
-            if parts[-1] == "__init__":
-                parts = parts[:-1]
-            found[".".join((package, *parts))] = path
-    return found
+from tests.support.modules import package_modules
 
 
 def _imported_at_run_time(tree: ast.Module) -> set[str]:
@@ -51,7 +39,7 @@ def _imported_at_run_time(tree: ast.Module) -> set[str]:
 
 
 def _graph() -> dict[str, set[str]]:
-    modules = _modules()
+    modules = package_modules()
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
         imported = _imported_at_run_time(ast.parse(path.read_text()))
@@ -117,7 +105,7 @@ def test_the_circle_finder_finds_a_circle() -> None:
 )
 def test_the_arrows_between_rooms_point_one_way(room: str, never: tuple[str, ...]) -> None:
     # Deferred imports count here too: a function may not reach into a later room.
-    for name, path in _modules().items():
+    for name, path in package_modules().items():
         if not name.startswith(room + ".") and name != room:
             continue
         every: set[str] = set()
@@ -128,3 +116,73 @@ def test_the_arrows_between_rooms_point_one_way(room: str, never: tuple[str, ...
                 every.add(node.module)
         wrong = {n for n in every if n.startswith(never)}
         assert not wrong, f"{path} imports {wrong}"
+
+
+def _room(module: str) -> str:
+    """The room a module is in: a repository folder's package, or the root."""
+    for room in ("actormem.runtime", "actormem.actors", "actormem.benchmarks"):
+        if module == room or module.startswith(room + "."):
+            return room
+    return "actormem"
+
+
+def _private(dotted: str) -> bool:
+    return any(part.startswith("_") and not part.startswith("__") for part in dotted.split("."))
+
+
+def test_no_room_imports_another_rooms_private_names() -> None:
+    # Deferred and type-only imports count too. A private module or name is the
+    # room's own; another room imports it from a public module.
+    wrong: list[str] = []
+    for name, path in package_modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                imported = [f"{node.module}.{alias.name}" for alias in node.names]
+            else:
+                continue
+            wrong += [
+                f"{path}:{node.lineno}: {dotted}"
+                for dotted in imported
+                if dotted.startswith("actormem.")
+                and _room(dotted) != _room(name)
+                and _private(dotted)
+            ]
+    assert wrong == []
+
+
+#: The repository's folders that are subpackages of actormem once installed.
+BARE = ("runtime", "actors", "benchmarks")
+#: A dotted module path (``-m`` argument, ``module:function`` reference) under a bare name.
+_BARE_PATH = re.compile(r"(runtime|actors|benchmarks)((\.(?!py$)\w+)+(:\w+)?|:\w+)")
+
+
+@pytest.mark.parametrize("bare", BARE)
+def test_a_folder_cannot_be_imported_under_its_bare_name(bare: str) -> None:
+    # The repository root is on sys.path (for ``tests``): a bare import would load a
+    # second copy of every module, with its own error classes.
+    with pytest.raises(ModuleNotFoundError, match=f"actormem.{bare}"):
+        importlib.import_module(bare)
+    copies = [name for name in sys.modules if name.partition(".")[0] == bare]
+    assert copies == [], f"bare-name copies in this session: {copies}"
+
+
+def test_no_test_refers_to_a_folder_by_its_bare_name() -> None:
+    wrong: list[str] = []
+    for path in sorted(Path(__file__).parent.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                named = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                named = [node.module or ""]
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                named = [node.value] if _BARE_PATH.fullmatch(node.value) else []
+            else:
+                continue
+            wrong += [
+                f"{path}:{node.lineno}: {name}"
+                for name in named
+                if name.partition(".")[0].partition(":")[0] in BARE
+            ]
+    assert wrong == []

@@ -1,1 +1,3 @@
 """The application: wiring (MemoryRuntime), the command line, and the simulation."""
+
+__all__ = ()

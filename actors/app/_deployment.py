@@ -14,8 +14,7 @@ import msgspec
 from actormem.actors.config import AppConfig, load_app_config
 from actormem.runtime.config import redact_url
 from actormem.runtime.errors import ConfigError
-from actormem.runtime.redis import connect, open_client
-from actormem.runtime.redis._dead_letters import is_letter_id
+from actormem.runtime.redis import connect, is_letter_id, open_client
 from actormem.runtime.redis.config import RedisConfig
 
 __all__ = (

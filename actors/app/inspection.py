@@ -42,8 +42,7 @@ from actormem.actors.pool.commands import POOL_ADDRESS
 from actormem.runtime import ActorContext, Runtime
 from actormem.runtime.cli import positive_int
 from actormem.runtime.errors import ConfigError
-from actormem.runtime.redis import open_client
-from actormem.runtime.redis._counters import WorkerCounters
+from actormem.runtime.redis import WorkerCounters, open_client
 from actormem.runtime.redis.status import (
     DeploymentStatus,
     StoredActor,

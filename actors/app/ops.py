@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from actormem.actors.app import wiring  # noqa: F401  (registers the app's message types)
+from actormem.actors.app import wiring  # noqa: F401  (declares the app's message types)
 from actormem.actors.app._deployment import (
     READ_ONLY,
     check_url,
@@ -38,13 +38,14 @@ from actormem.actors.app._deployment import (
 from actormem.actors.app.inspection import add_inspect
 from actormem.runtime.cli import OneLineParser, positive_int
 from actormem.runtime.errors import MessageDecodeError
-from actormem.runtime.redis import default_codec, requeue_dead_letters
-from actormem.runtime.redis._dead_letters import (
+from actormem.runtime.redis import (
     DeadLetter,
     count_dead_letters,
+    default_codec,
     drop_dead_letters,
     is_letter_id,
     read_dead_letters,
+    requeue_dead_letters,
 )
 from actormem.runtime.redis.config import RedisConfig
 from actormem.runtime.redis.health import DEFAULT_HEALTH_TIMEOUT, Health, check_health

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Any, Final
+import sys
+from typing import TYPE_CHECKING, Any, Final, cast
 
 import anyio
 import msgspec
@@ -40,8 +41,10 @@ from actormem.runtime import ConfigError, Runtime, Transport
 from actormem.runtime.config import decode_config
 from actormem.runtime.errors import ActormemError, first_error
 from actormem.runtime.logging import configure_logging
-from actormem.runtime.redis import register_error_types, register_message_types
-from actormem.runtime.redis.transport import RedisTransport
+from actormem.runtime.wire_types import declare_error_types, declare_message_types
+
+if TYPE_CHECKING:
+    from actormem.runtime.redis.transport import RedisTransport
 
 log = structlog.get_logger("actormem.pool")
 
@@ -77,15 +80,16 @@ def _tagged(module: Any) -> list[type[msgspec.Struct]]:
 
 
 # Everything that crosses a Redis stream: the commands (tagged Structs) and the
-# errors a remote asker should get back as themselves.
-register_message_types(
+# errors a remote asker should get back as themselves. Declaring loads no Redis
+# module; the Redis codec takes them when it is made.
+declare_message_types(
     *_tagged(commands),
     *_tagged(pool_commands),
     InsightDelivery,
     CompressRequest,
     CompressionOutcome,
 )
-register_error_types(
+declare_error_types(
     MemoryInputError,
     ContextBudgetError,
     InsightError,
@@ -94,6 +98,18 @@ register_error_types(
     ReloadArgumentsError,
     SessionFileError,
 )
+
+
+def _redis_transport(transport: Transport | None) -> RedisTransport | None:
+    """``transport`` if it is a Redis transport, else None.
+
+    A Redis transport exists only once its module is imported, so the check
+    imports nothing.
+    """
+    module = sys.modules.get("actormem.runtime.redis.transport")
+    if module is not None and isinstance(transport, module.RedisTransport):
+        return cast("RedisTransport", transport)
+    return None
 
 
 def register_actors(runtime: Runtime, config: AppConfig) -> None:
@@ -153,6 +169,8 @@ def worker_register(runtime: Runtime) -> None:
 def transport_for(config: AppConfig, *, worker: bool = True) -> Transport | None:
     """The transport the config asks for (None: the in-process default)."""
     if config.runtime.transport == "redis":
+        from actormem.runtime.redis.transport import RedisTransport
+
         return RedisTransport(config.redis.url, config.redis, worker=worker)
     return None
 
@@ -217,7 +235,8 @@ class MemoryRuntime(Runtime):
         transport = transport or transport_for(self.app_config)
         # A client of workers hosts no agents; the deployment's config names the
         # workers' port, which a client on a worker's host would find taken.
-        client = isinstance(transport, RedisTransport) and not transport.worker
+        redis = _redis_transport(transport)
+        client = redis is not None and not redis.worker
         super().__init__(
             self.app_config.runtime,
             transport=transport,

@@ -35,7 +35,6 @@ from actormem.actors.errors import MemoryInputError
 from actormem.actors.messages import count_tokens
 from actormem.actors.metrics import ActorCounts
 from actormem.runtime import Actor, ActorContext, TokenCounter, get_counter
-from actormem.runtime.redis import shard_of
 
 __all__ = (
     "COMPRESSOR_KIND",
@@ -78,6 +77,9 @@ def compressor_address(agent: str, concurrency: int, shards: int = 0, home: str 
     if concurrency < 0 or shards < 0:
         raise ValueError(f"concurrency and shards must be >= 0, got {concurrency} and {shards}")
     if concurrency == 0 and shards:
+        # Over Redis only: an in-process runtime loads no Redis module.
+        from actormem.runtime.redis.keys import shard_of
+
         if not home:
             raise ValueError("an automatic pool over Redis needs the asking memory's address")
         return f"{COMPRESSOR_KIND}/{_keys_by_shard(shards)[shard_of(home, shards)]}"
@@ -88,6 +90,8 @@ def compressor_address(agent: str, concurrency: int, shards: int = 0, home: str 
 @functools.cache
 def _keys_by_shard(shards: int) -> tuple[int, ...]:
     """For each shard, the smallest compressor key whose address lives on it."""
+    from actormem.runtime.redis.keys import shard_of
+
     keys: dict[int, int] = {}
     n = 0
     while len(keys) < shards:

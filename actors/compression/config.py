@@ -14,7 +14,7 @@ from typing import Final, Literal
 
 import msgspec
 
-from actormem.runtime.config import _Section
+from actormem.runtime.config import ConfigSection
 
 __all__ = (
     "DEFAULT_LARGE_PAYLOAD_THRESHOLD",
@@ -61,7 +61,7 @@ PLAN_NOTE_TOOLS: Final = (
 )
 
 
-class LLMConfig(_Section, frozen=True):
+class LLMConfig(ConfigSection, frozen=True):
     """The OpenAI-compatible summarizer (used when ``summarizer = "openai"``).
 
     Attributes:
@@ -115,7 +115,7 @@ class LLMConfig(_Section, frozen=True):
         return os.environ.get(self.api_key_env) or None
 
 
-class CompressionConfig(_Section, frozen=True):
+class CompressionConfig(ConfigSection, frozen=True):
     """When the working view is compressed, and how.
 
     The memory actor asks for compression when the view holds more than

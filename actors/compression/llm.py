@@ -26,7 +26,7 @@ from actormem.actors.compression.config import LLMConfig
 from actormem.actors.compression.offload import render_transcript
 from actormem.actors.compression.summarizers import OfflineSummarizer, Purpose, RunUsage
 from actormem.actors.messages import Message
-from actormem.runtime._closing import AsyncClosing
+from actormem.runtime.closing import AsyncClosing
 from actormem.runtime.config import redact_url
 from actormem.runtime.tokens import TokenCounter
 

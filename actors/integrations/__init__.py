@@ -16,3 +16,5 @@ when used (``import actormem`` never needs them).
   (names, input schemas, and their calls on a memory handle), for any
   tool-calling protocol.
 """
+
+__all__ = ()

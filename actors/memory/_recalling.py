@@ -9,7 +9,6 @@ from typing import Any
 import msgspec
 
 from actormem.actors.errors import MemoryInputError
-from actormem.actors.memory._exchange import _batch, _tool_call
 from actormem.actors.memory._handle_base import HandleBase
 from actormem.actors.memory.commands import (
     AnswerToolCall,
@@ -26,6 +25,7 @@ from actormem.actors.memory.commands import (
     StartEpisode,
     SummarizeEpisodes,
 )
+from actormem.actors.memory.exchange import _batch, _tool_call
 from actormem.actors.memory.inputs import shown
 from actormem.actors.messages import Message, ToolCall
 from actormem.actors.recall.episodes import Episode

@@ -14,16 +14,6 @@ from typing import Any
 import msgspec
 
 from actormem.actors.errors import MemoryInputError
-from actormem.actors.memory._exchange import (
-    _batch,
-    _extra,
-    _listed,
-    counted_add,
-    read_export,
-    sender_config,
-    to_message,
-    write_export,
-)
 from actormem.actors.memory._recalling import RecallOps
 from actormem.actors.memory._sharing import SharingOps
 from actormem.actors.memory.commands import (
@@ -44,6 +34,16 @@ from actormem.actors.memory.commands import (
     SetSummary,
     Stats,
     Update,
+)
+from actormem.actors.memory.exchange import (
+    _batch,
+    _extra,
+    _listed,
+    counted_add,
+    read_export,
+    sender_config,
+    to_message,
+    write_export,
 )
 from actormem.actors.memory.inputs import shown
 from actormem.actors.messages import Message, Role

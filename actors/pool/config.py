@@ -9,7 +9,7 @@ import msgspec
 
 from actormem.actors.pool.insights import DEFAULT_MAX_INSIGHT_CHARS, InsightSigner
 from actormem.actors.text.duplicates import DEFAULT_NEAR_DUPLICATE_THRESHOLD, DEFAULT_SHINGLE_SIZE
-from actormem.runtime.config import _Section
+from actormem.runtime.config import ConfigSection
 
 __all__ = ("FeedConfig", "PoolConfig")
 
@@ -19,7 +19,7 @@ DEFAULT_MAX_DEFERRED: Final = 10_000
 DEFAULT_APPLIED_WINDOW: Final = 10_000
 
 
-class FeedConfig(_Section, frozen=True):
+class FeedConfig(ConfigSection, frozen=True):
     """The ranked feed each subscriber gets with ``delivery = "feed"`` (``[pool.feed]``).
 
     Every tick, each subscriber receives at most ``size`` insights it has not had,
@@ -62,7 +62,7 @@ class FeedConfig(_Section, frozen=True):
         self._at_least(0.0, "relevance", "recency", "social", "popularity", "interval")
 
 
-class PoolConfig(_Section, frozen=True):
+class PoolConfig(ConfigSection, frozen=True):
     """The insight pool.
 
     Attributes:

@@ -1,1 +1,3 @@
 """What an agent recalls beyond its conversation: long-term memory, episodes, memory tools."""
+
+__all__ = ()

@@ -7,7 +7,7 @@ import enum
 import math
 from typing import Final
 
-from actormem.runtime.config import _Section
+from actormem.runtime.config import ConfigSection as _Section
 
 __all__ = ("ControlMode", "LongTermConfig")
 

@@ -44,10 +44,10 @@ from actormem.runtime.redis._erasure import Erasure
 from actormem.runtime.redis._retry import forever, retrying
 from actormem.runtime.redis._rounds import Rounds, rounds
 from actormem.runtime.redis._shards import PendingCommit, StreamEnvelope
-from actormem.runtime.redis._trace import Stage
 from actormem.runtime.redis._unsent import Unsent
 from actormem.runtime.redis._wire import wire
 from actormem.runtime.redis.keys import CONSUMER_GROUP, shard_of
+from actormem.runtime.redis.trace import Stage
 from actormem.runtime.state import Durable, DurableChanges, is_durable
 
 if TYPE_CHECKING:
@@ -508,7 +508,7 @@ class GroupCommit:
 
     async def _store_timed(self, shard: Shard, batch: list[PendingCommit]) -> list[int] | None:
         """:meth:`CommitCalls.store`, its size and time recorded when metrics are on, its stages
-        when the transport traces (see ``_trace``)."""
+        when the transport traces (see ``trace``)."""
         metrics, trace = self.metrics, self._link.trace
         if metrics is None and trace is None:
             return await self._calls.store(shard, batch)

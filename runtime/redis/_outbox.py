@@ -104,7 +104,7 @@ class Outbox:
         self.finished = 0
         self._progress: anyio.Event | None = None
         #: Called as each batch is sent, with the position of its last entry (see
-        #: :attr:`appended`): a tracer's (see ``_trace``).
+        #: :attr:`appended`): a tracer's (see ``trace``).
         self.on_writing: Callable[[int], None] | None = None
         #: Called as a batch is taken that empties the queue, while no sender waits
         #: for room: commands to send after the batch, in its pipeline (None: none).

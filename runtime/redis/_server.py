@@ -6,7 +6,7 @@ The binary is ``redis-server`` from ``PATH``, else the one shipped inside the
 loopback TCP port) in its own temp dir, saves nothing unless AOF is asked for,
 and is stopped and its directory removed on exit, even when the body raised. If the process
 that started it dies without stopping it (SIGKILL), the server is stopped and
-its directory removed all the same (see :mod:`actormem.runtime._lifetime`).
+its directory removed all the same (see :mod:`actormem.runtime.lifetime`).
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from typing import Final
 import anyio
 import structlog
 
-from actormem.runtime._closing import AsyncClosing
-from actormem.runtime._lifetime import die_with_parent, keeper
+from actormem.runtime.closing import AsyncClosing
 from actormem.runtime.errors import TransportUnavailableError
+from actormem.runtime.lifetime import die_with_parent, keeper
 
 __all__ = ("EmbeddedRedis", "find_redis_server", "free_port")
 

@@ -18,10 +18,10 @@ if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
     from actormem.runtime.redis._handover import HandedTell
-    from actormem.runtime.redis._trace import Tracer
     from actormem.runtime.redis.codec import Codec
     from actormem.runtime.redis.config import RedisConfig
     from actormem.runtime.redis.keys import Keys
+    from actormem.runtime.redis.trace import Tracer
     from actormem.runtime.transports.base import TransportHost
 
 __all__ = (

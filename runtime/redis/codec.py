@@ -28,6 +28,7 @@ import msgspec
 from actormem.runtime import errors as _errors
 from actormem.runtime._envelope import Envelope, Reply
 from actormem.runtime.errors import ActorError, HandlerError, MessageDecodeError, TransportError
+from actormem.runtime.wire_types import take_declared
 
 __all__ = (
     "Codec",
@@ -408,8 +409,9 @@ def _runtime_error_types() -> tuple[type[BaseException], ...]:
     )
 
 
-#: The codec transports use unless given another.
+#: The codec transports use unless given another; it knows every declared type.
 default_codec: Final = Codec()
+take_declared(default_codec)
 
 
 def register_message_types(*types: type[msgspec.Struct]) -> None:

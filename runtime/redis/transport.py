@@ -83,12 +83,12 @@ from actormem.runtime.redis._replies import Replies
 from actormem.runtime.redis._retry import forever, retrying
 from actormem.runtime.redis._server import EmbeddedRedis
 from actormem.runtime.redis._shards import Holdings, RedeliveredEnvelope, StreamEnvelope
-from actormem.runtime.redis._trace import Tracer, attach, from_env
 from actormem.runtime.redis._unowned import UnownedAsks
 from actormem.runtime.redis._unsent import Unsent
 from actormem.runtime.redis.codec import Codec, default_codec
 from actormem.runtime.redis.config import RedisConfig
 from actormem.runtime.redis.keys import Keys, shard_of
+from actormem.runtime.redis.trace import Tracer, attach, from_env
 from actormem.runtime.transports.base import Transport, TransportHost
 
 if TYPE_CHECKING:
@@ -245,7 +245,7 @@ class RedisTransport(Transport):
             tell_again=self._tell_through_stream,
         )
         self._unowned = UnownedAsks(self)
-        #: Records the stages of its asks (None: off; see ``_trace``).
+        #: Records the stages of its asks (None: off; see ``trace``).
         self.trace: Tracer | None = None
         attach(self, from_env())
 

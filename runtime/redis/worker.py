@@ -27,12 +27,12 @@ import anyio
 import msgspec
 import structlog
 
-from actormem.runtime._closing import AsyncClosing
-from actormem.runtime._lifetime import die_with_parent, keeper
 from actormem.runtime._loop import run as run_loop
 from actormem.runtime._runtime import Runtime
+from actormem.runtime.closing import AsyncClosing
 from actormem.runtime.config import MetricsConfig, RuntimeConfig
 from actormem.runtime.errors import ActormemError, ConfigError, TransportUnavailableError
+from actormem.runtime.lifetime import die_with_parent, keeper
 from actormem.runtime.redis._client import connect, redis_errors
 from actormem.runtime.redis._counters import (
     WorkerCounters,
@@ -190,7 +190,7 @@ class WorkerProcesses(AsyncClosing):
     """Launches ``count`` worker subprocesses against one Redis; stops them on exit.
 
     The workers do not outlive this process: each gets SIGTERM when it dies, even
-    by SIGKILL (see :mod:`actormem.runtime._lifetime`). Their logs stay readable
+    by SIGKILL (see :mod:`actormem.runtime.lifetime`). Their logs stay readable
     after :meth:`aclose` and their temp dir is removed when this process ends,
     however it ends. Each runs in a process group of its own, so a terminal's
     Ctrl-C reaches only this process, which then stops them in order.

@@ -17,7 +17,9 @@ the application) is ``actormem.actors``; the load tests are ``actormem.benchmark
     anyio.run(main)
 """
 
+import importlib
 from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any
 
 from actormem.actors import (
     CONTEXT_RELOAD_TOOL,
@@ -30,8 +32,10 @@ from actormem.actors import (
     CompressRequest,
     ContextBudgetError,
     ControlMode,
+    EmbeddingError,
     Episode,
     EpisodeConfig,
+    FactExtractionError,
     FoundEntry,
     Insight,
     InsightError,
@@ -46,6 +50,7 @@ from actormem.actors import (
     MemoryRuntime,
     MemoryStats,
     Message,
+    MissingExtraError,
     PoolActor,
     PoolConfig,
     PoolStats,
@@ -86,6 +91,7 @@ from actormem.runtime import (
     LocalTransport,
     LoggingConfig,
     MailboxFullError,
+    MessageDecodeError,
     MessageTooLargeError,
     NoOwnerError,
     Reply,
@@ -99,11 +105,18 @@ from actormem.runtime import (
     Transport,
     TransportError,
     TransportHost,
+    TransportUnavailableError,
     get_counter,
     load_toml,
     new_id,
     split_address,
 )
+
+if TYPE_CHECKING:
+    from actormem.actors.app.simulation.brains.protocol import BrainError
+
+#: Names whose modules load much more than they hold, imported on first use.
+_LAZY = {"BrainError": "actormem.actors.app.simulation.brains.protocol"}
 
 try:
     __version__ = version("actormem")
@@ -125,6 +138,7 @@ __all__ = (
     "AgentMemory",
     "AppConfig",
     "AskTimeoutError",
+    "BrainError",
     "Command",
     "CompressRequest",
     "CompressionConfig",
@@ -132,9 +146,11 @@ __all__ = (
     "ConfigError",
     "ContextBudgetError",
     "ControlMode",
+    "EmbeddingError",
     "Envelope",
     "Episode",
     "EpisodeConfig",
+    "FactExtractionError",
     "FoundEntry",
     "HandlerError",
     "Insight",
@@ -154,7 +170,9 @@ __all__ = (
     "MemoryRuntime",
     "MemoryStats",
     "Message",
+    "MessageDecodeError",
     "MessageTooLargeError",
+    "MissingExtraError",
     "NoOwnerError",
     "PoolActor",
     "PoolConfig",
@@ -180,6 +198,7 @@ __all__ = (
     "Transport",
     "TransportError",
     "TransportHost",
+    "TransportUnavailableError",
     "__version__",
     "check_openai_messages",
     "compress",
@@ -194,3 +213,20 @@ __all__ = (
     "split_address",
     "to_message",
 )
+
+
+# Type checkers see the lazy names through the TYPE_CHECKING import above; a
+# module __getattr__ they saw would make every misspelt name resolve.
+if not TYPE_CHECKING:
+
+    def __getattr__(name: str) -> Any:
+        """Import a name of :data:`_LAZY` from its module when it is first used."""
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *_LAZY})

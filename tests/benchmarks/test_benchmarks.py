@@ -114,7 +114,7 @@ async def test_a_baseline_that_cannot_keep_up_gives_no_ratio() -> None:
 def test_the_gc_rows_count_each_levels_collections_per_10000_asks_by_process() -> None:
     from actormem.benchmarks._common import Recorder, recording, step, steps_so_far
     from actormem.benchmarks.redis_latency import gc_rows
-    from actormem.runtime._gc import Collection, Collections
+    from actormem.runtime.collector import Collection, Collections
 
     with recording(Recorder()):
         step("context(): peak")

@@ -91,7 +91,7 @@ def test_messages_are_not_tracked_by_the_collector() -> None:
 
 
 def test_collections_records_each_collection_while_started() -> None:
-    from actormem.runtime._gc import Collections
+    from actormem.runtime.collector import Collections
 
     with Collections() as record:
         gc.collect(1)
@@ -110,7 +110,7 @@ def test_collections_records_each_collection_while_started() -> None:
 
 
 def test_collections_are_written_and_read_back(tmp_path: Path) -> None:
-    from actormem.runtime._gc import Collections
+    from actormem.runtime.collector import Collections
 
     with Collections() as record:
         gc.collect(0)
@@ -122,7 +122,7 @@ def test_collections_are_written_and_read_back(tmp_path: Path) -> None:
 def test_a_process_started_with_the_record_env_writes_its_collections_at_exit(
     tmp_path: Path,
 ) -> None:
-    from actormem.runtime._gc import RECORD_ENV, Collections
+    from actormem.runtime.collector import RECORD_ENV, Collections
 
     script = (
         "import anyio, gc\n"

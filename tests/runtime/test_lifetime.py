@@ -20,7 +20,7 @@ _PARENT = textwrap.dedent(
     """
     import subprocess, sys, tempfile, time
     from pathlib import Path
-    from actormem.runtime._lifetime import die_with_parent, keeper
+    from actormem.runtime.lifetime import die_with_parent, keeper
 
     signalled = subprocess.Popen(["sleep", "600"], preexec_fn=die_with_parent())
     watched = subprocess.Popen(["sleep", "600"], start_new_session=True)

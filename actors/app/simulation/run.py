@@ -64,8 +64,7 @@ from actormem.actors.messages import Message
 from actormem.actors.pool.commands import PoolStats
 from actormem.runtime.config import redacted
 from actormem.runtime.errors import ActormemError
-from actormem.runtime.redis import RedisTransport
-from actormem.runtime.redis._counters import read_workers_total
+from actormem.runtime.redis import RedisTransport, read_workers_total
 
 __all__ = ("DRAIN_S", "PARTIAL_REPORT_S", "STALL_TIMEOUTS", "run_simulation")
 

@@ -37,7 +37,7 @@ import msgspec
 from actormem.actors.app.simulation import town
 from actormem.actors.app.simulation.town import PlantedFact, agent_names, plant_facts
 from actormem.actors.config import AppConfig, SimulationConfig
-from actormem.runtime.config import _Section, load_toml
+from actormem.runtime.config import ConfigSection, load_toml
 from actormem.runtime.errors import ConfigError
 
 __all__ = (
@@ -76,13 +76,13 @@ def _filled(template: str, what: str, **values: str) -> None:
         raise ValueError(f"{what} {template!r} may use only {names} ({exc!r})") from None
 
 
-def _not_empty(section: _Section, *keys: str) -> None:
+def _not_empty(section: ConfigSection, *keys: str) -> None:
     for key in keys:
         if not getattr(section, key):
             raise ValueError(f"{key} must not be empty")
 
 
-class Person(_Section, frozen=True):
+class Person(ConfigSection, frozen=True):
     """One agent named in the scenario (``[[people]]``)."""
 
     name: str
@@ -92,7 +92,7 @@ class Person(_Section, frozen=True):
         _not_empty(self, "name")
 
 
-class Population(_Section, frozen=True):
+class Population(ConfigSection, frozen=True):
     """The rule making the agents past the explicit people (``[population]``):
     agent ``i`` of them is ``names[i % len(names)]`` (numbered from the pool's
     second round on: ``Ada2``) and ``personas[i % len(personas)]``."""
@@ -106,7 +106,7 @@ class Population(_Section, frozen=True):
             raise ValueError("names must be distinct")
 
 
-class Relations(_Section, frozen=True):
+class Relations(ConfigSection, frozen=True):
     """Who talks to whom (``[relations]``): undirected, the rule's edges plus ``edges``.
 
     Attributes:
@@ -132,7 +132,7 @@ class Relations(_Section, frozen=True):
         self._within(0.0, 1.0, "rewire")
 
 
-class FactTemplate(_Section, frozen=True):
+class FactTemplate(ConfigSection, frozen=True):
     """Facts made like the town's (``[facts.generate]``): ``simulation.facts_per_agent``
     for each agent, a code for each pair of a thing and a place, told one a step
     within the first ``simulation.fact_steps`` steps (a fact's topic is its place)."""
@@ -148,7 +148,7 @@ class FactTemplate(_Section, frozen=True):
             _filled(getattr(self, key), key, thing="t", place="p", answer="a")
 
 
-class Fact(_Section, frozen=True):
+class Fact(ConfigSection, frozen=True):
     """One planted fact (``[[facts.planted]]``), told to ``agent`` at ``step``."""
 
     agent: str
@@ -165,14 +165,14 @@ class Fact(_Section, frozen=True):
             raise ValueError(f"answer {self.answer!r} is not in the statement")
 
 
-class Facts(_Section, frozen=True):
+class Facts(ConfigSection, frozen=True):
     """The planted facts (``[facts]``): made from a template, listed, or both."""
 
     generate: FactTemplate | None = None
     planted: tuple[Fact, ...] = ()
 
 
-class Talk(_Section, frozen=True):
+class Talk(ConfigSection, frozen=True):
     """What the scripted brain talks about (``[talk]``).
 
     Attributes:
@@ -201,7 +201,7 @@ class Talk(_Section, frozen=True):
             raise ValueError("tell_news needs a news_marker")
 
 
-class Question(_Section, frozen=True):
+class Question(ConfigSection, frozen=True):
     """A goal question asked at the end (``[[questions]]``): answered by an agent
     when ``answer`` is in one of the top ``k`` results (case-insensitive) of a ranked
     ``search`` of its memory for ``question``, or of ``retrieve(question)``."""
@@ -216,7 +216,7 @@ class Question(_Section, frozen=True):
         self._at_least(1, "k")
 
 
-class Scenario(_Section, frozen=True):
+class Scenario(ConfigSection, frozen=True):
     """A scenario file (see the module docstring)."""
 
     description: str = ""

@@ -355,9 +355,9 @@ async def test_a_refused_timestamp_never_hurts_later_calls(memory_rt: MemoryRunt
 async def test_the_size_limit_is_checked_before_tokens_are_counted(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from actormem.actors.memory import _exchange, store
+    from actormem.actors.memory import exchange, store
 
-    counted = spy_on_counting(monkeypatch, _exchange, store)
+    counted = spy_on_counting(monkeypatch, exchange, store)
     async with MemoryRuntime(small_config(), transport=LocalTransport()) as rt:
         with pytest.raises(MemoryInputError, match="the limit is 100"):
             await rt.memory("alice").add(

@@ -13,7 +13,7 @@ import redis.asyncio as aioredis
 from actormem.runtime import Runtime, RuntimeConfig
 from actormem.runtime._envelope import Envelope
 from actormem.runtime.redis import RedisConfig, RedisTransport
-from actormem.runtime.redis._trace import (
+from actormem.runtime.redis.trace import (
     SPANS,
     TRACE_ENV,
     Stage,

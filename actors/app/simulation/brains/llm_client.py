@@ -36,7 +36,7 @@ from actormem.actors.app.simulation.brains.protocol import BrainError
 from actormem.actors.app.simulation.brains.recording import Recorder, Replayer
 from actormem.actors.compression.llm import retry_after, retry_delay, retryable_errors
 from actormem.actors.config import BrainConfig
-from actormem.runtime._closing import AsyncClosing
+from actormem.runtime.closing import AsyncClosing
 from actormem.runtime.config import redact_url
 
 if TYPE_CHECKING:

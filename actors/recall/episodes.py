@@ -28,7 +28,7 @@ from actormem.actors.messages import Message
 from actormem.actors.pool.sanitize import sanitize_insight_text
 from actormem.actors.text.blocks import format_time, quote, render_block
 from actormem.actors.text.bm25 import BM25
-from actormem.runtime.config import ConfigSection as _Section
+from actormem.runtime.config import ConfigSection
 from actormem.runtime.ids import new_id
 from actormem.runtime.state import SnapshotState
 from actormem.runtime.tokens import TokenCounter
@@ -58,7 +58,7 @@ _CORE_PREAMBLE: Final = (
 Summarizer = Callable[[Sequence[Message]], str]
 
 
-class EpisodeConfig(_Section, frozen=True):
+class EpisodeConfig(ConfigSection, frozen=True):
     """Episodic and hierarchical memory.
 
     Attributes:

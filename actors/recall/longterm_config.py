@@ -7,7 +7,7 @@ import enum
 import math
 from typing import Final
 
-from actormem.runtime.config import ConfigSection as _Section
+from actormem.runtime.config import ConfigSection
 
 __all__ = ("ControlMode", "LongTermConfig")
 
@@ -41,7 +41,7 @@ class ControlMode(enum.StrEnum):
         return self is not ControlMode.STATIC_CONTROL
 
 
-class LongTermConfig(_Section, frozen=True):
+class LongTermConfig(ConfigSection, frozen=True):
     """Long-term memory.
 
     Attributes:

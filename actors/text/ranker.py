@@ -102,8 +102,8 @@ class Ranker:
         self.config = config or RankerConfig()
         self._postings: dict[str, dict[int, int]] = {}
         self._lengths: list[int] = []
-        # Plain dicts of words and counts: the collector need not track them.
-        self._terms: list[dict[str, int]] = []
+        # Each document's distinct terms, in order (their counts are in the postings).
+        self._terms: list[tuple[str, ...]] = []
         self._speakers: list[str] = []
         self._dates: list[tuple[str, ...]] = []
         self._timely: list[bool] = []
@@ -137,7 +137,7 @@ class Ranker:
             self._postings.setdefault(term, {})[index] = freq
         length = sum(counts.values())
         self._lengths.append(length)
-        self._terms.append(dict(counts))
+        self._terms.append(tuple(counts))
         who = self._who.get(speaker or "")
         if who is None:
             if len(self._who) >= _SPEAKERS_KEPT:
@@ -180,7 +180,7 @@ class Ranker:
         self._total -= self._lengths[index]
         self._lengths[index] = -1
         # Nothing of what the document said stays behind (erasure is real).
-        self._terms[index] = {}
+        self._terms[index] = ()
         self._speakers[index] = ""
         self._live -= 1
 
@@ -299,12 +299,12 @@ class Ranker:
         pool: dict[str, float] = {}
         most = max(2.0, FEEDBACK_MAX_SHARE * self._live)
         for i, s in best:
-            counts = self._terms[i]
-            size = sum(counts.values()) or 1
-            for term, f in counts.items():
-                if term in weighted or len(self._postings.get(term, ())) > most:
+            size = self._lengths[i] or 1
+            for term in self._terms[i]:
+                docs = self._postings[term]
+                if term in weighted or len(docs) > most:
                     continue
-                pool[term] = pool.get(term, 0.0) + (s / top) * f / size * self._idf(term)
+                pool[term] = pool.get(term, 0.0) + (s / top) * docs[i] / size * self._idf(term)
         chosen = heapq.nlargest(cfg.feedback_terms, pool.items(), key=_SCORE)
         total = sum(w for _, w in chosen) or 1.0
         return {t: cfg.feedback_weight * len(chosen) * w / total for t, w in chosen}

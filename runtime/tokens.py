@@ -81,6 +81,13 @@ class TokenCounter:
         self._text_costs: dict[str, int] = {}
         _counters.add(self)
 
+    def learn(self, text: str, tokens: int) -> None:
+        """Keep ``tokens`` as the count of ``text``, found exactly another way (the
+        sum of its pieces, say), so that counting it again costs nothing."""
+        if len(self._text_costs) >= TEXTS_KEPT:
+            self._text_costs.clear()
+        self._text_costs[text] = tokens
+
     def forget_texts(self) -> None:
         """Drop the texts this counter keeps with their counts."""
         self._text_costs.clear()

@@ -93,7 +93,9 @@ def render_block(
             used += cost
             clean = clean and _starts_cleanly(line)
     if chosen and clean:
-        return head + "".join(f"{line}\n" for line in chosen) + tail
+        text = head + "".join(f"{line}\n" for line in chosen) + tail
+        counter.learn(text, used)  # the caller counts the block next
+        return text
     # Elsewhere the counts of pieces need not add up exactly, so check the whole
     # and drop from the end until it fits.
     while chosen:

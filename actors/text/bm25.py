@@ -68,7 +68,7 @@ def score_counts(
     if not total:
         return out
     avg = total / n
-    for term in set(tokenize(query)):
+    for term in sorted(set(tokenize(query))):  # the same sums in every process
         holding = [i for i, (counts, _) in enumerate(documents) if term in counts]
         if not holding or (n >= COMMON_WORD_MIN_DOCS and 2 * len(holding) > n):
             continue

@@ -32,6 +32,7 @@ def test_a_block_of_lines_costs_no_more_than_its_budget(encoding: str) -> None:
         )
         if block is not None:
             assert counter.count_text(block) <= budget
+            assert counter.count_text(block) == len(counter.encode(block))
             if all(line.startswith("- ") for line in lines):
                 pieces = block.split("\n")
                 head = "\n".join(pieces[:2]) + "\n"

@@ -100,7 +100,9 @@ class Ranker:
 
     def __init__(self, config: RankerConfig | None = None) -> None:
         self.config = config or RankerConfig()
-        self._postings: dict[str, dict[int, int]] = {}
+        # Per term, the documents holding it with its count in each: one document
+        # as a pair (most terms of a small index), more as a dict.
+        self._postings: dict[str, dict[int, int] | tuple[int, int]] = {}
         self._lengths: list[int] = []
         # Each document's distinct terms, in order (their counts are in the postings).
         self._terms: list[tuple[str, ...]] = []
@@ -134,7 +136,7 @@ class Ranker:
         words = tokenize(text)
         counts = Counter(terms_of(words))
         for term, freq in counts.items():
-            self._postings.setdefault(term, {})[index] = freq
+            self._post(term, index, freq)
         length = sum(counts.values())
         self._lengths.append(length)
         self._terms.append(tuple(counts))
@@ -147,7 +149,7 @@ class Ranker:
         if who:
             self._speaker_docs[who] += 1
             for part in set(who.split()):  # a field term: a query of names only matches it
-                self._postings.setdefault(_SPEAKER + part, {})[index] = 1
+                self._post(_SPEAKER + part, index, 1)
         self._dates.append(date_terms(said) if said is not None else ())
         self._timely.append(mentions_time(words))
         self._total += length
@@ -160,11 +162,7 @@ class Ranker:
         if self._lengths[index] < 0:
             return
         for term in counts:
-            docs = self._postings.get(term)
-            if docs is not None:
-                docs.pop(index, None)
-                if not docs:
-                    del self._postings[term]
+            self._unpost(term, index)
         who = self._speakers[index]
         if who:
             self._speaker_docs[who] -= 1
@@ -172,11 +170,7 @@ class Ranker:
                 del self._speaker_docs[who]
                 self._who = {k: v for k, v in self._who.items() if v != who}
             for part in set(who.split()):
-                docs = self._postings.get(_SPEAKER + part)
-                if docs is not None:
-                    docs.pop(index, None)
-                    if not docs:
-                        del self._postings[_SPEAKER + part]
+                self._unpost(_SPEAKER + part, index)
         self._total -= self._lengths[index]
         self._lengths[index] = -1
         # Nothing of what the document said stays behind (erasure is real).
@@ -184,14 +178,49 @@ class Ranker:
         self._speakers[index] = ""
         self._live -= 1
 
+    def _post(self, term: str, index: int, freq: int) -> None:
+        docs = self._postings.get(term)
+        if docs is None:
+            self._postings[term] = (index, freq)
+        elif isinstance(docs, tuple):
+            self._postings[term] = {docs[0]: docs[1], index: freq}
+        else:
+            docs[index] = freq
+
+    def _unpost(self, term: str, index: int) -> None:
+        docs = self._postings.get(term)
+        if docs is None:
+            return
+        if isinstance(docs, tuple):
+            if docs[0] == index:
+                del self._postings[term]
+            return
+        docs.pop(index, None)
+        if len(docs) == 1:
+            self._postings[term] = next(iter(docs.items()))
+        elif not docs:
+            del self._postings[term]
+
+    def _docs(self, term: str) -> dict[int, int] | None:
+        """The documents holding ``term``, with its count in each (None: none)."""
+        docs = self._postings.get(term)
+        if isinstance(docs, tuple):
+            return {docs[0]: docs[1]}
+        return docs
+
+    def _held_by(self, term: str) -> int:
+        """How many documents hold ``term``."""
+        docs = self._postings.get(term)
+        return 0 if docs is None else 1 if isinstance(docs, tuple) else len(docs)
+
     # -- scoring ----------------------------------------------------------------------
 
     def _idf(self, term: str) -> float:
-        docs = self._postings.get(term)
-        if not docs:
+        held = self._held_by(term)
+        if not held:
             return 0.0
         n = self._live
-        return math.log(1 + (n - len(docs) + 0.5) / (len(docs) + 0.5))
+        return math.log(1 + (n - held + 0.5) / (held + 0.5))
 
     def _bm25(
         self, weighted: dict[str, float], out: dict[int, float] | None = None
@@ -207,7 +236,7 @@ class Ranker:
         fixed, per_word = k1 * (1 - b), k1 * b / avg
         get = out.get
         for term, weight in weighted.items():
-            docs = self._postings.get(term)
+            docs = self._docs(term)
             if not docs or (n >= COMMON_WORD_MIN_DOCS and len(docs) > COMMON_SHARE * n):
                 continue  # a word in most documents weighs next to nothing, and costs most
             gain = self._idf(term) * weight * (k1 + 1)
@@ -252,7 +281,7 @@ class Ranker:
         if share <= 0:
             return False
         most = max(1.0, share * self._live)
-        return any(0 < len(self._postings.get(t, ())) <= most for t in weighted)
+        return any(0 < self._held_by(t) <= most for t in weighted)
 
     def search(self, query: str, share: float) -> tuple[dict[int, float], bool]:
         """:meth:`sparse_scores` and :meth:`specific` of one query, in one pass."""
@@ -301,9 +330,10 @@ class Ranker:
         for i, s in best:
             size = self._lengths[i] or 1
             for term in self._terms[i]:
-                docs = self._postings[term]
-                if term in weighted or len(docs) > most:
+                if term in weighted or self._held_by(term) > most:
                     continue
+                docs = self._docs(term)
+                assert docs is not None  # a term of a document held
                 pool[term] = pool.get(term, 0.0) + (s / top) * docs[i] / size * self._idf(term)
         chosen = heapq.nlargest(cfg.feedback_terms, pool.items(), key=_SCORE)
         total = sum(w for _, w in chosen) or 1.0

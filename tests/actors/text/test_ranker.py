@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import random
 
 import pytest
 
@@ -163,3 +164,41 @@ def test_scores_of_word_counts_are_the_scores_of_an_index() -> None:
     by_counts = score_counts(query, [word_counts(t) for t in texts])
     assert by_counts == pytest.approx(BM25(texts).scores(query))
     assert word_counts("the river") is word_counts("the river")
+
+
+class _DictPostings(Ranker):
+    """A ranker keeping every posting as a dict: the reference for the pairs."""
+
+    def _post(self, term: str, index: int, freq: int) -> None:
+        docs = self._docs(term) or {}
+        docs[index] = freq
+        self._postings[term] = docs
+
+    def _unpost(self, term: str, index: int) -> None:
+        docs = self._docs(term)
+        if docs is not None:
+            docs.pop(index, None)
+            if docs:
+                self._postings[term] = docs
+            else:
+                del self._postings[term]
+
+
+def test_postings_kept_as_pairs_score_as_dicts_do() -> None:
+    rng = random.Random(3)
+    words = ["mill", "river", "key", "code", "ada", "bram", "harbour", "may", "2023", "red"]
+    compact, reference = Ranker(), _DictPostings()
+    live: list[int] = []
+    for _ in range(300):
+        if live and rng.random() < 0.3:
+            gone = live.pop(rng.randrange(len(live)))
+            compact.remove(gone)
+            reference.remove(gone)
+        else:
+            text = " ".join(rng.choices(words, k=rng.randint(1, 6)))
+            speaker = rng.choice(["ada", "bram", None])
+            live.append(compact.add(text, speaker, 1.7e9))
+            reference.add(text, speaker, 1.7e9)
+        query = " ".join(rng.choices(words, k=3))
+        assert compact.sparse_scores(query) == reference.sparse_scores(query)
+        assert compact.top(query, 5) == reference.top(query, 5)

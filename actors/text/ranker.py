@@ -28,8 +28,9 @@ from __future__ import annotations
 import heapq
 import math
 import operator
+from array import array
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Final
 
 import msgspec
@@ -100,11 +101,12 @@ class Ranker:
 
     def __init__(self, config: RankerConfig | None = None) -> None:
         self.config = config or RankerConfig()
-        # Per term, the documents holding it with its count in each: one document
-        # as a pair (most terms of a small index), more as a dict.
-        self._postings: dict[str, dict[int, int] | tuple[int, int]] = {}
+        # Per term, the documents holding it and its count in each, as one flat
+        # array (document, count, document, count...): a third of a dict's size,
+        # and nothing for the collector to track.
+        self._postings: dict[str, array[int]] = {}
         self._lengths: list[int] = []
-        # Each document's distinct terms, in order (their counts are in the postings).
+        # Each document's terms, each as many times as it holds it, in order.
         self._terms: list[tuple[str, ...]] = []
         self._speakers: list[str] = []
         self._dates: list[tuple[str, ...]] = []
@@ -135,11 +137,16 @@ class Ranker:
         self._turns.append(turn)
         words = tokenize(text)
         counts = Counter(terms_of(words))
+        postings = self._postings
         for term, freq in counts.items():
-            self._post(term, index, freq)
+            docs = postings.get(term)
+            if docs is None:
+                postings[term] = array("I", (index, freq))
+            else:
+                docs.extend((index, freq))
         length = sum(counts.values())
         self._lengths.append(length)
-        self._terms.append(tuple(counts))
+        self._terms.append(tuple(counts.elements()))
         who = self._who.get(speaker or "")
         if who is None:
             if len(self._who) >= _SPEAKERS_KEPT:
@@ -161,7 +168,7 @@ class Ranker:
         counts = self._terms[index]
         if self._lengths[index] < 0:
             return
-        for term in counts:
+        for term in dict.fromkeys(counts):
             self._unpost(term, index)
         who = self._speakers[index]
         if who:
@@ -181,37 +188,30 @@ class Ranker:
     def _post(self, term: str, index: int, freq: int) -> None:
         docs = self._postings.get(term)
         if docs is None:
-            self._postings[term] = (index, freq)
-        elif isinstance(docs, tuple):
-            self._postings[term] = {docs[0]: docs[1], index: freq}
+            self._postings[term] = array("I", (index, freq))
         else:
-            docs[index] = freq
+            docs.extend((index, freq))
 
     def _unpost(self, term: str, index: int) -> None:
         docs = self._postings.get(term)
         if docs is None:
             return
-        if isinstance(docs, tuple):
-            if docs[0] == index:
-                del self._postings[term]
-            return
-        docs.pop(index, None)
-        if len(docs) == 1:
-            self._postings[term] = next(iter(docs.items()))
-        elif not docs:
+        for k in range(0, len(docs), 2):
+            if docs[k] == index:
+                del docs[k : k + 2]
+                break
+        if not docs:
             del self._postings[term]
 
-    def _docs(self, term: str) -> dict[int, int] | None:
-        """The documents holding ``term``, with its count in each (None: none)."""
-        docs = self._postings.get(term)
-        if isinstance(docs, tuple):
-            return {docs[0]: docs[1]}
-        return docs
+    def _docs(self, term: str) -> Iterator[tuple[int, int]]:
+        """The documents holding ``term``, each with its count there."""
+        docs = self._postings.get(term, ())
+        pairs = iter(docs)
+        return zip(pairs, pairs, strict=True)
 
     def _held_by(self, term: str) -> int:
         """How many documents hold ``term``."""
-        docs = self._postings.get(term)
-        return 0 if docs is None else 1 if isinstance(docs, tuple) else len(docs)
+        return len(self._postings.get(term, ())) // 2
 
     # -- scoring ----------------------------------------------------------------------
 
@@ -235,17 +235,23 @@ class Ranker:
         k1, b = self.config.k1, self.config.b
         fixed, per_word = k1 * (1 - b), k1 * b / avg
         get = out.get
+        postings = self._postings
         for term, weight in weighted.items():
-            docs = self._docs(term)
-            if not docs or (n >= COMMON_WORD_MIN_DOCS and len(docs) > COMMON_SHARE * n):
+            docs = postings.get(term)
+            if not docs or (n >= COMMON_WORD_MIN_DOCS and len(docs) > 2 * COMMON_SHARE * n):
                 continue  # a word in most documents weighs next to nothing, and costs most
-            gain = self._idf(term) * weight * (k1 + 1)
+            held = len(docs) // 2
+            gain = math.log(1 + (n - held + 0.5) / (held + 0.5)) * weight * (k1 + 1)
+            pairs = iter(docs)
             if not out:  # the first word reached: nothing to add to (0.0 + x is x)
                 out.update(
-                    {i: gain * f / (f + fixed + per_word * lengths[i]) for i, f in docs.items()}
+                    {
+                        i: gain * f / (f + fixed + per_word * lengths[i])
+                        for i, f in zip(pairs, pairs, strict=True)
+                    }
                 )
                 continue
-            for i, f in docs.items():
+            for i, f in zip(pairs, pairs, strict=True):
                 out[i] = get(i, 0.0) + gain * f / (f + fixed + per_word * lengths[i])
         return out
 
@@ -327,14 +333,15 @@ class Ranker:
         top = best[0][1] or 1.0
         pool: dict[str, float] = {}
         most = max(2.0, FEEDBACK_MAX_SHARE * self._live)
+        postings, n = self._postings, self._live
         for i, s in best:
             size = self._lengths[i] or 1
-            for term in self._terms[i]:
-                if term in weighted or self._held_by(term) > most:
+            for term, f in Counter(self._terms[i]).items():
+                held = len(postings[term]) // 2
+                if term in weighted or held > most:
                     continue
-                docs = self._docs(term)
-                assert docs is not None  # a term of a document held
-                pool[term] = pool.get(term, 0.0) + (s / top) * docs[i] / size * self._idf(term)
+                idf = math.log(1 + (n - held + 0.5) / (held + 0.5))
+                pool[term] = pool.get(term, 0.0) + (s / top) * f / size * idf
         chosen = heapq.nlargest(cfg.feedback_terms, pool.items(), key=_SCORE)
         total = sum(w for _, w in chosen) or 1.0
         return {t: cfg.feedback_weight * len(chosen) * w / total for t, w in chosen}

@@ -13,6 +13,7 @@ import pytest
 
 import actormem
 from tests.support.modules import is_public, package_modules
+from tests.support.processes import printed
 
 #: The packages whose ``__all__`` is the surface users import from.
 SURFACES = (
@@ -48,8 +49,8 @@ def test_openai_is_imported_only_when_an_api_is_used() -> None:
         "from actormem.actors.recall.embeddings import OpenAIEmbedder\n"
         "print('openai' in sys.modules)"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
+    out = printed(code)
+    assert out.strip() == "False"
 
 
 def _declares_all(path: Path) -> bool:
@@ -85,8 +86,8 @@ def test_every_catchable_error_is_exported_from_actormem() -> None:
         "        yield from below(sub)\n"
         "print(json.dumps(sorted({(c.__module__, c.__name__) for c in below(ActormemError)})))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    found = [(module, name) for module, name in json.loads(out.stdout)]
+    out = printed(code)
+    found = [(module, name) for module, name in json.loads(out)]
     assert ("actormem.runtime.errors", "TransportUnavailableError") in found
     missing = [
         f"{module}.{name}"
@@ -113,8 +114,8 @@ def test_no_redis_module_is_loaded_until_the_redis_transport_is_used() -> None:
         "import actormem.runtime.redis\n"
         "print(redis_modules()[:1])\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    after_import, after_use, after_redis = out.stdout.splitlines()
+    out = printed(code)
+    after_import, after_use, after_redis = out.splitlines()
     assert after_import == "[]"
     assert after_use == "[]"
     assert after_redis != "[]"

@@ -3,8 +3,6 @@ HTTP as Prometheus scrapes it; two runtimes in one process; a port in use."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from typing import Any
 
 import pytest
@@ -13,6 +11,7 @@ from actormem.runtime import Actor, ConfigError, HandlerError, Runtime
 from actormem.runtime.config import MetricsConfig
 from actormem.runtime.metrics import MAX_COMMAND_LABELS, Distribution
 from actormem.runtime.redis import free_port
+from tests.support.processes import printed
 from tests.support.scrape import parse, scrape, taken_port, value
 
 pytestmark = pytest.mark.anyio
@@ -136,5 +135,5 @@ def test_prometheus_client_is_imported_only_when_a_port_is_set() -> None:
         "MemoryRuntime(AppConfig(metrics=MetricsConfig(port=9100)))\n"
         "print(off, 'prometheus_client' in sys.modules)"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["False", "True"]
+    out = printed(code)
+    assert out.split() == ["False", "True"]

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
+
+from tests.support.processes import printed
 
 
 @pytest.mark.parametrize(
@@ -23,5 +22,5 @@ def test_the_default_codec_knows_the_domains_types_in_either_import_order(first:
         "data = default_codec.encode_reply(Reply(7, error=MemoryInputError('bad')))\n"
         "print(type(default_codec.decode_reply(data).error) is MemoryInputError)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["True", "True"]
+    out = printed(code)
+    assert out.split() == ["True", "True"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,7 @@ __all__ = (
     "family",
     "leftovers",
     "needs_proc",
+    "printed",
     "signal_and_wait",
     "survivors",
     "wait_for_family",
@@ -27,6 +29,12 @@ __all__ = (
 _NOT_OURS = frozenset({"data-gym-cache"})
 
 needs_proc = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+
+
+def printed(code: str) -> str:
+    """What a new Python process running ``code`` prints (it must exit with 0)."""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return out.stdout
 
 
 def after_run_line(stderr: str) -> str:

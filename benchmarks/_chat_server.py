@@ -2,7 +2,9 @@
 process (so that serving takes no time from the runtime being measured).
 
 ``python -m actormem.benchmarks._chat_server`` serves ``POST /v1/chat/completions``
-on a free port of 127.0.0.1 and prints ``port N`` once it listens. The model plays
+on a free port of 127.0.0.1 and prints ``port N`` once it listens; with
+``--latency MS`` it answers each request MS milliseconds after it came, as a hosted
+model would. The model plays
 the town: asked to take its step, it speaks to the first other agent named and
 shares an insight (two tool calls); given the tools' results, or spoken to, it
 answers one line. :func:`chat_server` starts it and stops it.
@@ -10,10 +12,12 @@ answers one line. :func:`chat_server` starts it and stops it.
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -58,8 +62,13 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # the client's check that the endpoint answers
         self._send({"object": "list", "data": [{"id": "loopback", "object": "model"}]})
 
+    #: Seconds each answer waits (``--latency``).
+    latency = 0.0
+
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
+        if self.latency:
+            time.sleep(self.latency)
         message = reply(body)
         self._send(
             {
@@ -88,9 +97,12 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 @contextmanager
-def chat_server() -> Iterator[str]:
-    """Serve the model in a child process; yield its base URL, and stop it after."""
+def chat_server(latency_ms: float = 0.0) -> Iterator[str]:
+    """Serve the model in a child process, answering after ``latency_ms``; yield its
+    base URL, and stop it after."""
     command = [sys.executable, "-m", "actormem.benchmarks._chat_server"]
+    if latency_ms:
+        command += ["--latency", str(latency_ms)]
     with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as proc:
         try:
             assert proc.stdout is not None
@@ -104,6 +116,9 @@ def chat_server() -> Iterator[str]:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m actormem.benchmarks._chat_server")
+    parser.add_argument("--latency", type=float, default=0.0, metavar="MS")
+    _Handler.latency = parser.parse_args().latency / 1000
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     server.daemon_threads = True
     print(f"port {server.server_address[1]}", flush=True)

@@ -22,7 +22,10 @@ OpenAI-compatible model in a child process (:mod:`actormem.benchmarks._chat_serv
 and each pair adds a row per run: the runtime's own time per model call (the
 report's ``own_ms_per_model_call_p99``, its p50 in the extra), against the target
 :data:`OWN_MS_TARGET`. ``--brain llm --agents 1000 --steps 3 --runs 1`` is the
-1,000-agent run.
+1,000-agent run. The loopback model answers at once by default, so the run keeps
+the event loop busy and the own time includes the other agents' turns;
+``--model-latency MS`` makes it answer as a hosted model would, MS milliseconds
+after each request.
 """
 
 from __future__ import annotations
@@ -74,6 +77,7 @@ TRANSPORTS = ("local", "redis")
 
 BRAIN_HELP = "the agents' brain (llm: against a loopback model in a child process)"
 MAX_IN_FLIGHT_HELP = "override simulation.brain.max_in_flight (--brain llm)"
+MODEL_LATENCY_HELP = "milliseconds the loopback model takes to answer (--brain llm)"
 
 #: The runtime's own time per model call (p99, ms) the llm brain's runs aim under.
 OWN_MS_TARGET = 5.0
@@ -104,6 +108,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     brains = ("scripted", "llm")
     parser.add_argument("--brain", choices=brains, default="scripted", help=BRAIN_HELP)
     parser.add_argument("--max-in-flight", type=at_least(1), help=MAX_IN_FLIGHT_HELP)
+    parser.add_argument(
+        "--model-latency", type=at_least(0), default=0, metavar="MS", help=MODEL_LATENCY_HELP
+    )
 
 
 def run_config(args: argparse.Namespace, transport: str, base_url: str = "") -> AppConfig:
@@ -238,7 +245,7 @@ async def run(args: argparse.Namespace) -> list[Row]:
     with ExitStack() as stack:
         url = ""
         if getattr(args, "brain", "scripted") == "llm":
-            url = stack.enter_context(chat_server())
+            url = stack.enter_context(chat_server(getattr(args, "model_latency", 0)))
         configs = {transport: run_config(args, transport, url) for transport in TRANSPORTS}
         return await _pairs(args, configs)
 

@@ -226,3 +226,46 @@ async def test_the_compressor_counts_with_the_memories_encoding() -> None:
     assert kept, "the compression kept no message of the chat"
     for m in kept:
         assert m.tokens == count_tokens(m, o200k) != count_tokens(m, cl100k)
+
+
+def _shape(outcome: CompressionOutcome) -> tuple[object, ...]:
+    """What a compression decided; message ids are new on every run."""
+    return (
+        [(m.role, m.content, m.tokens) for m in outcome.messages],
+        [len(v) for v in outcome.offloaded.values()],
+        outcome.strategies,
+        (outcome.tokens_before, outcome.tokens_after, outcome.messages_after),
+        outcome.note,
+    )
+
+
+async def test_worker_processes_answer_as_the_event_loop_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    view = conversation(rounds=10)
+    request = CompressRequest(agent="alice", messages=view, version=3)
+    outcomes = []
+    for processes in (0, 1):
+        if processes:
+            # The worker runs its own copy of the module: this one must not compress.
+            from actormem.actors.compression import actor
+
+            monkeypatch.setattr(actor, "compress", None)
+        config = CompressionConfig(msg_threshold=6, processes=processes)
+        async with Runtime() as rt:
+            rt.register(COMPRESSOR_KIND, compressor_factory(config))
+            address = compressor_address("alice", config.concurrency)
+            outcomes.append(await rt.ref(address).ask(request))
+    in_loop, in_worker = outcomes
+    assert in_worker.strategies == ["summarize_rounds"]
+    assert _shape(in_worker) == _shape(in_loop)
+
+
+def test_a_worker_keeps_no_text_after_its_compression() -> None:
+    from actormem.actors.compression import compress_offline
+
+    view = conversation(rounds=10)
+    config = CompressionConfig(msg_threshold=6)
+    outcome = compress_offline(view, config, None, 1, "alice")
+    assert outcome.strategies == ["summarize_rounds"]
+    assert not get_counter(None)._text_costs

@@ -247,6 +247,8 @@ class Message(msgspec.Struct, frozen=True, kw_only=True, gc=False):
         """
         role = self.role
         content: Any = self.content
+        if type(content) is str and role in _PLAIN_ROLES and not self.name and not self.tool_calls:
+            return {"role": role, "content": content}  # most messages: nothing to map
         if isinstance(content, dict):
             content = msgspec.json.encode(content).decode()
         elif isinstance(content, list):

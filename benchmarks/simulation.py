@@ -157,9 +157,11 @@ def _outcome(report: SimulationReport, cpu_s: float) -> dict[str, Any]:
     }
 
 
-def _own_rows(reports: dict[str, SimulationReport], pair: int) -> list[Row]:
+def _own_rows(reports: dict[str, SimulationReport], cpu: dict[str, float], pair: int) -> list[Row]:
     """The runtime's own time per model call of each run of a pair that called the
-    model (none for the scripted brain)."""
+    model (none for the scripted brain). Beside it, this process's CPU time per
+    call (``cpu_ms_per_model_call``): a loop that is never idle makes each call
+    wait for about that much of the others' work."""
     return [
         Row(
             name=f"runtime's own time per model call, p99 ({transport}, pair {pair})",
@@ -168,6 +170,7 @@ def _own_rows(reports: dict[str, SimulationReport], pair: int) -> list[Row]:
             target=f"< {OWN_MS_TARGET:g} ms",
             extra={
                 "p50_ms": report.own_ms_per_model_call_p50,
+                "cpu_ms_per_model_call": round(1000 * cpu[transport] / report.llm_calls, 3),
                 "llm_calls": report.llm_calls,
                 "elapsed_s": report.elapsed_s,
             },
@@ -284,7 +287,7 @@ async def _pairs(args: argparse.Namespace, configs: dict[str, AppConfig]) -> lis
                 },
             )
         )
-        rows += _own_rows(reports, pair)
+        rows += _own_rows(reports, cpu, pair)
     on_stop(list)
     rows += _closing(pairs)
     return rows

@@ -67,10 +67,12 @@ async def test_a_pair_stopped_halfway_keeps_its_finished_run(monkeypatch: Any) -
 @pytest.mark.slow
 async def test_the_llm_brain_runs_against_a_loopback_model_with_its_own_time_rows() -> None:
     argv = ["simulation", "--brain", "llm", "--agents", "5", "--steps", "1", "--runs", "1"]
-    rows = await simulation.run(build_parser().parse_args([*argv, "--max-in-flight", "2"]))
+    options = ["--max-in-flight", "2", "--model-latency", "5"]
+    rows = await simulation.run(build_parser().parse_args([*argv, *options]))
     check_rows("simulation", rows)
     own = [row for row in rows if row.name.startswith("runtime's own time per model call")]
     assert [row.name.split("(")[1] for row in own] == ["local, pair 1)", "redis, pair 1)"]
     # Per agent: the step, the round after its two tools, and the answer to its talk_to.
     assert all(row.value > 0 and row.extra["llm_calls"] == 5 * 3 for row in own)
+    assert all(row.extra["cpu_ms_per_model_call"] > 0 for row in own)
     assert rows[-1].value == 0  # both runs processed the same messages, found the same facts

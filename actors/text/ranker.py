@@ -262,9 +262,10 @@ class Ranker:
         words = [w[:-2] if w.endswith(("'s", "\u2019s")) else w for w in tokenize(query)]
         named: set[str] = set()
         names = set()
+        said = set(words)
         for who in self._speaker_docs:
             parts = who.split()
-            if parts and any(p in words for p in parts):
+            if not said.isdisjoint(parts):
                 named.add(who)
                 names.update(parts)
         weighted: dict[str, float] = {}

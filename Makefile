@@ -12,7 +12,7 @@ CODE := src runtime actors benchmarks tests
 # package), so it is redone whenever a module is added, moved or removed.
 PIP_INSTALL := $(BIN)/python -m pip install --config-settings editable_mode=strict
 
-.PHONY: run test test-fast lint typecheck pytest clean faults FORCE
+.PHONY: run test test-fast lint typecheck pytest docs docs-serve dist chart clean faults FORCE
 
 $(BIN)/python:
 	@test -n "$(PYTHON)" || { echo "actormem needs Python 3.11 or newer on PATH (set PYTHON=...)"; exit 1; }
@@ -53,7 +53,31 @@ pytest: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -m "not slow" -n 4
 	$(BIN)/python -m pytest -m slow -n 3
 
-test: lint typecheck pytest
+test: lint typecheck docs pytest
+
+# The docs site (mkdocs.yml): built strictly, so a broken link, a missing page or an
+# API name that no longer resolves fails make test. The test extras hold the docs extra.
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs
+
+docs: $(VENV)/.installed-test
+	$(MKDOCS) build --strict --quiet
+
+docs-serve: $(VENV)/.installed-test
+	$(MKDOCS) serve
+
+# The wheel and the sdist, in dist/ (pip install 'dist/actormem-<version>-py3-none-any.whl[mcp]').
+dist: $(VENV)/.installed-run
+	@$(BIN)/python -m pip install --quiet build
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
+
+# The chart of docs/performance.md and the README, drawn by the benchmark's own --plot.
+CHART_OUT := reports/chart
+chart: $(VENV)/.installed-test
+	rm -rf $(CHART_OUT)
+	$(BIN)/actormem bench redis_throughput --agents 1 100 --messages 10000 --repeat 3 \
+		--plot --quiet --out $(CHART_OUT)
+	cp $(CHART_OUT)/redis_throughput-*.png docs/img/redis_throughput.png
 
 # The quick loop while working (under a minute): the unit tests of every module, in
 # four processes (they mostly wait on Redis and timers); the tests marked slow
@@ -71,4 +95,4 @@ faults: $(VENV)/.installed-test
 	ACTORMEM_FAULTS=full $(BIN)/python -m pytest -m faults tests/faults
 
 clean:
-	rm -rf $(VENV) build .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build dist site .pytest_cache .mypy_cache .ruff_cache

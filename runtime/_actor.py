@@ -66,7 +66,9 @@ class ActorContext:
         actor's address as the sender); waits while the mailbox is full.
 
         Raises:
-            ActorStoppedError, ActorNotFoundError, RuntimeClosedError.
+            ActorStoppedError: the actor is stopped.
+            ActorNotFoundError: no actor of that kind is registered.
+            RuntimeClosedError: the runtime is closed.
         """
         await self.runtime._tell_as(self.address, address, message)
 
@@ -75,7 +77,9 @@ class ActorContext:
 
         Raises:
             MailboxFullError: the mailbox is full; nothing was enqueued.
-            ActorStoppedError, ActorNotFoundError, RuntimeClosedError.
+            ActorStoppedError: the actor is stopped.
+            ActorNotFoundError: no actor of that kind is registered.
+            RuntimeClosedError: the runtime is closed.
         """
         self.runtime._tell_as_nowait(self.address, address, message)
 
@@ -157,7 +161,9 @@ class ActorRef(Generic[R]):
         """Send ``message``; wait while the mailbox is full (backpressure).
 
         Raises:
-            ActorStoppedError, ActorNotFoundError, RuntimeClosedError.
+            ActorStoppedError: the actor is stopped.
+            ActorNotFoundError: no actor of that kind is registered.
+            RuntimeClosedError: the runtime is closed.
         """
         await self.runtime.tell(self.address, message)
 
@@ -166,7 +172,9 @@ class ActorRef(Generic[R]):
 
         Raises:
             MailboxFullError: the mailbox is full; nothing was enqueued.
-            ActorStoppedError, ActorNotFoundError, RuntimeClosedError.
+            ActorStoppedError: the actor is stopped.
+            ActorNotFoundError: no actor of that kind is registered.
+            RuntimeClosedError: the runtime is closed.
         """
         self.runtime.tell_nowait(self.address, message)
 
@@ -184,6 +192,7 @@ class ActorRef(Generic[R]):
             AskTimeoutError: no reply within ``timeout``.
             HandlerError: the handler crashed on this message.
             ActorStoppedError: the actor stopped before answering.
-            Any error in the actor's ``expected_errors`` that the handler raised.
+            Exception: any error of the actor's ``expected_errors`` that the
+                handler raised, as it was raised.
         """
         return await self.runtime.ask(self.address, message, timeout)

@@ -7,7 +7,7 @@ PYTHON ?= $(shell for p in python3.13 python3.12 python3.11 python3; do \
 VENV := .venv
 BIN := $(VENV)/bin
 CONFIG ?= configs/town.toml
-CODE := src runtime actors benchmarks tests
+CODE := src runtime actors benchmarks tests docs/examples
 # The editable install is strict (a tree of links, which mypy reads like any installed
 # package), so it is redone whenever a module is added, moved or removed.
 PIP_INSTALL := $(BIN)/python -m pip install --config-settings editable_mode=strict

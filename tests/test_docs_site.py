@@ -45,10 +45,10 @@ def prose(page: Path) -> Iterator[tuple[str, bool]]:
     for line in [*body.splitlines(), ""]:
         text = line.strip()
         item = re.match(r"([-*+]|\d+\.)\s+", text)
-        if not text or text.startswith(("#", "|", ":::", "--8<--", "![")) or item:
-            if paragraph:
-                yield " ".join(paragraph), False
-                paragraph = []
+        ends = not text or text.startswith(("#", "|", ":::", "--8<--", "![")) or item
+        if ends and paragraph:
+            yield " ".join(paragraph), False
+            paragraph = []
         if text.startswith("|"):
             if not re.fullmatch(r"\|[\s:|-]+\|?", text):
                 yield from ((cell.strip(), True) for cell in text.strip("|").split("|"))

@@ -1,9 +1,6 @@
 """A brain of one's own: each agent greets a neighbour and shares what it heard.
 
-Run it from the repository's root:
-
-    PYTHONPATH=docs/examples actormem simulate configs/town.toml --brain gossip:Gossip --agents 4 --steps 3 --no-run-dir
-
+docs/simulation.md shows how to run it.
 With ``--base-url`` and ``--model`` the agent asks that model what to say.
 """
 

@@ -13,7 +13,7 @@ import sys
 
 import anyio
 
-from actormem import Message, MemoryRuntime, load_app_config
+from actormem import MemoryRuntime, Message, load_app_config
 from actormem.actors.memory.commands import Add
 from actormem.runtime.redis import RedisTransport
 

@@ -163,13 +163,13 @@ class SupervisionConfig(ConfigSection, frozen=True):
         max_restarts: restarts allowed within ``within_seconds`` (OTP's restart
             intensity); one more stops the actor and fails its pending asks.
         within_seconds: the period of the restart intensity.
-        backoff_seconds: how long a stopped actor stays stopped: it is deactivated
-            (its object dropped), the commands sent to it meanwhile are refused
-            with ``ActorStoppedError`` (over Redis, dead-lettered with the reason,
-            and requeueable), and the first command after it brings the actor back
-            from its stored state with a fresh restart budget (over Redis, what
-            Redis holds; in process, what its ``on_start`` restores, so an actor
-            that stores nothing comes back fresh).
+        backoff_seconds: how long a stopped actor stays stopped. It is deactivated
+            (its object dropped). Commands sent to it meanwhile are refused with
+            ``ActorStoppedError``; over Redis they are dead-lettered with the
+            reason, and can be requeued. The first command after it brings the
+            actor back from its stored state with a fresh restart budget. Over
+            Redis that is what Redis holds. In process it is what its
+            ``on_start`` restores, so an actor that stores nothing comes back fresh.
     """
 
     strategy: RestartStrategy = "resume"

@@ -179,3 +179,66 @@ def test_the_getting_started_example_runs() -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "2 system"  # what the page says it prints
     assert "It prints `2 system`." in page
+
+
+# -- the docstrings the API reference shows ---------------------------------------------------
+
+#: A Google-style section header, and the start of an entry of one (``name: text``).
+SECTION = re.compile(r"(Args|Arguments|Returns|Raises|Attributes|Yields|Examples?):")
+ENTRY = re.compile(r"[\w.]+(?: \([^)]*\))?:\s+")
+
+
+def docstring_prose(doc: str) -> Iterator[str]:
+    """A docstring's paragraphs and the texts of its section entries."""
+    doc = re.sub(r":\w+:`~?([^`]*)`", r"`\1`", doc.replace("``", "`"))
+    unit: list[str] = []
+    for line in [*doc.splitlines(), ""]:
+        text = line.strip()
+        entry = ENTRY.match(text) if line.startswith("    ") else None
+        if not text or SECTION.fullmatch(text) or entry:
+            if unit:
+                yield " ".join(unit)
+            unit = [text[entry.end() :]] if entry else []
+        else:
+            unit.append(text)
+
+
+def public_docstrings() -> Iterator[tuple[str, str]]:
+    """(name, docstring) of every public name the API reference renders, and of the
+    public methods and properties of its classes (inherited ones included)."""
+    import inspect
+
+    seen: set[int] = set()
+    for module in ("actormem", "actormem.runtime", "actormem.runtime.redis"):
+        found = importlib.import_module(module)
+        for name in found.__all__:
+            obj = getattr(found, name)
+            if name == "__version__" or id(obj) in seen:
+                continue
+            seen.add(id(obj))
+            members = [(f"{module}.{name}", obj)]
+            if inspect.isclass(obj):
+                for attr, value in inspect.getmembers(obj):
+                    function = value.fget if isinstance(value, property) else value
+                    owner = getattr(function, "__module__", "") or ""
+                    if not attr.startswith("_") and owner.startswith("actormem"):
+                        members.append((f"{module}.{name}.{attr}", function))
+            for dotted, member in members:
+                if (callable(member) or inspect.isclass(member)) and id(member) not in seen:
+                    seen.add(id(member))
+                    if doc := inspect.getdoc(member):
+                        yield dotted, doc
+
+
+def test_public_docstrings_are_plain() -> None:
+    """No sentence of a public docstring is over 60 words, and the median is under 20."""
+    lengths, long = [], []
+    for name, doc in public_docstrings():
+        for unit in docstring_prose(doc):
+            for sentence in sentences(unit):
+                lengths.append(words(sentence))
+                if words(sentence) > SENTENCE_MAX_WORDS:
+                    long.append(f"{name}: {words(sentence)} words: {sentence[:60]}...")
+    assert len(lengths) > 300, "the docstrings were not found"
+    assert not long, "split these sentences:\n" + "\n".join(long)
+    assert statistics.median(lengths) < MEDIAN_MAX_WORDS

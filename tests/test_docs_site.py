@@ -242,3 +242,18 @@ def test_public_docstrings_are_plain() -> None:
     assert len(lengths) > 300, "the docstrings were not found"
     assert not long, "split these sentences:\n" + "\n".join(long)
     assert statistics.median(lengths) < MEDIAN_MAX_WORDS
+
+
+def anchors(page: Path) -> set[str]:
+    """The anchors of a page's headings, made as the site makes them."""
+    body = re.sub(r"^```[^\n]*\n.*?^```", "", page.read_text(encoding="utf-8"), flags=re.S | re.M)
+    headings = re.findall(r"^#+ (.+)$", body, re.M)
+    return {re.sub(r"[-\s]+", "-", re.sub(r"[^\w\s-]", "", h).strip().lower()) for h in headings}
+
+
+def test_the_readme_links_to_anchors_that_exist() -> None:
+    """The site checks its own pages' anchors; the README is not one of them."""
+    links = re.findall(r"\]\((docs/[\w/.-]+\.md)#([\w-]+)\)", README.read_text(encoding="utf-8"))
+    assert links
+    missing = [f"{p}#{a}" for p, a in links if a not in anchors(ROOT / p)]
+    assert not missing, f"README.md links to anchors that do not exist: {missing}"

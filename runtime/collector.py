@@ -5,7 +5,7 @@ command, the message, its token count, the reply), so at the interpreter's
 default threshold (700 allocations) a busy runtime runs a young collection every
 few dozen messages, and the older generations follow. Raising the threshold
 while a runtime is open cuts the time spent collecting, a visible share of a busy
-worker's (see docs/performance.md). Reference counting frees almost everything
+worker's (see benchmarks/README.md). Reference counting frees almost everything
 these objects hold; the collector only has cycles to find, and it still runs.
 
 Full collections are the pauses behind the latency tail: the collector walks

@@ -57,7 +57,7 @@ PASSWORD_ENV = "ACTORMEM_TEST_REDIS_PASSWORD"
 PREFIX = "proj"
 WORKER_USER = "actormem-worker"
 
-#: The rules docs/reliability.md tells an operator to give a worker's user (after
+#: The rules docs/security.md tells an operator to give a worker's user (after
 #: ``ACL SETUSER <user> on ><password>``), with ``am`` as the prefix.
 ACL_RULES = (
     "resetkeys ~am:* resetchannels -@all "
@@ -433,7 +433,7 @@ async def test_a_user_without_info_gets_a_warning_not_the_eviction_check(
 
 
 def test_the_docs_give_the_tested_acl_rules() -> None:
-    page = (ROOT / "docs" / "reliability.md").read_text()
+    page = (ROOT / "docs" / "security.md").read_text()
     assert ACL_RULES in " ".join(page.split())
 
 

@@ -49,21 +49,65 @@ class RecallOps(HandleBase):
     async def record(
         self, messages: Message | Mapping[str, Any] | Iterable[Message | Mapping[str, Any]]
     ) -> int:
-        """Record messages in long-term memory; returns how many new memories that made."""
+        """Record messages in long-term memory.
+
+        Args:
+            messages: one message or many, as ``Message`` values or dicts.
+
+        Returns:
+            How many new memories that made.
+
+        Raises:
+            MemoryInputError: a message is invalid; nothing is recorded then.
+            AskTimeoutError: no reply within the handle's timeout.
+        """
         return await self._ask(Record(messages=_batch("record", messages)))
 
     async def retrieve(self, query: str, k: int | None = None) -> list[Recalled]:
-        """Long-term memories for ``query``, ranked by recency, importance and relevance."""
+        """Long-term memories for ``query``, ranked by recency, importance and relevance.
+
+        Args:
+            query: what to recall.
+            k: at most this many, at least 1 (``[longterm]``'s default when None).
+
+        Returns:
+            The memories with their scores, best first.
+
+        Raises:
+            MemoryInputError: ``k`` below 1.
+            AskTimeoutError: no reply within the handle's timeout.
+        """
         return await self._ask(Retrieve(query=query, k=k))
 
     async def memory_tools(self) -> list[dict[str, Any]]:
-        """OpenAI tool schemas (``record_to_memory``, ``retrieve_from_memory``) to offer
-        the model in agent_control and both modes; none in static_control."""
+        """OpenAI tool schemas to offer the model.
+
+        They are ``record_to_memory`` and ``retrieve_from_memory``, in the
+        ``agent_control`` and ``both`` modes; ``static_control`` offers none.
+
+        Returns:
+            The tool schemas, as dicts.
+
+        Raises:
+            AskTimeoutError: no reply within the handle's timeout.
+        """
         return await self._ask(MemoryTools())
 
     async def answer_tool_call(self, call: ToolCall | Mapping[str, Any]) -> Message | None:
-        """Run a memory tool call the model made; return its ``tool`` message (None if
-        the call is not a memory tool). Add the result with :meth:`add` as usual."""
+        """Run a memory tool call the model made.
+
+        Add the result with :meth:`add` as usual.
+
+        Args:
+            call: the call, as a ``ToolCall`` or an OpenAI-style dict.
+
+        Returns:
+            The call's ``tool`` message, or None if the call is no memory tool.
+
+        Raises:
+            MemoryInputError: the call is not a ToolCall or a dict, or is invalid.
+            AskTimeoutError: no reply within the handle's timeout.
+        """
         if not isinstance(call, ToolCall):
             if not isinstance(call, Mapping):
                 raise MemoryInputError(
@@ -102,6 +146,7 @@ class RecallOps(HandleBase):
         Raises:
             MemoryInputError: an invalid argument, or the memory is full
                 (``[longterm] max_entries``); nothing is stored then.
+            AskTimeoutError: no reply within the handle's timeout.
         """
         check_key(key)
         value = dict(value) if isinstance(value, Mapping) else value
@@ -120,14 +165,39 @@ class RecallOps(HandleBase):
     async def get_entry(
         self, namespace: Sequence[str], key: str, *, refresh_ttl: bool = True
     ) -> KeyedEntry | None:
-        """The entry under (namespace, key), or None; ``refresh_ttl`` restarts its ttl."""
+        """The entry under (namespace, key), or None.
+
+        Args:
+            namespace: 1..16 non-empty labels.
+            key: a non-empty string.
+            refresh_ttl: restart the entry's ttl.
+
+        Returns:
+            The entry, or None when there is none.
+
+        Raises:
+            MemoryInputError: an invalid namespace or key.
+            AskTimeoutError: no reply within the handle's timeout.
+        """
         check_key(key)
         return await self._ask(
             GetEntry(namespace=_namespace(namespace), key=key, refresh_ttl=refresh_ttl)
         )
 
     async def delete_entry(self, namespace: Sequence[str], key: str) -> bool:
-        """Delete the entry under (namespace, key); False when there was none."""
+        """Delete the entry under (namespace, key).
+
+        Args:
+            namespace: 1..16 non-empty labels.
+            key: a non-empty string.
+
+        Returns:
+            True when there was an entry, else False.
+
+        Raises:
+            MemoryInputError: an invalid namespace or key.
+            AskTimeoutError: no reply within the handle's timeout.
+        """
         check_key(key)
         return await self._ask(DeleteEntry(namespace=_namespace(namespace), key=key))
 
@@ -141,10 +211,26 @@ class RecallOps(HandleBase):
         offset: int = 0,
         refresh_ttl: bool = True,
     ) -> list[FoundEntry]:
-        """Entries whose namespace starts with ``prefix`` and whose value meets
-        ``filter`` (equality, or ``{"$gt": x}`` and the like): ranked for ``query`` by
-        recency, importance and relevance as :meth:`retrieve` ranks, or the newest
-        first without a query."""
+        """Entries whose namespace starts with ``prefix`` and whose value meets ``filter``.
+
+        With a query they are ranked as :meth:`retrieve` ranks; without one, the
+        newest come first.
+
+        Args:
+            prefix: the namespace prefix; empty matches every entry.
+            query: the text to rank entries for.
+            filter: equality per key, or ``{"$gt": x}`` and the like.
+            limit: at most this many.
+            offset: skip this many first.
+            refresh_ttl: restart the ttl of each entry found.
+
+        Returns:
+            The entries found, with their scores.
+
+        Raises:
+            MemoryInputError: an invalid prefix, limit or offset.
+            AskTimeoutError: no reply within the handle's timeout.
+        """
         return await self._ask(
             SearchEntries(
                 prefix=_namespace(prefix, "namespace prefix"),
@@ -165,8 +251,22 @@ class RecallOps(HandleBase):
         limit: int = 100,
         offset: int = 0,
     ) -> list[tuple[str, ...]]:
-        """The namespaces of the entries, sorted, that start with ``prefix`` and end
-        with ``suffix`` (a ``*`` label matches any), cut to ``max_depth`` labels."""
+        """The namespaces of the entries, sorted.
+
+        Args:
+            prefix: only namespaces that start with these labels.
+            suffix: only namespaces that end with these labels (``*`` matches any).
+            max_depth: cut each namespace to this many labels.
+            limit: at most this many.
+            offset: skip this many first.
+
+        Returns:
+            The namespaces, as tuples of labels.
+
+        Raises:
+            MemoryInputError: an invalid prefix, suffix, depth, limit or offset.
+            AskTimeoutError: no reply within the handle's timeout.
+        """
         return await self._ask(
             ListNamespaces(
                 prefix=_namespace(prefix, "namespace prefix"),
@@ -180,19 +280,55 @@ class RecallOps(HandleBase):
     # -- episodes and retention --------------------------------------------------------
 
     async def start_episode(self, **metadata: Any) -> Episode | None:
-        """Close the current episode (returned if it held anything) and open a new one."""
+        """Close the current episode and open a new one.
+
+        Args:
+            **metadata: JSON-able data kept with the new episode.
+
+        Returns:
+            The closed episode, or None if it held nothing.
+
+        Raises:
+            MemoryInputError: metadata that is not JSON-able.
+            AskTimeoutError: no reply within the handle's timeout.
+        """
         return await self._ask(StartEpisode(metadata=dict(metadata)))
 
     async def recall_episode(self, query: str, k: int = 1) -> list[Episode]:
-        """Past episodes most relevant to ``query``, best first."""
+        """Past episodes most relevant to ``query``, best first.
+
+        Args:
+            query: what to recall.
+            k: at most this many, at least 1.
+
+        Returns:
+            The episodes, best first.
+
+        Raises:
+            MemoryInputError: ``k`` below 1.
+            AskTimeoutError: no reply within the handle's timeout.
+        """
         return await self._ask(RecallEpisode(query=query, k=k))
 
     async def summarize_episodes(self) -> list[str]:
-        """A short summary of each closed episode."""
+        """A short summary of each closed episode.
+
+        Returns:
+            One summary per closed episode, oldest first.
+
+        Raises:
+            AskTimeoutError: no reply within the handle's timeout.
+        """
         return await self._ask(SummarizeEpisodes())
 
     async def end_run(self) -> None:
-        """A run ended: ``single_run`` memories are cleared, ``persistent`` ones saved."""
+        """Tell the memory a run ended.
+
+        ``single_run`` memories are cleared; ``persistent`` ones are saved.
+
+        Raises:
+            AskTimeoutError: no reply within the handle's timeout.
+        """
         await self._ask(EndRun())
 
 

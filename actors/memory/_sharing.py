@@ -42,8 +42,22 @@ class SharingOps(HandleBase):
     ) -> ShareResult:
         """Share what this agent learned; the pool sends it to the topic's subscribers.
 
-        The pool records this agent as the source (its memory actor sends the
-        share), drops exact and near duplicates and keeps per-topic limits.
+        The pool records this agent as the source, since its memory actor sends the
+        share. It drops exact and near duplicates and keeps per-topic limits.
+
+        Args:
+            insight: the text to share.
+            topic: the topic subscribers follow.
+            importance: 0..1, for ranking.
+            source_message_ids: the ids of the messages the insight came from.
+
+        Returns:
+            The insight's id, and whether it was new or a duplicate.
+
+        Raises:
+            MemoryInputError: an empty text, or a topic, importance or provenance
+                that is invalid (named).
+            AskTimeoutError: no reply within the handle's timeout.
         """
         return await self._as_agent(
             Share(
@@ -60,16 +74,37 @@ class SharingOps(HandleBase):
         )
 
     async def register_fact(self, fact: str, importance: float = 1.0) -> ShareResult:
-        """Register a fact every agent the pool knows receives (MARSYS's coordinated facts)."""
+        """Register a fact every agent the pool knows receives.
+
+        Args:
+            fact: the fact's text.
+            importance: 0..1, for ranking.
+
+        Returns:
+            The fact's insight id, and whether it was new.
+
+        Raises:
+            MemoryInputError: an empty text or an importance out of range.
+            AskTimeoutError: no reply within the handle's timeout.
+        """
         return await self._as_agent(
             RegisterFact(text=fact, source=self.agent, importance=importance)
         )
 
     async def subscribe(self, *topics: str, follows: Sequence[str] = ()) -> SubscriptionState:
-        """Receive the pool's insights on these topics (``*``, the default, is every topic).
+        """Receive the pool's insights on these topics.
 
-        ``follows``: agents whose insights rank higher in this agent's feed (its
-        relations; with ``[pool] delivery = "feed"``).
+        Args:
+            *topics: the topics; ``*``, the default, is every topic.
+            follows: agents whose insights rank higher in this agent's feed (with
+                ``[pool] delivery = "feed"``).
+
+        Returns:
+            The agent's subscriptions now.
+
+        Raises:
+            MemoryInputError: ``follows`` is one string, or a topic is invalid.
+            AskTimeoutError: no reply within the handle's timeout.
         """
         if isinstance(follows, str):
             raise MemoryInputError("follows must be a list of agent names, not one string")
@@ -78,20 +113,63 @@ class SharingOps(HandleBase):
         )
 
     async def unsubscribe(self, *topics: str) -> SubscriptionState:
-        """Stop receiving these topics (``*``, the default, is all of them)."""
+        """Stop receiving these topics.
+
+        Args:
+            *topics: the topics; ``*``, the default, is all of them.
+
+        Returns:
+            The agent's subscriptions now.
+
+        Raises:
+            MemoryInputError: a topic is invalid.
+            AskTimeoutError: no reply within the handle's timeout.
+        """
         return await self._as_agent(Unsubscribe(agent=self.agent, topics=topics or ("*",)))
 
     async def forget_shares(self) -> int:
-        """Remove the text of every insight this agent shared from the pool and from
-        the memories it reached (their provenance stays), and drop its subscriptions
-        and delivery cursor; return how many insights lost their text."""
+        """Remove the text of every insight this agent shared.
+
+        The text goes from the pool and from the memories it reached; their
+        provenance stays. The agent's subscriptions and delivery cursor go too.
+
+        Returns:
+            How many insights lost their text.
+
+        Raises:
+            AskTimeoutError: no reply within the handle's timeout.
+        """
         return await self._as_agent(ForgetSource(source=self.agent))
 
     async def insights(self, topic: str = "*", k: int = 5) -> list[Insight]:
-        """The pool's most important insights on ``topic`` (every topic by default)."""
+        """The pool's most important insights on ``topic``.
+
+        Args:
+            topic: a topic; ``*``, the default, is every topic.
+            k: at most this many, at least 1.
+
+        Returns:
+            The insights, most important first.
+
+        Raises:
+            MemoryInputError: ``k`` below 1 or a topic that is invalid.
+            AskTimeoutError: no reply within the handle's timeout.
+        """
         found = await self._ask_pool(QueryInsights(topic=topic, k=k))
         return list(found)
 
     async def held_insights(self, query: str | None = None, k: int = 10) -> list[Insight]:
-        """The insights this agent received, most relevant to ``query`` first."""
+        """The insights this agent received.
+
+        Args:
+            query: rank them by relevance to this text (newest first without it).
+            k: at most this many, at least 1.
+
+        Returns:
+            The insights, best first.
+
+        Raises:
+            MemoryInputError: ``k`` below 1.
+            AskTimeoutError: no reply within the handle's timeout.
+        """
         return await self._ask(HeldInsights(query=query, k=k))

@@ -266,7 +266,7 @@ class CompressorActor(Actor):
         workers = self._workers
         if workers is not None:
             try:
-                return await anyio.to_process.run_sync(
+                outcome = await anyio.to_process.run_sync(
                     compress_offline,
                     list(request.messages),
                     self.config,
@@ -276,6 +276,7 @@ class CompressorActor(Actor):
                     cancellable=True,
                     limiter=workers.limiter,
                 )
+                return _with_originals(outcome, request.messages)
             except BrokenWorkerProcess as exc:
                 # A worker killed from outside (a signal to the process group):
                 # this compression runs here instead.
@@ -313,6 +314,23 @@ class CompressorActor(Actor):
             agent=request.agent,
             request=request.request,
         )
+
+
+def _with_originals(outcome: CompressionOutcome, sent: list[Message]) -> CompressionOutcome:
+    """``outcome`` holding the sent message objects where a worker sent back equal
+    copies: the memory then keeps one object per message, as after a compression
+    in the event loop."""
+    by_id = {m.id: m for m in sent}
+
+    def original(m: Message) -> Message:
+        mine = by_id.get(m.id)
+        return mine if mine is not None and mine == m else m
+
+    return msgspec.structs.replace(
+        outcome,
+        messages=[original(m) for m in outcome.messages],
+        offloaded={k: [original(m) for m in v] for k, v in outcome.offloaded.items()},
+    )
 
 
 def compressor_factory(

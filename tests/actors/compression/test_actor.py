@@ -259,6 +259,15 @@ async def test_worker_processes_answer_as_the_event_loop_does(
     in_loop, in_worker = outcomes
     assert in_worker.strategies == ["summarize_rounds"]
     assert _shape(in_worker) == _shape(in_loop)
+    # What the worker kept or offloaded unchanged comes back as the memory's own
+    # objects, as from the event loop: copies would double what the memory holds.
+    sent = {id(m) for m in view}
+
+    def originals(outcome: CompressionOutcome) -> int:
+        offloaded = [m for ms in outcome.offloaded.values() for m in ms]
+        return sum(id(m) in sent for m in [*outcome.messages, *offloaded])
+
+    assert originals(in_worker) == originals(in_loop) > 0
 
 
 def test_a_worker_keeps_no_text_after_its_compression() -> None:

@@ -21,9 +21,10 @@ def require(module: str, extra: str, what: str, *, major: tuple[str, int] | None
 
     Raises:
         MissingExtraError: it does not, or another major version is installed; the
-            message says ``pip install 'actormem[extra]'``.
+            message says ``pip install 'actormem[extra]'``, and for a clone
+            ``pip install -e '.[extra]'``.
     """
-    install = f"pip install 'actormem[{extra}]'"
+    install = f"pip install 'actormem[{extra}]' (in a clone: pip install -e '.[{extra}]')"
     try:
         importlib.import_module(module)
     except ModuleNotFoundError as exc:

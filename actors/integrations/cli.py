@@ -25,7 +25,7 @@ def add_commands(subs: Any) -> None:
         description="Serve the memory tools (add, context, search, retrieve, record, share "
         "an insight, episodes, reload an offload, forget) to MCP clients. The config "
         "decides where the memories live: in this process, or over Redis. Needs the "
-        "extra: pip install 'actormem[mcp]'.",
+        "extra: pip install 'actormem[mcp]' (in a clone: pip install -e '.[mcp]').",
     )
     cmd.add_argument("config", nargs="?", default=None, help="a TOML config (defaults if omitted)")
     cmd.add_argument(

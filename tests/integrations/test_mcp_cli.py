@@ -67,5 +67,5 @@ def test_actormem_imports_without_the_mcp_package() -> None:
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines() == [
         "actormem: error: the MCP server needs the optional extra 'mcp': "
-        "pip install 'actormem[mcp]'"
+        "pip install 'actormem[mcp]' (in a clone: pip install -e '.[mcp]')"
     ]

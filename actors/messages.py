@@ -20,6 +20,15 @@ from typing import Any, Final, Literal, get_args
 import msgspec
 
 from actormem.actors.errors import MemoryInputError
+from actormem.actors.message_content import (
+    PART_TYPES,
+    check_parts,
+    check_storable,
+    is_number,
+    json_text,
+    parts_fit,
+    shown,
+)
 from actormem.runtime.ids import new_id
 from actormem.runtime.tokens import TokenCounter
 
@@ -75,7 +84,7 @@ class ToolCall(msgspec.Struct, frozen=True, gc=False):
                     f"tool call arguments must be a JSON string (or a dict), "
                     f"got {type(arguments).__name__}"
                 )
-            msgspec.structs.force_setattr(self, "arguments", _json_text(arguments, "arguments"))
+            msgspec.structs.force_setattr(self, "arguments", json_text(arguments, "arguments"))
         if not isinstance(self.id, str):
             raise MemoryInputError(
                 f"a tool call's id must be a string, got {type(self.id).__name__}"
@@ -162,7 +171,7 @@ class Message(msgspec.Struct, frozen=True, kw_only=True, gc=False):
             raise MemoryInputError(
                 f"tool_call_id must be a string, got {type(self.tool_call_id).__name__}"
             )
-        if not _is_number(self.timestamp):
+        if not is_number(self.timestamp):
             raise MemoryInputError(
                 f"timestamp must be seconds since the epoch (a number), "
                 f"got {type(self.timestamp).__name__}"
@@ -171,7 +180,7 @@ class Message(msgspec.Struct, frozen=True, kw_only=True, gc=False):
             # An int far past MAX_TIMESTAMP becomes inf (refused on the way in).
             stamp = float(self.timestamp) if abs(self.timestamp) < 2**1000 else math.inf
             msgspec.structs.force_setattr(self, "timestamp", stamp)
-        if self.importance is not None and not _is_number(self.importance):
+        if self.importance is not None and not is_number(self.importance):
             raise MemoryInputError(
                 f"importance must be a number within 0..1, got {type(self.importance).__name__}"
             )
@@ -253,7 +262,7 @@ class Message(msgspec.Struct, frozen=True, kw_only=True, gc=False):
             content = msgspec.json.encode(content).decode()
         elif isinstance(content, list):
             # Parts this role cannot carry in the API go as text.
-            content = _copied(content) if _parts_fit(content, _PART_TYPES[role]) else self.text()
+            content = _copied(content) if parts_fit(content, PART_TYPES[role]) else self.text()
         if role == "agent_call":
             caller = self.name or str(self.metadata.get("caller", "agent"))
             prefix = f"[Request from {caller}]: "
@@ -313,84 +322,6 @@ def _openai_name(name: str) -> str:
     return _NAME_BAD_CHARS.sub("_", name)[:_NAME_MAX]
 
 
-#: The content part types the Chat Completions API takes in each role's messages
-#: (``agent_call`` is sent as user, ``agent_response`` as assistant).
-_USER_PARTS: Final = frozenset({"text", "image_url", "input_audio", "file"})
-_REPLY_PARTS: Final = frozenset({"text", "refusal"})
-_PART_TYPES: Final[dict[str, frozenset[str]]] = {
-    "system": frozenset({"text"}),
-    "user": _USER_PARTS,
-    "assistant": _REPLY_PARTS,
-    "tool": frozenset({"text"}),
-    "agent_call": _USER_PARTS,
-    "agent_response": _REPLY_PARTS,
-}
-#: What each part type must hold besides ``type``: the key, and the type of its value.
-_PART_FIELDS: Final[dict[str, tuple[str, type]]] = {
-    "text": ("text", str),
-    "refusal": ("refusal", str),
-    "image_url": ("image_url", dict),
-    "input_audio": ("input_audio", dict),
-    "file": ("file", dict),
-}
-_json_encoder: Final = msgspec.json.Encoder()
-
-
-def _parts_fit(parts: list[Any], allowed: frozenset[str]) -> bool:
-    return all(isinstance(p, dict) and p.get("type") in allowed for p in parts)
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _json_text(value: Any, what: str) -> str:
-    try:
-        return _json_encoder.encode(value).decode()
-    except (TypeError, ValueError, msgspec.EncodeError, RecursionError, OverflowError) as exc:
-        raise MemoryInputError(f"{what} must be JSON-able: {exc}") from exc
-
-
-def _check_storable(value: Any, what: str) -> None:
-    """``value`` encodes as JSON (exports) and as msgpack (Redis): ints within 64 bits."""
-    _json_text(value, what)
-    try:
-        _encoder.encode(value)
-    except (TypeError, ValueError, msgspec.EncodeError, RecursionError, OverflowError) as exc:
-        raise MemoryInputError(f"{what} must be JSON-able: {exc}") from exc
-
-
-def _check_parts(role: str, parts: list[Any]) -> None:
-    if not parts:
-        raise MemoryInputError("content given as a list needs at least one content part")
-    allowed = _PART_TYPES[role]
-    for i, part in enumerate(parts):
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind not in _PART_FIELDS:
-            raise MemoryInputError(
-                f"content part {i} must be a dict with a 'type' of "
-                f"{', '.join(map(repr, sorted(_PART_FIELDS)))}, got {_shown(part)}"
-            )
-        if kind not in allowed:
-            raise MemoryInputError(
-                f"content part {i}: a {role} message cannot carry {kind!r} parts "
-                f"(allowed: {', '.join(map(repr, sorted(allowed)))})"
-            )
-        key, expected = _PART_FIELDS[kind]
-        value = part.get(key)
-        if not isinstance(value, expected):
-            raise MemoryInputError(
-                f"content part {i} ({kind}) needs {key!r} as a {expected.__name__}"
-            )
-        if kind == "image_url" and not isinstance(part[key].get("url"), str):
-            raise MemoryInputError(f"content part {i} (image_url) needs image_url.url as a string")
-
-
-def _shown(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def admit(message: Message) -> None:
     """Check what a memory requires of a message it stores, beyond its field types.
 
@@ -424,18 +355,18 @@ def admit(message: Message) -> None:
         except (msgspec.DecodeError, RecursionError) as exc:
             raise MemoryInputError(
                 f"tool call {call.id!r}: arguments must be a JSON string, got "
-                f"{_shown(call.arguments)}"
+                f"{shown(call.arguments)}"
             ) from exc
     content = message.content
     if isinstance(content, list):
-        _check_parts(message.role, content)
-        _check_storable(content, "content")
+        check_parts(message.role, content)
+        check_storable(content, "content")
     elif isinstance(content, dict):
-        _check_storable(content, "content")
+        check_storable(content, "content")
     if message.metadata:
         if not all(isinstance(k, str) for k in message.metadata):
             raise MemoryInputError("metadata keys must be strings")
-        _check_storable(message.metadata, "metadata")
+        check_storable(message.metadata, "metadata")
 
 
 def message_chars(message: Message) -> int:
@@ -453,7 +384,7 @@ def message_chars(message: Message) -> int:
     elif content is None:
         size = 0
     else:
-        size = len(_json_text(content, "content"))
+        size = len(json_text(content, "content"))
     if message.name:
         size += len(message.name)
     if message.tool_call_id:
@@ -463,7 +394,7 @@ def message_chars(message: Message) -> int:
     for url in message.url:
         size += len(url)
     if message.metadata:
-        size += len(_json_text(message.metadata, "metadata"))
+        size += len(json_text(message.metadata, "metadata"))
     return size
 
 

@@ -197,7 +197,6 @@ OVERSIZED = {
     "actormem.actors.app.simulation.run": 589,
     "actormem.actors.memory.actor": 645,
     "actormem.actors.memory.handle": 512,
-    "actormem.actors.messages": 513,
     "actormem.actors.pool.actor": 670,
     "actormem.actors.recall.keyed": 564,
     "actormem.actors.recall.longterm": 522,

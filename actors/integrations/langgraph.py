@@ -47,7 +47,8 @@ from langgraph.store.base import (  # noqa: E402
 
 from actormem.actors.app.wiring import MemoryRuntime  # noqa: E402
 from actormem.actors.memory.handle import MemoryHandle  # noqa: E402
-from actormem.actors.recall.keyed import KeyedEntry, value_text  # noqa: E402
+from actormem.actors.recall.keyed import KeyedEntry  # noqa: E402
+from actormem.actors.recall.keyed_filters import value_text  # noqa: E402
 
 __all__ = (
     "MemoryStore",

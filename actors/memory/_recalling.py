@@ -29,13 +29,8 @@ from actormem.actors.memory.exchange import _batch, _tool_call
 from actormem.actors.memory.inputs import shown
 from actormem.actors.messages import Message, ToolCall
 from actormem.actors.recall.episodes import Episode
-from actormem.actors.recall.keyed import (
-    FoundEntry,
-    KeyedEntry,
-    check_key,
-    check_namespace,
-    check_value,
-)
+from actormem.actors.recall.keyed import FoundEntry, KeyedEntry
+from actormem.actors.recall.keyed_checks import check_key, check_namespace, check_value
 from actormem.actors.recall.longterm import Recalled
 
 __all__ = ("RecallOps",)

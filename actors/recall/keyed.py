@@ -21,14 +21,26 @@ and ``forget()`` erase them.
 
 from __future__ import annotations
 
-import math
 import time
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Final
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import msgspec
 
 from actormem.actors.errors import MemoryInputError
+from actormem.actors.recall.keyed_checks import (
+    MAX_KEY_CHARS,
+    MAX_LABEL_CHARS,
+    MAX_NAMESPACE_DEPTH,
+    MAX_VALUE_BYTES,
+    check_key,
+    check_limit,
+    check_namespace,
+    check_ttl,
+    check_value,
+    shown,
+)
+from actormem.actors.recall.keyed_filters import matches_filter, namespace_matches, value_text
 from actormem.actors.recall.longterm import LongTermConfig
 from actormem.actors.recall.ranking import score_components
 from actormem.actors.text.bm25 import BM25, tokenize
@@ -45,19 +57,6 @@ __all__ = (
     "KeyedState",
     "matches_filter",
 )
-
-#: The most labels a namespace has.
-MAX_NAMESPACE_DEPTH: Final = 16
-#: The longest label of a namespace.
-MAX_LABEL_CHARS: Final = 256
-#: The longest key.
-MAX_KEY_CHARS: Final = 1024
-#: The largest value, as JSON.
-MAX_VALUE_BYTES: Final = 65_536
-#: The most entries a search or a namespace listing returns at once.
-MAX_LIMIT: Final = 1000
-
-_OPERATORS: Final = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte")
 
 
 class KeyedEntry(msgspec.Struct, frozen=True, kw_only=True):
@@ -99,160 +98,6 @@ class KeyedState(msgspec.Struct, frozen=True, kw_only=True):
     version: int = 1
     entries: list[KeyedEntry] = msgspec.field(default_factory=list)
     accessed: dict[str, float] = msgspec.field(default_factory=dict)
-
-
-# -- input checks ------------------------------------------------------------------------
-
-
-def check_namespace(namespace: object, what: str = "namespace", *, empty: bool = False) -> None:
-    """Check a namespace (or, with ``empty``, a prefix that may have no label).
-
-    Raises:
-        MemoryInputError: it is not a list of 1..16 non-empty labels of at most 256
-            printable characters.
-    """
-    if not isinstance(namespace, tuple | list) or not all(isinstance(x, str) for x in namespace):
-        raise MemoryInputError(f"{what} must be a tuple of strings, got {_shown(namespace)}")
-    if not namespace and not empty:
-        raise MemoryInputError(f"{what} must have at least one label")
-    if len(namespace) > MAX_NAMESPACE_DEPTH:
-        raise MemoryInputError(f"{what} has {len(namespace)} labels, at most {MAX_NAMESPACE_DEPTH}")
-    for label in namespace:
-        if not label or len(label) > MAX_LABEL_CHARS or not label.isprintable():
-            raise MemoryInputError(
-                f"{what} label {label[:40]!r} must be 1..{MAX_LABEL_CHARS} printable characters"
-            )
-
-
-def check_key(key: object) -> None:
-    """Check a key.
-
-    Raises:
-        MemoryInputError: it is not a non-empty string of at most 1024 characters.
-    """
-    if not isinstance(key, str) or not key:
-        raise MemoryInputError(f"key must be a non-empty string, got {_shown(key)}")
-    if len(key) > MAX_KEY_CHARS:
-        raise MemoryInputError(f"key is {len(key)} characters long, at most {MAX_KEY_CHARS}")
-
-
-def _check_json(value: object, path: str) -> None:
-    """Raise MemoryInputError unless ``value`` is JSON (and finite)."""
-    if value is None or isinstance(value, bool | int | str):
-        return
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise MemoryInputError(f"value{path} is {value}, which JSON cannot hold")
-        return
-    if isinstance(value, list | tuple):
-        for n, item in enumerate(value):
-            _check_json(item, f"{path}[{n}]")
-        return
-    if isinstance(value, dict):
-        for k, item in value.items():
-            if not isinstance(k, str):
-                raise MemoryInputError(f"value{path} has a key {_shown(k)}: JSON keys are strings")
-            _check_json(item, f"{path}.{k}")
-        return
-    raise MemoryInputError(f"value{path} is {_shown(value)}, not JSON")
-
-
-def check_value(value: object) -> None:
-    """Check a value.
-
-    Raises:
-        MemoryInputError: it is not a JSON object, or is larger than 64 KiB as JSON.
-    """
-    if not isinstance(value, dict):
-        raise MemoryInputError(f"value must be a JSON object (a dict), got {_shown(value)}")
-    _check_json(value, "")
-    size = len(msgspec.json.encode(value))
-    if size > MAX_VALUE_BYTES:
-        raise MemoryInputError(f"value is {size} bytes as JSON, at most {MAX_VALUE_BYTES}")
-
-
-def _check_limit(limit: object, offset: object) -> None:
-    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_LIMIT:
-        raise MemoryInputError(f"limit must be an int within 1..{MAX_LIMIT}, got {_shown(limit)}")
-    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-        raise MemoryInputError(f"offset must be an int >= 0, got {_shown(offset)}")
-
-
-def _shown(value: object) -> str:
-    text = repr(value)
-    return f"{text[:60]}... ({type(value).__name__})" if len(text) > 60 else text
-
-
-# -- filters -----------------------------------------------------------------------------
-
-
-def matches_filter(value: Mapping[str, Any], conditions: Mapping[str, Any]) -> bool:
-    """Whether ``value`` meets every condition: a key's value equals the given one,
-    or, given ``{"$op": x}`` with op one of eq, ne, gt, gte, lt, lte, compares so.
-    A nested dict without operators matches the nested value's keys the same way.
-
-    Raises:
-        MemoryInputError: an unknown operator.
-    """
-    for name, wanted in conditions.items():
-        have = value.get(name)
-        if (
-            isinstance(wanted, dict)
-            and wanted
-            and all(isinstance(k, str) and k.startswith("$") for k in wanted)
-        ):
-            if not all(_compare(have, op, arg) for op, arg in wanted.items()):
-                return False
-        elif isinstance(wanted, dict) and isinstance(have, dict):
-            if not matches_filter(have, wanted):
-                return False
-        elif have != wanted:
-            return False
-    return True
-
-
-def _compare(have: Any, op: str, arg: Any) -> bool:
-    if op not in _OPERATORS:
-        raise MemoryInputError(f"unknown filter operator {op!r}: one of {', '.join(_OPERATORS)}")
-    if op == "$eq":
-        return bool(have == arg)
-    if op == "$ne":
-        return bool(have != arg)
-    try:
-        match op:
-            case "$gt":
-                return bool(have > arg)
-            case "$gte":
-                return bool(have >= arg)
-            case "$lt":
-                return bool(have < arg)
-            case _:
-                return bool(have <= arg)
-    except TypeError:  # a missing key, or values of kinds that do not compare
-        return False
-
-
-def _matches(namespace: tuple[str, ...], pattern: tuple[str, ...], *, suffix: bool) -> bool:
-    if len(pattern) > len(namespace):
-        return False
-    part = namespace[len(namespace) - len(pattern) :] if suffix else namespace[: len(pattern)]
-    return all(p in ("*", n) for p, n in zip(pattern, part, strict=True))
-
-
-def value_text(value: Any) -> str:
-    """The strings of a JSON value (keys and numbers left out), joined by spaces."""
-    return " ".join(_strings(value))
-
-
-def _strings(value: Any) -> Iterator[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from _strings(item)
-    elif isinstance(value, list | tuple):
-        for item in value:
-            yield from _strings(item)
 
 
 # -- the entries ---------------------------------------------------------------------------
@@ -317,7 +162,7 @@ class KeyedEntries(SnapshotState[KeyedState]):
         elif not isinstance(text, str) or len(text) > cfg.max_entry_chars:
             raise MemoryInputError(
                 f"text must be a string of at most {cfg.max_entry_chars} characters, "
-                f"got {_shown(text)}"
+                f"got {shown(text)}"
             )
         if importance is None:
             importance = cfg.default_importance
@@ -326,8 +171,8 @@ class KeyedEntries(SnapshotState[KeyedState]):
             or isinstance(importance, bool)
             or not 0.0 <= importance <= 1.0
         ):
-            raise MemoryInputError(f"importance must be within 0..1, got {_shown(importance)}")
-        _check_ttl(ttl)
+            raise MemoryInputError(f"importance must be within 0..1, got {shown(importance)}")
+        check_ttl(ttl)
         now = self.clock()
         self.purge_expired(now)
         where = (tuple(namespace), key)
@@ -410,17 +255,17 @@ class KeyedEntries(SnapshotState[KeyedState]):
         """
         check_namespace(prefix, "namespace prefix", empty=True)
         if filter is not None and not isinstance(filter, Mapping):
-            raise MemoryInputError(f"filter must be a dict, got {_shown(filter)}")
+            raise MemoryInputError(f"filter must be a dict, got {shown(filter)}")
         if query is not None and not isinstance(query, str):
-            raise MemoryInputError(f"query must be text, got {_shown(query)}")
-        _check_limit(limit, offset)
+            raise MemoryInputError(f"query must be text, got {shown(query)}")
+        check_limit(limit, offset)
         now = self.clock()
         self.purge_expired(now)
         prefix = tuple(prefix)
         candidates = [
             (where, e)
             for where, e in self._entries.items()
-            if _matches(e.namespace, prefix, suffix=False)
+            if namespace_matches(e.namespace, prefix, suffix=False)
             and (not filter or matches_filter(e.value, filter))
         ]
         if query is not None and query.strip():
@@ -489,16 +334,14 @@ class KeyedEntries(SnapshotState[KeyedState]):
         if max_depth is not None and (
             not isinstance(max_depth, int) or isinstance(max_depth, bool) or max_depth < 1
         ):
-            raise MemoryInputError(
-                f"max_depth must be an int >= 1 or None, got {_shown(max_depth)}"
-            )
-        _check_limit(limit, offset)
+            raise MemoryInputError(f"max_depth must be an int >= 1 or None, got {shown(max_depth)}")
+        check_limit(limit, offset)
         self.purge_expired(self.clock())
         found = {
             e.namespace[:max_depth] if max_depth is not None else e.namespace
             for e in self._entries.values()
-            if _matches(e.namespace, tuple(prefix), suffix=False)
-            and _matches(e.namespace, tuple(suffix), suffix=True)
+            if namespace_matches(e.namespace, tuple(prefix), suffix=False)
+            and namespace_matches(e.namespace, tuple(suffix), suffix=True)
         }
         return sorted(found)[offset : offset + limit]
 
@@ -553,12 +396,3 @@ class KeyedEntries(SnapshotState[KeyedState]):
 def _state_key(entry: KeyedEntry) -> str:
     """One string naming an entry's (namespace, key), for the saved ``accessed`` map."""
     return msgspec.json.encode([*entry.namespace, entry.key]).decode()
-
-
-def _check_ttl(ttl: object) -> None:
-    if ttl is None:
-        return
-    if not isinstance(ttl, int | float) or isinstance(ttl, bool) or not 0 < ttl < math.inf:
-        raise MemoryInputError(
-            f"ttl must be a positive number of seconds or None, got {_shown(ttl)}"
-        )

@@ -198,7 +198,6 @@ OVERSIZED = {
     "actormem.actors.memory.actor": 645,
     "actormem.actors.memory.handle": 512,
     "actormem.actors.pool.actor": 670,
-    "actormem.actors.recall.longterm": 522,
     "actormem.benchmarks.load": 544,
     "actormem.runtime._dispatch": 543,
     "actormem.runtime._runtime": 566,

@@ -196,7 +196,6 @@ MODULE_LINES = 500
 OVERSIZED = {
     "actormem.actors.app.simulation.run": 589,
     "actormem.actors.memory.actor": 645,
-    "actormem.actors.memory.handle": 512,
     "actormem.actors.pool.actor": 670,
     "actormem.benchmarks.load": 544,
     "actormem.runtime._dispatch": 543,

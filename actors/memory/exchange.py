@@ -14,13 +14,22 @@ from actormem.actors.config import AppConfig, MemoryConfig
 from actormem.actors.errors import MemoryInputError
 from actormem.actors.memory.commands import (
     Add,
+    Delete,
     MemoryExport,
 )
 from actormem.actors.memory.inputs import shown
 from actormem.actors.messages import Message, ToolCall, admit, count_tokens, message_chars
 from actormem.runtime.tokens import get_counter
 
-__all__ = ("counted_add", "read_export", "sender_config", "to_message", "write_export")
+__all__ = (
+    "counted_add",
+    "delete_command",
+    "load_source",
+    "read_export",
+    "sender_config",
+    "to_message",
+    "write_export",
+)
 
 
 _export_decoder = msgspec.json.Decoder(MemoryExport)
@@ -174,3 +183,32 @@ def _extra(extra: Mapping[str, Any] | None) -> dict[str, Any]:
     except (TypeError, ValueError, OverflowError) as exc:
         raise MemoryInputError(f"export: extra must be JSON-able: {exc}") from exc
     return decoded
+
+
+def delete_command(targets: tuple[object, ...]) -> Delete:
+    """The command that deletes ``targets``: message ids (str) or indices (int).
+
+    Raises:
+        MemoryInputError: a target neither a str nor an int.
+    """
+    ids = [t for t in targets if isinstance(t, str)]
+    indices = [t for t in targets if isinstance(t, int) and not isinstance(t, bool)]
+    if len(ids) + len(indices) != len(targets):
+        bad = next(t for t in targets if not isinstance(t, str | int) or isinstance(t, bool))
+        raise MemoryInputError(
+            f"delete: targets are message ids (str) or indices (int), got {shown(bad)}"
+        )
+    return Delete(ids=ids, indices=indices)
+
+
+def load_source(agent: str, source: object) -> MemoryExport:
+    """What a load sends: an export as given, read from a file, or made of messages.
+
+    Raises:
+        MemoryInputError: the file or the messages are invalid.
+    """
+    if isinstance(source, MemoryExport):
+        return source
+    if isinstance(source, str | Path):
+        return read_export(source)
+    return MemoryExport(agent=agent, working=_batch("load", source))

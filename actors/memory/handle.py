@@ -20,7 +20,6 @@ from actormem.actors.memory.commands import (
     AddResult,
     Clear,
     Context,
-    Delete,
     Export,
     Forget,
     Get,
@@ -36,10 +35,11 @@ from actormem.actors.memory.commands import (
     Update,
 )
 from actormem.actors.memory.exchange import (
-    _batch,
     _extra,
     _listed,
     counted_add,
+    delete_command,
+    load_source,
     read_export,
     sender_config,
     to_message,
@@ -226,14 +226,7 @@ class MemoryHandle(SharingOps, RecallOps):
                 unknown or an index out of range.
             AskTimeoutError: no reply within the handle's timeout.
         """
-        ids = [t for t in targets if isinstance(t, str)]
-        indices = [t for t in targets if isinstance(t, int) and not isinstance(t, bool)]
-        if len(ids) + len(indices) != len(targets):
-            bad = next(t for t in targets if not isinstance(t, str | int) or isinstance(t, bool))
-            raise MemoryInputError(
-                f"delete: targets are message ids (str) or indices (int), got {shown(bad)}"
-            )
-        return await self._ask(Delete(ids=ids, indices=indices))
+        return await self._ask(delete_command(targets))
 
     async def update(
         self,
@@ -443,13 +436,7 @@ class MemoryHandle(SharingOps, RecallOps):
             MemoryInputError: the source is invalid; nothing changes then.
             AskTimeoutError: no reply within the handle's timeout.
         """
-        if isinstance(source, MemoryExport):
-            data = source
-        elif isinstance(source, str | Path):
-            data = read_export(source)
-        else:
-            data = MemoryExport(agent=self.agent, working=_batch("load", source))
-        return await self._ask(Load(data=data, overwrite=overwrite))
+        return await self._ask(Load(data=load_source(self.agent, source), overwrite=overwrite))
 
     async def prune(self, max_tokens: int, *, preserve_system: bool = True) -> PruneResult:
         """Drop the oldest messages until the working view fits ``max_tokens``.
@@ -493,8 +480,6 @@ class MemoryHandle(SharingOps, RecallOps):
             AskTimeoutError: no reply within the handle's timeout.
         """
         return await self._ask(Context(max_tokens=max_tokens, query=query))
-
-    # -- the insight pool ------------------------------------------------------------
 
     async def reload(self, offload_id: str) -> list[Message]:
         """The original messages behind an offload id (see the compressor).

@@ -19,8 +19,8 @@ agents not measured by then are left out of ``per_agent``).
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator
-from contextlib import AsyncExitStack, contextmanager
+from collections.abc import Awaitable, Callable, Iterable
+from contextlib import AsyncExitStack
 from datetime import UTC, datetime
 from typing import Final
 
@@ -30,37 +30,40 @@ import structlog
 
 from actormem.actors.app.runs import for_run, new_run_id
 from actormem.actors.app.simulation.brains import (
-    AgentInfo,
-    Brain,
-    BrainError,
-    BrainFactory,
     Crowd,
-    Others,
     brain_factory,
-    brain_failed,
     open_recording,
 )
-from actormem.actors.app.simulation.brains.llm_client import LLMClient, LLMUsage, model_wait
-from actormem.actors.app.simulation.facts import FactIndex
+from actormem.actors.app.simulation.brains.llm_client import LLMClient, LLMUsage
 from actormem.actors.app.simulation.goals import GoalScore, score_questions
 from actormem.actors.app.simulation.report import (
     AgentReport,
     SimulationReport,
     build_report,
-    known_share,
     measure,
     package_version,
     report_dict,
 )
 from actormem.actors.app.simulation.rundir import RunDir, RunInfo
-from actormem.actors.app.simulation.scenario import Cast, check_scenario
+from actormem.actors.app.simulation.scenario import check_scenario
 from actormem.actors.app.simulation.spread import reach
+from actormem.actors.app.simulation.steps import (
+    DRAIN_S,
+    Progress,
+    agent_infos,
+    brain_errors_unwrapped,
+    brain_name,
+    build_brain,
+    cancel_when_set,
+    phase_progress,
+    replayable,
+    take_steps,
+)
 from actormem.actors.app.simulation.tally import CountedMemory, Tally
 from actormem.actors.app.simulation.timeline import Sink, Timeline
 from actormem.actors.app.simulation.town import PlantedFact
 from actormem.actors.app.wiring import MemoryRuntime
 from actormem.actors.config import AppConfig
-from actormem.actors.messages import Message
 from actormem.actors.pool.commands import PoolStats
 from actormem.runtime.config import redacted
 from actormem.runtime.errors import ActormemError
@@ -68,8 +71,6 @@ from actormem.runtime.redis import RedisTransport, read_workers_total
 
 __all__ = ("DRAIN_S", "PARTIAL_REPORT_S", "STALL_TIMEOUTS", "run_simulation")
 
-#: How long the turns in flight may take to finish once a run is asked to stop.
-DRAIN_S: Final = 1.0
 #: How long a stopped run may take to measure its agents for the partial report.
 PARTIAL_REPORT_S: Final = 3.0
 #: How long a recorded or replayed turn waits for its compressions in flight before
@@ -161,7 +162,7 @@ async def _recorded(
         steps_completed=0,
         transport=rt.transport.name,
         workers=workers,
-        brain=_brain_name(config),
+        brain=brain_name(config),
         started_at=_utc_now(),
         config=msgspec.to_builtins(redacted(config)),
     )
@@ -189,51 +190,6 @@ def _utc_now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-async def _cancel_when_set(stop: anyio.Event, scope: anyio.CancelScope, delay: float) -> None:
-    await stop.wait()
-    await anyio.sleep(delay)
-    scope.cancel()
-
-
-def _narration(fact: PlantedFact) -> Message:
-    return Message(
-        role="user",
-        name="narrator",
-        content=fact.statement,
-        metadata={"category": "fact", "important": True},
-        importance=0.9,
-    )
-
-
-#: ``on_progress(phase, done, total)``: see :func:`run_simulation`.
-Progress = Callable[[str, int, int], None]
-
-
-def _phase(progress: Progress | None, phase: str, total: int) -> Callable[[int], None] | None:
-    """``progress`` for one phase: called with how many are done."""
-    if progress is None:
-        return None
-    return lambda done: progress(phase, done, total)
-
-
-def _build(factory: BrainFactory, agent: AgentInfo) -> Brain:
-    try:
-        return factory(agent)
-    except BrainError:
-        raise
-    except Exception as exc:
-        log.debug("brain_failed", agent=agent.name, exc_info=True)
-        raise brain_failed(f"building the brain of {agent.name} failed", exc) from exc
-
-
-def _replayable(config: AppConfig) -> bool:
-    """Whether the run records or replays its model calls: its turns then go one at a
-    time, each reading a context with its compressions settled, so that every prompt
-    follows from the seed and the model's earlier answers alone."""
-    brain = config.simulation.brain
-    return bool(brain.record or brain.replay)
-
-
 def _settler(rt: MemoryRuntime) -> Callable[[str], Awaitable[None]]:
     """What waits (up to :data:`SETTLE_S`) for an agent's compressions in flight to be
     applied, asking its memory uncounted (the report's counts stay the run's own)."""
@@ -246,11 +202,6 @@ def _settler(rt: MemoryRuntime) -> Callable[[str], Awaitable[None]]:
                 await anyio.sleep(0.005)
 
     return settle
-
-
-def _brain_name(config: AppConfig) -> str:
-    brain = config.simulation.brain
-    return f"python:{brain.callable}" if brain.kind == "python" else brain.kind
 
 
 async def _run(
@@ -267,7 +218,7 @@ async def _run(
     factory = brain_factory(config, cast.talk)
     names = cast.names
     facts = [f for n in names for f in cast.facts[n]]
-    brains = {info.name: _build(factory, info) for info in _agent_infos(cast, sim.seed)}
+    brains = {info.name: build_brain(factory, info) for info in agent_infos(cast, sim.seed)}
     # Only the facts the narrator told count: a run shorter than fact_steps, or
     # with more facts than fact_steps, leaves some untold.
     told: dict[str, list[PlantedFact]] = {n: [] for n in names}
@@ -289,7 +240,7 @@ async def _run(
             context_tokens=sim.context_tokens,
             llm=llm,
             relations=cast.relations,
-            settle=_settler(rt) if _replayable(config) else None,
+            settle=_settler(rt) if replayable(config) else None,
         )
         if sink is not None:
             tally.timeline = Timeline(
@@ -304,8 +255,10 @@ async def _run(
             )
         started = time.perf_counter()
         started_at = _utc_now()
-        with _brain_errors_unwrapped():
-            known_before, done = await _steps(config, rt, crowd, tally, cast, told, progress, stop)
+        with brain_errors_unwrapped():
+            known_before, done = await take_steps(
+                config, rt, crowd, tally, cast, told, progress, stop
+            )
         elapsed = time.perf_counter() - started
     partial = done < sim.steps
     log.info(
@@ -322,7 +275,7 @@ async def _run(
     goals: list[GoalScore] = []
     async with anyio.create_task_group() as watch:
         with anyio.CancelScope() as measuring:
-            watch.start_soon(_cancel_when_set, stop, measuring, PARTIAL_REPORT_S)
+            watch.start_soon(cancel_when_set, stop, measuring, PARTIAL_REPORT_S)
             pool = await rt.pool_stats()
             await measure(
                 rt,
@@ -332,7 +285,7 @@ async def _run(
                 told_facts,
                 known_before,
                 per_agent,
-                on_measured=_phase(progress[1], "measured", len(names)),
+                on_measured=phase_progress(progress[1], "measured", len(names)),
             )
             await score_questions(rt, cast.questions, goals, concurrency=sim.concurrency)
         watch.cancel_scope.cancel()
@@ -351,7 +304,7 @@ async def _run(
         steps_completed=done,
         partial=partial or stop.is_set(),
         started_at=started_at,
-        brain=_brain_name(config),
+        brain=brain_name(config),
         llm_calls=usage.calls,
         llm_retries=usage.retries,
         llm_tokens_in=usage.tokens_in,
@@ -406,7 +359,7 @@ async def _compressions_settled(
     in_flight = len(left)
     with anyio.CancelScope() as scope:
         async with anyio.create_task_group() as watch:
-            watch.start_soon(_cancel_when_set, stop, scope, 0.0)
+            watch.start_soon(cancel_when_set, stop, scope, 0.0)
             ended = time.perf_counter()
             # The memories answer asks, and have no event to wait on: poll them.
             while left and not stop.is_set() and time.perf_counter() - ended < stall:
@@ -440,150 +393,3 @@ async def _actor_failures(rt: MemoryRuntime, workers: int) -> tuple[int, int]:
         log.warning("worker_counters_unread", reason=str(exc))
         return here.failures, here.restarts
     return here.failures + summed.failures, here.restarts + summed.restarts
-
-
-def _agent_infos(cast: Cast, seed: int) -> list[AgentInfo]:
-    infos = []
-    positions = {n: i for i, n in enumerate(cast.names)}
-    for i, n in enumerate(cast.names):
-        others = Others(cast.names, i, positions)
-        infos.append(
-            AgentInfo(
-                name=n,
-                persona=cast.personas[n],
-                index=i,
-                seed=seed,
-                others=others,
-                facts=tuple(cast.facts[n]),
-                relations=cast.relations.get(n, others),
-            )
-        )
-    return infos
-
-
-async def _steps(
-    config: AppConfig,
-    rt: MemoryRuntime,
-    crowd: Crowd,
-    tally: Tally,
-    cast: Cast,
-    told: dict[str, list[PlantedFact]],
-    progress: tuple[Callable[[int], None] | None, Progress | None],
-    stop: anyio.Event,
-) -> tuple[dict[str, float], int]:
-    """Introduce the agents and take the steps (noting in ``told`` the facts the
-    narrator told); return what each agent knew before the sharing began, and how
-    many steps were taken."""
-    sim = config.simulation
-    names = crowd.names
-    limiter = anyio.CapacityLimiter(sim.concurrency)
-    on_step = progress[0]
-    on_turn = _phase(progress[1], "turns", sim.agents * sim.steps)
-    turns = 0
-
-    async def introduce(name: str) -> None:
-        # Every topic: the town hears all news (a feed ranks its relations' first).
-        await rt.memory(name).subscribe(follows=cast.relations.get(name, ()))
-        await crowd.memories[name].add(
-            [Message(role="system", content=cast.system(name), metadata={"pinned": True})]
-        )
-
-    async def take_turn(name: str, step: int) -> None:
-        nonlocal turns
-        async with limiter:
-            started = time.perf_counter()
-            turn = crowd.turn(name, step)
-            for fact in cast.told_at(name, step, sim.fact_steps):
-                if fact not in told[name]:
-                    told[name].append(fact)
-                turn.remember(_narration(fact))
-            try:
-                with model_wait() as waited:
-                    await crowd.brains[name].step(turn)
-            except BrainError:
-                raise
-            except Exception as exc:
-                if tally.timeline is not None:
-                    tally.timeline.failed(name, exc)
-                # The user's own brain failing is a user's error: one line, and the
-                # traceback in the debug log.
-                log.debug("brain_failed", agent=name, step=step, exc_info=True)
-                raise brain_failed(f"the brain of {name} failed at step {step}", exc) from exc
-            await turn.flush()
-            took = time.perf_counter() - started
-            tally.turn_seconds += took
-            tally.model_turn(took, waited)
-            if tally.timeline is not None:
-                tally.timeline.turn_took(took)
-        turns += 1
-        if on_turn is not None:
-            on_turn(turns)
-
-    known_before: dict[str, float] = {}
-    done = 0
-    async with anyio.create_task_group() as watch:
-        with anyio.CancelScope() as stepping:
-            watch.start_soon(_cancel_when_set, stop, stepping, DRAIN_S)
-            for name in names:
-                await introduce(name)
-            # The turns' time is what the report splits; the introductions are no turn.
-            tally.memory_seconds = 0.0
-            if tally.timeline is not None:
-                await tally.timeline.start_steps()
-            log.info(
-                "simulation_started",
-                run=sim.run_id,
-                agents=sim.agents,
-                steps=sim.steps,
-                seed=sim.seed,
-                brain=_brain_name(config),
-            )
-            for step in range(sim.steps):
-                if stop.is_set():
-                    break
-                if step == sim.fact_steps or (step == sim.steps - 1 and not known_before):
-                    so_far = [f for n in names for f in told[n]]
-                    index = FactIndex(so_far)
-                    for name in names:  # before anyone has shared: what each agent knows
-                        known_before[name] = await known_share(rt.memory(name), so_far, index)
-                if _replayable(config):
-                    for name in names:
-                        await take_turn(name, step)
-                else:
-                    async with anyio.create_task_group() as tg:
-                        for name in names:
-                            tg.start_soon(take_turn, name, step)
-                ticked = time.perf_counter()
-                tally.fed += await rt.tick_feeds()
-                tally.feed_seconds += time.perf_counter() - ticked
-                if tally.timeline is not None:
-                    await tally.timeline.end_step(step, last=step == sim.steps - 1)
-                done = step + 1
-                if on_step is not None:
-                    on_step(done)
-        watch.cancel_scope.cancel()
-    return known_before, done
-
-
-@contextmanager
-def _brain_errors_unwrapped() -> Iterator[None]:
-    """A brain's error out of the turns' task groups is raised as itself (one line in
-    the CLI), not inside an exception group."""
-    try:
-        yield
-    except BaseExceptionGroup as group:
-        first = _first_brain_error(group)
-        if first is None:
-            raise
-        raise first from None
-
-
-def _first_brain_error(group: BaseExceptionGroup[BaseException]) -> BrainError | None:
-    for exc in group.exceptions:
-        if isinstance(exc, BrainError):
-            return exc
-        if isinstance(exc, BaseExceptionGroup):
-            found = _first_brain_error(exc)
-            if found is not None:
-                return found
-    return None

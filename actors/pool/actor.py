@@ -1,58 +1,15 @@
 """The insight pool actor (kind ``pool``): agents share insights, subscribers receive them.
 
-One pool actor (``pool/main`` by convention) holds every shared insight, by topic:
-
-- :class:`Share` records an insight with its provenance (source agent, time, the
-  message ids it came from), after sanitizing its text; an exact or near
-  duplicate of an insight already held on the topic is not stored again, and the
-  reply names the insight it duplicates;
-- each topic keeps at most ``per_topic_limit`` insights (the least important,
-  then the oldest, go first);
-- every new insight is told, as an :class:`InsightDelivery`, to
-  ``<memory_kind>/<agent>`` of each agent subscribed to its topic (except its
-  source); :class:`Subscribe` / :class:`Unsubscribe` take topics or ``*`` (all);
-- :class:`RegisterFact` shares on the facts topic, which reaches every agent the
-  pool knows whatever it subscribes to (MARSYS's coordinated facts: a fact one
-  agent registers is visible to all);
-- :class:`QueryInsights` returns the best insights of a topic, or of all;
-- :class:`ForgetSource` removes the text of what an agent shared and drops its
-  subscriptions and delivery cursors.
-
-**Feeds.** With ``delivery = "feed"`` a new insight goes to nobody at once: at each
-:class:`FeedTick` every subscriber gets its ranked feed (see
-:mod:`actormem.actors.pool.feeds`). Facts still reach every known agent at once.
-
-**Partitions.** With ``partitions`` > 1 the pool is that many actors
-(:func:`~actormem.actors.pool.commands.pool_addresses`). Each serves the agents
-that hash to it (:func:`~actormem.actors.pool.commands.pool_address`): their
-shares, subscriptions, deliveries and feeds. Each holds a copy of every insight:
-a partition that stores a new one tells the others (:class:`PeerShared`), and a
-forgotten source is forgotten by all (:class:`PeerForgot`).
-
-**Trust comes from the envelope.** The commands that act for an agent (share,
-fact, subscribe, unsubscribe, forget) are taken only from that agent's memory
-actor, as the runtime recorded the sender (:attr:`ActorContext.sender`); the
-agent named in a field must be that one. A memory takes deliveries only from the
-pool, the same way.
-
-**Durable.** The pool's state (insights, subscriptions, the ids of the shares it
-applied and every agent's delivery cursor, see :mod:`actormem.actors.pool.cursors`)
-is :class:`~actormem.runtime.state.Durable`: over Redis what every command did to
-it is stored with the command, as an entry of its journal (see
-:mod:`actormem.actors.pool.journal`: a share costs what it changed, not the
-whole pool), so it survives its worker being killed or restarted, and a
-restarted pool sends again what its subscribers may not have received.
-Delivery never blocks the pool on a full mailbox (see
-:mod:`actormem.actors.pool.delivery`).
+:mod:`actormem.actors.pool` describes its commands, feeds, partitions, trust and
+durable state; the modules beside this one hold the parts it serves them with.
 """
 
 from __future__ import annotations
 
 import functools
-import itertools
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 import msgspec
 import structlog
@@ -82,13 +39,12 @@ from actormem.actors.pool.commands import (
     pool_addresses,
 )
 from actormem.actors.pool.config import PoolConfig
-from actormem.actors.pool.cursors import Cursor, Cursors
+from actormem.actors.pool.cursors import Cursors
 from actormem.actors.pool.delivery import Deliveries
 from actormem.actors.pool.feeds import Feeds
 from actormem.actors.pool.insights import (
     Insight,
     InsightError,
-    InsightSignatureError,
 )
 from actormem.actors.pool.journal import (
     Acked,
@@ -102,50 +58,32 @@ from actormem.actors.pool.journal import (
     decode_op,
 )
 from actormem.actors.pool.sanitize import clean_label, sanitize_insight_text
-from actormem.actors.pool.subscriptions import Subscriptions
+from actormem.actors.pool.state import (
+    STORED_APPLIED,
+    AppliedShare,
+    PoolState,
+    SavedPool,
+    erase_applied,
+    load_applied,
+    remember,
+    replay,
+    stored_applied,
+)
+from actormem.actors.pool.subscriptions import Subscriptions, followed_agents, topic_names
 from actormem.actors.pool.topics import MAX_ID_CHARS, Topics, check_importance, check_message_ids
+from actormem.actors.pool.trust import refusal
 from actormem.actors.retention import SessionStore
 from actormem.actors.text.duplicates import words
 from actormem.runtime import Actor, ActorContext
-from actormem.runtime.state import DurableChanges, SnapshotState
+from actormem.runtime.state import DurableChanges
 
-__all__ = ("AppliedShare", "PoolActor", "PoolState")
+__all__ = ("STORED_APPLIED", "AppliedShare", "PoolActor", "PoolState")
 
 log = structlog.get_logger("actormem.pool")
 
 MAX_QUERY_K: Final = 1_000
-#: Agents one subscription may follow.
-MAX_FOLLOWS: Final = 1_000
-#: The applied shares stored with the pool's state: the newest. (A repeat of an
-#: older new share is still found by its insight's id while the insight is held,
-#: and the transport skips a redelivered envelope by its own id.)
-STORED_APPLIED: Final = 1_000
 
 _encoder = msgspec.msgpack.Encoder()
-
-
-class AppliedShare(msgspec.Struct, frozen=True, kw_only=True):
-    """A share the pool applied, by command id, as stored: a repeat of it gets the
-    same answer. ``insight`` is None when the answer's insight is the held one of
-    the same id (a new share's)."""
-
-    id: str
-    status: Literal["new", "duplicate", "near_duplicate"]
-    similarity: float = 1.0
-    recipients: int = 0
-    insight: Insight | None = None
-
-
-class PoolState(msgspec.Struct, frozen=True, kw_only=True):
-    """What the pool stores: its insights, subscriptions, the shares it applied and
-    every agent's delivery cursor with the pool-wide delivery number."""
-
-    version: int = 1
-    insights: list[Insight] = msgspec.field(default_factory=list)
-    subscriptions: list[SubscriptionState] = msgspec.field(default_factory=list)
-    applied: list[AppliedShare] = msgspec.field(default_factory=list)
-    cursors: list[Cursor] = msgspec.field(default_factory=list)
-    delivery_number: int = 0
 
 
 class PoolActor(Actor):
@@ -206,7 +144,7 @@ class PoolActor(Actor):
 
     async def on_start(self) -> None:
         if self.store is not None and not self._restored:
-            await self.store.restore_parts(self.ctx.address, {"pool": _Saved(self)})
+            await self.store.restore_parts(self.ctx.address, {"pool": SavedPool(self)})
         # Restored (here or by the transport): ask every agent whose deliveries are
         # not all confirmed how far it got; what is missing is sent again.
         probes = list(self._cursors.probes())
@@ -217,14 +155,14 @@ class PoolActor(Actor):
 
     async def on_stop(self) -> None:
         if self.store is not None:
-            await self.store.save_parts(self.ctx.address, {"pool": _Saved(self)})
+            await self.store.save_parts(self.ctx.address, {"pool": SavedPool(self)})
 
     def export_state(self) -> PoolState:
         """Return the pool's state as a serialisable value."""
         return PoolState(
             insights=self._topics.insights(),
             subscriptions=self._subs.export(),
-            applied=self._stored_applied(),
+            applied=stored_applied(self._applied, self._topics),
             cursors=self._cursors.export(),
             delivery_number=self._cursors.number,
         )
@@ -237,33 +175,8 @@ class PoolActor(Actor):
         """
         self._topics.load(state.insights)
         self._subs.load(state.subscriptions)
-        self._applied = OrderedDict()
-        for a in state.applied:
-            insight = a.insight or self._topics.find(a.id)
-            if insight is not None:
-                self._applied[a.id] = ShareResult(
-                    status=a.status,
-                    insight=insight,
-                    similarity=a.similarity,
-                    recipients=a.recipients,
-                )
+        self._applied = load_applied(state.applied, self._topics)
         self._cursors.load(state.delivery_number, state.cursors)
-
-    def _stored_applied(self) -> list[AppliedShare]:
-        newest = list(itertools.islice(reversed(self._applied.items()), STORED_APPLIED))
-        out = []
-        for key, result in reversed(newest):
-            held = result.status == "new" and self._topics.find(key) is not None
-            out.append(
-                AppliedShare(
-                    id=key,
-                    status=result.status,
-                    similarity=result.similarity,
-                    recipients=result.recipients,
-                    insight=None if held else result.insight,
-                )
-            )
-        return out
 
     # -- durable state (the protocol of actormem.runtime.state) -------------------------
 
@@ -295,37 +208,15 @@ class PoolActor(Actor):
 
     def _replay(self, op: Op) -> None:
         """Do again to the state what a journaled command did (no delivery is sent)."""
-        match op:
-            case Shared(id=key, result=result, evicted=evicted, recipients=recipients):
-                if result.status == "new" and self._topics.replay_put(result.insight, evicted):
-                    for agent in recipients:
-                        self._cursors.next(agent, result.insight)
-                    if self._feeds is not None and result.insight.topic != self.facts_topic:
-                        self._feeds.add(result.insight)
-                self._remember(key, result)
-            case Subscribed(agent=agent, topics=topics, backfill=backfill):
-                self._subs.subscribe(agent, topics)
-                for key in backfill:
-                    insight = self._topics.find(key)
-                    if insight is not None:
-                        self._cursors.next(agent, insight)
-            case Unsubscribed(agent=agent, topics=topics):
-                self._subs.unsubscribe(agent, topics)
-            case Acked(agent=agent, through=through):
-                self._cursors.acked(agent, through)
-            case Copied(insight=insight, evicted=evicted, recipients=recipients):
-                if self._topics.replay_put(insight, evicted):
-                    for agent in recipients:
-                        self._cursors.next(agent, insight)
-                    if self._feeds is not None and insight.topic != self.facts_topic:
-                        self._feeds.add(insight)
-            case Fed(feeds=feeds):
-                for agent, keys in feeds:
-                    held = [i for i in map(self._topics.find, keys) if i is not None]
-                    for n, insight in enumerate(held):
-                        self._cursors.next(agent, insight, last=n == len(held) - 1)
-                    if self._feeds is not None:
-                        self._feeds.sent(agent, keys)
+        replay(
+            op,
+            topics=self._topics,
+            subs=self._subs,
+            cursors=self._cursors,
+            feeds=self._feeds,
+            facts_topic=self.facts_topic,
+            remember=self._remember,
+        )
 
     def _changed(self, op: Op) -> None:
         """Note that a command changed the state, as ``op`` says."""
@@ -411,16 +302,7 @@ class PoolActor(Actor):
 
     def _refuse(self, name: str, agent: str, expected: str) -> None:
         self._rejected += 1
-        sender = self.ctx.sender
-        who = repr(sender[:80]) if sender else "code outside any actor"
-        log.warning("pool_command_refused", command=name, agent=agent[:64], sender=who)
-        if name in ("DeliveryOutcome", "PeerShared", "PeerForgot"):
-            raise InsightSignatureError(f"DeliveryOutcome is {expected}; this one came from {who}")
-        raise InsightSignatureError(
-            f"{name} acts for agent {agent[:64]!r} but was sent by {who}: the pool takes it "
-            f"only from {expected[:80]} (send it through the agent's handle, "
-            f"rt.memory({agent[:64]!r}).{_VERB.get(name, 'share')}(...))"
-        )
+        raise refusal(name, agent, expected, self.ctx.sender)
 
     # -- sharing ------------------------------------------------------------------
 
@@ -439,9 +321,7 @@ class PoolActor(Actor):
         return result
 
     def _remember(self, key: str, result: ShareResult) -> None:
-        self._applied[key] = result
-        if len(self._applied) > self.config.applied_ids_window:
-            self._applied.popitem(last=False)
+        remember(self._applied, key, result, self.config.applied_ids_window)
 
     def _share(
         self, cmd: Share | RegisterFact, raw_topic: str
@@ -542,30 +422,12 @@ class PoolActor(Actor):
 
     # -- subscriptions -----------------------------------------------------------------
 
-    def _topics_of(self, topics: tuple[str, ...] | str) -> list[str]:
-        # msgspec does not check types passed to __init__, so a bare string
-        # (``topics="news"``) would otherwise subscribe to n, e, w, s.
-        if isinstance(topics, str):
-            raise InsightError("topics must be a list of topic names, not one string")
-        out = []
-        for t in topics:
-            out.append(WILDCARD if t == WILDCARD else clean_label(t, "topic").casefold())
-        return out
-
-    @staticmethod
-    def _follows(follows: tuple[str, ...] | str) -> list[str]:
-        if isinstance(follows, str) or not isinstance(follows, tuple | list):
-            raise InsightError("follows must be a list of agent names, not one string")
-        if len(follows) > MAX_FOLLOWS:
-            raise InsightError(f"follows names {len(follows)} agents; the limit is {MAX_FOLLOWS}")
-        return [clean_label(a, "follows", MAX_ID_CHARS) for a in follows]
-
     def _subscribe(self, cmd: Subscribe) -> SubscriptionState:
         agent = clean_label(cmd.agent, "agent", MAX_ID_CHARS)
         if agent != cmd.agent:
             raise InsightError(f"agent name {cmd.agent!r} holds control or invisible characters")
-        topics = self._topics_of(cmd.topics)
-        follows = self._follows(cmd.follows)
+        topics = topic_names(cmd.topics)
+        follows = followed_agents(cmd.follows)
         state = self._subs.subscribe(agent, topics)
         if self._feeds is not None and follows:
             self._feeds.follow(agent, follows)
@@ -581,7 +443,7 @@ class PoolActor(Actor):
         return state
 
     def _unsubscribe(self, cmd: Unsubscribe) -> SubscriptionState:
-        topics = self._topics_of(cmd.topics)
+        topics = topic_names(cmd.topics)
         state = self._subs.unsubscribe(cmd.agent, topics)
         self._changed(Unsubscribed(agent=cmd.agent, topics=topics))
         log.debug("pool_unsubscribed", agent=cmd.agent, topics=topics)
@@ -597,13 +459,7 @@ class PoolActor(Actor):
         delivery of its chain: its memory drops the copy it holds.
         """
         fresh = {i.id: i for i in self._topics.erase_source(source)}
-        for key, result in self._applied.items():
-            insight = result.insight
-            if insight.source != source or insight.erased:
-                continue
-            blank = fresh.get(insight.id) or self._topics.erased(insight)
-            fresh[blank.id] = blank  # shared, delivered, and no longer held
-            self._applied[key] = msgspec.structs.replace(result, insight=blank)
+        erase_applied(self._applied, source, fresh, self._topics)
         self._cursors.erase(fresh.values())
         self._subs.remove(source)
         self._cursors.drop(source)
@@ -641,30 +497,3 @@ class PoolActor(Actor):
             agents=len(self._subs),
             pending_deliveries=self._cursors.pending(),
         )
-
-
-class _Saved(SnapshotState[PoolState]):
-    """The pool's state as the part its session file keeps."""
-
-    __slots__ = ("_pool",)
-
-    state_type = PoolState
-
-    def __init__(self, pool: PoolActor) -> None:
-        self._pool = pool
-
-    def export_state(self) -> PoolState:
-        return self._pool.export_state()
-
-    def load_state(self, state: PoolState) -> None:
-        self._pool.load_state(state)
-
-
-#: The handle method that sends each command (for error messages).
-_VERB: Final = {
-    "Share": "share",
-    "RegisterFact": "register_fact",
-    "Subscribe": "subscribe",
-    "Unsubscribe": "unsubscribe",
-    "ForgetSource": "forget",
-}

@@ -11,10 +11,17 @@ the number of agents.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import Final
 
 from actormem.actors.pool.commands import WILDCARD, SubscriptionState
+from actormem.actors.pool.insights import InsightError
+from actormem.actors.pool.sanitize import clean_label
+from actormem.actors.pool.topics import MAX_ID_CHARS
 
-__all__ = ("Subscriptions",)
+__all__ = ("MAX_FOLLOWS", "Subscriptions", "followed_agents", "topic_names")
+
+#: Agents one subscription may follow.
+MAX_FOLLOWS: Final = 1_000
 
 
 class _Subscriber:
@@ -143,3 +150,32 @@ class Subscriptions:
             topics=tuple(sub.topics),
             excluded=tuple(sub.excluded),
         )
+
+
+def topic_names(topics: tuple[str, ...] | str) -> list[str]:
+    """The topics a subscribe or an unsubscribe names, cleaned (``*`` stays as it is).
+
+    Raises:
+        InsightError: one string instead of a list, or a topic that is no label.
+    """
+    # msgspec does not check types passed to __init__, so a bare string
+    # (``topics="news"``) would otherwise subscribe to n, e, w, s.
+    if isinstance(topics, str):
+        raise InsightError("topics must be a list of topic names, not one string")
+    out = []
+    for t in topics:
+        out.append(WILDCARD if t == WILDCARD else clean_label(t, "topic").casefold())
+    return out
+
+
+def followed_agents(follows: tuple[str, ...] | str) -> list[str]:
+    """The agents a subscription follows, cleaned.
+
+    Raises:
+        InsightError: not a list of names, or more than :data:`MAX_FOLLOWS` of them.
+    """
+    if isinstance(follows, str) or not isinstance(follows, tuple | list):
+        raise InsightError("follows must be a list of agent names, not one string")
+    if len(follows) > MAX_FOLLOWS:
+        raise InsightError(f"follows names {len(follows)} agents; the limit is {MAX_FOLLOWS}")
+    return [clean_label(a, "follows", MAX_ID_CHARS) for a in follows]

@@ -20,6 +20,7 @@ from actormem.actors.memory.commands import (
     SearchEntries,
 )
 from actormem.actors.memory.snapshot import encode_delivery
+from actormem.actors.messages import Message
 from actormem.actors.pool.commands import (
     POOL_KIND,
     AgentCommand,
@@ -27,11 +28,22 @@ from actormem.actors.pool.commands import (
     Subscribe,
     Unsubscribe,
 )
+from actormem.actors.pool.feeds import FEED_TERMS
 from actormem.actors.pool.insights import InsightDelivery, InsightSignatureError
 from actormem.actors.recall.agent import AgentRecall
+from actormem.actors.text.terms import index_terms
 from actormem.runtime import ActorContext, Forward, MailboxFullError
 
-__all__ = ("DeliveryLog", "Interest", "KeyedCommand", "serve_keyed", "take_delivery", "to_pool")
+__all__ = (
+    "INTEREST_MESSAGES",
+    "DeliveryLog",
+    "Interest",
+    "KeyedCommand",
+    "interest",
+    "serve_keyed",
+    "take_delivery",
+    "to_pool",
+)
 
 #: Delivery entries a memory's log may hold, at least, before it is written again
 #: without them (beside a snapshot); past this, as many as its history has messages.
@@ -43,6 +55,35 @@ KeyedCommand = PutEntry | GetEntry | DeleteEntry | SearchEntries | ListNamespace
 #: What a feed's confirmation carries: the terms of the agent's recent messages and
 #: the agents they name (see :class:`~actormem.actors.pool.commands.DeliveryAck`).
 Interest = Callable[[], tuple[tuple[str, ...], tuple[str, ...]]]
+
+#: The newest messages whose terms and names a feed's confirmation carries.
+INTEREST_MESSAGES: Final = 12
+
+
+def interest(
+    working: list[Message], agent: str, known: dict[str, list[str]]
+) -> tuple[tuple[str, ...], tuple[str, ...], dict[str, list[str]]]:
+    """The terms of ``agent``'s recent messages, newest first, and the agents they
+    name: what its next feed is ranked by.
+
+    ``known`` holds the terms of messages seen before, by id. The third value
+    holds those of the messages read now, for the next call.
+    """
+    terms: dict[str, None] = {}
+    names: dict[str, None] = {}
+    fresh: dict[str, list[str]] = {}
+    for message in reversed(working[-INTEREST_MESSAGES:]):
+        if message.role == "system":
+            continue
+        if message.name and message.name != agent:
+            names[message.name] = None
+        said = known.get(message.id)
+        if said is None:
+            said = index_terms(message.text())
+        fresh[message.id] = said
+        if len(terms) < FEED_TERMS:
+            terms.update(dict.fromkeys(said))
+    return tuple(terms)[:FEED_TERMS], tuple(names), fresh
 
 
 def to_pool(ctx: ActorContext, agent: str, command: AgentCommand, pool: str) -> Forward:

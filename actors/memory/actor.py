@@ -4,23 +4,23 @@ It serves the memory commands over its parts: the messages (:mod:`.store`), the
 queries over them (:mod:`.queries`), the context window (:mod:`.window`), the
 compressions (:mod:`.compaction`) and recall; its durable state is a log of the
 history and of the insight deliveries applied, plus a snapshot of the rest
-(:mod:`.snapshot`).
+(:mod:`.snapshot`), written and read back by :mod:`.durable`.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any
 
 import msgspec
 import structlog
 
-from actormem.actors.compression import CONTEXT_RELOAD_TOOL, RELOAD_TOOL_NAME, reload_tool_result
+from actormem.actors.compression import RELOAD_TOOL_NAME, reload_tool_result
 from actormem.actors.config import AppConfig
 from actormem.actors.errors import MemoryInputError
-from actormem.actors.memory import edits
-from actormem.actors.memory._pool_side import DeliveryLog, serve_keyed, take_delivery, to_pool
+from actormem.actors.memory import durable, edits
+from actormem.actors.memory._pool_side import DeliveryLog, interest, take_delivery, to_pool
 from actormem.actors.memory.commands import (
     Add,
     AddResult,
@@ -29,31 +29,18 @@ from actormem.actors.memory.commands import (
     CompressionDone,
     Context,
     Delete,
-    DeleteEntry,
-    EndRun,
     Expire,
     Export,
     Forget,
     Get,
-    GetEntry,
-    HeldInsights,
-    ListNamespaces,
     Load,
     MemoryExport,
     MemoryStats,
-    MemoryTools,
     Prune,
-    PutEntry,
-    RecallEpisode,
-    Record,
     Reload,
-    Retrieve,
     Search,
-    SearchEntries,
     SetSummary,
-    StartEpisode,
     Stats,
-    SummarizeEpisodes,
     ToPool,
     Update,
 )
@@ -61,24 +48,19 @@ from actormem.actors.memory.compaction import Compaction
 from actormem.actors.memory.expiry import IdleClock, IdleSweeper
 from actormem.actors.memory.inputs import check_command
 from actormem.actors.memory.queries import MessageQueries
+from actormem.actors.memory.recall_commands import RECALL_COMMANDS, serve_recall
 from actormem.actors.memory.snapshot import (
     REPLAYABLE,
     LoggedEpisodes,
-    decode_snapshot,
-    encode_snapshot,
-    restore_episodes,
-    restore_store,
 )
 from actormem.actors.memory.store import MessageStore
 from actormem.actors.memory.window import context_window
-from actormem.actors.messages import Message, encode_message
+from actormem.actors.messages import Message
 from actormem.actors.pool.commands import ForgetSource, pool_address
-from actormem.actors.pool.feeds import FEED_TERMS
 from actormem.actors.pool.insights import InsightDelivery
 from actormem.actors.recall.agent import AgentRecall, RecallConfig
 from actormem.actors.retention import erase_session
 from actormem.actors.text import forget_cached_texts
-from actormem.actors.text.terms import index_terms
 from actormem.runtime import (
     Actor,
     ActorContext,
@@ -90,9 +72,6 @@ from actormem.runtime.state import DurableChanges, SnapshotState
 __all__ = ("AgentMemory", "memory_factory")
 
 log = structlog.get_logger("actormem.memory")
-
-#: The newest messages whose terms and names a feed's confirmation carries.
-INTEREST_MESSAGES: Final = 12
 
 #: Commands that do not make an agent active (retention.ttl): the runtime's own.
 _NOT_ACTIVITY: frozenset[type] = frozenset({Expire, CompressionDone, InsightDelivery})
@@ -234,20 +213,6 @@ class AgentMemory(Actor):
                 if recall is None or not store.durable:
                     return take_delivery(self.ctx, self.recall, message, False, self._interest)
                 return self._deliveries.take(self.ctx, recall, message, self._interest)
-            case HeldInsights(query=query, k=k):
-                return self.recall.inbox.relevant(query, k)
-            case Record(messages=messages):
-                self.recall.changed()
-                counted = store.counted(messages, "record")
-                return len(await self.recall.longterm.record_messages(counted))
-            case Retrieve(query=query, k=k):
-                # Its touches go with the next snapshot (see AgentRecall.edits).
-                return await self.recall.longterm.retrieve(query, k)
-            case MemoryTools():
-                tools = self.recall.control.tools()
-                if self._compaction.enabled:
-                    tools = [*tools, CONTEXT_RELOAD_TOOL]
-                return tools
             case AnswerToolCall(call=call):
                 if call.name == RELOAD_TOOL_NAME:
                     content = reload_tool_result(call.arguments, store.offloaded)
@@ -260,42 +225,16 @@ class AgentMemory(Actor):
                 self._discarding = True  # also when it is refused
                 self._discarding = not self._compaction.done(message)
                 return None
-            case StartEpisode(metadata=metadata):
-                self.recall.changed()
-                return self.recall.episodes.start_episode(metadata)
-            case RecallEpisode(query=query, k=k):
-                return self.recall.episodes.recall_episodes(query, k)
-            case SummarizeEpisodes():
-                return self.recall.episodes.summarize_episodes()
-            case EndRun():
-                self.recall.changed()
-                await self.recall.retention.end_run()
-                return None
             case ToPool(command=command):
                 return to_pool(self.ctx, self.agent, command, self._pool)
-            case PutEntry() | GetEntry() | DeleteEntry() | SearchEntries() | ListNamespaces():
-                return serve_keyed(self.recall, message)
+            case _ if isinstance(message, RECALL_COMMANDS):
+                return await serve_recall(self.recall, message, store, self._compaction.enabled)
         raise MemoryInputError(f"an agent memory does not serve {type(message).__name__}")
 
     def _interest(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        """The terms of the agent's recent messages, newest first, and the agents they
-        name: what its next feed is ranked by."""
-        terms: dict[str, None] = {}
-        names: dict[str, None] = {}
-        known, fresh = self._terms, {}
-        for message in reversed(self._store.working[-INTEREST_MESSAGES:]):
-            if message.role == "system":
-                continue
-            if message.name and message.name != self.agent:
-                names[message.name] = None
-            said = known.get(message.id)
-            if said is None:
-                said = index_terms(message.text())
-            fresh[message.id] = said
-            if len(terms) < FEED_TERMS:
-                terms.update(dict.fromkeys(said))
-        self._terms = fresh  # the next call reads mostly the same messages
-        return tuple(terms)[:FEED_TERMS], tuple(names)
+        """What the agent's next feed is ranked by (see :func:`.interest.interest`)."""
+        terms, names, self._terms = interest(self._store.working, self.agent, self._terms)
+        return terms, names
 
     @property
     def recall(self) -> AgentRecall:
@@ -479,108 +418,15 @@ class AgentMemory(Actor):
     # -- durable state (the protocol of actormem.runtime.state) ---------------------------
 
     def durable_changes(self) -> DurableChanges:
-        """History messages added since the last call, and the rest as a snapshot when
-        it changed beyond what replaying those adds restores (see :meth:`durable_restore`).
-
-        A plain add (the common command) thus stores only its messages: the cost of a
-        commit does not grow with the agent's working view or recall.
-        """
-        store = self._store
-        deliveries = self._deliveries
-        appends = [encode_message(m) for m in store.log_pending]
-        store.log_pending = []
-        discarded, self._discarding = self._discarding, False
-        if store.erased:
-            # A wipe: the stored log is replaced, the store erases its other copies;
-            # a forgotten agent's snapshot is deleted (what follows is replayed).
-            # The snapshot holds the inbox whole: no delivery goes into the new log.
-            deliveries.reset()
-            store.erased = store.dirty = False
-            forgotten, self._forgotten = self._forgotten, False
-            recall = self._recall
-            self._saved_edits = recall.edits if recall is not None else 0
-            snapshot = b"" if forgotten and not appends else self._snapshot()
-            return DurableChanges(
-                appends,
-                snapshot,
-                replace_log=True,
-                erase=True,
-                expire_after=self._idle.key_ttl,
-                discarded=discarded,
-                due_at=self._idle.due_at if snapshot else None,
-            )
-        recall = self._recall
-        edits = recall.edits if recall is not None else 0
-        if deliveries.rewrite_due(len(store.history)):
-            # The log is written again, its history alone, beside a snapshot of the
-            # inbox as it is (see DeliveryLog.rewrite_due).
-            deliveries.reset()
-            store.history_skip, store.dirty = 0, False
-            self._saved_edits = edits
-            return DurableChanges(
-                [encode_message(m) for m in store.history],
-                self._snapshot(),
-                replace_log=True,
-                expire_after=self._idle.key_ttl,
-                discarded=discarded,
-                due_at=self._idle.due_at,
-            )
-        if deliveries.pending:
-            appends += deliveries.flush()
-        if not store.dirty and edits == self._saved_edits:
-            return DurableChanges(appends, expire_after=self._idle.key_ttl, discarded=discarded)
-        store.dirty = False
-        self._saved_edits = edits
-        snapshot = self._snapshot()
-        return DurableChanges(
-            appends,
-            snapshot,
-            expire_after=self._idle.key_ttl,
-            discarded=discarded,
-            due_at=self._idle.due_at,
-        )
-
-    def _snapshot(self) -> bytes:
-        idle = self._idle
-        idle.stored_at = idle.active_at
-        return encode_snapshot(
-            self._store,
-            self._compaction,
-            self._recall,
-            self._unobserved,
-            idle.active_at,
-            self._episodes,
-            self._deliveries.stored,
-        )
+        """What to store since the last call (see :func:`.durable.durable_changes`)."""
+        return durable.durable_changes(self)
 
     def durable_restore(self, snapshot: bytes | None, log: list[bytes]) -> None:
-        """Rebuild the memory from what the transport stored (on activation): the
-        snapshot, then the messages added after it, replayed as the adds they were."""
-        store = self._store
-        store.durable = True
-        state = decode_snapshot(snapshot)
-        by_id, replay, deliveries, logged = restore_store(store, self._compaction, state, log)
-        self._deliveries.reset(logged)
-        self._idle.restored(state.active_at)
-        if state.unobserved is not None:
-            unobserved = [by_id[i] for i in state.unobserved if i in by_id] + replay
-            self._unobserved = unobserved or None
-        else:
-            if state.recall:
-                self.recall.load_component_states(state.recall)
-            if state.episodes is not None:
-                restore_episodes(self.recall.episodes, state.episodes, store.history)
-            if state.awaiting_reply:
-                self.recall.awaiting_reply = [by_id[i] for i in state.awaiting_reply if i in by_id]
-            if replay:
-                self.recall.observe(replay)
-        if deliveries:
-            inbox = self.recall.inbox
-            for logged_delivery in deliveries:
-                inbox.deliver(logged_delivery.pool, logged_delivery.delivery)
-            self.recall.changed(logged=True)
-        self._saved_edits = self._recall.edits if self._recall is not None else 0
-        store.dirty = False
+        """Rebuild the memory from what the transport stored, on activation.
+
+        See :func:`.durable.durable_restore`.
+        """
+        durable.durable_restore(self, snapshot, log)
 
 
 class _Conversation(SnapshotState[MemoryExport]):

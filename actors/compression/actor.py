@@ -16,8 +16,9 @@ serves, or :data:`LOCAL_COMPRESSORS` in one process.
 
 With ``[compression] processes = N``, the offline summarizer's compressions run in
 up to N worker processes (:func:`compress_offline`), so they use another core and
-take no time from the actors' event loop. A worker keeps nothing between
-compressions: no text of one agent stays there after its compression.
+take no time from the actors' event loop. The request and the outcome travel as
+msgpack. A worker keeps nothing between compressions: no text of one agent stays
+there after its compression.
 """
 
 from __future__ import annotations
@@ -147,6 +148,28 @@ def compress_offline(
         forget_cached_texts()
 
 
+class _Work(msgspec.Struct, frozen=True):
+    """One compression as a worker process gets it: msgpack, never pickled objects."""
+
+    request: CompressRequest
+    config: CompressionConfig
+    encoding: str | None
+
+
+_WORK_DECODER: Final = msgspec.msgpack.Decoder(_Work)
+_OUTCOME_DECODER: Final = msgspec.msgpack.Decoder(CompressionOutcome)
+
+
+def _compress_encoded(work: bytes) -> bytes:
+    """A worker process's entry: the encoded outcome of the encoded :class:`_Work`."""
+    job = _WORK_DECODER.decode(work)
+    request = job.request
+    outcome = compress_offline(
+        list(request.messages), job.config, job.encoding, request.version, request.agent
+    )
+    return msgspec.msgpack.encode(outcome)
+
+
 class _Workers:
     """The worker processes a pool's compressors share: a limit on how many
     compressions run in them at once, made on first use (in the event loop)."""
@@ -266,17 +289,11 @@ class CompressorActor(Actor):
         workers = self._workers
         if workers is not None:
             try:
-                outcome = await anyio.to_process.run_sync(
-                    compress_offline,
-                    list(request.messages),
-                    self.config,
-                    self._encoding,
-                    request.version,
-                    request.agent,
-                    cancellable=True,
-                    limiter=workers.limiter,
+                work = msgspec.msgpack.encode(_Work(request, self.config, self._encoding))
+                done = await anyio.to_process.run_sync(
+                    _compress_encoded, work, cancellable=True, limiter=workers.limiter
                 )
-                return _with_originals(outcome, request.messages)
+                return _with_originals(_OUTCOME_DECODER.decode(done), request.messages)
             except BrokenWorkerProcess as exc:
                 # A worker killed from outside (a signal to the process group):
                 # this compression runs here instead.

@@ -13,12 +13,6 @@ not once per actor.
 The pool's size is ``[compression] concurrency``, or with ``concurrency = 0``
 (automatic) one compressor per Redis shard, on the shard of the memories it
 serves, or :data:`LOCAL_COMPRESSORS` in one process.
-
-With ``[compression] processes = N``, the offline summarizer's compressions run in
-up to N worker processes (:func:`compress_offline`), so they use another core and
-take no time from the actors' event loop. The request and the outcome travel as
-msgpack. A worker keeps nothing between compressions: no text of one agent stays
-there after its compression.
 """
 
 from __future__ import annotations
@@ -29,10 +23,8 @@ from collections.abc import Callable
 from typing import Any, Final
 
 import anyio
-import anyio.to_process
 import msgspec
 import structlog
-from anyio import BrokenWorkerProcess
 
 from actormem.actors.compression.config import CompressionConfig
 from actormem.actors.compression.engine import compress
@@ -40,16 +32,14 @@ from actormem.actors.compression.llm import CircuitBreaker, LLMSummarizer
 from actormem.actors.compression.protocol import CompressionOutcome, CompressRequest
 from actormem.actors.compression.summarizers import OfflineSummarizer, Summarizer
 from actormem.actors.errors import MemoryInputError
-from actormem.actors.messages import Message, count_tokens
+from actormem.actors.messages import count_tokens
 from actormem.actors.metrics import ActorCounts
-from actormem.actors.text import forget_cached_texts
 from actormem.runtime import Actor, ActorContext, TokenCounter, get_counter
 
 __all__ = (
     "COMPRESSOR_KIND",
     "LOCAL_COMPRESSORS",
     "CompressorActor",
-    "compress_offline",
     "compressor_address",
     "compressor_factory",
     "make_summarizer",
@@ -122,71 +112,6 @@ def make_summarizer(
     return offline
 
 
-def compress_offline(
-    messages: list[Message],
-    config: CompressionConfig,
-    encoding: str | None,
-    version: int,
-    agent: str,
-) -> CompressionOutcome:
-    """Compress with the offline summarizer, in the calling thread (a worker
-    process's), and forget every text it cached; see :func:`compress`."""
-    counter = get_counter(encoding)
-    try:
-        return anyio.run(
-            functools.partial(
-                compress,
-                messages,
-                config=config,
-                counter=counter,
-                summarizer=OfflineSummarizer(counter),
-                version=version,
-                agent=agent,
-            )
-        )
-    finally:
-        forget_cached_texts()
-
-
-class _Work(msgspec.Struct, frozen=True):
-    """One compression as a worker process gets it: msgpack, never pickled objects."""
-
-    request: CompressRequest
-    config: CompressionConfig
-    encoding: str | None
-
-
-_WORK_DECODER: Final = msgspec.msgpack.Decoder(_Work)
-_OUTCOME_DECODER: Final = msgspec.msgpack.Decoder(CompressionOutcome)
-
-
-def _compress_encoded(work: bytes) -> bytes:
-    """A worker process's entry: the encoded outcome of the encoded :class:`_Work`."""
-    job = _WORK_DECODER.decode(work)
-    request = job.request
-    outcome = compress_offline(
-        list(request.messages), job.config, job.encoding, request.version, request.agent
-    )
-    return msgspec.msgpack.encode(outcome)
-
-
-class _Workers:
-    """The worker processes a pool's compressors share: a limit on how many
-    compressions run in them at once, made on first use (in the event loop)."""
-
-    __slots__ = ("_limiter", "processes")
-
-    def __init__(self, processes: int) -> None:
-        self.processes = processes
-        self._limiter: anyio.CapacityLimiter | None = None
-
-    @property
-    def limiter(self) -> anyio.CapacityLimiter:
-        if self._limiter is None:
-            self._limiter = anyio.CapacityLimiter(self.processes)
-        return self._limiter
-
-
 class CompressorActor(Actor):
     """Answers :class:`CompressRequest` with a :class:`CompressionOutcome`.
 
@@ -197,8 +122,6 @@ class CompressorActor(Actor):
         encoding: the token encoding the memories count with (``[memory] encoding``),
             so summaries are counted as the messages they replace.
         counts: where compressions and tokens saved are counted (the runtime's).
-        workers: the worker processes the pool shares (None: none; see
-            ``[compression] processes``).
 
     Raises (to the asker):
         MemoryInputError: the message is not a CompressRequest.
@@ -211,16 +134,12 @@ class CompressorActor(Actor):
         breaker: CircuitBreaker | None = None,
         encoding: str | None = None,
         counts: ActorCounts | None = None,
-        workers: _Workers | None = None,
     ) -> None:
         super().__init__(ctx)
         self.config = config
         self._counts = counts or ActorCounts()
         self._breaker = breaker
-        self._encoding = encoding
         self._counter = get_counter(encoding)
-        offline = config.summarizer == "offline" and config.processes > 0
-        self._workers = workers if offline else None
         self._summarizer: Summarizer | None = None
 
     async def on_start(self) -> None:
@@ -253,7 +172,14 @@ class CompressorActor(Actor):
         assert self._summarizer is not None
         if not self.config.enabled:
             return self._unchanged(message, "compression is disabled")
-        outcome = await self._compress(message, self._summarizer)
+        outcome = await compress(
+            message.messages,
+            config=self.config,
+            counter=self._counter,
+            summarizer=self._summarizer,
+            version=message.version,
+            agent=message.agent,
+        )
         outcome = msgspec.structs.replace(outcome, agent=message.agent, request=message.request)
         fields = {
             "agent": message.agent,
@@ -282,31 +208,6 @@ class CompressorActor(Actor):
             log.debug("compression_noop", note=outcome.note, **fields)
         return outcome
 
-    async def _compress(
-        self, request: CompressRequest, summarizer: Summarizer
-    ) -> CompressionOutcome:
-        """The request's outcome: from a worker process when the pool has them."""
-        workers = self._workers
-        if workers is not None:
-            try:
-                work = msgspec.msgpack.encode(_Work(request, self.config, self._encoding))
-                done = await anyio.to_process.run_sync(
-                    _compress_encoded, work, cancellable=True, limiter=workers.limiter
-                )
-                return _with_originals(_OUTCOME_DECODER.decode(done), request.messages)
-            except BrokenWorkerProcess as exc:
-                # A worker killed from outside (a signal to the process group):
-                # this compression runs here instead.
-                log.debug("compression_worker_lost", agent=request.agent, error=str(exc))
-        return await compress(
-            request.messages,
-            config=self.config,
-            counter=self._counter,
-            summarizer=summarizer,
-            version=request.version,
-            agent=request.agent,
-        )
-
     def _unchanged(self, request: CompressRequest, note: str) -> CompressionOutcome:
         view = [
             m if m.tokens >= 0 else m.with_tokens(count_tokens(m, self._counter))
@@ -333,23 +234,6 @@ class CompressorActor(Actor):
         )
 
 
-def _with_originals(outcome: CompressionOutcome, sent: list[Message]) -> CompressionOutcome:
-    """``outcome`` holding the sent message objects where a worker sent back equal
-    copies: the memory then keeps one object per message, as after a compression
-    in the event loop."""
-    by_id = {m.id: m for m in sent}
-
-    def original(m: Message) -> Message:
-        mine = by_id.get(m.id)
-        return mine if mine is not None and mine == m else m
-
-    return msgspec.structs.replace(
-        outcome,
-        messages=[original(m) for m in outcome.messages],
-        offloaded={k: [original(m) for m in v] for k, v in outcome.offloaded.items()},
-    )
-
-
 def compressor_factory(
     config: CompressionConfig, encoding: str | None = None, counts: ActorCounts | None = None
 ) -> Callable[[ActorContext], Actor]:
@@ -358,9 +242,8 @@ def compressor_factory(
     where the pool's compressions are counted."""
     breaker = CircuitBreaker(config.llm.breaker_failures, config.llm.breaker_reset)
     counts = counts or ActorCounts()
-    workers = _Workers(config.processes) if config.processes else None
 
     def factory(ctx: ActorContext) -> Actor:
-        return CompressorActor(ctx, config, breaker, encoding, counts, workers)
+        return CompressorActor(ctx, config, breaker, encoding, counts)
 
     return factory

@@ -156,10 +156,6 @@ class CompressionConfig(ConfigSection, frozen=True):
         compress_to: the share of both limits a compression aims at (1.0: just
             under budget, as AutoContextMemory; lower: fewer compressions).
         llm: the OpenAI-compatible summarizer's settings.
-        processes: worker processes that run the offline summarizer's compressions
-            off the event loop, so they use another core (0: on the event loop,
-            in time slices). The compressors share them; with ``summarizer =
-            "openai"`` they are not used.
     """
 
     enabled: bool = True
@@ -182,17 +178,11 @@ class CompressionConfig(ConfigSection, frozen=True):
     summary_concurrency: int = DEFAULT_SUMMARY_CONCURRENCY
     compress_to: float = DEFAULT_COMPRESS_TO
     llm: LLMConfig = msgspec.field(default_factory=LLMConfig)
-    processes: int = 0
 
     def __post_init__(self) -> None:
         self._at_least(1, "msg_threshold", "max_tokens", "max_passes", "summary_concurrency")
         self._at_least(
-            0,
-            "last_keep",
-            "min_consecutive_tool_messages",
-            "offload_preview",
-            "concurrency",
-            "processes",
+            0, "last_keep", "min_consecutive_tool_messages", "offload_preview", "concurrency"
         )
         if not 0.0 < self.token_ratio <= 1.0:
             raise ValueError(f"token_ratio must be within (0, 1], got {self.token_ratio}")
